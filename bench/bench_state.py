@@ -1,0 +1,222 @@
+"""Benchmark the state providers: commit cost against state size, lazy reopen, hot paths.
+
+Run from the repository root::
+
+    python bench/bench_state.py                       # memory, sqlite, redis
+    python bench/bench_state.py --providers memory,sqlite --rounds 10
+
+Prints markdown tables and the command that produced them. What it shows:
+
+1. Commit cost of ``--changed`` changed keys (prepare + commit of one txid)
+   in a state that holds ``--small`` keys and one that holds ``--large``.
+   The cost must follow the changed keys, not the state: goal ratio <= 1.5.
+2. Opening a provider on a state of ``--large`` committed keys and reading
+   one key: what a restarted task pays before it can work. Goal < 1 s.
+3. The hot paths shared by every provider: ``get`` of a cached key and ``put``.
+
+The large states are written through the state API itself, in direct
+commits of 10,000 keys (for redis: one pipeline each). sqlite uses a
+temporary directory and its default ``synchronous: full``; redis a unique
+key prefix on ``--redis-url``, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from statestream._registry import open_provider
+from statestream._state import KeyValueState, StateProvider
+
+NAMESPACE = "bench-0"
+LOAD_BATCH = 10_000
+
+Opener = Callable[[], StateProvider]
+
+
+def _key(i: int) -> str:
+    return f"word-{i:08d}"
+
+
+def load(open_: Opener, size: int) -> None:
+    """Write ``size`` committed keys, in direct commits of LOAD_BATCH keys."""
+    with open_() as provider:
+        state = provider.get_state(NAMESPACE)
+        for start in range(0, size, LOAD_BATCH):
+            for i in range(start, min(size, start + LOAD_BATCH)):
+                state.put(_key(i), i)
+            state.commit()
+
+
+def commit_cost(
+    open_: Opener, size: int, changed: int, rounds: int
+) -> tuple[float, float, float]:
+    """Median (prepare, commit, both) in ms for ``changed`` keys, on a freshly opened state."""
+    rng = random.Random(size)
+    prepares: list[float] = []
+    commits: list[float] = []
+    with open_() as provider:
+        state = provider.get_state(NAMESPACE)
+        txid = state.committed_txid + 1
+        for round_ in range(rounds + 1):  # the first round warms up and is dropped
+            for i in rng.sample(range(size), changed) if changed < size else range(size):
+                state.put(_key(i), round_)
+            t0 = time.perf_counter()
+            state.prepare_commit(txid)
+            t1 = time.perf_counter()
+            state.commit(txid)
+            t2 = time.perf_counter()
+            txid += 1
+            if round_:
+                prepares.append((t1 - t0) * 1e3)
+                commits.append((t2 - t1) * 1e3)
+    both = [p + c for p, c in zip(prepares, commits, strict=True)]
+    return statistics.median(prepares), statistics.median(commits), statistics.median(both)
+
+
+def reopen_and_get(open_: Opener, size: int) -> tuple[float, float]:
+    """ms to open a provider and read one committed key; ms for one missing key then."""
+    t0 = time.perf_counter()
+    with open_() as provider:
+        state = provider.get_state(NAMESPACE)
+        value = state.get(_key(size // 2))
+        t1 = time.perf_counter()
+        assert value is not None, "the loaded key is missing"
+        state.get("not-there")
+        t2 = time.perf_counter()
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
+def hot_paths(state: KeyValueState, n: int = 200_000) -> tuple[float, float, float]:
+    """ns per cached get, per put of an existing key, per put of an int."""
+    for i in range(1000):
+        state.put(_key(i), i)
+    keys = [_key(i % 1000) for i in range(n)]
+    get = state.get
+    t0 = time.perf_counter()
+    for key in keys:
+        get(key)
+    t1 = time.perf_counter()
+    put = state.put
+    for i, key in enumerate(keys):
+        put(key, i)
+    t2 = time.perf_counter()
+    for i in range(n):
+        put(i % 1000, i)
+    t3 = time.perf_counter()
+    return (t1 - t0) / n * 1e9, (t2 - t1) / n * 1e9, (t3 - t2) / n * 1e9
+
+
+@contextmanager
+def provider_opener(name: str, args: argparse.Namespace) -> Iterator[Opener]:
+    """A function opening fresh providers over one empty store, cleaned up afterwards."""
+    if name == "memory":
+        from statestream_providers.memory import MemoryStateProvider
+
+        store = f"bench-{uuid.uuid4().hex}"
+        try:
+            yield lambda: open_provider("memory", {"name": store})
+        finally:
+            MemoryStateProvider.clear(store)
+    elif name == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="statestream-bench-") as tmp:
+            path = f"{tmp}/state.db"
+            yield lambda: open_provider("sqlite", {"path": path})
+    elif name == "redis":
+        import redis
+
+        prefix = f"bench:{uuid.uuid4().hex}:"
+        config: dict[str, Any] = {"url": args.redis_url, "key_prefix": prefix, "timeout": 30_000}
+        try:
+            yield lambda: open_provider("redis", config)
+        finally:
+            client = redis.Redis.from_url(args.redis_url)
+            keys = list(client.scan_iter(match=prefix + "*"))
+            if keys:
+                client.unlink(*keys)  # frees the big hash in the background
+            client.close()
+    else:
+        raise SystemExit(f"unknown provider {name!r}; choose memory, sqlite or redis")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--providers", default="memory,sqlite,redis")
+    parser.add_argument("--small", type=int, default=1_000)
+    parser.add_argument("--large", type=int, default=1_000_000)
+    parser.add_argument("--changed", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    cost_rows: list[str] = []
+    ratio_rows: list[str] = []
+    open_rows: list[str] = []
+    hot_rows: list[str] = []
+    for name in args.providers.split(","):
+        medians: dict[int, float] = {}
+        for size in (args.small, args.large):
+            with provider_opener(name, args) as open_:
+                t0 = time.perf_counter()
+                load(open_, size)
+                load_s = time.perf_counter() - t0
+                prepare, commit, both = commit_cost(open_, size, args.changed, args.rounds)
+                medians[size] = both
+                cost_rows.append(
+                    f"| {name} | {size:,} | {prepare:.2f} | {commit:.2f} | {both:.2f} "
+                    f"| {load_s:.1f} |"
+                )
+                if size == args.large:
+                    first, missing = reopen_and_get(open_, size)
+                    verdict = "yes" if first < 1000 else "**no**"
+                    open_rows.append(
+                        f"| {name} | {size:,} | {first:.1f} | {missing:.2f} | {verdict} |"
+                    )
+                if size == args.small:
+                    with open_() as provider:
+                        get_ns, put_ns, put_int_ns = hot_paths(provider.get_state("hot-0"))
+                    hot_rows.append(f"| {name} | {get_ns:.0f} | {put_ns:.0f} | {put_int_ns:.0f} |")
+        ratio = medians[args.large] / medians[args.small]
+        verdict = "yes" if ratio <= 1.5 else "**no**"
+        ratio_rows.append(
+            f"| {name} | {medians[args.small]:.2f} | {medians[args.large]:.2f} "
+            f"| {ratio:.2f} | {verdict} |"
+        )
+        print(f"[{name} done at {time.perf_counter() - started:.0f}s]", file=sys.stderr)
+
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])])
+    print(f"Command: `{command}`  ")
+    print(
+        f"{args.changed:,} changed keys per txid, median of {args.rounds} rounds; "
+        f"total run {time.perf_counter() - started:.0f} s.\n"
+    )
+    print(f"### Commit cost of {args.changed:,} changed keys (prepare + commit of one txid)\n")
+    print("| provider | keys in state | prepare ms | commit ms | prepare+commit ms | load s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print("\n".join(cost_rows))
+    print(f"\n### Cost ratio, {args.large:,} vs {args.small:,} keys (goal <= 1.5)\n")
+    print(f"| provider | {args.small:,} keys ms | {args.large:,} keys ms | ratio | goal met |")
+    print("|---|---:|---:|---:|---:|")
+    print("\n".join(ratio_rows))
+    print(f"\n### Open a state of {args.large:,} committed keys and get one (goal < 1 s)\n")
+    print("| provider | keys | open + first get ms | then a missing key ms | goal met |")
+    print("|---|---:|---:|---:|---:|")
+    print("\n".join(open_rows))
+    print("\n### Hot paths (shared implementation, ns per call)\n")
+    print("| provider | get (cached str key) | put (str key) | put (int key) |")
+    print("|---|---:|---:|---:|")
+    print("\n".join(hot_rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Word count: the statestream hello world.
+
+    statestream run examples/wordcount.py --until-idle --set wordcount.output=counts.jsonl
+
+``sentences`` reads a text file one line per tuple (``wordcount.input``,
+default: the corpus beside this file), ``split`` breaks lines into words
+(shuffle grouping, 2 tasks) and ``count`` counts them (fields grouping on
+``word``, 2 tasks). With ``wordcount.output=PATH`` the final count of every
+word is written there as JSON lines ``{"word": ..., "count": ...}``.
+
+Keys under ``wordcount.`` belong to this topology:
+
+* ``wordcount.input``: the text file to count (default: ``corpus.txt`` here)
+* ``wordcount.output``: where to write the final counts (default: nowhere)
+* ``wordcount.fail_rate``: fail each line with this probability the first time
+  ``split`` sees it (a stable per-line draw), to exercise replay
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statestream import (
+    BasicBolt,
+    BasicOutputCollector,
+    Bolt,
+    FailedException,
+    FileSpout,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    Topology,
+    TopologyBuilder,
+    TopologyContext,
+    Tuple,
+    stable_hash,
+)
+
+CORPUS = Path(__file__).with_name("corpus.txt")
+
+
+class SplitSentence(BasicBolt):
+    """Emits one ``(word,)`` per whitespace-separated word of the line."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
+        super().prepare(conf, context)
+        self.fail_rate = float(conf.get("wordcount.fail_rate") or 0.0)
+        self.failed_once: set[int] = set()
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        offset, line = tuple.values
+        if self.fail_rate and offset not in self.failed_once:
+            # A stable draw per line: the same lines fail in every run.
+            if stable_hash(["fail", offset]) % 1_000_000 < self.fail_rate * 1_000_000:
+                self.failed_once.add(offset)
+                raise FailedException(f"line {offset} fails on first sight")
+        for word in line.split():
+            collector.emit([word])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["word"])
+
+
+class WordCount(Bolt):
+    """Counts words in memory; writes its counts to ``wordcount.output`` at the end."""
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self.counts: dict[str, int] = {}
+        self.output = conf.get("wordcount.output")
+        if self.output and context.task_index == 0:
+            # Task 0 starts the file; every task appends its words in cleanup.
+            Path(self.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.output).write_bytes(b"")
+
+    def execute(self, tuple: Tuple) -> None:
+        word = tuple.values[0]
+        counts = self.counts
+        counts[word] = counts.get(word, 0) + 1
+        self.collector.ack(tuple)
+
+    def cleanup(self) -> None:
+        if self.output:
+            write_counts(self.output, self.counts.items())
+
+
+def write_counts(path: str, items: Any) -> None:
+    """Append ``{"word", "count"}`` JSON lines to ``path`` under an exclusive lock."""
+    data = b"".join(orjson.dumps({"word": w, "count": c}) + b"\n" for w, c in items)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def topology() -> Topology:
+    builder = TopologyBuilder("wordcount")
+    builder.set_spout("sentences", FileSpout(path_key="wordcount.input", default_path=CORPUS))
+    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
+    return builder.build()

@@ -1,0 +1,398 @@
+"""The ``sqlite`` state provider: embedded, durable, one file.
+
+Config (``topology.state.provider.config``)::
+
+    path:         "./statestream-data/state.db"   # parent directories are created
+    serializer:   "json"                          # or "pickle" (see statestream._serde)
+    synchronous:  "full"                          # sqlite's PRAGMA synchronous: full|normal|off
+    timeout:      5000                            # ms to wait for another writer's lock
+
+Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 1)::
+
+    statestream_entries   (namespace TEXT, key BLOB, value BLOB NOT NULL)  committed entries
+    statestream_prepared  (namespace TEXT, key BLOB, value BLOB)           prepared deltas;
+                                                                           value NULL = tombstone
+    statestream_txids     (namespace TEXT, committed INTEGER, prepared INTEGER)
+
+The database runs in WAL mode, so readers (``statestream state dump``) do
+not block the writer. Every prepare, commit and rollback is one
+transaction: a crash at any point leaves the last committed state and, if
+it was stored, the prepared delta. ``synchronous: full`` makes each commit
+survive a power cut too; ``normal`` only a crash of the process, faster.
+
+A file that is not a sqlite database, or is one with another schema, raises
+StateCorruptError and is never overwritten or read as empty.
+
+The connection opens on first use (so a provider pickles and ships to
+workers), and again in a forked child, which must not use its parent's.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar, Final, Self
+
+from statestream._errors import (
+    ConfigError,
+    ProviderUnavailableError,
+    StateCorruptError,
+    StateError,
+)
+from statestream._serde import get_serializer
+from statestream._state import (
+    BackendStateProvider,
+    CommitOutcome,
+    Delta,
+    check_config_keys,
+    config_option,
+)
+
+__all__ = ["SQLiteStateProvider"]
+
+DEFAULT_PATH: Final = "./statestream-data/state.db"
+APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
+SCHEMA_VERSION: Final = 1
+_SCAN_PAGE: Final = 1024
+
+_SCHEMA: Final = {
+    "statestream_entries": (
+        "CREATE TABLE statestream_entries ("
+        " namespace TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,"
+        " PRIMARY KEY (namespace, key)) WITHOUT ROWID",
+        ("namespace", "key", "value"),
+    ),
+    "statestream_prepared": (
+        "CREATE TABLE statestream_prepared ("
+        " namespace TEXT NOT NULL, key BLOB NOT NULL, value BLOB,"
+        " PRIMARY KEY (namespace, key)) WITHOUT ROWID",
+        ("namespace", "key", "value"),
+    ),
+    "statestream_txids": (
+        "CREATE TABLE statestream_txids ("
+        " namespace TEXT NOT NULL PRIMARY KEY, committed INTEGER NOT NULL DEFAULT -1,"
+        " prepared INTEGER) WITHOUT ROWID",
+        ("namespace", "committed", "prepared"),
+    ),
+}
+
+# Connections inherited through fork() are parked here, never closed nor
+# collected: closing the parent's connection from the child can release
+# locks and corrupt state that the parent still relies on (sqlite's "how to
+# corrupt" guide, section 2.6).
+_INHERITED: list[sqlite3.Connection] = []
+
+_SYNCHRONOUS: Final = ("off", "normal", "full", "extra")
+
+
+class SQLiteStateProvider(BackendStateProvider):
+    """State in one sqlite file, shared by all namespaces (and processes) using it."""
+
+    name: ClassVar[str] = "sqlite"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"path", "serializer", "synchronous", "timeout"})
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = DEFAULT_PATH,
+        *,
+        serializer: str = "json",
+        synchronous: str = "full",
+        timeout_ms: int = 5000,
+    ) -> None:
+        super().__init__(get_serializer(serializer))
+        if synchronous.lower() not in _SYNCHRONOUS:
+            raise ConfigError(
+                f"sqlite state provider config 'synchronous' must be one of "
+                f"{', '.join(_SYNCHRONOUS)}, not {synchronous!r}"
+            )
+        self.path = Path(path)
+        self._synchronous = synchronous.upper()
+        self._timeout_s = timeout_ms / 1000
+        # One connection per provider per process; the lock serialises its use
+        # because the local runtime may drive several tasks from threads.
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        check_config_keys(cls.name, config, cls._KEYS)
+        return cls(
+            config_option(cls.name, config, "path", str, DEFAULT_PATH),
+            serializer=config_option(cls.name, config, "serializer", str, "json"),
+            synchronous=config_option(cls.name, config, "synchronous", str, "full"),
+            timeout_ms=config_option(cls.name, config, "timeout", int, 5000),
+        )
+
+    def __repr__(self) -> str:
+        return f"SQLiteStateProvider(path={str(self.path)!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ship the configuration, never the connection or the lock.
+        state = self.__dict__.copy()
+        state.update(_conn=None, _pid=0, _lock=None, _states={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ connection
+
+    def _connection(self) -> sqlite3.Connection:
+        """The connection of this process, opened (and checked) on first use. Lock held."""
+        if self._closed:
+            raise StateError("the sqlite state provider is closed; open a new one")
+        if self._conn is not None:
+            if self._pid == os.getpid():
+                return self._conn
+            _INHERITED.append(self._conn)  # forked: leave the parent's alone
+            self._conn = None
+        self._conn = self._open()
+        self._pid = os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise ProviderUnavailableError(
+                f"cannot open the sqlite state database {str(self.path)!r}: {exc}; "
+                "check that the directory exists and is writable, or set `path`"
+            ) from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._ensure_schema(conn)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            raise ProviderUnavailableError(
+                f"cannot use the sqlite state database {str(self.path)!r}: {exc}"
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise self._corrupt(f"sqlite cannot read it: {exc}") from exc
+        except StateCorruptError:
+            conn.close()
+            raise
+        return conn
+
+    def _corrupt(self, reason: str) -> StateCorruptError:
+        path = str(self.path)
+        return StateCorruptError(
+            f"{path!r} is not a statestream state database ({reason}); it was left untouched: "
+            f"move it aside (mv {path} {path}.bad) or point the sqlite provider's `path` elsewhere"
+        )
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        def tables() -> set[str]:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            return {row[0] for row in rows}
+
+        def pragma(name: str) -> int:
+            row = conn.execute(f"PRAGMA {name}").fetchone()
+            return int(row[0])
+
+        if not tables() and pragma("application_id") == 0:
+            # A new (or empty) file. Another process may be creating it too:
+            # decide again under the write lock.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not tables():
+                    for create, _ in _SCHEMA.values():
+                        conn.execute(create)
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        application_id = pragma("application_id")
+        if application_id != APPLICATION_ID:
+            raise self._corrupt(
+                f"a sqlite database of another application (application_id {application_id:#x})"
+            )
+        version = pragma("user_version")
+        if version != SCHEMA_VERSION:
+            raise self._corrupt(
+                f"schema version {version}, this statestream reads version {SCHEMA_VERSION}"
+            )
+        present = tables()
+        for table, (_, columns) in _SCHEMA.items():
+            if table not in present:
+                raise self._corrupt(f"table {table} is missing")
+            found = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+            if found != columns:
+                raise self._corrupt(f"table {table} has columns {found}, expected {columns}")
+
+    @contextmanager
+    def _use(self) -> Iterator[sqlite3.Connection]:
+        """The connection, with sqlite errors translated at the boundary."""
+        with self._lock:
+            try:
+                yield self._connection()
+            except sqlite3.OperationalError as exc:
+                # Locked past the timeout, disk full, I/O error: the store is
+                # there but cannot be used now; the runtime retries.
+                raise ProviderUnavailableError(
+                    f"sqlite state database {str(self.path)!r} is unavailable: {exc}"
+                ) from exc
+            except sqlite3.DatabaseError as exc:
+                raise StateCorruptError(
+                    f"sqlite state database {str(self.path)!r} cannot be read: {exc}; "
+                    "restore it from a backup or move it aside"
+                ) from exc
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: everything in the block commits, or nothing."""
+        with self._use() as conn:
+            # IMMEDIATE takes the write lock up front, so the txid checks made
+            # inside the block hold until COMMIT.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------ provider
+
+    def _open_backend(self, namespace: str) -> _SQLiteBackend:
+        return _SQLiteBackend(self, namespace)
+
+    def namespaces(self) -> list[str]:
+        # Walks the primary key from one namespace to the next instead of
+        # reading every entry, as a plain SELECT DISTINCT would.
+        with self._use() as conn:
+            rows = conn.execute(
+                "WITH RECURSIVE ns(name) AS ("
+                " SELECT min(namespace) FROM statestream_entries"
+                " UNION ALL"
+                " SELECT (SELECT min(namespace) FROM statestream_entries WHERE namespace > name)"
+                " FROM ns WHERE name IS NOT NULL)"
+                " SELECT name FROM ns WHERE name IS NOT NULL"
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def _close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None and self._pid == os.getpid():
+                conn.close()
+
+
+class _SQLiteBackend:
+    """:class:`~statestream._state.StateBackend` of one namespace in the sqlite file."""
+
+    __slots__ = ("_ns", "_provider")
+
+    def __init__(self, provider: SQLiteStateProvider, namespace: str) -> None:
+        self._provider = provider
+        self._ns = namespace
+
+    def load(self, key: bytes) -> bytes | None:
+        with self._provider._use() as conn:
+            row = conn.execute(
+                "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?",
+                (self._ns, key),
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def scan(self) -> Iterator[tuple[bytes, bytes]]:
+        # Pages by key, each page its own short read, so that the lock is not
+        # held while the caller iterates and memory stays bounded.
+        after = b""  # every stored key is non-empty, so greater than b""
+        while True:
+            with self._provider._use() as conn:
+                rows = conn.execute(
+                    "SELECT key, value FROM statestream_entries"
+                    " WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?",
+                    (self._ns, after, _SCAN_PAGE),
+                ).fetchall()
+            for key, value in rows:
+                yield bytes(key), bytes(value)
+            if len(rows) < _SCAN_PAGE:
+                return
+            after = rows[-1][0]
+
+    def load_txids(self) -> tuple[int, int | None]:
+        with self._provider._use() as conn:
+            row = conn.execute(
+                "SELECT committed, prepared FROM statestream_txids WHERE namespace = ?",
+                (self._ns,),
+            ).fetchone()
+        return (-1, None) if row is None else (int(row[0]), row[1])
+
+    def write_prepared(self, txid: int, delta: Delta) -> None:
+        with self._provider._transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO statestream_prepared (namespace, key, value)"
+                " VALUES (?, ?, ?)",
+                [(self._ns, key, value) for key, value in delta],
+            )
+            conn.execute(
+                "INSERT INTO statestream_txids (namespace, prepared) VALUES (?, ?)"
+                " ON CONFLICT (namespace) DO UPDATE SET prepared = excluded.prepared",
+                (self._ns, txid),
+            )
+
+    def apply_prepared(self, txid: int) -> CommitOutcome:
+        ns = self._ns
+        with self._provider._transaction() as conn:
+            row = conn.execute(
+                "SELECT committed, prepared FROM statestream_txids WHERE namespace = ?", (ns,)
+            ).fetchone()
+            committed, prepared = (-1, None) if row is None else row
+            if txid <= committed:
+                return CommitOutcome.ALREADY_COMMITTED
+            if prepared != txid:
+                return CommitOutcome.NOT_PREPARED
+            # Each statement walks the prepared rows of this namespace and
+            # probes the entries' primary key: cost follows the delta.
+            conn.execute(
+                "INSERT OR REPLACE INTO statestream_entries (namespace, key, value)"
+                " SELECT namespace, key, value FROM statestream_prepared"
+                " WHERE namespace = ? AND value IS NOT NULL",
+                (ns,),
+            )
+            conn.execute(
+                "DELETE FROM statestream_entries WHERE namespace = ? AND key IN"
+                " (SELECT key FROM statestream_prepared WHERE namespace = ? AND value IS NULL)",
+                (ns, ns),
+            )
+            conn.execute("DELETE FROM statestream_prepared WHERE namespace = ?", (ns,))
+            conn.execute(
+                "UPDATE statestream_txids SET committed = ?, prepared = NULL WHERE namespace = ?",
+                (txid, ns),
+            )
+        return CommitOutcome.APPLIED
+
+    def commit_direct(self, delta: Delta) -> None:
+        ns = self._ns
+        with self._provider._transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO statestream_entries (namespace, key, value)"
+                " VALUES (?, ?, ?)",
+                [(ns, key, value) for key, value in delta if value is not None],
+            )
+            conn.executemany(
+                "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?",
+                [(ns, key) for key, value in delta if value is None],
+            )
+
+    def discard_prepared(self) -> None:
+        with self._provider._transaction() as conn:
+            conn.execute("DELETE FROM statestream_prepared WHERE namespace = ?", (self._ns,))
+            conn.execute(
+                "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?", (self._ns,)
+            )

@@ -1,0 +1,90 @@
+"""statestream: Storm's stateful-bolt model in Python.
+
+Layers, top to bottom (see DESIGN.md)::
+
+    user code    Spout, Bolt, BasicBolt, StatefulBolt           (_components)
+    topology     TopologyBuilder -> Topology, groupings         (_topology, _routing, _tuple)
+    protocols    acker ledger, checkpoint state machine         (_acker, _rotating, _checkpoint)
+    state        State / KeyValueState / StateProvider          (_state, _serde, _registry)
+    runtimes     local (embedded) | spark                       (runtime/)
+    config, cli                                                 (_config, _cli)
+
+Everything a user needs is re-exported here; the underscored modules are private.
+"""
+
+from ._clock import Clock, FakeClock, SystemClock
+from ._components import (
+    BasicBolt,
+    BasicOutputCollector,
+    Bolt,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    Spout,
+    SpoutOutputCollector,
+    StatefulBolt,
+    TopologyContext,
+)
+from ._config import Config, load_config
+from ._errors import (
+    ConfigError,
+    FailedException,
+    ProtocolViolation,
+    ProviderNotFoundError,
+    ProviderUnavailableError,
+    ReliabilityError,
+    RuntimeFailure,
+    SerializationError,
+    StateCorruptError,
+    StateError,
+    StatestreamError,
+    TopologyError,
+    TupleError,
+)
+from ._routing import stable_hash
+from ._run import load_topology, run
+from ._spouts import FileSpout
+from ._topology import BoltDeclarer, Topology, TopologyBuilder
+from ._tuple import DEFAULT_STREAM, Fields, Tuple, Values
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_STREAM",
+    "BasicBolt",
+    "BasicOutputCollector",
+    "Bolt",
+    "BoltDeclarer",
+    "Clock",
+    "Config",
+    "ConfigError",
+    "FailedException",
+    "FakeClock",
+    "Fields",
+    "FileSpout",
+    "OutputCollector",
+    "OutputFieldsDeclarer",
+    "ProtocolViolation",
+    "ProviderNotFoundError",
+    "ProviderUnavailableError",
+    "ReliabilityError",
+    "RuntimeFailure",
+    "SerializationError",
+    "Spout",
+    "SpoutOutputCollector",
+    "StateCorruptError",
+    "StateError",
+    "StatefulBolt",
+    "StatestreamError",
+    "SystemClock",
+    "Topology",
+    "TopologyBuilder",
+    "TopologyContext",
+    "TopologyError",
+    "Tuple",
+    "TupleError",
+    "Values",
+    "load_config",
+    "load_topology",
+    "run",
+    "stable_hash",
+]

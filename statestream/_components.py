@@ -1,0 +1,250 @@
+"""What users subclass: spouts, bolts, basic bolts and stateful bolts.
+
+Lifecycle contracts (every runtime honours them):
+
+* A spout task: ``open`` once, then ``next_tuple``/``ack``/``fail`` from one
+  thread, never concurrently, then ``close`` once. ``next_tuple`` must not
+  block: emit what is ready and return. ``ack``/``fail`` are called on the
+  same task that emitted the message id.
+* A bolt task: ``prepare`` once, then ``execute`` per input tuple, one at a
+  time, then ``cleanup`` once. Nothing is called after ``close``/``cleanup``.
+* A stateful bolt: ``prepare``, then ``init_state`` with the last committed
+  state before any tuple, then ``execute``; the runtime calls
+  ``pre_prepare``/``pre_commit``/``pre_rollback`` around checkpoints.
+* Every task gets its own copy of the component object (it is shipped as a
+  pickle), so instance attributes are per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._tuple import DEFAULT_STREAM, Fields, Tuple
+
+if TYPE_CHECKING:
+    from ._state import KeyValueState
+
+__all__ = [
+    "BasicBolt",
+    "BasicOutputCollector",
+    "Bolt",
+    "OutputCollector",
+    "OutputFieldsDeclarer",
+    "Spout",
+    "SpoutOutputCollector",
+    "StatefulBolt",
+    "TopologyContext",
+]
+
+
+class OutputFieldsDeclarer:
+    """Collects the streams a component declares in ``declare_output_fields``."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, tuple[Fields, bool]] = {}
+
+    def declare(self, fields: Fields | Sequence[str], direct: bool = False) -> None:
+        self.declare_stream(DEFAULT_STREAM, fields, direct)
+
+    def declare_stream(
+        self, stream: str, fields: Fields | Sequence[str], direct: bool = False
+    ) -> None:
+        if not isinstance(stream, str) or not stream:
+            raise TypeError(f"stream ids are non-empty strings, got {stream!r}")
+        if stream in self.streams:
+            raise ValueError(f"stream {stream!r} is declared twice")
+        self.streams[stream] = (fields if isinstance(fields, Fields) else Fields(fields), direct)
+
+
+class TopologyContext:
+    """What a task knows about itself and the topology it runs in."""
+
+    def __init__(
+        self,
+        topology_name: str,
+        component_id: str,
+        task_index: int,
+        task_id: int,
+        component_tasks: Mapping[str, Sequence[int]],
+        output_fields: Mapping[str, Mapping[str, Fields]],
+    ) -> None:
+        self.topology_name = topology_name
+        self.component_id = component_id
+        self.task_index = task_index
+        self.task_id = task_id
+        self._component_tasks = component_tasks
+        self._output_fields = output_fields
+
+    def component_tasks(self, component: str) -> list[int]:
+        """The global task ids of ``component``, for ``emit_direct``."""
+        return list(self._component_tasks[component])
+
+    @property
+    def parallelism(self) -> int:
+        return len(self._component_tasks[self.component_id])
+
+    def output_fields(self, component: str, stream: str = DEFAULT_STREAM) -> Fields:
+        return self._output_fields[component][stream]
+
+    @property
+    def state_namespace(self) -> str:
+        """The namespace of this task's state: ``<component>-<task index>``."""
+        return f"{self.component_id}-{self.task_index}"
+
+
+class SpoutOutputCollector(Protocol):
+    """Handed to ``Spout.open``."""
+
+    def emit(
+        self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM
+    ) -> None: ...
+    def emit_direct(
+        self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM
+    ) -> None: ...
+    def report_error(self, error: BaseException) -> None: ...
+
+
+class OutputCollector(Protocol):
+    """Handed to ``Bolt.prepare``."""
+
+    def emit(
+        self,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None: ...
+    def emit_direct(
+        self,
+        task: int,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None: ...
+    def ack(self, tuple: Tuple) -> None: ...
+    def fail(self, tuple: Tuple) -> None: ...
+    def reset_timeout(self, tuple: Tuple) -> None: ...
+    def report_error(self, error: BaseException) -> None: ...
+
+
+class BasicOutputCollector(Protocol):
+    """Handed to ``BasicBolt.execute``: emits are anchored to the input for you."""
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None: ...
+    def emit_direct(
+        self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM
+    ) -> None: ...
+    def report_error(self, error: BaseException) -> None: ...
+
+
+class _Component:
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """Declare the fields of each output stream. Default: no output."""
+
+    def component_configuration(self) -> dict[str, Any] | None:
+        """Config keys that apply to this component only (e.g. its tick frequency)."""
+        return None
+
+
+class Spout(_Component):
+    """A source of tuples. Override ``next_tuple``; ``ack``/``fail`` for reliability.
+
+    The default ``open`` keeps ``conf``, ``context`` and ``collector`` as
+    attributes of the same names.
+    """
+
+    conf: Mapping[str, Any]
+    context: TopologyContext
+    collector: SpoutOutputCollector
+
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        self.conf = conf
+        self.context = context
+        self.collector = collector
+
+    def next_tuple(self) -> None:
+        """Emit zero or more tuples; must not block."""
+        raise NotImplementedError(f"{type(self).__name__} must implement next_tuple()")
+
+    def ack(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` was fully processed."""
+
+    def fail(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` failed or timed out; replay it if you can."""
+
+    def close(self) -> None:
+        """Called once at shutdown."""
+
+    def exhausted(self) -> bool:
+        """True once this spout will emit nothing more (a finite source at its end,
+        with nothing left to replay). ``--until-idle`` stops when every spout says so
+        and nothing is in flight. Default: never (an unbounded stream)."""
+        return False
+
+
+class Bolt(_Component):
+    """Processes tuples. Override ``execute``; ack or fail every input you get.
+
+    The default ``prepare`` keeps ``conf``, ``context`` and ``collector``.
+    """
+
+    conf: Mapping[str, Any]
+    context: TopologyContext
+    collector: OutputCollector
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        self.conf = conf
+        self.context = context
+        self.collector = collector
+
+    def execute(self, tuple: Tuple) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple)")
+
+    def cleanup(self) -> None:
+        """Called once at shutdown."""
+
+
+class BasicBolt(_Component):
+    """A bolt whose emits are anchored to the input and whose input is acked
+    when ``execute`` returns. Raise :class:`statestream.FailedException` to
+    fail the input instead (it is replayed); any other exception fails it too
+    and is reported."""
+
+    conf: Mapping[str, Any]
+    context: TopologyContext
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
+        self.conf = conf
+        self.context = context
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(tuple, collector)")
+
+    def cleanup(self) -> None:
+        """Called once at shutdown."""
+
+
+class StatefulBolt(Bolt):
+    """A bolt whose state the runtime checkpoints and restores.
+
+    ``init_state`` is called after ``prepare`` and before the first tuple with
+    the last committed state of this task. Acks are held by the runtime until
+    the checkpoint that covers the tuple commits, so a tuple whose effect was
+    not committed is replayed after a crash.
+    """
+
+    def init_state(self, state: KeyValueState) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement init_state(state)")
+
+    def pre_prepare(self, txid: int) -> None:
+        """Called just before this task's state is prepared for ``txid``."""
+
+    def pre_commit(self, txid: int) -> None:
+        """Called just before this task's state commits ``txid``."""
+
+    def pre_rollback(self) -> None:
+        """Called just before this task's prepared state is rolled back."""

@@ -1,0 +1,971 @@
+"""Layered, typed configuration.
+
+Layers, lowest to highest priority::
+
+    defaults.yaml            shipped with the package; every key, commented, once
+      < --config FILE ...    YAML (.yaml/.yml, which may also hold JSON) or JSON (.json),
+                             applied in the order given
+      < environment          STATESTREAM_* variables
+      < --set KEY=VALUE      on the command line, in order
+
+The result is a :class:`Config`: an immutable mapping from flat dotted keys
+(Storm's names where Storm has one) to typed, validated values, which also
+remembers which layer set each key (:meth:`Config.source_of`).
+
+Keys
+    Every key statestream reads has a spec in :data:`_SPECS` (its type, as a
+    phrase the error messages quote, and a validator) and a default in
+    ``defaults.yaml``; a unit test keeps the two in step. Two kinds of keys pass
+    through untyped: those whose first segment is one of the running topology's
+    own prefixes (``topology_prefixes``, e.g. ``wordcount.output``), and Spark
+    settings (``spark.*``; only ``spark.master`` is typed). Any other key is an
+    error that suggests the nearest known key.
+
+Files
+    Nested mappings are flattened to dotted keys, so ``topology:
+    {message.timeout.secs: 5}`` and ``topology.message.timeout.secs: 5`` mean the
+    same; the value of a known key is never flattened, which keeps mapping-typed
+    values (``topology.state.provider.config``) as mappings. A key given twice
+    in one file (literally or after flattening) is an error, as is a key that
+    is not a string. Empty sections (``topology: {}`` or a bare ``topology:``)
+    are ignored. File values are taken as typed: a quoted ``"10"`` is not an
+    integer.
+
+Environment
+    ``STATESTREAM_`` + a known key upper-cased with ``.`` and ``-`` as ``_``
+    (``STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING`` -> ``topology.max.spout.pending``).
+    Otherwise ``STATESTREAM_<PREFIX>_<REST>``, for a topology prefix or
+    ``spark``, maps to ``<prefix>.<rest lower-cased, '_' -> '.'>``
+    (``STATESTREAM_WORDCOUNT_MIN_COUNT`` -> ``wordcount.min.count``); the
+    longest matching prefix wins. Keys with ``_`` or capitals in their rest
+    (``spark.executor.memoryOverhead``) cannot be written this way: use a file
+    or ``--set``. Any other ``STATESTREAM_*`` variable is an error.
+
+Text values (environment and ``--set``)
+    Read as a YAML scalar first (``10`` -> int, ``1.5`` -> float, ``true`` ->
+    bool, ``null`` -> None, ``[a, b]`` -> list, ``{a: 1}`` -> mapping), then
+    checked like a file value, with two conveniences: a string key keeps the
+    text as written (``topology.name=123`` is ``'123'``), and a boolean key also
+    accepts ``1`` and ``0``.
+
+Cross-key rule
+    ``topology.state.checkpoint.interval.ms`` must be below
+    ``topology.message.timeout.secs * 1000``: tuples held back until a
+    checkpoint commits would otherwise time out before it can.
+
+Every problem is a :class:`~statestream._errors.ConfigError` that names the
+key, where it came from (file, variable, ``--set``), what was expected and the
+value that was found.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import enum
+import functools
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple, cast
+
+import yaml
+
+from statestream._errors import ConfigError
+
+__all__ = ["Config", "load_config", "parse_set"]
+
+ENV_PREFIX: Final = "STATESTREAM_"
+DEFAULTS_SOURCE: Final = "defaults"
+SET_SOURCE: Final = "--set"
+OVERRIDE_SOURCE: Final = "override"
+
+# First segments that are never a topology's own prefix: the first two are
+# statestream's namespaces (an unknown key there is a typo, not a pass-through),
+# and spark.* always passes through.
+_RESERVED_ROOTS: Final = frozenset({"topology", "statestream", "spark"})
+_PASS_THROUGH_ROOTS: Final = frozenset({"spark"})
+
+# Dotted segments without whitespace; anything else cannot be written in every
+# layer (an env variable, a --set argument) and is surely a mistake.
+_KEY_RE: Final = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
+
+
+# --------------------------------------------------------------------------- specs
+
+
+class _Invalid(Exception):
+    """Raised by a validator: the value does not have the key's type.
+
+    ``detail`` says more when "expected X, got Y" alone would not explain it
+    (a JSON syntax error, say).
+    """
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """The type of one known key.
+
+    ``expected`` is the phrase used in error messages and, verbatim, on the
+    ``# Type:`` line of the key's entry in defaults.yaml. ``validate`` takes a
+    typed value (as a file or the YAML reading of a text holds it) and returns
+    it normalised, or raises :class:`_Invalid`. ``from_text`` turns the raw
+    text of an environment variable or ``--set`` into such a typed value.
+    ``mapping`` marks keys whose value is a mapping, so file flattening stops
+    at them.
+    """
+
+    expected: str
+    validate: Callable[[object], object]
+    from_text: Callable[[str], object]
+    mapping: bool = False
+
+
+def _scalar(text: str) -> object:
+    """Read ``text`` as a YAML scalar (or flow list/mapping); fall back to the text itself.
+
+    The fallback covers text YAML cannot parse (``a: b: c``) and values that
+    YAML reads as something outside the JSON data model (dates), so a text
+    value is always str, int, float, bool, None, list or dict.
+    """
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if value is None and text.strip() not in ("", "~", "null", "Null", "NULL"):
+        return text  # a comment ("# x") or a bare document marker, not a null
+    if value is None or isinstance(value, str | int | float | bool | list | dict):
+        return value
+    return text
+
+
+def _text_as_str(text: str) -> object:
+    # A string key keeps what was typed: '--set topology.name=123' names the
+    # topology "123". Only null and explicitly quoted text are read as YAML.
+    value = _scalar(text)
+    return value if value is None or isinstance(value, str) else text
+
+
+def _text_as_bool(text: str) -> object:
+    value = _scalar(text)
+    # Shell users write 1/0 for booleans; YAML already takes yes/no/on/off.
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return value
+
+
+def _text_as_number(text: str) -> object:
+    value = _scalar(text)
+    if isinstance(value, str):
+        # PyYAML (YAML 1.1) reads '1e3' as a string; a number key wants it as 1000.0.
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _integer(minimum: int, *, nullable: bool = False) -> Callable[[object], object]:
+    def validate(value: object) -> object:
+        if value is None and nullable:
+            return None
+        # bool is an int subclass; 'true' is never a count.
+        if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+            return value
+        raise _Invalid
+
+    return validate
+
+
+def _positive_number(*, nullable: bool = False) -> Callable[[object], object]:
+    def validate(value: object) -> object:
+        if value is None and nullable:
+            return None
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        ):
+            return float(value)
+        raise _Invalid
+
+    return validate
+
+
+def _boolean(value: object) -> object:
+    if isinstance(value, bool):
+        return value
+    raise _Invalid
+
+
+def _non_empty_str(*, nullable: bool = False) -> Callable[[object], object]:
+    def validate(value: object) -> object:
+        if value is None and nullable:
+            return None
+        if isinstance(value, str) and value.strip():
+            return value
+        raise _Invalid
+
+    return validate
+
+
+def _choice(*choices: str) -> Callable[[object], object]:
+    def validate(value: object) -> object:
+        if isinstance(value, str) and value in choices:
+            return value
+        raise _Invalid
+
+    return validate
+
+
+def _plain_mapping(value: Mapping[Any, Any], path: str = "") -> dict[str, Any]:
+    """Deep-copy ``value`` into plain dicts and lists, insisting on string keys.
+
+    String keys keep the config JSON-shaped, which is what Storm's providers
+    expect and what survives a trip through an environment variable.
+    """
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            where = f" under {path!r}" if path else ""
+            raise _Invalid(f"mapping keys must be strings, found {key!r}{where}")
+        out[key] = _plain_value(item, f"{path}.{key}" if path else key)
+    return out
+
+
+def _plain_value(value: object, path: str) -> Any:
+    if isinstance(value, Mapping):
+        return _plain_mapping(value, path)
+    if isinstance(value, list | tuple):
+        return [_plain_value(item, path) for item in value]
+    return value
+
+
+def _provider_config(value: object) -> object:
+    # Storm passes topology.state.provider.config as a JSON string; a YAML user
+    # writes a mapping. Both become a dict so providers see one shape.
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise _Invalid(
+                f"the string is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+            ) from exc
+        if not isinstance(decoded, dict):
+            raise _Invalid(f"the JSON string holds a {type(decoded).__name__}, not an object")
+        return decoded
+    if isinstance(value, Mapping):
+        return _plain_mapping(value)
+    raise _Invalid
+
+
+_SPECS: Final[Mapping[str, _Spec]] = MappingProxyType(
+    {
+        "topology.runner": _Spec(
+            "one of 'local', 'spark'", _choice("local", "spark"), _text_as_str
+        ),
+        "topology.message.timeout.secs": _Spec("a positive integer", _integer(1), _scalar),
+        "topology.enable.message.timeouts": _Spec("a boolean", _boolean, _text_as_bool),
+        "topology.acker.executors": _Spec("a non-negative integer", _integer(0), _scalar),
+        "topology.max.spout.pending": _Spec(
+            "a positive integer or null", _integer(1, nullable=True), _scalar
+        ),
+        "topology.tick.tuple.freq.secs": _Spec(
+            "a positive number or null", _positive_number(nullable=True), _text_as_number
+        ),
+        "topology.state.provider": _Spec("a non-empty string", _non_empty_str(), _text_as_str),
+        "topology.state.provider.config": _Spec(
+            "a mapping or a JSON object string", _provider_config, _scalar, mapping=True
+        ),
+        "topology.state.checkpoint.interval.ms": _Spec("a positive integer", _integer(1), _scalar),
+        "topology.executor.receive.buffer.size": _Spec("an integer >= 1", _integer(1), _scalar),
+        "topology.sleep.spout.wait.strategy.time.ms": _Spec(
+            "a non-negative integer", _integer(0), _scalar
+        ),
+        "topology.debug": _Spec("a boolean", _boolean, _text_as_bool),
+        "topology.name": _Spec(
+            "a non-empty string or null", _non_empty_str(nullable=True), _text_as_str
+        ),
+        "statestream.progress.interval.secs": _Spec(
+            "a positive number", _positive_number(), _text_as_number
+        ),
+        "statestream.state.exactly.once": _Spec("a boolean", _boolean, _text_as_bool),
+        "spark.master": _Spec("a non-empty string", _non_empty_str(), _text_as_str),
+    }
+)
+
+_TIMEOUT_KEY: Final = "topology.message.timeout.secs"
+_INTERVAL_KEY: Final = "topology.state.checkpoint.interval.ms"
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+
+# Built once: the variable name of every known key. Distinct keys give
+# distinct names today; the assertion keeps it so when keys are added.
+_ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType({_env_name(k): k for k in _SPECS})
+assert len(_ENV_NAMES) == len(_SPECS), "two config keys map to the same environment variable"
+
+
+# --------------------------------------------------------------------------- layers
+
+
+class _Setting(NamedTuple):
+    """One key as a layer gives it, before validation.
+
+    ``text`` is true for environment variables and ``--set``, whose ``value``
+    is the raw string as typed.
+    """
+
+    key: str
+    value: object
+    source: str
+    text: bool
+
+
+def _where(source: str) -> str:
+    return f"from {source}"
+
+
+def _show(value: object) -> str:
+    shown = repr(value)
+    if len(shown) > 120:
+        shown = shown[:117] + "..."
+    return f"{shown} ({type(value).__name__})"
+
+
+def _declared(prefixes: Iterable[str]) -> str:
+    listed = ", ".join(repr(p) for p in sorted(prefixes))
+    return f"declared: {listed}" if listed else "none declared"
+
+
+def _unknown_key(key: str, source: str, prefixes: frozenset[str]) -> ConfigError:
+    message = f"unknown config key {key!r} in {source}"
+    matches = difflib.get_close_matches(key, list(_SPECS), n=1, cutoff=0.6)
+    if matches:
+        message += f"; did you mean {matches[0]!r}?"
+    else:
+        message += "."
+    return ConfigError(
+        f"{message} Keys specific to a topology go under its own prefix, '<prefix>.' "
+        f"({_declared(p + '.' for p in prefixes)}); Spark settings go under 'spark.'"
+    )
+
+
+def _check_key_syntax(key: str, source: str) -> None:
+    if not _KEY_RE.fullmatch(key):
+        raise ConfigError(
+            f"config key {key!r} in {source} is malformed: a key is dot-separated "
+            "segments, none empty, without whitespace (e.g. 'topology.max.spout.pending')"
+        )
+
+
+def _validate(setting: _Setting, prefixes: frozenset[str]) -> object:
+    """Return the typed value of one setting, or raise ConfigError saying what is wrong."""
+    key, value, source, text = setting
+    _check_key_syntax(key, source)
+    spec = _SPECS.get(key)
+    if spec is None:
+        root = key.partition(".")[0]
+        if root in prefixes or root in _PASS_THROUGH_ROOTS:
+            # Untyped: the topology (or Spark) reads these itself.
+            return _scalar(value) if text and isinstance(value, str) else copy.deepcopy(value)
+        raise _unknown_key(key, source, prefixes)
+    candidate = spec.from_text(value) if text and isinstance(value, str) else value
+    try:
+        return spec.validate(candidate)
+    except _Invalid as exc:
+        message = (
+            f"config key {key!r} {_where(source)}: expected {spec.expected}, got {_show(value)}"
+        )
+        if exc.detail:
+            message += f"; {exc.detail}"
+        elif not text and isinstance(value, str) and _accepts_text(spec, value):
+            message += "; it is a quoted string: write it without quotes"
+        raise ConfigError(message) from exc
+
+
+def _accepts_text(spec: _Spec, value: str) -> bool:
+    try:
+        spec.validate(spec.from_text(value))
+    except _Invalid:
+        return False
+    return True
+
+
+def _apply(
+    values: dict[str, object],
+    sources: dict[str, str],
+    settings: Iterable[_Setting],
+    prefixes: frozenset[str],
+) -> None:
+    for setting in settings:
+        values[setting.key] = _validate(setting, prefixes)
+        sources[setting.key] = setting.source
+
+
+def _check_cross_keys(values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    interval = cast(int, values[_INTERVAL_KEY])
+    timeout = cast(int, values[_TIMEOUT_KEY])
+    if interval >= timeout * 1000:
+        raise ConfigError(
+            f"config key {_INTERVAL_KEY!r} = {interval} ({_where(sources[_INTERVAL_KEY])}) "
+            f"must be below {_TIMEOUT_KEY!r} * 1000 = {timeout * 1000} "
+            f"({_TIMEOUT_KEY!r} = {timeout} {_where(sources[_TIMEOUT_KEY])}): tuples held "
+            "until a checkpoint commits would time out first; lower the interval or raise "
+            "the timeout"
+        )
+
+
+def _flatten(data: Mapping[Any, Any], source: str) -> list[_Setting]:
+    """Flatten nested sections of a file (or override mapping) into dotted keys.
+
+    A known key's value is kept whole (it may be a mapping, or a mistake that
+    validation then reports with the key's type); an unknown path is flattened
+    through, so ``spark: {sql.shuffle.partitions: 4}`` is a pass-through key.
+    """
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, mapping: Mapping[Any, Any]) -> None:
+        for raw_key, value in mapping.items():
+            if not isinstance(raw_key, str):
+                under = f" under {prefix!r}" if prefix else ""
+                raise ConfigError(
+                    f"config keys must be strings: {source} has {_show(raw_key)}{under}"
+                )
+            key = f"{prefix}.{raw_key}" if prefix else raw_key
+            if key not in _SPECS:
+                if isinstance(value, Mapping):
+                    walk(key, value)
+                    continue
+                if value is None and any(k.startswith(key + ".") for k in _SPECS):
+                    continue  # 'topology:' with everything below commented out
+            if key in flat:
+                raise ConfigError(f"config key {key!r} is given twice in {source}")
+            flat[key] = value
+
+    walk("", data)
+    return [_Setting(k, v, source, False) for k, v in flat.items()]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error.
+
+    Plain PyYAML keeps the last value silently, which hides a typo'd override.
+    Merge keys (``<<``) still override as YAML intends.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[Hashable] = set()
+        for key_node, _value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # the base class reports unhashable keys with their position
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        problem = exc.problem or "invalid YAML"
+        context = f" ({exc.context}" if exc.context else ""
+        if context and exc.context_mark is not None and exc.context_mark.line != mark.line:
+            context += f" at line {exc.context_mark.line + 1}"
+        context += ")" if context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}{context}"
+    return " ".join(str(exc).split())
+
+
+def _reject_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"found duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _parse_text(text: str, kind: str, where: str) -> object:
+    """Parse a config document; ``where`` names it in errors ("config file x.yaml")."""
+    if kind == "json":
+        try:
+            return json.loads(text, object_pairs_hook=_reject_duplicate_pairs)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"cannot parse {where} as JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from exc
+        except ValueError as exc:  # a duplicate key, from the hook
+            raise ConfigError(f"cannot parse {where} as JSON: {exc}") from exc
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # safe: a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot parse {where} as YAML: {_yaml_error(exc)}") from exc
+
+
+_KINDS: Final = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
+
+
+def _file_settings(path: Path) -> list[_Setting]:
+    source = f"file {path}"
+    kind = _KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise ConfigError(
+            f"config file {path} has an unsupported extension {path.suffix!r}: "
+            "use .yaml or .yml (YAML, which may also hold JSON) or .json"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    data = _parse_text(text, kind, f"config file {path}")
+    if data is None:
+        return []  # an empty (or all-comment) file sets nothing
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config file {path} must hold a mapping of keys to values at the top level, "
+            f"got {type(data).__name__}"
+        )
+    return _flatten(data, source)
+
+
+def _env_key(name: str, prefixes: frozenset[str]) -> str | None:
+    """The key an environment variable sets, or None if it maps to nothing."""
+    known = _ENV_NAMES.get(name)
+    if known is not None:
+        return known
+    rest = name[len(ENV_PREFIX) :]
+    # Longest prefix first, so 'word_count' wins over 'word' for WORD_COUNT_X.
+    for root in sorted(prefixes | _PASS_THROUGH_ROOTS, key=len, reverse=True):
+        token = root.upper().replace(".", "_").replace("-", "_") + "_"
+        if rest.startswith(token) and len(rest) > len(token):
+            return f"{root}.{rest[len(token) :].lower().replace('_', '.')}"
+    return None
+
+
+def _env_settings(env: Mapping[str, str], prefixes: frozenset[str]) -> list[_Setting]:
+    settings = []
+    for name in sorted(env):  # sorted: the same environment always fails the same way
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = _env_key(name, prefixes)
+        if key is None:
+            message = f"unknown config environment variable {name!r}"
+            # Compare without the shared STATESTREAM_, which would make every name look close.
+            rests = [n.removeprefix(ENV_PREFIX) for n in _ENV_NAMES]
+            matches = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), rests, n=1)
+            if matches:
+                closest = ENV_PREFIX + matches[0]
+                message += f"; did you mean {closest!r} (for {_ENV_NAMES[closest]!r})?"
+            else:
+                message += "."
+            env_prefixes = (_env_name(p) + "_" for p in prefixes)
+            raise ConfigError(
+                f"{message} A known key's variable is STATESTREAM_ and the key upper-cased, "
+                "'.' and '-' as '_'; a topology's own keys are STATESTREAM_<PREFIX>_<REST> "
+                f"({_declared(env_prefixes)}), Spark's STATESTREAM_SPARK_<REST>"
+            )
+        settings.append(_Setting(key, env[name], f"env {name}", True))
+    return settings
+
+
+_SET_USAGE: Final = "--set expects KEY=VALUE, e.g. --set topology.max.spout.pending=100"
+
+
+def _split_set(item: str) -> tuple[str, str]:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep:
+        raise ConfigError(f"{_SET_USAGE}; got {item!r} (no '=')")
+    if not key:
+        raise ConfigError(f"{_SET_USAGE}; got {item!r} (no key before '=')")
+    _check_key_syntax(key, SET_SOURCE)
+    return key, raw
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """Split a ``--set`` argument ``KEY=VALUE`` and read VALUE as a YAML scalar.
+
+    ``10`` -> int, ``1.5`` -> float, ``true`` -> bool, ``null`` or nothing ->
+    None, ``[a, b]`` -> list, ``{a: 1}`` -> dict; anything YAML cannot read
+    stays the text. Only the first ``=`` splits, so values may contain ``=``.
+    Raises ConfigError with the usage when there is no ``=`` or no key. The
+    key is checked for syntax here, against the known keys only by
+    :func:`load_config`.
+    """
+    key, raw = _split_set(item)
+    return key, _scalar(raw)
+
+
+@functools.cache
+def _defaults() -> tuple[Mapping[str, object], Mapping[str, str]]:
+    text = resources.files("statestream").joinpath("defaults.yaml").read_text(encoding="utf-8")
+    data = _parse_text(text, "yaml", "statestream/defaults.yaml")
+    if not isinstance(data, Mapping):
+        raise ConfigError("statestream/defaults.yaml must hold a mapping")
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    _apply(values, sources, _flatten(data, DEFAULTS_SOURCE), frozenset())
+    missing = sorted(set(_SPECS) - set(values))
+    if missing:  # a packaging bug, not a user error; say so loudly
+        raise ConfigError(f"statestream/defaults.yaml has no default for {missing}")
+    return MappingProxyType(values), MappingProxyType(sources)
+
+
+def _check_prefixes(prefixes: Collection[str]) -> frozenset[str]:
+    """Normalise topology prefixes to bare first segments ('wordcount.' -> 'wordcount').
+
+    The reserved roots (topology, statestream, spark) are dropped rather than
+    rejected: runtimes pass the topology's name, and TopologyBuilder's default
+    name is 'topology'. Letting it through would make every typo under
+    'topology.' a silent pass-through; dropping it only means such a topology
+    has no namespace of its own. A prefix that could never start a key (empty,
+    with an inner dot or whitespace) is a ConfigError.
+    """
+    if isinstance(prefixes, str):  # a lone str is a Collection[str] of characters
+        prefixes = (prefixes,)
+    out = set()
+    for prefix in prefixes:
+        root = prefix.strip().removesuffix(".") if isinstance(prefix, str) else prefix
+        if not isinstance(root, str) or not re.fullmatch(r"[^\s.]+", root):
+            raise ConfigError(
+                f"topology prefix {prefix!r} (normally the topology's name) must be one "
+                "non-empty segment without dots or whitespace, e.g. 'wordcount'; rename it"
+            )
+        if root not in _RESERVED_ROOTS:
+            out.add(root)
+    return frozenset(out)
+
+
+# --------------------------------------------------------------------------- Config
+
+
+class _Missing(enum.Enum):
+    MISSING = enum.auto()
+
+
+_MISSING: Final = _Missing.MISSING
+
+
+class Config(Mapping[str, Any]):
+    """An immutable, validated configuration: flat dotted keys to typed values.
+
+    Every known key is always present (defaults fill the gaps) with the type
+    its spec promises; pass-through keys (the topology's prefix, ``spark.*``)
+    are present only when set. Reading a mapping or list value returns a
+    copy, so no caller can change a Config another caller holds. A Config
+    pickles (it is shipped to Spark executors) and compares equal to any
+    mapping with the same items.
+
+    ``Config()`` is the defaults alone; ``Config(overrides)`` applies a
+    mapping on top, validated as a file would be. Neither reads the
+    environment: :func:`load_config` does, for the CLI.
+    """
+
+    __slots__ = ("_prefixes", "_sources", "_values")
+
+    _values: dict[str, object]
+    _sources: dict[str, str]
+    _prefixes: frozenset[str]
+
+    def __init__(
+        self,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        topology_prefixes: Collection[str] = (),
+        source: str = OVERRIDE_SOURCE,
+    ) -> None:
+        prefixes = _check_prefixes(topology_prefixes)
+        default_values, default_sources = _defaults()
+        values, sources = dict(default_values), dict(default_sources)
+        if overrides:
+            _apply(values, sources, _flatten(overrides, source), prefixes)
+        _check_cross_keys(values, sources)
+        self._set(values, sources, prefixes)
+
+    @classmethod
+    def _create(
+        cls, values: dict[str, object], sources: dict[str, str], prefixes: frozenset[str]
+    ) -> Config:
+        self = cls.__new__(cls)
+        self._set(values, sources, prefixes)
+        return self
+
+    def _set(
+        self, values: dict[str, object], sources: dict[str, str], prefixes: frozenset[str]
+    ) -> None:
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_sources", sources)
+        object.__setattr__(self, "_prefixes", prefixes)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Config is immutable; use with_overrides() to change {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Config is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_config, (self._values, self._sources, tuple(sorted(self._prefixes))))
+
+    # -- Mapping
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        # Copy mutable values so that the Config stays what it was validated as.
+        return copy.deepcopy(value) if isinstance(value, dict | list) else value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self._values!r})"
+
+    # -- provenance and derivation
+
+    def source_of(self, key: str) -> str:
+        """Where ``key``'s value came from.
+
+        One of ``"defaults"``, ``"file <path as given>"``, ``"env <VARIABLE>"``,
+        ``"--set"``, or the ``source`` given to :meth:`with_overrides`
+        (``"override"`` by default). Raises KeyError for a key that is not set.
+        """
+        return self._sources[key]
+
+    @property
+    def topology_prefixes(self) -> frozenset[str]:
+        """The prefixes whose keys pass through untyped (without the trailing dot)."""
+        return self._prefixes
+
+    def with_overrides(
+        self, mapping: Mapping[str, Any], *, source: str = OVERRIDE_SOURCE
+    ) -> Config:
+        """A new Config with ``mapping`` applied on top, validated as a config file is.
+
+        Values are taken as typed (a string "10" is not an integer); nested
+        mappings flatten as in a file; the cross-key rule is checked on the
+        result. ``source`` is what :meth:`source_of` reports for these keys,
+        e.g. ``"component 'count'"`` for per-component config. ``self`` is
+        unchanged.
+        """
+        values, sources = dict(self._values), dict(self._sources)
+        _apply(values, sources, _flatten(mapping, source), self._prefixes)
+        _check_cross_keys(values, sources)
+        return Config._create(values, sources, self._prefixes)
+
+    def topology_keys(self, prefix: str) -> dict[str, Any]:
+        """The keys under ``<prefix>.`` with their values, keys in full (``wordcount.output``).
+
+        Full keys, so a topology reads a key by the same name it is written
+        with in a file or ``--set``. ``prefix`` may end with a dot. Values are
+        copies.
+        """
+        start = prefix.removesuffix(".") + "."
+        return {k: self[k] for k in self._values if k.startswith(start)}
+
+    # -- typed access for any key
+
+    def _typed(self, key: str, default: object, accept: Callable[[object], bool], what: str) -> Any:
+        if key not in self._values:
+            if default is not _MISSING:
+                return default
+            message = f"config key {key!r} is not set"
+            matches = difflib.get_close_matches(key, list(self._values), n=1, cutoff=0.6)
+            if matches:
+                message += f"; did you mean {matches[0]!r}?"
+            raise ConfigError(message)
+        value = self._values[key]
+        if not accept(value):
+            raise ConfigError(
+                f"config key {key!r} {_where(self._sources[key])}: expected {what}, "
+                f"got {_show(value)}"
+            )
+        return self[key]
+
+    def get_int(self, key: str, default: int | _Missing = _MISSING) -> int:
+        """The integer at ``key``; ``default`` if it is not set (else ConfigError).
+
+        A value of another type (bool included) is a ConfigError naming its source.
+        """
+        accept = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        return cast(int, self._typed(key, default, accept, "an integer"))
+
+    def get_float(self, key: str, default: float | _Missing = _MISSING) -> float:
+        """The number at ``key`` as a float (an int is accepted); ``default`` if not set."""
+        accept = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
+        value = self._typed(key, default, accept, "a number")
+        return float(value)
+
+    def get_bool(self, key: str, default: bool | _Missing = _MISSING) -> bool:
+        """The boolean at ``key``; ``default`` if it is not set (else ConfigError)."""
+        return cast(bool, self._typed(key, default, lambda v: isinstance(v, bool), "a boolean"))
+
+    def get_str(self, key: str, default: str | _Missing = _MISSING) -> str:
+        """The string at ``key``; ``default`` if it is not set (else ConfigError)."""
+        return cast(str, self._typed(key, default, lambda v: isinstance(v, str), "a string"))
+
+    def get_mapping(
+        self, key: str, default: Mapping[str, Any] | _Missing = _MISSING
+    ) -> dict[str, Any]:
+        """A copy of the mapping at ``key``; a copy of ``default`` if it is not set."""
+        value = self._typed(key, default, lambda v: isinstance(v, dict), "a mapping")
+        return dict(copy.deepcopy(value))
+
+    # -- the common keys, typed
+
+    def _known(self, key: str) -> Any:
+        return self._values[key]
+
+    @property
+    def runner(self) -> str:
+        """``topology.runner``: ``"local"`` or ``"spark"``."""
+        return cast(str, self._known("topology.runner"))
+
+    @property
+    def message_timeout_secs(self) -> int:
+        """``topology.message.timeout.secs``."""
+        return cast(int, self._known(_TIMEOUT_KEY))
+
+    @property
+    def enable_message_timeouts(self) -> bool:
+        """``topology.enable.message.timeouts``."""
+        return cast(bool, self._known("topology.enable.message.timeouts"))
+
+    @property
+    def acker_executors(self) -> int:
+        """``topology.acker.executors``; 0 means at-most-once (nothing tracked)."""
+        return cast(int, self._known("topology.acker.executors"))
+
+    @property
+    def max_spout_pending(self) -> int | None:
+        """``topology.max.spout.pending``; None means unbounded."""
+        return cast("int | None", self._known("topology.max.spout.pending"))
+
+    @property
+    def tick_freq_secs(self) -> float | None:
+        """``topology.tick.tuple.freq.secs``; None means no tick tuples to user bolts."""
+        return cast("float | None", self._known("topology.tick.tuple.freq.secs"))
+
+    @property
+    def state_provider(self) -> str:
+        """``topology.state.provider``, as written (resolving it is the registry's job)."""
+        return cast(str, self._known("topology.state.provider"))
+
+    @property
+    def state_provider_config(self) -> dict[str, Any]:
+        """``topology.state.provider.config``, always a dict (a copy), JSON strings decoded."""
+        return cast("dict[str, Any]", self["topology.state.provider.config"])
+
+    @property
+    def checkpoint_interval_ms(self) -> int:
+        """``topology.state.checkpoint.interval.ms``; below the message timeout."""
+        return cast(int, self._known(_INTERVAL_KEY))
+
+    @property
+    def receive_buffer_size(self) -> int:
+        """``topology.executor.receive.buffer.size``: capacity of each task's input queue."""
+        return cast(int, self._known("topology.executor.receive.buffer.size"))
+
+    @property
+    def spout_wait_time_ms(self) -> int:
+        """``topology.sleep.spout.wait.strategy.time.ms``: how long an idle spout waits."""
+        return cast(int, self._known("topology.sleep.spout.wait.strategy.time.ms"))
+
+    @property
+    def debug(self) -> bool:
+        """``topology.debug``."""
+        return cast(bool, self._known("topology.debug"))
+
+    @property
+    def topology_name(self) -> str | None:
+        """``topology.name``; None lets the runtime choose."""
+        return cast("str | None", self._known("topology.name"))
+
+    @property
+    def progress_interval_secs(self) -> float:
+        """``statestream.progress.interval.secs``: status line period off a terminal."""
+        return cast(float, self._known("statestream.progress.interval.secs"))
+
+    @property
+    def exactly_once(self) -> bool:
+        """``statestream.state.exactly.once``."""
+        return cast(bool, self._known("statestream.state.exactly.once"))
+
+    @property
+    def spark_master(self) -> str:
+        """``spark.master``."""
+        return cast(str, self._known("spark.master"))
+
+    @property
+    def spark_conf(self) -> dict[str, Any]:
+        """Every ``spark.*`` key (``spark.master`` included) with its value, for SparkConf."""
+        return self.topology_keys("spark")
+
+
+def _restore_config(
+    values: dict[str, object], sources: dict[str, str], prefixes: tuple[str, ...]
+) -> Config:
+    return Config._create(values, sources, frozenset(prefixes))
+
+
+def load_config(
+    files: Sequence[str | Path] | str | Path = (),
+    sets: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    topology_prefixes: Collection[str] = (),
+) -> Config:
+    """Build the Config: defaults < ``files`` in order < ``env`` < ``sets`` in order.
+
+    ``env`` defaults to ``os.environ``; pass a mapping (``{}`` for none) to keep
+    the process environment out, as tests should. ``topology_prefixes`` are
+    the first segments whose keys pass through untyped (``"wordcount"``, with
+    or without a trailing dot); ``topology``, ``statestream`` and ``spark``
+    are ignored, since their keys are statestream's own. A single path or ``--set`` string is taken as a one-item
+    sequence. Raises ConfigError for the first problem found, in layer order.
+    """
+    prefixes = _check_prefixes(topology_prefixes)
+    if isinstance(files, str | Path):
+        files = (files,)
+    if isinstance(sets, str):
+        sets = (sets,)
+    default_values, default_sources = _defaults()
+    values, sources = dict(default_values), dict(default_sources)
+    for path in files:
+        _apply(values, sources, _file_settings(Path(path)), prefixes)
+    _apply(values, sources, _env_settings(os.environ if env is None else env, prefixes), prefixes)
+    set_settings = [_Setting(*_split_set(item), SET_SOURCE, True) for item in sets]
+    _apply(values, sources, set_settings, prefixes)
+    _check_cross_keys(values, sources)
+    return Config._create(values, sources, prefixes)

@@ -1,0 +1,102 @@
+"""Every error statestream raises, in one hierarchy.
+
+::
+
+    StatestreamError                    base of everything below
+    ├── ConfigError(ValueError)         a bad config key, type or value; unknown provider
+    │   └── ProviderNotFoundError       `topology.state.provider` names nothing installed
+    ├── TopologyError(ValueError)       a topology that cannot be built (unknown source,
+    │                                   duplicate id, unknown grouping field, reserved name)
+    ├── TupleError(ValueError)          a malformed emit: wrong arity, unknown stream,
+    │                                   direct emit to a missing task
+    ├── ReliabilityError(RuntimeError)  misuse of ack/fail/anchor (twice, foreign task)
+    ├── StateError                      a state operation that cannot be honoured
+    │   ├── SerializationError(TypeError)  a key or value the serializer cannot encode
+    │   ├── ProtocolViolation           prepare n+1 before n committed, and similar
+    │   ├── StateCorruptError           a store that exists but cannot be read
+    │   └── ProviderUnavailableError(ConnectionError)  the store cannot be reached
+    └── RuntimeFailure(RuntimeError)    a runtime could not keep running
+
+Control-flow signals are not errors and live apart: :class:`FailedException`
+(a bolt asks for its input to be failed and replayed) derives from
+``Exception`` only so that it reads naturally in user code, and it is never
+reported as an error.
+
+Messages name the thing that is wrong (component, key, file) and say how to
+fix it. Backend exceptions (redis, sqlite, py4j) are translated at the
+boundary with ``raise ... from exc`` so the original stays attached.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "FailedException",
+    "ProtocolViolation",
+    "ProviderNotFoundError",
+    "ProviderUnavailableError",
+    "ReliabilityError",
+    "RuntimeFailure",
+    "SerializationError",
+    "StateCorruptError",
+    "StateError",
+    "StatestreamError",
+    "TopologyError",
+    "TupleError",
+]
+
+
+class StatestreamError(Exception):
+    """Base class of every error raised by statestream."""
+
+
+class ConfigError(StatestreamError, ValueError):
+    """A configuration key, type or value is wrong; the message names it and the fix."""
+
+
+class ProviderNotFoundError(ConfigError):
+    """The configured state provider is not installed; the message lists what is."""
+
+
+class TopologyError(StatestreamError, ValueError):
+    """The topology cannot be built as declared."""
+
+
+class TupleError(StatestreamError, ValueError):
+    """An emitted tuple does not match what its component declared."""
+
+
+class ReliabilityError(StatestreamError, RuntimeError):
+    """ack/fail/anchor used in a way that would corrupt tuple tracking."""
+
+
+class StateError(StatestreamError):
+    """A state operation could not be honoured."""
+
+
+class SerializationError(StateError, TypeError):
+    """A key or value cannot be encoded by the configured serializer."""
+
+
+class ProtocolViolation(StateError):
+    """A prepare/commit/rollback sequence that the state contract forbids."""
+
+
+class StateCorruptError(StateError):
+    """A state store exists but cannot be read; it is never treated as empty."""
+
+
+class ProviderUnavailableError(StateError, ConnectionError):
+    """The state store cannot be reached (after bounded retries)."""
+
+
+class RuntimeFailure(StatestreamError, RuntimeError):
+    """A runtime stopped because it could not go on."""
+
+
+class FailedException(Exception):  # noqa: N818 - Storm's name, kept on purpose
+    """Raise from a bolt's ``execute`` to fail the input tuple so it is replayed.
+
+    This is a signal, not an error: the runtime fails the input without
+    reporting a traceback.
+    """

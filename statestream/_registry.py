@@ -1,0 +1,141 @@
+"""Find a state provider class from what ``topology.state.provider`` says.
+
+A provider spec is one of:
+
+* a registered name: an entry point in the group ``statestream.providers``
+  (statestream registers ``memory``, ``sqlite`` and ``redis`` there exactly as
+  a third-party package registers its own);
+* a dotted path ``package.module:Class`` (or ``package.module.Class``);
+* one of Storm's provider class names, kept so that a storm.yaml carries
+  over: ``org.apache.storm.redis.state.RedisKeyValueStateProvider`` means
+  ``redis`` and ``org.apache.storm.state.InMemoryKeyValueStateProvider``
+  means ``memory``.
+
+Storm passes ``topology.state.provider.config`` as a JSON string, so
+:func:`open_provider` accepts the config as a mapping or as JSON text.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Final
+
+import orjson
+
+from statestream._errors import ConfigError, ProviderNotFoundError
+from statestream._state import StateProvider
+
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "ENTRY_POINT_GROUP",
+    "STORM_ALIASES",
+    "installed_providers",
+    "open_provider",
+    "parse_provider_config",
+    "resolve_provider",
+]
+
+ENTRY_POINT_GROUP: Final = "statestream.providers"
+DEFAULT_PROVIDER: Final = "memory"
+STORM_ALIASES: Final[Mapping[str, str]] = {
+    "org.apache.storm.redis.state.RedisKeyValueStateProvider": "redis",
+    "org.apache.storm.state.InMemoryKeyValueStateProvider": "memory",
+}
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def installed_providers() -> list[str]:
+    """Names of the providers registered as entry points, sorted."""
+    return sorted(_entry_points())
+
+
+def _not_found(spec: str, why: str) -> ProviderNotFoundError:
+    installed = ", ".join(installed_providers()) or "none"
+    return ProviderNotFoundError(
+        f"state provider {spec!r} {why}; installed providers: {installed} "
+        "(or give a class as 'package.module:Class')"
+    )
+
+
+def _check_provider_class(spec: str, obj: object) -> type[StateProvider]:
+    if not isinstance(obj, type) or not all(
+        callable(getattr(obj, attr, None)) for attr in ("from_config", "get_state", "close")
+    ):
+        raise _not_found(
+            spec,
+            f"is {obj!r}, not a state provider class (one with from_config, get_state and close)",
+        )
+    return obj  # checked structurally above
+
+
+def resolve_provider(spec: str) -> type[StateProvider]:
+    """Return the provider class that ``spec`` names (see the module docstring).
+
+    Raises ProviderNotFoundError, listing the installed names, when nothing
+    matches or the class cannot be imported.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise _not_found(str(spec), "is not a provider name")
+    spec = spec.strip()
+    name = STORM_ALIASES.get(spec, spec)
+    entry = _entry_points().get(name)
+    if entry is not None:
+        try:
+            return _check_provider_class(spec, entry.load())
+        except ImportError as exc:
+            raise _not_found(spec, f"is registered but cannot be imported ({exc})") from exc
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+    elif "." in name:
+        module_name, _, attr = name.rpartition(".")
+    else:
+        raise _not_found(spec, "is not installed")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _not_found(spec, f"cannot be imported ({exc})") from exc
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise _not_found(
+                spec, f"names nothing: module {module_name!r} has no {attr!r}"
+            ) from exc
+    return _check_provider_class(spec, obj)
+
+
+def parse_provider_config(config: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
+    """Normalise ``topology.state.provider.config`` (mapping, JSON text or None) to a dict."""
+    if config is None:
+        return {}
+    if isinstance(config, (str, bytes)):
+        if not config.strip():
+            return {}
+        try:
+            config = orjson.loads(config)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(
+                f"topology.state.provider.config is not valid JSON ({exc}): {config!r}"
+            ) from exc
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            "topology.state.provider.config must be a mapping (or a JSON object), "
+            f"not {type(config).__name__} {config!r}"
+        )
+    return dict(config)
+
+
+def open_provider(
+    spec: str = DEFAULT_PROVIDER, config: Mapping[str, Any] | str | bytes | None = None
+) -> StateProvider:
+    """Resolve ``spec`` and build the provider from ``config`` (mapping or JSON text).
+
+    Nothing connects yet: providers open their store on first use.
+    """
+    return resolve_provider(spec).from_config(parse_provider_config(config))

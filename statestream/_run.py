@@ -1,0 +1,101 @@
+"""Loading topologies and running them on the configured runtime."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from ._clock import Clock
+from ._config import Config
+from ._errors import ConfigError, TopologyError
+from ._topology import Topology
+
+__all__ = ["as_config", "load_topology", "run"]
+
+
+def as_config(config: Mapping[str, Any] | None, topology_prefixes: Collection[str] = ()) -> Config:
+    """``config`` as a validated :class:`Config` (a plain mapping is applied over the defaults)."""
+    if isinstance(config, Config):
+        return config
+    return Config(config or {}, topology_prefixes=topology_prefixes)
+
+
+def _import_path(path: Path) -> Any:
+    name = path.stem
+    module_name = f"statestream_user_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TopologyError(f"cannot import {str(path)!r}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    # The file's directory goes on sys.path so that it can import its siblings.
+    sys.path.insert(0, str(path.parent.resolve()))
+    spec.loader.exec_module(module)
+    # Executors (Spark) cannot import a module loaded from a path, so its
+    # classes travel by value.
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def load_topology(target: str) -> Topology:
+    """The topology named by ``target``: ``path/to/file.py[:attr]`` or ``package.module:attr``.
+
+    ``attr`` (default ``topology``) is a :class:`Topology` or a function of no
+    arguments returning one.
+    """
+    spec, _, attr = target.partition(":")
+    if spec.endswith(".py") or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise TopologyError(f"topology file {spec!r} does not exist")
+        module = _import_path(path)
+    else:
+        if not attr:
+            raise TopologyError(
+                f"{target!r} is neither a .py file nor 'module:attribute'; "
+                "e.g. examples/wordcount.py or mypkg.flows:topology"
+            )
+        try:
+            module = importlib.import_module(spec)
+        except ImportError as exc:
+            raise TopologyError(f"cannot import module {spec!r}: {exc}") from exc
+    attr = attr or "topology"
+    obj = getattr(module, attr, None)
+    if obj is None:
+        found = [k for k, v in vars(module).items() if isinstance(v, Topology)]
+        hint = f"; it has the topologies {found}" if found else ""
+        raise TopologyError(f"{target!r} has no attribute {attr!r}{hint}")
+    if callable(obj) and not isinstance(obj, Topology):
+        obj = obj()
+    if not isinstance(obj, Topology):
+        raise TopologyError(
+            f"{target!r} gave a {type(obj).__name__}, not a Topology; return "
+            "TopologyBuilder(...).build()"
+        )
+    return obj
+
+
+def run(
+    topology: Topology,
+    config: Mapping[str, Any] | None = None,
+    *,
+    until_idle: bool = False,
+    duration: float | None = None,
+    clock: Clock | None = None,
+) -> Any:
+    """Run ``topology`` on the runtime ``topology.runner`` names; return its RunResult."""
+    conf = as_config(config, (topology.name,))
+    runner = conf["topology.runner"]
+    if runner == "local":
+        from .runtime.local import LocalRuntime
+
+        return LocalRuntime(topology, conf, clock=clock).run(
+            until_idle=until_idle, duration=duration
+        )
+    raise ConfigError(f"topology.runner {runner!r} is not available yet; use 'local'")

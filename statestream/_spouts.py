@@ -1,0 +1,110 @@
+"""Spouts shipped with statestream."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from ._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from ._errors import ConfigError
+
+__all__ = ["FileSpout"]
+
+
+class FileSpout(Spout):
+    """Emits ``(offset, line)`` for each line of a text file, with the line number as message id.
+
+    Reliable: a failed line is re-read from memory and emitted again; the
+    spout is exhausted once it has reached the end of the file and every line
+    it emitted has been acked. Only one task may read a file (parallelism 1).
+
+    ``path`` may be given directly or read from the config key ``path_key``
+    (so a topology can take its input from ``--set wordcount.input=...``).
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        path_key: str | None = None,
+        default_path: str | Path | None = None,
+        strip: bool = True,
+    ) -> None:
+        self.path = str(path) if path is not None else None
+        self.path_key = path_key
+        self.default_path = str(default_path) if default_path is not None else None
+        self.strip = strip
+        self._file: IO[str] | None = None
+        self._next_line = 0
+        self._eof = False
+        self._in_flight: dict[int, str] = {}
+        self._replay: deque[int] = deque()
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["offset", "line"])
+
+    def resolve_path(self, conf: Mapping[str, Any]) -> str:
+        path = self.path
+        if path is None and self.path_key is not None:
+            path = conf.get(self.path_key) or self.default_path
+        if path is None:
+            raise ConfigError(
+                f"FileSpout has no input file: pass a path, or set {self.path_key or 'a path key'}"
+            )
+        return str(path)
+
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        super().open(conf, context, collector)
+        if context.parallelism != 1:
+            raise ConfigError(
+                f"FileSpout {context.component_id!r} runs with parallelism "
+                f"{context.parallelism}; a file is read by one task, set it to 1"
+            )
+        path = self.resolve_path(conf)
+        try:
+            self._file = open(path, encoding="utf-8")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            key = f" (set by {self.path_key})" if self.path_key else ""
+            raise ConfigError(f"cannot read the input file {path!r}{key}: {exc.strerror}") from exc
+
+    def next_tuple(self) -> None:
+        if self._replay:
+            n = self._replay.popleft()
+            self.collector.emit([n, self._in_flight[n]], msg_id=n)
+            return
+        if self._eof or self._file is None:
+            return
+        line = self._file.readline()
+        if not line:
+            self._eof = True
+            return
+        n = self._next_line
+        self._next_line = n + 1
+        if self.strip:
+            line = line.rstrip("\n")
+        self._in_flight[n] = line
+        self.collector.emit([n, line], msg_id=n)
+
+    def ack(self, msg_id: Any) -> None:
+        self._in_flight.pop(msg_id, None)
+
+    def fail(self, msg_id: Any) -> None:
+        if msg_id in self._in_flight:
+            self._replay.append(msg_id)
+
+    def exhausted(self) -> bool:
+        return self._eof and not self._in_flight and not self._replay
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_file"] = None  # an open file does not travel; open() reopens it
+        return state

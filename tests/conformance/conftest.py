@@ -1,0 +1,251 @@
+"""The provider conformance suite's fixtures.
+
+Every test module here that takes ``provider_factory`` runs once per
+provider. A factory is a :class:`ProviderFactory`: each call builds a *new*
+provider instance over the *same* storage, which is how the suite simulates a
+process that crashed and restarted (the old instance is simply abandoned,
+never closed). All instances are closed and the storage is cleaned when the
+test ends.
+
+Providers covered: ``memory``; ``sqlite`` (a file in ``tmp_path``); ``redis``
+against the real server on 127.0.0.1:6379 (marker ``redis``; a unique
+``key_prefix`` per test, deleted afterwards; skipped when no server answers,
+failed instead when ``CI`` is set); ``fakeredis``, the same provider on
+fakeredis, a fast variant that needs ``lupa`` for the Lua commit script.
+
+Adding a provider:
+
+* In this repository: write a ``_make_<name>`` function below returning a
+  :class:`ProviderFactory`, and add it to ``_FACTORIES`` (with its marks).
+* A third-party provider, without editing anything: install it, then run
+  this suite from a statestream checkout with::
+
+      STATESTREAM_CONFORMANCE_PROVIDER='mypkg.state:MyProvider' \\
+      STATESTREAM_CONFORMANCE_CONFIG='{"url": "..."}' \\
+      pytest tests/conformance -k external
+
+  The spec is anything ``statestream._registry.resolve_provider`` accepts
+  (an entry-point name works too). Each test uses namespaces of its own, so
+  the storage does not need to be empty, but it must be the same for every
+  instance built from that config (that is what "reopen" means).
+* Or copy this directory and override the ``provider_factory`` fixture in
+  your own conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestream._registry import open_provider, parse_provider_config, resolve_provider
+from statestream._state import StateProvider
+
+REDIS_HOST = "127.0.0.1"
+REDIS_PORT = 6379
+
+ENV_PROVIDER = "STATESTREAM_CONFORMANCE_PROVIDER"
+ENV_CONFIG = "STATESTREAM_CONFORMANCE_CONFIG"
+
+
+class ProviderFactory:
+    """Builds provider instances over one storage; each call is a restart.
+
+    ``factory(**overrides)`` returns a new provider built from the base
+    config updated with ``overrides`` (e.g. ``serializer="pickle"``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        make: Callable[[Mapping[str, Any]], StateProvider],
+        config: Mapping[str, Any],
+        cleanup: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.config = dict(config)
+        self._make = make
+        self._cleanup = cleanup
+        self._opened: list[StateProvider] = []
+
+    def __call__(self, **overrides: Any) -> StateProvider:
+        provider = self._make({**self.config, **overrides})
+        self._opened.append(provider)
+        return provider
+
+    def __repr__(self) -> str:
+        return f"ProviderFactory({self.name!r})"
+
+    def close_all(self) -> None:
+        for provider in self._opened:
+            provider.close()
+        self._opened.clear()
+        if self._cleanup is not None:
+            self._cleanup()
+
+
+def _registered(spec: str) -> Callable[[Mapping[str, Any]], StateProvider]:
+    return lambda config: open_provider(spec, config)
+
+
+# ------------------------------------------------------------------ memory
+
+
+def _make_memory(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    from statestream_providers.memory import MemoryStateProvider
+
+    name = f"conformance-{uuid.uuid4().hex}"
+    return ProviderFactory(
+        "memory",
+        _registered("memory"),
+        {"name": name},
+        cleanup=lambda: MemoryStateProvider.clear(name),
+    )
+
+
+# ------------------------------------------------------------------ sqlite
+
+
+def _make_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    # synchronous=normal: durable against a process crash, which is what the
+    # suite simulates, and much faster than fsyncing every commit.
+    config = {"path": str(tmp_path / "data" / "state.db"), "synchronous": "normal"}
+    return ProviderFactory("sqlite", _registered("sqlite"), config)
+
+
+# ------------------------------------------------------------------ redis
+
+
+def redis_available(host: str = REDIS_HOST, port: int = REDIS_PORT) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def require_real_redis() -> None:
+    """Skip without a Redis server, except on CI, where its absence is a failure."""
+    if not redis_available():
+        message = f"no Redis server on {REDIS_HOST}:{REDIS_PORT}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}, and CI must run the redis tests")
+        pytest.skip(message)
+
+
+def delete_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)
+    try:
+        pattern = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*"
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for start in range(0, len(keys), 1000):
+            client.delete(*keys[start : start + 1000])
+    finally:
+        client.close()
+
+
+def make_real_redis_factory(**config: Any) -> ProviderFactory:
+    require_real_redis()
+    prefix = f"ssconf:{uuid.uuid4().hex}:"
+    base = {"host": REDIS_HOST, "port": REDIS_PORT, "key_prefix": prefix, **config}
+    return ProviderFactory("redis", _registered("redis"), base, lambda: delete_prefix(prefix))
+
+
+def make_fake_redis_factory(**config: Any) -> ProviderFactory:
+    fakeredis = pytest.importorskip("fakeredis")
+    pytest.importorskip("lupa", reason="fakeredis runs Lua scripts only with lupa installed")
+    from statestream_providers.redis import RedisStateProvider
+
+    server = fakeredis.FakeServer()
+
+    class FakeRedisStateProvider(RedisStateProvider):
+        def _make_client(self) -> Any:
+            return fakeredis.FakeRedis(server=server)
+
+    base = {"key_prefix": "fake:", **config}
+    return ProviderFactory("fakeredis", FakeRedisStateProvider.from_config, base)
+
+
+def _make_redis(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    return make_real_redis_factory()
+
+
+def _make_fakeredis(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    return make_fake_redis_factory()
+
+
+# ------------------------------------------------------------------ third party
+
+
+def _make_external(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    spec = os.environ[ENV_PROVIDER]
+    cls = resolve_provider(spec)
+    config = parse_provider_config(os.environ.get(ENV_CONFIG))
+    return ProviderFactory(f"external:{spec}", cls.from_config, config)
+
+
+_Maker = Callable[[pytest.FixtureRequest, Path], ProviderFactory]
+_FACTORIES: list[tuple[str, _Maker, tuple[pytest.MarkDecorator, ...]]] = [
+    ("memory", _make_memory, ()),
+    ("sqlite", _make_sqlite, ()),
+    ("redis", _make_redis, (pytest.mark.redis,)),
+    ("fakeredis", _make_fakeredis, ()),
+]
+if os.environ.get(ENV_PROVIDER):
+    _FACTORIES.append(("external", _make_external, ()))
+
+
+@pytest.fixture(
+    params=[pytest.param(maker, id=name, marks=marks) for name, maker, marks in _FACTORIES]
+)
+def provider_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderFactory]:
+    """A :class:`ProviderFactory` for each provider under test."""
+    factory: ProviderFactory = request.param(request, tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close_all()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(_make_redis, id="redis", marks=pytest.mark.redis),
+        pytest.param(_make_fakeredis, id="fakeredis"),
+    ]
+)
+def redis_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderFactory]:
+    """Like :func:`provider_factory`, for the redis provider only (real and fake)."""
+    factory: ProviderFactory = request.param(request, tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close_all()
+
+
+@pytest.fixture
+def real_redis_factory() -> Iterator[ProviderFactory]:
+    """The redis provider on the real server only (mark such tests ``redis``)."""
+    factory = make_real_redis_factory()
+    try:
+        yield factory
+    finally:
+        factory.close_all()
+
+
+@pytest.fixture
+def provider(provider_factory: ProviderFactory) -> StateProvider:
+    """One provider instance from :func:`provider_factory`."""
+    return provider_factory()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace of this test's own, shaped like a task's (``<component>-<task>``)."""
+    return f"bolt{uuid.uuid4().hex[:10]}-0"

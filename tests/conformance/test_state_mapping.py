@@ -1,0 +1,220 @@
+"""KeyValueState as a mapping: get/put/delete/iteration, values and keys, serialization."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statestream._errors import SerializationError, StateError
+from statestream._state import KeyValueState, StateProvider
+
+JSON_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -17,
+    2**63 - 1,
+    -(2**63),
+    1.5,
+    -0.25,
+    "",
+    "plain",
+    "ünïcødé ✓ \u0000 nul",
+    [],
+    {},
+    [1, "two", None, [3.5, {"four": [False]}]],
+    {"a": {"b": {"c": [None, {}, []]}}, "": 0, "n": None},
+]
+
+
+def _visible(state: KeyValueState) -> dict[Any, Any]:
+    return dict(state.items())
+
+
+def test_put_get_delete_and_default(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    assert state.get("a") is None
+    assert state.get("a", 0) == 0
+    state.put("a", 1)
+    state.put("b", "two")
+    assert state.get("a") == 1
+    assert state.get("b", "default") == "two"
+    assert state.delete("a") == 1
+    assert state.get("a", "gone") == "gone"
+    assert state.delete("a") is None
+    assert state.delete("never-there") is None
+
+
+def test_get_state_returns_one_object_per_namespace(
+    provider: StateProvider, namespace: str
+) -> None:
+    assert provider.get_state(namespace) is provider.get_state(namespace)
+    assert provider.get_state(namespace) is not provider.get_state(namespace + "x")
+
+
+def test_null_value_is_not_a_deletion(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("n", None)
+    state.put("gone", 1)
+    state.delete("gone")
+    assert "n" in state and "gone" not in state
+    assert state.get("n", "default") is None
+    state.prepare_commit(0)
+    state.commit(0)
+    reopened = provider_factory().get_state(namespace)
+    assert "n" in reopened
+    assert reopened.get("n", "default") is None
+    assert reopened.get("gone", "default") == "default"
+    assert _visible(reopened) == {"n": None}
+
+
+@pytest.mark.parametrize("value", JSON_VALUES, ids=lambda v: type(v).__name__)
+def test_json_values_round_trip_through_the_store(
+    provider_factory: Any, namespace: str, value: Any
+) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("k", value)
+    assert state.get("k") == value
+    state.prepare_commit(0)
+    state.commit(0)
+    # A new provider reads the stored bytes, not a cached object.
+    reopened = provider_factory().get_state(namespace)
+    got = reopened.get("k", "missing")
+    assert got == value and type(got) is type(value)
+
+
+def test_tuples_come_back_as_lists(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("t", (1, (2, "x")))
+    state.commit()
+    assert provider_factory().get_state(namespace).get("t") == [1, [2, "x"]]
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["word", "", "ünï", 0, -5, 2**40, 1.5, True, False, None, (1, "a"), ("nested", (1, None))],
+    ids=repr,
+)
+def test_keys_round_trip(provider_factory: Any, namespace: str, key: Any) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put(key, "v")
+    assert state.get(key) == "v" and key in state
+    state.prepare_commit(0)
+    state.commit(0)
+    reopened = provider_factory().get_state(namespace)
+    assert reopened.get(key) == "v"
+    assert list(reopened) == [key]
+    (got,) = list(reopened)
+    assert type(got) is type(key)
+
+
+def test_keys_equal_in_python_but_not_in_the_store_stay_apart(
+    provider_factory: Any, namespace: str
+) -> None:
+    # 1, 1.0 and True are equal (and hash alike) in Python but are three keys
+    # in the store; the cache must agree with the store, before and after reopen.
+    state = provider_factory().get_state(namespace)
+    state.put(1, "int")
+    state.put(1.0, "float")
+    state.put(True, "bool")
+    assert (state.get(1), state.get(1.0), state.get(True)) == ("int", "float", "bool")
+    state.commit()
+    reopened = provider_factory().get_state(namespace)
+    assert (reopened.get(1), reopened.get(1.0), reopened.get(True)) == ("int", "float", "bool")
+    assert sorted(map(repr, reopened)) == ["1", "1.0", "True"]
+
+
+def test_items_iter_and_contains_agree_with_get(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    for i in range(20):
+        state.put(f"k{i}", i)
+    state.prepare_commit(0)
+    state.commit(0)  # committed: k0..k19
+    state.put("k1", "prepared")
+    state.delete("k2")
+    state.put("p", "prepared-new")
+    state.prepare_commit(1)  # prepared: k1, -k2, p
+    state.put("k3", "pending")
+    state.delete("k4")
+    state.delete("p")
+    state.put("q", "pending-new")  # pending: k3, -k4, -p, q
+    expected = {f"k{i}": i for i in range(20)}
+    expected.update(k1="prepared", k3="pending", q="pending-new")
+    del expected["k2"], expected["k4"]
+    assert _visible(state) == expected
+    assert sorted(state) == sorted(expected)
+    assert all(state.get(key) == value for key, value in expected.items())
+    assert all(key in state for key in expected)
+    assert not any(key in state for key in ("k2", "k4", "p", "absent"))
+    items = list(state.items())
+    assert len(items) == len({key for key, _ in items}), "each key once"
+
+
+def test_items_streams_a_large_committed_state(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    for i in range(3000):  # more than one scan page in every provider
+        state.put(i, [i])
+    state.commit()
+    reopened = provider_factory().get_state(namespace)
+    reopened.delete(7)
+    reopened.put(3000, [3000])
+    seen = dict(reopened.items())
+    assert len(seen) == 3000
+    assert 7 not in seen and seen[3000] == [3000] and seen[2999] == [2999]
+
+
+def test_unencodable_value_fails_at_put_naming_namespace_key_and_type(
+    provider: StateProvider, namespace: str
+) -> None:
+    state = provider.get_state(namespace)
+    state.put("ok", 1)
+    with pytest.raises(SerializationError) as info:
+        state.put("bad-key", {1, 2})
+    message = str(info.value)
+    assert namespace in message and "bad-key" in message and "set" in message
+    assert isinstance(info.value, TypeError) and isinstance(info.value, StateError)
+    with pytest.raises(SerializationError, match="object"):
+        state.put("nested", {"deep": [object()]})
+    # Nothing of the failed puts is visible or committed.
+    assert state.get("bad-key") is None and "nested" not in state
+    state.prepare_commit(0)
+    state.commit(0)
+    assert dict(state.items()) == {"ok": 1}
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [(["a", "list"], "hashable"), ({"a": 1}, "hashable"), (object(), "object"), (b"b", "bytes")],
+    ids=["list", "dict", "object", "bytes"],
+)
+def test_bad_keys_fail_at_put(provider: StateProvider, namespace: str, key: Any, why: str) -> None:
+    state = provider.get_state(namespace)
+    with pytest.raises(SerializationError, match=why) as info:
+        state.put(key, 1)
+    assert namespace in str(info.value)
+
+
+def test_nan_key_is_rejected(provider: StateProvider, namespace: str) -> None:
+    with pytest.raises(SerializationError, match="NaN"):
+        provider.get_state(namespace).put(float("nan"), 1)
+
+
+def test_values_are_snapshots_taken_at_put(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    value = {"n": 1}
+    state.put("k", value)
+    value["n"] = 2  # mutated after put and not put again
+    state.commit()
+    assert provider_factory().get_state(namespace).get("k") == {"n": 1}
+
+
+def test_pickle_serializer_when_configured(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory(serializer="pickle").get_state(namespace)
+    state.put("set", {1, 2})
+    state.put(("t", 1), (1, 2))
+    state.commit()
+    reopened = provider_factory(serializer="pickle").get_state(namespace)
+    assert reopened.get("set") == {1, 2}
+    assert reopened.get(("t", 1)) == (1, 2)

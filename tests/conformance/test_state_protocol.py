@@ -1,0 +1,330 @@
+"""The checkpoint protocol on a state: prepare_commit / commit / rollback and txids.
+
+The scripted sequences follow the behaviour Storm's own state tests pin
+down (rollback of an uncommitted prepare loses it, of a committed txid
+keeps it, deletes hide older layers); the expectations are written out here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statestream._errors import ProtocolViolation, StateError
+from statestream._state import KeyValueState, StateProvider
+
+KEYS = ("a", "b", "c", "d")
+
+
+def values(state: KeyValueState) -> list[Any]:
+    return [state.get(key) for key in KEYS]
+
+
+def test_rollback_of_an_uncommitted_prepare_loses_everything(
+    provider: StateProvider, namespace: str
+) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", "1")
+    state.put("b", "2")
+    state.prepare_commit(1)
+    state.put("c", "3")
+    assert values(state) == ["1", "2", "3", None]
+    state.rollback()
+    assert values(state) == [None, None, None, None]
+    assert state.committed_txid == -1
+    assert list(state.items()) == []
+
+
+def test_rollback_after_commit_keeps_the_committed_txid(
+    provider: StateProvider, namespace: str
+) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", "1")
+    state.put("b", "2")
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("c", "3")
+    assert values(state) == ["1", "2", "3", None]
+    state.rollback()
+    assert values(state) == ["1", "2", None, None]
+    assert state.committed_txid == 1
+
+
+def test_storm_sequence_with_deletes(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("a", "1")
+    state.put("b", "2")
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("c", "3")
+    assert state.delete("b") == "2"
+    assert state.delete("c") == "3"
+    assert values(state) == ["1", None, None, None]
+    state.prepare_commit(2)
+    assert values(state) == ["1", None, None, None]
+    state.commit(2)
+    assert values(state) == ["1", None, None, None]
+    state.put("b", "2")
+    state.prepare_commit(3)
+    state.put("c", "3")
+    assert values(state) == ["1", "2", "3", None]
+    state.rollback()
+    assert values(state) == ["1", None, None, None]
+    reopened = provider_factory().get_state(namespace)
+    assert values(reopened) == ["1", None, None, None]
+    assert reopened.committed_txid == 2
+
+
+def test_tombstones_hide_prepared_and_committed_values(
+    provider_factory: Any, namespace: str
+) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("a", "committed")
+    state.put("b", "committed")
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("b", "prepared")
+    state.put("c", "prepared")
+    state.prepare_commit(1)
+    assert state.delete("a") == "committed"  # hides a committed value
+    assert state.delete("c") == "prepared"  # hides a prepared value
+    assert values(state) == [None, "prepared", None, None]
+    state.prepare_commit(1)  # the tombstones join the prepared delta
+    assert values(state) == [None, "prepared", None, None]
+    assert provider_factory().get_state(namespace).get("a") == "committed"  # not yet
+    state.commit(1)
+    assert dict(state.items()) == {"b": "prepared"}
+    reopened = provider_factory().get_state(namespace)
+    assert dict(reopened.items()) == {"b": "prepared"}
+    assert values(reopened) == [None, "prepared", None, None]
+
+
+def test_put_after_delete_resurrects(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    state.commit()
+    state.delete("a")
+    state.prepare_commit(0)
+    state.put("a", 2)
+    assert state.get("a") == 2
+    state.prepare_commit(0)
+    state.commit(0)
+    assert state.get("a") == 2
+
+
+def test_commit_of_the_same_txid_twice_is_harmless(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("b", 2)  # pending: a repeated commit must not touch it
+    state.commit(0)
+    state.commit(0)
+    assert state.committed_txid == 0
+    assert dict(state.items()) == {"a": 1, "b": 2}
+    # A restarted task may be sent the same commit again (recovery).
+    reopened = provider_factory().get_state(namespace)
+    reopened.commit(0)
+    assert dict(reopened.items()) == {"a": 1}
+    assert reopened.committed_txid == 0
+
+
+def test_a_late_duplicate_commit_keeps_the_next_prepared_delta(
+    provider_factory: Any, namespace: str
+) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("b", 2)
+    state.prepare_commit(1)
+    provider_factory().get_state(namespace).commit(0)  # stale, from elsewhere
+    state.commit(1)
+    assert dict(provider_factory().get_state(namespace).items()) == {"a": 1, "b": 2}
+
+
+def test_preparing_the_next_txid_before_committing_is_rejected(
+    provider: StateProvider, namespace: str
+) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(4)
+    state.put("b", 2)
+    with pytest.raises(ProtocolViolation, match="txid 4 is prepared") as info:
+        state.prepare_commit(5)
+    assert namespace in str(info.value)
+    assert isinstance(info.value, StateError)
+    # Nothing changed: the pending change is still pending and txid 4 commits.
+    state.prepare_commit(4)
+    state.commit(4)
+    assert dict(state.items()) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("txid", [0, 1, 3, -1])
+def test_preparing_anything_but_the_next_txid_is_rejected(
+    provider: StateProvider, namespace: str, txid: int
+) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("b", 2)
+    with pytest.raises(ProtocolViolation, match="next one to prepare is 2"):
+        state.prepare_commit(txid)
+    state.prepare_commit(2)
+
+
+def test_a_fresh_state_may_join_at_any_txid(provider: StateProvider, namespace: str) -> None:
+    # A stateful bolt added to a running topology meets the checkpoint
+    # spout's current txid, not 0.
+    state = provider.get_state(namespace)
+    with pytest.raises(ProtocolViolation):
+        state.prepare_commit(-1)
+    state.prepare_commit(41)
+    state.commit(41)
+    assert state.committed_txid == 41
+
+
+@pytest.mark.parametrize("txid", [True, 1.0, "1", None])
+def test_txids_must_be_ints(provider: StateProvider, namespace: str, txid: Any) -> None:
+    with pytest.raises(ProtocolViolation, match="int txid"):
+        provider.get_state(namespace).prepare_commit(txid)
+
+
+def test_re_preparing_the_same_txid_merges(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("a", 1)
+    state.put("b", 1)
+    state.prepare_commit(0)
+    state.put("b", 2)  # overwrites the prepared b
+    state.put("c", 2)
+    state.prepare_commit(0)
+    state.prepare_commit(0)  # nothing new: idempotent
+    state.commit(0)
+    assert dict(provider_factory().get_state(namespace).items()) == {"a": 1, "b": 2, "c": 2}
+
+
+def test_commit_of_an_unprepared_txid_is_rejected(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    with pytest.raises(ProtocolViolation, match="nothing is prepared"):
+        state.commit(0)
+    state.prepare_commit(0)
+    with pytest.raises(ProtocolViolation, match="txid 0 is prepared"):
+        state.commit(1)
+    state.commit(0)
+    assert state.get("a") == 1
+
+
+def test_direct_commit_without_prepare(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    state.put("phase", "COMMITTED")
+    state.put("txid", 7)
+    state.commit()
+    assert state.committed_txid == -1  # a direct commit records no txid
+    state.put("phase", "PREPARING")
+    state.delete("txid")
+    state.commit(None)
+    state.put("phase", "never-committed")
+    reopened = provider_factory().get_state(namespace)
+    assert dict(reopened.items()) == {"phase": "PREPARING"}
+    assert reopened.committed_txid == -1
+
+
+def test_direct_commit_keeps_the_committed_txid(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(3)
+    state.commit(3)
+    state.put("b", 2)
+    state.commit()
+    assert state.committed_txid == 3
+    state.prepare_commit(4)  # still the next txid
+    state.commit(4)
+
+
+def test_direct_commit_while_prepared_is_rejected(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(0)
+    state.put("a", 2)
+    with pytest.raises(ProtocolViolation, match="without a txid"):
+        state.commit()
+    state.commit(0)
+    state.commit()
+    assert state.get("a") == 2
+
+
+def test_empty_prepare_and_commit_advance_the_txid(provider_factory: Any, namespace: str) -> None:
+    state = provider_factory().get_state(namespace)
+    for txid in range(3):
+        state.prepare_commit(txid)
+        state.commit(txid)
+    assert provider_factory().get_state(namespace).committed_txid == 2
+
+
+def test_rollback_with_nothing_to_roll_back(provider: StateProvider, namespace: str) -> None:
+    state = provider.get_state(namespace)
+    state.rollback()
+    state.put("a", 1)
+    state.commit()
+    state.rollback()
+    assert state.get("a") == 1
+
+
+def test_namespaces_are_isolated(provider_factory: Any, namespace: str) -> None:
+    provider = provider_factory()
+    first = provider.get_state(namespace)
+    second = provider.get_state(namespace + "b")
+    first.put("k", "first")
+    second.put("k", "second")
+    first.prepare_commit(0)
+    first.commit(0)
+    second.prepare_commit(7)
+    assert first.get("k") == "first" and second.get("k") == "second"
+    second.rollback()
+    assert first.get("k") == "first" and second.get("k") is None
+    reopened = provider_factory()
+    assert reopened.get_state(namespace).get("k") == "first"
+    assert reopened.get_state(namespace + "b").get("k") is None
+    assert reopened.get_state(namespace + "b").committed_txid == -1
+
+
+def test_namespaces_lists_those_with_committed_entries(
+    provider_factory: Any, namespace: str
+) -> None:
+    provider = provider_factory()
+    names = [namespace, "$checkpointspout-" + namespace, namespace + "-prepared-only"]
+    provider.get_state(names[0]).put("k", 1)
+    provider.get_state(names[0]).prepare_commit(0)
+    provider.get_state(names[0]).commit(0)
+    provider.get_state(names[1]).put("phase", "COMMITTED")
+    provider.get_state(names[1]).commit()
+    provider.get_state(names[2]).put("k", 1)
+    provider.get_state(names[2]).prepare_commit(0)
+    listed = provider_factory().namespaces()
+    assert listed == sorted(listed)
+    assert names[0] in listed and names[1] in listed
+    assert names[2] not in listed
+    emptied = provider.get_state(names[0])
+    emptied.delete("k")
+    emptied.prepare_commit(1)
+    emptied.commit(1)
+    assert names[0] not in provider_factory().namespaces()
+
+
+def test_provider_lifecycle(provider_factory: Any, namespace: str) -> None:
+    provider = provider_factory()
+    assert isinstance(provider, StateProvider)
+    with provider as entered:
+        assert entered is provider
+        state = entered.get_state(namespace)
+        state.put("a", 1)
+        state.commit()
+    provider.close()  # idempotent
+    with pytest.raises(StateError, match="closed"):
+        provider.get_state(namespace)
+    with pytest.raises(StateError, match="closed"):
+        state.get("other")  # needs the store
+    assert provider_factory().get_state(namespace).get("a") == 1

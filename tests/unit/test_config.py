@@ -1,0 +1,691 @@
+"""Tests for statestream._config: layering, validation, error messages, shipped files.
+
+Every test passes ``env=`` explicitly so the real environment never leaks in.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from statestream._config import _SPECS, Config, load_config, parse_set
+from statestream._errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULTS_YAML = REPO / "statestream" / "defaults.yaml"
+
+EXPECTED_DEFAULTS: dict[str, Any] = {
+    "topology.runner": "local",
+    "topology.message.timeout.secs": 30,
+    "topology.enable.message.timeouts": True,
+    "topology.acker.executors": 1,
+    "topology.max.spout.pending": None,
+    "topology.tick.tuple.freq.secs": None,
+    "topology.state.provider": "memory",
+    "topology.state.provider.config": {},
+    "topology.state.checkpoint.interval.ms": 1000,
+    "topology.executor.receive.buffer.size": 1024,
+    "topology.sleep.spout.wait.strategy.time.ms": 1,
+    "topology.debug": False,
+    "topology.name": None,
+    "statestream.progress.interval.secs": 5.0,
+    "statestream.state.exactly.once": False,
+    "spark.master": "local[2,2]",
+}
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(**kwargs: Any) -> str:
+    """Run load_config (with an empty env unless given) and return the ConfigError message."""
+    kwargs.setdefault("env", {})
+    with pytest.raises(ConfigError) as info:
+        load_config(**kwargs)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_defaults_load_with_every_key_from_defaults() -> None:
+    config = load_config(env={})
+    assert dict(config) == EXPECTED_DEFAULTS
+    assert {config.source_of(key) for key in config} == {"defaults"}
+    assert Config() == config
+
+
+def test_typed_properties_read_the_defaults() -> None:
+    config = load_config(env={})
+    assert config.runner == "local"
+    assert config.message_timeout_secs == 30
+    assert config.enable_message_timeouts is True
+    assert config.acker_executors == 1
+    assert config.max_spout_pending is None
+    assert config.tick_freq_secs is None
+    assert config.state_provider == "memory"
+    assert config.state_provider_config == {}
+    assert config.checkpoint_interval_ms == 1000
+    assert config.receive_buffer_size == 1024
+    assert config.spout_wait_time_ms == 1
+    assert config.debug is False
+    assert config.topology_name is None
+    assert config.progress_interval_secs == 5.0
+    assert isinstance(config.progress_interval_secs, float)
+    assert config.exactly_once is False
+    assert config.spark_master == "local[2,2]"
+    assert config.spark_conf == {"spark.master": "local[2,2]"}
+
+
+def _documented_keys() -> dict[str, list[str]]:
+    """Each top-level key of defaults.yaml with the comment block right above it."""
+    entries: dict[str, list[str]] = {}
+    comments: list[str] = []
+    for line in DEFAULTS_YAML.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            comments.append(line.lstrip("#").strip())
+        elif not line.strip():
+            comments = []
+        else:
+            assert not line[0].isspace(), f"defaults.yaml must stay flat: {line!r}"
+            key = line.split(":", 1)[0].strip()
+            entries[key] = comments
+            comments = []
+    return entries
+
+
+def test_every_default_key_is_documented_and_typed_and_vice_versa() -> None:
+    documented = _documented_keys()
+    parsed = yaml.safe_load(DEFAULTS_YAML.read_text(encoding="utf-8"))
+    assert set(documented) == set(parsed), "every key needs its own line in defaults.yaml"
+    assert set(documented) == set(_SPECS), "keys in defaults.yaml and _SPECS differ"
+    values = load_config(env={})
+    for key, comments in documented.items():
+        types = [c for c in comments if c.startswith("Type:")]
+        defaults = [c for c in comments if c.startswith("Default:")]
+        prose = [c for c in comments if not c.startswith(("Type:", "Default:"))]
+        assert prose, f"{key}: say what the key does in a comment above it"
+        assert types == [f"Type: {_SPECS[key].expected}"], f"{key}: '# Type:' line"
+        assert len(defaults) == 1, f"{key}: needs one '# Default:' line"
+        documented_default = yaml.safe_load(defaults[0].removeprefix("Default:").strip())
+        assert documented_default == values[key], f"{key}: '# Default:' disagrees with the value"
+
+
+def test_config_defaults_yaml_is_a_symlink_to_the_package_file() -> None:
+    link = REPO / "config" / "defaults.yaml"
+    assert link.is_symlink()
+    assert link.resolve() == DEFAULTS_YAML.resolve()
+
+
+# --------------------------------------------------------------------------- layering
+
+
+def test_layers_file_file_env_set_in_order_with_sources(tmp_path: Path) -> None:
+    first = write(
+        tmp_path,
+        "first.yaml",
+        "topology.acker.executors: 2\n"
+        "topology.max.spout.pending: 10\n"
+        "topology.debug: true\n"
+        "topology.name: first\n",
+    )
+    second = write(
+        tmp_path,
+        "second.json",
+        '{"topology.max.spout.pending": 20, "topology.debug": false, "topology.name": "second"}',
+    )
+    env = {
+        "STATESTREAM_TOPOLOGY_DEBUG": "yes",
+        "STATESTREAM_TOPOLOGY_NAME": "from-env",
+        "PATH": "/usr/bin",  # not ours: ignored
+    }
+    config = load_config(
+        files=[first, str(second)],
+        env=env,
+        sets=["topology.name=from-set", "topology.name=last-set-wins"],
+    )
+    assert config.acker_executors == 2
+    assert config.source_of("topology.acker.executors") == f"file {first}"
+    assert config.max_spout_pending == 20
+    assert config.source_of("topology.max.spout.pending") == f"file {second}"
+    assert config.debug is True
+    assert config.source_of("topology.debug") == "env STATESTREAM_TOPOLOGY_DEBUG"
+    assert config.topology_name == "last-set-wins"
+    assert config.source_of("topology.name") == "--set"
+    assert config.source_of("topology.runner") == "defaults"
+
+
+def test_source_of_an_unset_key_is_a_key_error() -> None:
+    with pytest.raises(KeyError):
+        load_config(env={}).source_of("wordcount.output")
+
+
+def test_nested_sections_flatten_but_mapping_values_stay_mappings(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "nested.yaml",
+        "topology:\n"
+        "  message.timeout.secs: 5\n"
+        "  state:\n"
+        "    provider: redis\n"
+        "    provider.config:\n"
+        "      host: example\n"
+        "      jedisPoolConfig: {port: 6380}\n"
+        "statestream: {state: {exactly.once: true}}\n"
+        "spark:\n"
+        "  sql.shuffle.partitions: 4\n",
+    )
+    config = load_config(files=[path], env={})
+    assert config.message_timeout_secs == 5
+    assert config.state_provider == "redis"
+    assert config.state_provider_config == {"host": "example", "jedisPoolConfig": {"port": 6380}}
+    assert config.exactly_once is True
+    assert config["spark.sql.shuffle.partitions"] == 4
+
+
+def test_empty_file_and_empty_sections_set_nothing(tmp_path: Path) -> None:
+    empty = write(tmp_path, "empty.yaml", "# nothing yet\n")
+    sections = write(tmp_path, "sections.yaml", "topology:\nspark: {}\n")
+    assert load_config(files=[empty, sections], env={}) == load_config(env={})
+
+
+def test_yaml_file_may_hold_json(tmp_path: Path) -> None:
+    path = write(tmp_path, "json-in.yaml", '{"topology.acker.executors": 0}')
+    assert load_config(files=[path], env={}).acker_executors == 0
+
+
+def test_a_single_path_or_set_string_is_one_item(tmp_path: Path) -> None:
+    path = write(tmp_path, "one.yml", "topology.acker.executors: 3\n")
+    config = load_config(files=path, sets="topology.debug=true", env={})
+    assert config.acker_executors == 3
+    assert config.debug is True
+
+
+# --------------------------------------------------------------------------- coercion
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("k=10", ("k", 10)),
+        ("k=true", ("k", True)),
+        ("k=no", ("k", False)),
+        ("k=1.5", ("k", 1.5)),
+        ("k=null", ("k", None)),
+        ("k=", ("k", None)),
+        ("k=[a, b]", ("k", ["a", "b"])),
+        ("k={a: 1, b: x}", ("k", {"a": 1, "b": "x"})),
+        ("k=hello world", ("k", "hello world")),
+        ("k=a=b", ("k", "a=b")),
+        ("k=a: b: c", ("k", "a: b: c")),  # not YAML: kept as text
+        ("k=2024-01-01", ("k", "2024-01-01")),  # not a date object
+        (" k =1", ("k", 1)),
+    ],
+)
+def test_parse_set_reads_values_as_yaml_scalars(item: str, expected: tuple[str, Any]) -> None:
+    assert parse_set(item) == expected
+
+
+@pytest.mark.parametrize("item", ["topology.debug", "=1", "two words=1"])
+def test_parse_set_without_a_key_is_a_usage_error(item: str) -> None:
+    with pytest.raises(ConfigError, match=r"KEY=VALUE|malformed"):
+        parse_set(item)
+
+
+def test_parse_set_usage_error_shows_the_form() -> None:
+    with pytest.raises(ConfigError, match=re.escape("--set expects KEY=VALUE")):
+        parse_set("topology.debug")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("true", True), ("yes", True), ("1", True), ("false", False), ("no", False), ("0", False)],
+)
+def test_bool_keys_accept_words_and_digits_from_env_and_set(text: str, expected: bool) -> None:
+    from_env = load_config(env={"STATESTREAM_TOPOLOGY_DEBUG": text})
+    from_set = load_config(env={}, sets=[f"topology.debug={text}"])
+    assert from_env.debug is expected
+    assert from_set.debug is expected
+
+
+def test_text_numbers_are_coerced_for_number_keys() -> None:
+    config = load_config(
+        env={"STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING": "10"},
+        sets=["topology.tick.tuple.freq.secs=1e3", "statestream.progress.interval.secs=2"],
+    )
+    assert config.max_spout_pending == 10
+    assert config.tick_freq_secs == 1000.0
+    assert config.progress_interval_secs == 2.0
+
+
+def test_string_keys_keep_text_as_typed() -> None:
+    config = load_config(
+        env={"STATESTREAM_TOPOLOGY_NAME": "123"}, sets=["topology.state.provider=true"]
+    )
+    assert config.topology_name == "123"
+    assert config.state_provider == "true"
+    assert load_config(env={}, sets=["topology.name=null"]).topology_name is None
+
+
+def test_nullable_keys_accept_null_from_every_layer(tmp_path: Path) -> None:
+    path = write(tmp_path, "n.yaml", "topology.max.spout.pending: ~\n")
+    assert load_config(files=[path], env={}).max_spout_pending is None
+    config = load_config(
+        env={"STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING": "5"},
+        sets=["topology.max.spout.pending=null"],
+    )
+    assert config.max_spout_pending is None
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_key_in_file_suggests_the_nearest_and_the_prefix(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.yaml", "topology.message.timeout.sec: 5\n")
+    message = config_error(files=[path])
+    assert message.startswith(
+        f"unknown config key 'topology.message.timeout.sec' in file {path}; "
+        "did you mean 'topology.message.timeout.secs'?"
+    )
+    assert "'<prefix>.'" in message
+
+
+def test_unknown_key_names_the_declared_prefixes() -> None:
+    message = config_error(sets=["wordcunt.output=x"], topology_prefixes=["wordcount"])
+    assert "unknown config key 'wordcunt.output' in --set" in message
+    assert "'wordcount.'" in message
+
+
+@pytest.mark.parametrize("key", ["topology.workers", "statestream.whatever", "output", "a.b"])
+def test_unknown_keys_outside_pass_through_prefixes_are_errors(key: str) -> None:
+    assert f"unknown config key {key!r}" in config_error(
+        sets=[f"{key}=1"], topology_prefixes=["wordcount"]
+    )
+
+
+def test_unknown_env_variable_suggests_the_nearest() -> None:
+    message = config_error(env={"STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDIN": "3"})
+    assert "unknown config environment variable 'STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDIN'" in message
+    assert "did you mean 'STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING'" in message
+    assert "STATESTREAM_<PREFIX>_<REST>" in message
+
+
+def test_wrong_type_in_file_names_key_file_type_and_value(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.yaml", 'topology:\n  message.timeout.secs: "ten"\n')
+    assert config_error(files=[path]) == (
+        f"config key 'topology.message.timeout.secs' from file {path}: "
+        "expected a positive integer, got 'ten' (str)"
+    )
+
+
+def test_quoted_number_in_file_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "q.yaml", 'topology.acker.executors: "2"\n')
+    message = config_error(files=[path])
+    assert "expected a non-negative integer, got '2' (str)" in message
+    assert "without quotes" in message
+
+
+def test_bool_is_not_an_integer_and_one_is_not_a_bool_in_files(tmp_path: Path) -> None:
+    as_int = write(tmp_path, "a.yaml", "topology.acker.executors: true\n")
+    assert "got True (bool)" in config_error(files=[as_int])
+    as_bool = write(tmp_path, "b.yaml", "topology.debug: 1\n")
+    assert "expected a boolean, got 1 (int)" in config_error(files=[as_bool])
+
+
+def test_wrong_type_from_env_names_the_variable() -> None:
+    assert config_error(env={"STATESTREAM_TOPOLOGY_ACKER_EXECUTORS": "-1"}) == (
+        "config key 'topology.acker.executors' from env STATESTREAM_TOPOLOGY_ACKER_EXECUTORS: "
+        "expected a non-negative integer, got '-1' (str)"
+    )
+
+
+def test_wrong_type_from_set() -> None:
+    assert config_error(sets=["topology.max.spout.pending=abc"]) == (
+        "config key 'topology.max.spout.pending' from --set: "
+        "expected a positive integer or null, got 'abc' (str)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("topology.runner=storm", "one of 'local', 'spark'"),
+        ("topology.message.timeout.secs=0", "a positive integer"),
+        ("topology.message.timeout.secs=1.5", "a positive integer"),
+        ("topology.executor.receive.buffer.size=0", "an integer >= 1"),
+        ("topology.sleep.spout.wait.strategy.time.ms=-1", "a non-negative integer"),
+        ("topology.tick.tuple.freq.secs=0", "a positive number or null"),
+        ("statestream.progress.interval.secs=.inf", "a positive number"),
+        ("statestream.progress.interval.secs=null", "a positive number"),
+        ("topology.state.provider=", "a non-empty string"),
+        ("topology.name=''", "a non-empty string or null"),
+        ("spark.master=", "a non-empty string"),
+        ("statestream.state.exactly.once=maybe", "a boolean"),
+        ("topology.state.provider.config=[1, 2]", "a mapping or a JSON object string"),
+    ],
+)
+def test_validators_reject_out_of_range_values(item: str, expected: str) -> None:
+    key = item.partition("=")[0]
+    assert f"config key {key!r} from --set: expected {expected}, got " in config_error(sets=[item])
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert config_error(files=[path]) == f"config file {path} does not exist"
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.yaml", "topology.debug: true\ntopology.name: [unclosed\nx: 1\n")
+    message = config_error(files=[path])
+    assert message.startswith(f"cannot parse config file {path} as YAML: line 3, column ")
+
+
+def test_malformed_json_names_the_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.json", '{\n  "topology.debug": true,\n}\n')
+    message = config_error(files=[path])
+    assert message.startswith(f"cannot parse config file {path} as JSON: line 3, column 1: ")
+
+
+def test_json_extension_means_json_even_when_yaml_would_parse(tmp_path: Path) -> None:
+    path = write(tmp_path, "yaml-in.json", "topology.debug: true\n")
+    assert "as JSON: line 1" in config_error(files=[path])
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("dup.yaml", "topology.debug: true\ntopology.debug: false\n"),
+        ("dup.json", '{"topology.debug": true, "topology.debug": false}'),
+    ],
+)
+def test_a_key_given_twice_in_one_file_is_an_error(tmp_path: Path, name: str, text: str) -> None:
+    path = write(tmp_path, name, text)
+    message = config_error(files=[path])
+    assert str(path) in message
+    assert "duplicate key 'topology.debug'" in message
+
+
+def test_a_key_given_twice_after_flattening_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "twice.yaml", "topology.debug: true\ntopology:\n  debug: false\n")
+    assert config_error(files=[path]) == (
+        f"config key 'topology.debug' is given twice in file {path}"
+    )
+
+
+def test_unsupported_extension_and_non_mapping_top_level(tmp_path: Path) -> None:
+    toml = write(tmp_path, "c.toml", "a = 1\n")
+    assert "unsupported extension '.toml'" in config_error(files=[toml])
+    listed = write(tmp_path, "list.yaml", "- a\n- b\n")
+    assert "must hold a mapping" in config_error(files=[listed])
+
+
+def test_non_string_keys_are_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "k.yaml", "topology:\n  1: x\n")
+    assert "config keys must be strings" in config_error(files=[path])
+
+
+def test_a_mapping_for_a_scalar_key_is_a_type_error_not_an_unknown_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.yaml", "topology.message.timeout.secs: {a: 1}\n")
+    assert "expected a positive integer, got {'a': 1} (dict)" in config_error(files=[path])
+
+
+def test_checkpoint_interval_must_be_below_the_timeout(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.yaml", "topology.message.timeout.secs: 2\n")
+    message = config_error(files=[path], sets=["topology.state.checkpoint.interval.ms=2000"])
+    assert "'topology.state.checkpoint.interval.ms' = 2000 (from --set)" in message
+    assert f"'topology.message.timeout.secs' = 2 from file {path}" in message
+    # Just below is fine.
+    config = load_config(files=[path], sets=["topology.state.checkpoint.interval.ms=1999"], env={})
+    assert config.checkpoint_interval_ms == 1999
+
+
+def test_the_cross_key_rule_applies_to_with_overrides() -> None:
+    config = load_config(env={})
+    with pytest.raises(
+        ConfigError, match=re.escape("'topology.message.timeout.secs' = 1 from override")
+    ):
+        config.with_overrides({"topology.message.timeout.secs": 1})
+
+
+@pytest.mark.parametrize("prefix", ["", ".", "a.b", "two words"])
+def test_malformed_topology_prefixes_are_rejected(prefix: str) -> None:
+    assert "topology prefix" in config_error(topology_prefixes=[prefix])
+
+
+@pytest.mark.parametrize("prefix", ["topology", "spark.", "statestream"])
+def test_reserved_roots_are_never_pass_through_prefixes(prefix: str) -> None:
+    # TopologyBuilder's default name is 'topology'; a runtime passes it as the prefix.
+    config = load_config(env={}, topology_prefixes=[prefix])
+    assert config.topology_prefixes == frozenset()
+    root = prefix.removesuffix(".")
+    if root == "spark":
+        return  # spark.* passes through anyway
+    message = config_error(sets=[f"{root}.typo=1"], topology_prefixes=[prefix])
+    assert f"unknown config key '{root}.typo'" in message
+
+
+# --------------------------------------------------------------------------- pass-through
+
+
+def test_topology_prefix_keys_pass_through_from_every_layer(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "wc.yaml",
+        "wordcount:\n  output: out.txt\n  stop.words: [a, the]\nwordcount.min.count: 2\n",
+    )
+    config = load_config(
+        files=[path],
+        env={"STATESTREAM_WORDCOUNT_WINDOW_SECS": "30"},
+        sets=["wordcount.output=other.txt"],
+        topology_prefixes=["wordcount."],
+    )
+    assert config.topology_keys("wordcount") == {
+        "wordcount.output": "other.txt",
+        "wordcount.stop.words": ["a", "the"],
+        "wordcount.min.count": 2,
+        "wordcount.window.secs": 30,
+    }
+    assert config.topology_keys("wordcount.") == config.topology_keys("wordcount")
+    assert config.source_of("wordcount.window.secs") == "env STATESTREAM_WORDCOUNT_WINDOW_SECS"
+    assert config.topology_prefixes == frozenset({"wordcount"})
+
+
+def test_topology_keys_without_the_prefix_declared_are_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "wc.yaml", "wordcount.output: out.txt\n")
+    assert "unknown config key 'wordcount.output'" in config_error(files=[path])
+    message = config_error(env={"STATESTREAM_WORDCOUNT_OUTPUT": "x"})
+    assert "unknown config environment variable 'STATESTREAM_WORDCOUNT_OUTPUT'" in message
+
+
+def test_env_prefix_matching_prefers_the_longest_prefix() -> None:
+    config = load_config(
+        env={"STATESTREAM_WORD_COUNT_X": "1"}, topology_prefixes=["word", "word_count"]
+    )
+    assert "word_count.x" in config
+    assert "word.count.x" not in config
+
+
+def test_spark_keys_pass_through_untouched(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "spark.yaml",
+        "spark.master: local[4]\n"
+        "spark.executor.memoryOverhead: 1g\n"
+        "spark:\n  sql.shuffle.partitions: 8\n",
+    )
+    config = load_config(
+        files=[path],
+        env={"STATESTREAM_SPARK_UI_ENABLED": "false"},
+        sets=["spark.driver.memory=2g"],
+    )
+    assert config.spark_master == "local[4]"
+    assert config.spark_conf == {
+        "spark.master": "local[4]",
+        "spark.executor.memoryOverhead": "1g",
+        "spark.sql.shuffle.partitions": 8,
+        "spark.ui.enabled": False,
+        "spark.driver.memory": "2g",
+    }
+
+
+# --------------------------------------------------------------------------- provider config
+
+
+STORM_JSON = (
+    '{"keyClass": "java.lang.String", "valueClass": "java.lang.Long", '
+    '"jedisPoolConfig": {"host": "127.0.0.1", "port": 6379, "timeout": 2000, "database": 0}}'
+)
+STORM_DICT = {
+    "keyClass": "java.lang.String",
+    "valueClass": "java.lang.Long",
+    "jedisPoolConfig": {"host": "127.0.0.1", "port": 6379, "timeout": 2000, "database": 0},
+}
+
+
+def test_provider_config_json_string_is_normalized_to_a_dict(tmp_path: Path) -> None:
+    path = write(tmp_path, "s.yaml", f"topology.state.provider.config: '{STORM_JSON}'\n")
+    assert load_config(files=[path], env={}).state_provider_config == STORM_DICT
+    from_env = load_config(env={"STATESTREAM_TOPOLOGY_STATE_PROVIDER_CONFIG": STORM_JSON})
+    assert from_env.state_provider_config == STORM_DICT
+    from_set = load_config(env={}, sets=[f"topology.state.provider.config={STORM_JSON}"])
+    assert from_set.state_provider_config == STORM_DICT
+
+
+@pytest.mark.parametrize("text", ["null", "''"])
+def test_provider_config_null_or_empty_string_is_an_empty_dict(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, "e.yaml", f"topology.state.provider.config: {text}\n")
+    assert load_config(files=[path], env={}).state_provider_config == {}
+
+
+def test_malformed_provider_config_json_string_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.yaml", "topology.state.provider.config: '{\"host\": }'\n")
+    message = config_error(files=[path])
+    assert f"config key 'topology.state.provider.config' from file {path}" in message
+    assert "not valid JSON" in message
+    assert "line 1, column 10" in message
+
+
+def test_provider_config_json_must_be_an_object() -> None:
+    message = config_error(sets=["topology.state.provider.config='[1, 2]'"])
+    assert "holds a list, not an object" in message
+
+
+def test_provider_config_keys_must_be_strings(tmp_path: Path) -> None:
+    path = write(tmp_path, "k.yaml", "topology.state.provider.config: {1: x}\n")
+    assert "mapping keys must be strings" in config_error(files=[path])
+
+
+def test_provider_config_cannot_be_changed_through_the_config() -> None:
+    config = Config({"topology.state.provider.config": {"db": {"path": "a"}}})
+    config.state_provider_config["db"]["path"] = "mutated"
+    config["topology.state.provider.config"]["db"] = {}
+    assert config.state_provider_config == {"db": {"path": "a"}}
+
+
+# --------------------------------------------------------------------------- Config object
+
+
+def test_config_is_immutable() -> None:
+    config = Config()
+    with pytest.raises(AttributeError):
+        config._values = {}
+    with pytest.raises(TypeError):
+        config["topology.debug"] = True  # type: ignore[index]
+
+
+def test_with_overrides_validates_returns_new_and_keeps_the_original() -> None:
+    base = load_config(env={}, topology_prefixes=["wc"])
+    derived = base.with_overrides(
+        {"topology": {"max.spout.pending": 5}, "wc.limit": 3}, source="component 'count'"
+    )
+    assert derived.max_spout_pending == 5
+    assert derived["wc.limit"] == 3
+    assert derived.source_of("topology.max.spout.pending") == "component 'count'"
+    assert base.max_spout_pending is None
+    assert "wc.limit" not in base
+    with pytest.raises(ConfigError, match=re.escape("got '5' (str)")):
+        base.with_overrides({"topology.max.spout.pending": "5"})
+    with pytest.raises(
+        ConfigError, match=re.escape("unknown config key 'topology.max.spout.pendng'")
+    ):
+        base.with_overrides({"topology.max.spout.pendng": 5})
+
+
+def test_config_constructor_applies_overrides_without_reading_env() -> None:
+    config = Config({"topology.acker.executors": 0})
+    assert config.acker_executors == 0
+    assert config.source_of("topology.acker.executors") == "override"
+    with pytest.raises(ConfigError):
+        Config({"nope": 1})
+
+
+def test_typed_getters() -> None:
+    config = Config({"wc.n": 3, "wc.rate": 2, "wc.on": True, "wc.s": "x"}, topology_prefixes=["wc"])
+    assert config.get_int("wc.n") == 3
+    assert config.get_float("wc.rate") == 2.0
+    assert config.get_bool("wc.on") is True
+    assert config.get_str("wc.s") == "x"
+    assert config.get_mapping("topology.state.provider.config") == {}
+    assert config.get_int("wc.missing", 7) == 7
+    assert config.get_int("topology.acker.executors") == 1
+    with pytest.raises(ConfigError, match=r"'wc\.on' from override: expected an integer, got True"):
+        config.get_int("wc.on")
+    with pytest.raises(ConfigError, match=r"'wc\.nn' is not set; did you mean 'wc\.n'"):
+        config.get_int("wc.nn")
+
+
+def test_config_pickles_and_deep_copies() -> None:
+    config = load_config(
+        env={"STATESTREAM_WC_X": "1"}, topology_prefixes=["wc"], sets=["topology.debug=true"]
+    )
+    for clone in (pickle.loads(pickle.dumps(config)), copy.deepcopy(config)):
+        assert clone == config
+        assert clone.source_of("wc.x") == "env STATESTREAM_WC_X"
+        assert clone.topology_prefixes == config.topology_prefixes
+
+
+def test_env_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The one test that reads os.environ: it sets what it reads.
+    monkeypatch.setenv("STATESTREAM_TOPOLOGY_ACKER_EXECUTORS", "4")
+    assert load_config().acker_executors == 4
+    assert load_config(env={}).acker_executors == 1
+
+
+# --------------------------------------------------------------------------- shipped files
+
+
+def test_shipped_local_config_loads() -> None:
+    config = load_config(files=[REPO / "config" / "local.yaml"], env={})
+    assert config.runner == "local"
+    assert config.state_provider == "sqlite"
+    assert config.state_provider_config == {"path": "./statestream-data/state.db"}
+
+
+def test_shipped_redis_config_loads() -> None:
+    config = load_config(files=[REPO / "config" / "redis.yaml"], env={})
+    assert config.state_provider == "redis"
+    assert config.state_provider_config == {"host": "127.0.0.1", "port": 6379}
+
+
+def test_shipped_storm_redis_config_loads_and_normalizes() -> None:
+    path = REPO / "config" / "storm-redis.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(raw["topology.state.provider.config"], str), "must stay Storm's JSON string"
+    config = load_config(files=[path], env={})
+    assert config.state_provider == "org.apache.storm.redis.state.RedisKeyValueStateProvider"
+    assert config.state_provider_config == STORM_DICT
+    assert "password" not in config.state_provider_config["jedisPoolConfig"]
+
+
+def test_shipped_defaults_file_loads_as_a_config_file() -> None:
+    config = load_config(files=[REPO / "config" / "defaults.yaml"], env={})
+    assert dict(config) == EXPECTED_DEFAULTS
