@@ -94,7 +94,7 @@ class RuntimeFailure(StatestreamError, RuntimeError):
     """A runtime stopped because it could not go on."""
 
 
-class FailedException(Exception):  # noqa: N818 - Storm's name, kept on purpose
+class FailedException(Exception):
     """Raise from a bolt's ``execute`` to fail the input tuple so it is replayed.
 
     This is a signal, not an error: the runtime fails the input without

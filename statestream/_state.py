@@ -51,7 +51,7 @@ from statestream._errors import (
     StateCorruptError,
     StateError,
 )
-from statestream._serde import Serializer, encode_json
+from statestream._serde import Serializer
 
 __all__ = [
     "BackendStateProvider",
@@ -335,7 +335,7 @@ class StoredKeyValueState:
     def _key(self, key: Any) -> tuple[Hashable, bytes]:
         """Return ``(cache key, encoded key)`` or raise SerializationError."""
         try:
-            encoded = encode_json(key)
+            encoded = b"%b" % orjson.dumps(key)  # encode_json, inlined: this is per put
         except orjson.JSONEncodeError as exc:
             raise SerializationError(
                 f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "

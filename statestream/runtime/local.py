@@ -18,6 +18,7 @@ The runtime is a transport and a scheduler only. Acking lives in
 from __future__ import annotations
 
 import logging
+import random
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +41,7 @@ __all__ = ["ErrorReport", "LocalRuntime", "RunResult", "TaskMetrics"]
 log = logging.getLogger("statestream")
 
 _xxh3 = xxhash.xxh3_64_intdigest
+_getrandbits = random.getrandbits
 
 # Route kinds, as small ints so the emit loop compares cheaply.
 _SHUFFLE, _FIELDS1, _FIELDSN, _GLOBAL, _ALL, _DIRECT, _CUSTOM = range(7)
@@ -96,7 +98,7 @@ class RunResult:
 class _Route:
     """One subscriber (component) of one (task, stream): where its tuples go."""
 
-    __slots__ = ("custom", "index_of_task", "inboxes", "key", "kind", "n", "rr", "target")
+    __slots__ = ("custom", "inboxes", "index_of_task", "key", "kind", "n", "rr", "target")
 
     def __init__(self, target: ComponentSpec, grouping_kind: int, inboxes: list[deque[Any]]):
         self.target = target.id
@@ -224,17 +226,60 @@ class _Task:
         ``{root: 1}`` and no anchors. Returns the XOR of the edge ids created.
         """
         created = 0
+        one_root = len(roots) == 1
+        if one_root:
+            ((root, parity),) = roots.items()
         for r in routes:
-            inboxes = r.inboxes
-            for i in r.choose(values, direct):
-                edge = new_id()
-                created ^= edge
-                inboxes[i].append(
-                    Tuple(values, origin, {root: edge if p else 0 for root, p in roots.items()})
+            kind = r.kind
+            # The two common groupings inline; the rest through choose().
+            if kind == _FIELDS1:
+                v = values[r.key]
+                targets: Sequence[int] = (
+                    (_xxh3(v.encode()) if type(v) is str else stable_hash(v)) % r.n,
                 )
+            elif kind == _SHUFFLE:
+                i = r.rr
+                r.rr = i + 1 if i + 1 < r.n else 0
+                targets = (i,)
+            else:
+                targets = r.choose(values, direct)
+            inboxes = r.inboxes
+            for i in targets:
+                edge = _getrandbits(64) or new_id()
+                created ^= edge
+                if one_root:
+                    ids = {root: edge if parity else 0}
+                else:
+                    ids = {root: edge if p else 0 for root, p in roots.items()}
+                inboxes[i].append(Tuple(values, origin, ids))
                 for a in anchors:
                     a.ack_val ^= edge
         return created
+
+
+    def deliver_one_root(
+        self,
+        origin: Origin,
+        routes: list[_Route],
+        values: Sequence[Any],
+        direct: int | None,
+        root: int,
+        anchor: Tuple,
+    ) -> None:
+        """:meth:`deliver_tracked` for the common case: one anchor in one tree."""
+        for r in routes:
+            kind = r.kind
+            if kind == _FIELDS1:
+                v = values[r.key]
+                h = _xxh3(v.encode()) if type(v) is str else stable_hash(v)
+                edge = _getrandbits(64) or new_id()
+                r.inboxes[h % r.n].append(Tuple(values, origin, {root: edge}))
+                anchor.ack_val ^= edge
+            else:
+                for i in r.choose(values, direct):
+                    edge = _getrandbits(64) or new_id()
+                    r.inboxes[i].append(Tuple(values, origin, {root: edge}))
+                    anchor.ack_val ^= edge
 
 
 class _Acking:
@@ -257,7 +302,9 @@ class _Acking:
         self._route(self.ledgers[acker_task_for(root, self.n)].init(root, spout_task, ack_val))
 
     def ack(self, root: int, xor_val: int) -> None:
-        self._route(self.ledgers[acker_task_for(root, self.n)].ack(root, xor_val))
+        outcome = self.ledgers[root % self.n].ack(root, xor_val)  # acker_task_for, inlined
+        if outcome is not None:
+            self._route(outcome)
 
     def fail(self, root: int) -> None:
         self._route(self.ledgers[acker_task_for(root, self.n)].fail(root))
@@ -396,6 +443,7 @@ class BoltTask(_Task):
         self.bolt: Bolt | BasicBolt = rt.topology.instantiate(spec.id)
         self.basic = isinstance(self.bolt, BasicBolt)
         self._current: Tuple | None = None  # the input a BasicBolt is executing
+        self.ack_buf: dict[int, int] = {}  # root -> XOR of acks not yet sent to the acker
         self.execute: Callable[[Tuple], None] = (
             self._execute_basic if self.basic else self.bolt.execute  # type: ignore[assignment]
         )
@@ -407,8 +455,10 @@ class BoltTask(_Task):
         anchors: Tuple | Sequence[Tuple] | None = None,
         stream: str = "default",
     ) -> None:
-        origin, _, routes, _ = self._stream_entry(stream, values, False)
-        self._emit(origin, routes, values, anchors, None)
+        entry = self.streams.get(stream)
+        if entry is None or len(values) != entry[1] or entry[3]:
+            entry = self._stream_entry(stream, values, False)  # raises the right error
+        self._emit(entry[0], entry[2], values, anchors, None)
 
     def emit_direct(
         self,
@@ -433,15 +483,27 @@ class BoltTask(_Task):
         if anchors is None or self.rt.acking is None:
             self.deliver_untracked(origin, routes, values, direct)
             return
+        if type(anchors) is Tuple:
+            # One anchor: every root it belongs to has parity 1.
+            if anchors.done:
+                self._anchor_done(anchors)
+            ids = anchors.anchors
+            if not ids:
+                self.deliver_untracked(origin, routes, values, direct)
+                return
+            if len(ids) == 1:
+                self.deliver_one_root(origin, routes, values, direct, next(iter(ids)), anchors)
+                return
+            self.deliver_tracked(
+                origin, routes, values, direct, dict.fromkeys(anchors.anchors, 1), (anchors,)
+            )
+            return
         if isinstance(anchors, Tuple):
             anchors = (anchors,)
         roots: dict[int, int] = {}  # root -> parity of anchors in its tree
         for a in anchors:
             if a.done:
-                raise ReliabilityError(
-                    f"bolt {self.component!r} task {self.task_index} anchored an emit to {a!r}, "
-                    "which it already acked or failed; emit before acking the input"
-                )
+                self._anchor_done(a)
             if a.anchors:
                 for root in a.anchors:
                     roots[root] = roots.get(root, 0) ^ 1
@@ -449,6 +511,12 @@ class BoltTask(_Task):
             self.deliver_untracked(origin, routes, values, direct)
             return
         self.deliver_tracked(origin, routes, values, direct, roots, anchors)
+
+    def _anchor_done(self, a: Tuple) -> None:
+        raise ReliabilityError(
+            f"bolt {self.component!r} task {self.task_index} anchored an emit to {a!r}, "
+            "which it already acked or failed; emit before acking the input"
+        )
 
     def ack(self, tup: Tuple) -> None:
         if tup.done:
@@ -459,11 +527,22 @@ class BoltTask(_Task):
         tup.done = True
         self.acked += 1
         anchors = tup.anchors
-        acking = self.rt.acking
-        if anchors and acking is not None:
+        if anchors:
+            # Acks are XOR-combined per root and sent once per drain (see
+            # flush_acks): XOR is associative and commutative, so the acker
+            # sees the same sums with far fewer messages.
             v = tup.ack_val
+            buf = self.ack_buf
             for root, edge in anchors.items():
-                acking.ack(root, edge ^ v)
+                buf[root] = buf.get(root, 0) ^ edge ^ v
+
+    def flush_acks(self) -> None:
+        buf = self.ack_buf
+        acking = self.rt.acking
+        if acking is not None:
+            for root, xor_val in buf.items():
+                acking.ack(root, xor_val)
+        buf.clear()
 
     def fail(self, tup: Tuple) -> None:
         if tup.done:
@@ -476,6 +555,8 @@ class BoltTask(_Task):
         anchors = tup.anchors
         acking = self.rt.acking
         if anchors and acking is not None:
+            if self.ack_buf:
+                self.flush_acks()
             for root in anchors:
                 acking.fail(root)
 
@@ -507,6 +588,11 @@ class BoltTask(_Task):
     # -- scheduling ---------------------------------------------------------
     def drain(self) -> None:
         """Execute queued tuples until the inbox is empty or a downstream queue is full."""
+        self._drain()
+        if self.ack_buf:
+            self.flush_acks()
+
+    def _drain(self) -> None:
         inbox = self.inbox
         execute = self.execute
         outs = self.out_queues
