@@ -26,6 +26,7 @@ key prefix on ``--redis-url``, deleted afterwards.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shlex
 import statistics
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.perf_counter()
                 load(open_, size)
                 load_s = time.perf_counter() - t0
+                # Let the OS write the loaded files out now, or its writeback
+                # would slow the fsyncs of the first measured commits.
+                os.sync()
                 for pattern in PATTERNS:
                     prepare, commit, both = commit_cost(
                         open_, size, args.changed, args.rounds, pattern

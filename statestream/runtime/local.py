@@ -903,11 +903,23 @@ class LocalRuntime:
                         reason = "idle"
                         break
                     clock.sleep(self.idle_sleep)
+            self._finish_queued()
         finally:
             self.close()
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
+
+    def _finish_queued(self) -> None:
+        """Process what is already queued (no new spout tuples) so that a stop
+        does not strand work mid-topology; completions reach their spouts."""
+        while any(b.inbox for b in self.bolts):
+            for bolt in self.bolts:
+                if bolt.inbox:
+                    bolt.drain()
+        for spout in self.spouts:
+            if spout.completions:
+                spout._drain_completions()
 
     # -- observation -----------------------------------------------------------
     def counters(self) -> dict[str, int]:

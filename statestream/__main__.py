@@ -1,0 +1,3 @@
+from statestream._cli import main
+
+main()

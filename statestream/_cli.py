@@ -1,0 +1,278 @@
+"""The ``statestream`` command line.
+
+Exit codes: 0 done, 1 runtime failure, 2 usage or configuration error (one
+line, no traceback), 130 interrupted twice with Ctrl-C (the first Ctrl-C
+asks for a clean shutdown).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+
+from ._config import Config, load_config
+from ._errors import ConfigError, StatestreamError, TopologyError
+from ._run import load_topology
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+_CONFIG_HELP = "A YAML or JSON config file; repeat to layer several (later wins)."
+_SET_HELP = "Set one config key, e.g. --set topology.max.spout.pending=1000; repeatable, wins over files and STATESTREAM_* variables."
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"statestream: error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def _errors(verbose: bool = False) -> Iterator[None]:
+    """Turn our errors into exit codes: config/usage problems are one line and exit 2."""
+    try:
+        yield
+    except (ConfigError, TopologyError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except StatestreamError as exc:
+        if verbose:
+            traceback.print_exc()
+        _fail(str(exc), EXIT_FAILURE)
+
+
+def _load_config(
+    configs: Sequence[str], sets: Sequence[str], prefixes: Sequence[str] = ()
+) -> Config:
+    return load_config(files=configs, sets=sets, topology_prefixes=prefixes)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="statestream")
+def main() -> None:
+    """statestream: Storm's stateful-bolt model in Python.
+
+    Configuration is layered: the shipped defaults < --config files < STATESTREAM_*
+    environment variables (STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING=1000 sets
+    topology.max.spout.pending) < --set KEY=VALUE.
+    """
+
+
+@main.command()
+@click.argument("topology")
+@click.option("--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP)
+@click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Stop once every spout is exhausted and nothing is in flight.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Stop after this many seconds.",
+)
+@click.option("--runner", type=click.Choice(["local", "spark"]), help="Overrides topology.runner.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Live progress (default: on a terminal; otherwise a status line every statestream.progress.interval.secs).",
+)
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Tracebacks for runtime failures, debug logging."
+)
+def run(
+    topology: str,
+    configs: tuple[str, ...],
+    sets: tuple[str, ...],
+    until_idle: bool,
+    duration: float | None,
+    runner: str | None,
+    progress: bool | None,
+    verbose: bool,
+) -> None:
+    """Run TOPOLOGY: a .py file (its `topology` attribute) or module:attribute,
+    naming a Topology or a function returning one."""
+    if until_idle and duration is not None:
+        raise click.UsageError("--until-idle and --duration exclude each other; pick one")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    with _errors(verbose):
+        topo = load_topology(topology)
+        conf = _load_config(
+            configs, list(sets) + ([f"topology.runner={runner}"] if runner else []), (topo.name,)
+        )
+        rt = _make_runtime(topo, conf)
+    show_live = sys.stderr.isatty() if progress is None else progress
+    stop_requests = 0
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop_requests
+        stop_requests += 1
+        if stop_requests > 1:
+            raise KeyboardInterrupt
+        click.echo("statestream: stopping (Ctrl-C again to abort)", err=True)
+        rt.stop()
+
+    old_int = signal.signal(signal.SIGINT, on_signal)
+    old_term = signal.signal(signal.SIGTERM, on_signal)
+    reporter = _Progress(rt, conf, live=show_live and (progress is not False))
+    try:
+        with reporter, _errors(verbose):
+            result = rt.run(until_idle=until_idle, duration=duration)
+    except KeyboardInterrupt:
+        click.echo("statestream: aborted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if verbose:
+            traceback.print_exc()
+        _fail(f"the run failed: {exc!r} (run with -v for the traceback)", EXIT_FAILURE)
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    _print_summary(result)
+
+
+def _make_runtime(topo: Any, conf: Config) -> Any:
+    runner = conf["topology.runner"]
+    if runner == "local":
+        from .runtime.local import LocalRuntime
+
+        return LocalRuntime(topo, conf)
+    raise ConfigError(f"topology.runner {runner!r} is not available yet; use 'local'")
+
+
+def _rows(metrics: dict[str, Any]) -> list[tuple[str, ...]]:
+    return [
+        (
+            cid,
+            f"{m.emitted:,}",
+            f"{m.executed:,}",
+            f"{m.acked:,}",
+            f"{m.failed:,}",
+            f"{m.errors:,}",
+            f"{m.queued:,}",
+        )
+        for cid, m in metrics.items()
+    ]
+
+
+_HEADERS = ("component", "emitted", "executed", "acked", "failed", "errors", "queued")
+
+
+def _print_summary(result: Any) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in _rows(result.components))) for i, h in enumerate(_HEADERS)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths, strict=True))]
+    for row in _rows(result.components):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    click.echo("\n".join(lines), err=True)
+    click.echo(
+        f"statestream: {result.reason} after {result.elapsed:.2f} s, "
+        f"{sum(m.errors for m in result.components.values())} errors",
+        err=True,
+    )
+
+
+class _Progress:
+    """Shows the run's counters while it runs, from a background thread.
+
+    On a terminal a live table (rich); otherwise one plain status line every
+    ``statestream.progress.interval.secs`` on stderr. Reading the counters
+    from another thread is safe: they are ints the run loop only increments.
+    """
+
+    def __init__(self, rt: Any, conf: Config, live: bool) -> None:
+        self.rt = rt
+        self.live = live
+        self.interval = float(conf["statestream.progress.interval.secs"])
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def _rates(self) -> list[tuple[str, ...]]:
+        now = time.monotonic()
+        metrics = self.rt.metrics()
+        rows = []
+        for cid, m in metrics.items():
+            done = m.executed if m.executed else m.emitted
+            t0, n0 = self._last.get(cid, (now, done))
+            rate = (done - n0) / (now - t0) if now > t0 else 0.0
+            self._last[cid] = (now, done)
+            rows.append((*_rows({cid: m})[0], f"{rate:,.0f}/s"))
+        return rows
+
+    def _table(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title="statestream", expand=False)
+        for h in (*_HEADERS, "rate"):
+            table.add_column(h, justify="left" if h == "component" else "right")
+        for row in self._rates():
+            table.add_row(*row)
+        return table
+
+    def _run_live(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        with Live(self._table(), console=Console(stderr=True), refresh_per_second=4) as live:
+            while not self._done.wait(0.5):
+                live.update(self._table())
+            live.update(self._table())
+
+    def _run_plain(self) -> None:
+        while not self._done.wait(self.interval):
+            parts = [
+                f"{r[0]} emitted={r[1]} executed={r[2]} failed={r[4]} errors={r[5]} rate={r[7]}"
+                for r in self._rates()
+            ]
+            click.echo("statestream: " + "; ".join(parts), err=True)
+
+    def __enter__(self) -> _Progress:
+        target: Callable[[], None] = self._run_live if self.live else self._run_plain
+        self._thread = threading.Thread(target=target, name="statestream-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+
+@main.command()
+def providers() -> None:
+    """List the installed state providers (entry point group statestream.providers)."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group="statestream.providers"), key=lambda e: e.name):
+        click.echo(f"{ep.name}\t{ep.value}")
+
+
+@main.command("topology")
+@click.argument("topology")
+def show_topology(topology: str) -> None:
+    """Validate TOPOLOGY and print its components and wiring."""
+    with _errors():
+        topo = load_topology(topology)
+    click.echo(f"topology {topo.name!r}")
+    for spec in topo.components.values():
+        kind = "spout" if spec.is_spout else ("stateful bolt" if spec.is_stateful else "bolt")
+        click.echo(f"  {spec.id} ({kind} {type(spec.obj).__name__}, {spec.parallelism} tasks)")
+        for stream, (fields, direct) in spec.outputs.items():
+            click.echo(f"    emits {stream}{' (direct)' if direct else ''}: {list(fields)}")
+        for sub in spec.inputs:
+            click.echo(f"    <- {sub.source}:{sub.stream} {sub.grouping.describe()}")
