@@ -87,12 +87,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisStateProvider", "key_names"]
 
 #: Storm's default serializer class names: they stand for "the configured serializer".
-STORM_DEFAULT_SERIALIZERS: Final = frozenset(
-    {
-        "org.apache.storm.state.DefaultStateSerializer",
-        "org.apache.storm.state.Serializer",
-    }
-)
+STORM_DEFAULT_SERIALIZERS: Final = frozenset({"org.apache.storm.state.DefaultStateSerializer"})
 _POOL_KEYS: Final = frozenset({"host", "port", "timeout", "database", "password"})
 _CHUNK: Final = 10_000  # fields per HSET/HDEL command in a pipeline
 _BACKOFF_BASE_S: Final = 0.05
@@ -295,9 +290,12 @@ class RedisStateProvider(BackendStateProvider):
             if config.get(key) is not None:
                 merged["db"] = config[key]
         url = config_option(name, config, "url", str, "")
-        if url and any(config.get(k) is not None for k in ("host", "port", "db", "database")):
+        connection_keys = ("host", "port", "db", "database", "password", "username", "ssl")
+        given = [k for k in (*connection_keys, "jedisPoolConfig") if config.get(k) is not None]
+        if url and given:
             raise ConfigError(
-                "redis state provider config: give either `url` or host/port/db, not both"
+                f"redis state provider config: give either `url` or {', '.join(given)}, not both "
+                "(a url carries them: rediss://user:password@host:port/db)"
             )
         password = merged["password"]
         username = config.get("username")

@@ -43,6 +43,7 @@ from ._errors import (
 from ._routing import stable_hash
 from ._run import load_topology, run
 from ._spouts import FileSpout
+from ._state import KeyValueState, State, StateProvider
 from ._topology import BoltDeclarer, Topology, TopologyBuilder
 from ._tuple import DEFAULT_STREAM, Fields, Tuple, Values
 
@@ -61,6 +62,7 @@ __all__ = [
     "FakeClock",
     "Fields",
     "FileSpout",
+    "KeyValueState",
     "OutputCollector",
     "OutputFieldsDeclarer",
     "ProtocolViolation",
@@ -71,8 +73,10 @@ __all__ = [
     "SerializationError",
     "Spout",
     "SpoutOutputCollector",
+    "State",
     "StateCorruptError",
     "StateError",
+    "StateProvider",
     "StatefulBolt",
     "StatestreamError",
     "SystemClock",

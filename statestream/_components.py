@@ -17,9 +17,11 @@ Lifecycle contracts (every runtime honours them):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._clock import Clock, SystemClock
+from ._errors import StateError
 from ._tuple import DEFAULT_STREAM, Fields, Tuple
 
 if TYPE_CHECKING:
@@ -68,7 +70,12 @@ class TopologyContext:
         task_id: int,
         component_tasks: Mapping[str, Sequence[int]],
         output_fields: Mapping[str, Mapping[str, Fields]],
+        state_opener: Callable[[str], KeyValueState] | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self._state_opener = state_opener
+        self.clock: Clock = clock or SystemClock()
+        """The runtime's clock (fake in tests): use it instead of ``time``."""
         self.topology_name = topology_name
         self.component_id = component_id
         self.task_index = task_index
@@ -86,6 +93,16 @@ class TopologyContext:
 
     def output_fields(self, component: str, stream: str = DEFAULT_STREAM) -> Fields:
         return self._output_fields[component][stream]
+
+    def state(self, namespace: str | None = None) -> KeyValueState:
+        """A key-value state from the configured provider; by default this task's
+        own namespace. Spouts use it to store their position (committed with
+        ``state.commit()``); stateful bolts get theirs through ``init_state``."""
+        if self._state_opener is None:
+            raise StateError(
+                f"component {self.component_id!r}: this runtime gives no state to components"
+            )
+        return self._state_opener(namespace or self.state_namespace)
 
     @property
     def state_namespace(self) -> str:

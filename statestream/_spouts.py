@@ -22,6 +22,13 @@ class FileSpout(Spout):
 
     ``path`` may be given directly or read from the config key ``path_key``
     (so a topology can take its input from ``--set wordcount.input=...``).
+
+    With ``resume=True`` the spout stores the acked prefix of line numbers (how
+    many lines from the start are fully processed) in the state provider, as a
+    Kafka consumer commits offsets, and a restart skips those lines: only the
+    unacknowledged tail is read again. The position is stored at most every
+    ``save_interval`` seconds and at close; a restart may therefore re-read a
+    few acked lines (at-least-once), never skip an unacked one.
     """
 
     def __init__(
@@ -31,6 +38,8 @@ class FileSpout(Spout):
         path_key: str | None = None,
         default_path: str | Path | None = None,
         strip: bool = True,
+        resume: bool = False,
+        save_interval: float = 1.0,
     ) -> None:
         self.path = str(path) if path is not None else None
         self.path_key = path_key
@@ -41,6 +50,13 @@ class FileSpout(Spout):
         self._eof = False
         self._in_flight: dict[int, str] = {}
         self._replay: deque[int] = deque()
+        self.resume = resume
+        self.save_interval = save_interval
+        self._position: Any = None  # the provider state holding the acked prefix
+        self._prefix = 0  # lines 0.._prefix-1 are acked
+        self._acked_ahead: set[int] = set()  # acked lines beyond the prefix
+        self._saved = 0
+        self._last_save = 0.0
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(["offset", "line"])
@@ -70,6 +86,17 @@ class FileSpout(Spout):
         except OSError as exc:
             key = f" (set by {self.path_key})" if self.path_key else ""
             raise ConfigError(f"cannot read the input file {path!r}{key}: {exc.strerror}") from exc
+        self._path = str(Path(path).resolve())
+        if self.resume:
+            self._position = context.state()
+            stored = self._position.get("position")
+            if stored and stored.get("path") == self._path:
+                skip = int(stored["line"])
+                for _ in range(skip):
+                    if not self._file.readline():
+                        break
+                self._next_line = self._prefix = self._saved = skip
+            self._last_save = context.clock.monotonic()
 
     def next_tuple(self) -> None:
         if self._replay:
@@ -90,7 +117,30 @@ class FileSpout(Spout):
         self.collector.emit([n, line], msg_id=n)
 
     def ack(self, msg_id: Any) -> None:
-        self._in_flight.pop(msg_id, None)
+        if self._in_flight.pop(msg_id, None) is None or not self.resume:
+            return
+        if msg_id == self._prefix:
+            prefix = msg_id + 1
+            ahead = self._acked_ahead
+            while prefix in ahead:
+                ahead.discard(prefix)
+                prefix += 1
+            self._prefix = prefix
+            if prefix - self._saved and (
+                self.context.clock.monotonic() - self._last_save >= self.save_interval
+            ):
+                self.save_position()
+        else:
+            self._acked_ahead.add(msg_id)
+
+    def save_position(self) -> None:
+        """Commit the acked prefix to the state provider now."""
+        if self._position is None or self._prefix == self._saved:
+            return
+        self._position.put("position", {"path": self._path, "line": self._prefix})
+        self._position.commit()
+        self._saved = self._prefix
+        self._last_save = self.context.clock.monotonic()
 
     def fail(self, msg_id: Any) -> None:
         if msg_id in self._in_flight:
@@ -100,6 +150,8 @@ class FileSpout(Spout):
         return self._eof and not self._in_flight and not self._replay
 
     def close(self) -> None:
+        if self._position is not None:
+            self.save_position()
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -107,4 +159,5 @@ class FileSpout(Spout):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_file"] = None  # an open file does not travel; open() reopens it
+        state["_position"] = None
         return state

@@ -494,13 +494,13 @@ class StoredKeyValueState:
         return self._prepared_txid
 
     def _check_txid(self, operation: str, txid: object) -> int:
-        if txid.__class__ is not int:
+        # bool is an int to Python, but True as a txid is a bug, not txid 1.
+        if not isinstance(txid, int) or isinstance(txid, bool):
             raise ProtocolViolation(
                 f"state {self.namespace!r}: {operation} needs an int txid, "
                 f"not {type(txid).__name__} {txid!r}"
             )
-        assert isinstance(txid, int)  # for mypy; the class check above is the real one
-        return txid
+        return int(txid)
 
     def prepare_commit(self, txid: int) -> None:
         """Store the pending changes as (part of) the prepared delta of ``txid``.

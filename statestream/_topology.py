@@ -8,10 +8,11 @@ to Spark executors. Runtimes instantiate one copy of each prototype per task.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import io
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import cloudpickle
@@ -231,14 +232,28 @@ class TopologyBuilder:
                 )
             for sub in spec.inputs:
                 self._validate_subscription(spec, sub)
-        topo = Topology(self.name, {cid: spec for cid, spec in comps.items()})
-        if any(s.is_stateful for s in comps.values()):
+        # Copies, so that using the builder (or a declarer) after build() cannot
+        # change the validated topology behind the caller's back.
+        topo = Topology(
+            self.name,
+            {
+                cid: replace(
+                    spec,
+                    inputs=list(spec.inputs),
+                    outputs=dict(spec.outputs),
+                    config=dict(spec.config),
+                )
+                for cid, spec in comps.items()
+            },
+        )
+        if topo.has_stateful_bolts:
             cycle = topo.find_cycle()
             if cycle:
                 raise TopologyError(
                     "a topology with stateful bolts must be acyclic so checkpoint barriers "
                     f"can flow; found the cycle {' -> '.join(cycle)}"
                 )
+            topo = _with_checkpointing(topo)
         topo.check_picklable()
         return topo
 
@@ -279,6 +294,32 @@ class TopologyBuilder:
                 f"bolt {spec.id!r} subscribes to the direct stream {sub.source!r}:{sub.stream} "
                 f"with a {g.describe()} grouping; use direct_grouping"
             )
+
+
+def _with_checkpointing(topo: Topology) -> Topology:
+    """Add ``$checkpointspout`` and wire ``$checkpoint`` through every bolt (all grouping).
+
+    A bolt gets the checkpoint stream from the checkpoint spout for each of
+    its inputs that is a spout, and from each upstream bolt otherwise, so a
+    barrier reaches every bolt only after it passed everything upstream.
+    """
+    from ._stateful import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout
+
+    comps = {cid: copy.copy(spec) for cid, spec in topo.components.items()}
+    cp = ComponentSpec(CHECKPOINT_SPOUT, CheckpointSpout(), 1)
+    cp.outputs = {CHECKPOINT_STREAM: (CHECKPOINT_FIELDS, False)}
+    for spec in comps.values():
+        if spec.is_spout:
+            continue
+        sources = dict.fromkeys(
+            CHECKPOINT_SPOUT if comps[sub.source].is_spout else sub.source for sub in spec.inputs
+        )
+        spec.inputs = [
+            *spec.inputs,
+            *(Subscription(src, CHECKPOINT_STREAM, Grouping("all")) for src in sources),
+        ]
+        spec.outputs = {**spec.outputs, CHECKPOINT_STREAM: (CHECKPOINT_FIELDS, False)}
+    return Topology(topo.name, {CHECKPOINT_SPOUT: cp, **comps})
 
 
 class Topology:

@@ -28,11 +28,13 @@ from typing import Any
 import xxhash
 
 from .._acker import AckerLedger, acker_task_for, new_id
+from .._checkpoint import Action, Barrier
 from .._clock import Clock, SystemClock
 from .._components import BasicBolt, Bolt, Spout, TopologyContext
-from .._errors import FailedException, ReliabilityError, TupleError
+from .._errors import ConfigError, FailedException, ReliabilityError, TupleError
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
+from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, HeldAcks, apply_action
 from .._topology import ComponentSpec, Topology
 from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple
 
@@ -191,22 +193,23 @@ class _Task:
     def deliver_untracked(
         self, origin: Origin, routes: list[_Route], values: Sequence[Any], direct: int | None
     ) -> None:
-        # The hot path: one shared, untracked tuple object for every target.
-        t = Tuple(values, origin)
+        # The hot path. One tuple object per target task, never shared: a
+        # receiving task marks its input ``done`` when it acks it, so a shared
+        # object would make the second receiver's ack look like a double ack.
         for r in routes:
             kind = r.kind
             if kind == _FIELDS1:
                 v = values[r.key]
                 h = _xxh3(v.encode()) if type(v) is str else stable_hash(v)
-                r.inboxes[h % r.n].append(t)
+                r.inboxes[h % r.n].append(Tuple(values, origin))
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
-                r.inboxes[i].append(t)
+                r.inboxes[i].append(Tuple(values, origin))
             else:
                 inboxes = r.inboxes
                 for i in r.choose(values, direct):
-                    inboxes[i].append(t)
+                    inboxes[i].append(Tuple(values, origin))
 
     def deliver_tracked(
         self,
@@ -255,7 +258,6 @@ class _Task:
                 for a in anchors:
                     a.ack_val ^= edge
         return created
-
 
     def deliver_one_root(
         self,
@@ -332,6 +334,7 @@ class SpoutTask(_Task):
         self.pending: RotatingMap[int, Any] = RotatingMap(_TIMEOUT_BUCKETS, self._expired)
         self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
         self.timed_out = 0
+        self.system = False  # the checkpoint spout: not a data source
 
     # -- the collector the spout sees ------------------------------------
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
@@ -447,6 +450,12 @@ class BoltTask(_Task):
         self.execute: Callable[[Tuple], None] = (
             self._execute_basic if self.basic else self.bolt.execute  # type: ignore[assignment]
         )
+        # Checkpoint tuples arrive on their own queue: they must get through
+        # while data waits (before INITSTATE, or while a full queue holds it).
+        self.control: deque[Tuple] = deque()
+        self.barrier: Barrier | None = None
+        self._round: list[Tuple] = []
+        self.ready = True  # may data tuples be executed now?
 
     # -- the collector the bolt sees -------------------------------------
     def emit(
@@ -586,11 +595,65 @@ class BoltTask(_Task):
             self.ack(tup)
 
     # -- scheduling ---------------------------------------------------------
-    def drain(self) -> None:
-        """Execute queued tuples until the inbox is empty or a downstream queue is full."""
-        self._drain()
+    def drain(self) -> bool:
+        """Handle checkpoint tuples, then execute queued tuples until the inbox is
+        empty or a downstream queue is full. True if anything was processed."""
+        did = False
+        if self.control:
+            self._drain_control()
+            did = True
+        if self.inbox and self.ready:
+            self._drain()
+            did = True
         if self.ack_buf:
             self.flush_acks()
+        return did
+
+    # -- checkpoints: the forwarder (StatefulBoltTask adds the state actions) --
+    def _drain_control(self) -> None:
+        control = self.control
+        while control:
+            tup = control.popleft()
+            try:
+                self._on_checkpoint(tup)
+            except Exception as exc:
+                self.report(exc, tup)
+
+    def _on_checkpoint(self, tup: Tuple) -> None:
+        txid, action_name = tup.values
+        action = Action(action_name)
+        assert self.barrier is not None
+        self._round.append(tup)
+        if not self.barrier.arrive((tup.origin.component, tup.origin.task), action, txid):
+            return
+        this_round = [t for t in self._round if t.values[0] == txid and t.values[1] == action_name]
+        for stale in self._round:
+            if stale not in this_round and not stale.done:
+                self._ack_now(stale)  # a round abandoned upstream; its tree failed already
+        self._round = []
+        try:
+            self.checkpoint_action(action, txid)
+        except Exception as exc:
+            self.report(exc, f"checkpoint {action.value}({txid})")
+            for t in this_round:
+                self.fail(t)
+            return
+        self.emit([txid, action_name], this_round, CHECKPOINT_STREAM)
+        for t in this_round:
+            self._ack_now(t)
+
+    def checkpoint_action(self, action: Action, txid: int) -> None:
+        """What this task does when a checkpoint round completes: a plain bolt only forwards."""
+
+    def _ack_now(self, tup: Tuple) -> None:
+        """Ack straight to the acker (checkpoint tuples are never held)."""
+        tup.done = True
+        anchors = tup.anchors
+        acking = self.rt.acking
+        if anchors and acking is not None:
+            v = tup.ack_val
+            for root, edge in anchors.items():
+                acking.ack(root, edge ^ v)
 
     def _drain(self) -> None:
         inbox = self.inbox
@@ -628,6 +691,42 @@ class BoltTask(_Task):
                 self.fail(tup)
             return
         self.executed += n
+
+
+class StatefulBoltTask(BoltTask):
+    """A stateful bolt's task: buffers data until INITSTATE, acts on checkpoints,
+    holds acks until the checkpoint covering them commits."""
+
+    def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
+        super().__init__(rt, spec, task_index, task_id)
+        self.held = HeldAcks()
+        self.ready = False
+        self.state: Any = None
+
+    def flush_acks(self) -> None:
+        self.held.hold(self.ack_buf)
+        self.ack_buf.clear()
+
+    def checkpoint_action(self, action: Action, txid: int) -> None:
+        if self.state is None:
+            self.state = self.rt.open_state(f"{self.component}-{self.task_index}")
+        if self.ack_buf:
+            self.flush_acks()
+        apply_action(self.bolt, self.state, action, txid, self.ready)  # type: ignore[arg-type]
+        acking = self.rt.acking
+        assert acking is not None
+        if action is Action.PREPARE:
+            self.held.prepare(txid)
+        elif action is Action.COMMIT:
+            for root, xor_val in self.held.commit(txid).items():
+                acking.ack(root, xor_val)
+        elif action is Action.ROLLBACK:
+            # Whatever these tuples did to the state is gone: replay them.
+            for root in self.held.rollback():
+                acking.fail(root)
+            self.ready = False
+        else:
+            self.ready = True
 
 
 class _BasicCollector:
@@ -686,6 +785,13 @@ class LocalRuntime:
         self.spout_by_task: dict[int, SpoutTask] = {}
         self.tasks_of: dict[str, list[_Task]] = {}
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
+        self.provider: Any = None
+        self._states: dict[str, Any] = {}
+        if topology.has_stateful_bolts and self.acking is None:
+            raise ConfigError(
+                f"topology {topology.name!r} has stateful bolts, which need acking to know when "
+                "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
+            )
         self._build()
 
     # -- wiring ---------------------------------------------------------------
@@ -709,8 +815,12 @@ class LocalRuntime:
                 task: _Task
                 if spec.is_spout:
                     task = SpoutTask(self, spec, i, tid)
+                    task.system = cid == CHECKPOINT_SPOUT
                     self.spouts.append(task)  # type: ignore[arg-type]
                     self.spout_by_task[tid] = task  # type: ignore[assignment]
+                elif spec.is_stateful:
+                    task = StatefulBoltTask(self, spec, i, tid)
+                    self.bolts.append(task)  # type: ignore[arg-type]
                 else:
                     task = BoltTask(self, spec, i, tid)
                     self.bolts.append(task)  # type: ignore[arg-type]
@@ -730,8 +840,10 @@ class LocalRuntime:
         outs: list[deque[Any]] = []
         for stream, (fields, direct) in spec.outputs.items():
             routes: list[_Route] = []
+            control = stream == CHECKPOINT_STREAM
             for target, sub in self.topology.subscribers(spec.id, stream):
-                inboxes = [t.inbox for t in self.tasks_of[target.id]]  # type: ignore[attr-defined]
+                queue = "control" if control else "inbox"
+                inboxes = [getattr(t, queue) for t in self.tasks_of[target.id]]
                 g = sub.grouping
                 if g.kind == "fields":
                     kind = _FIELDS1 if len(g.fields) == 1 else _FIELDSN
@@ -751,10 +863,39 @@ class LocalRuntime:
                     tid: i for i, tid in enumerate(self.component_tasks[target.id])
                 }
                 routes.append(route)
-                outs.extend(q for q in inboxes if all(q is not o for o in outs))
+                if self._reaches(target.id, spec.id):
+                    # A queue on a cycle back to this task is exempt from
+                    # backpressure: blocking on it would deadlock the cycle
+                    # (a full queue whose consumer waits, through the cycle,
+                    # for this task).
+                    continue
+                if not control:  # checkpoints are never held back by backpressure
+                    outs.extend(q for q in inboxes if all(q is not o for o in outs))
             origin = Origin(spec.id, task.task_id, task.task_index, stream, fields)
             task.streams[stream] = (origin, len(fields), routes, direct)
         task.out_queues = outs
+        if isinstance(task, BoltTask):
+            upstream = frozenset(
+                (sub.source, tid)
+                for sub in spec.inputs
+                if sub.stream == CHECKPOINT_STREAM
+                for tid in self.component_tasks[sub.source]
+            )
+            if upstream:
+                task.barrier = Barrier(upstream)
+
+    def _reaches(self, source: str, target: str) -> bool:
+        """True if tuples from ``source`` can flow (through any path) to ``target``."""
+        seen = {source}
+        todo = [source]
+        while todo:
+            for nxt in self.topology.downstream(todo.pop()):
+                if nxt == target:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
 
     def _context(self, task: _Task) -> TopologyContext:
         return TopologyContext(
@@ -764,7 +905,24 @@ class LocalRuntime:
             task.task_id,
             self.component_tasks,
             self._output_fields,
+            state_opener=self.open_state,
+            clock=self.clock,
         )
+
+    # -- state ---------------------------------------------------------------------
+    def open_state(self, namespace: str) -> Any:
+        """The provider's state for ``namespace`` (the provider opens on first use)."""
+        state = self._states.get(namespace)
+        if state is None:
+            if self.provider is None:
+                from .._registry import open_provider
+
+                self.provider = open_provider(
+                    self.config["topology.state.provider"],
+                    self.config["topology.state.provider.config"],
+                )
+            state = self._states[namespace] = self.provider.get_state(namespace)
+        return state
 
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: _Task, exc: BaseException, tup: Any) -> None:
@@ -814,6 +972,8 @@ class LocalRuntime:
         for freq, bolts in by_freq.items():
             origin = Origin(SYSTEM_COMPONENT, -1, 0, TICK_STREAM, Fields("freq"))
             self._timers.append([now + freq, freq, _TickSender(bolts, origin, freq)])
+        # So that step() fires timers when a caller drives the loop itself.
+        self._next_due = min((t[0] for t in self._timers), default=float("inf"))
 
     def _rotate_timeouts(self) -> None:
         assert self.acking is not None
@@ -850,6 +1010,8 @@ class LocalRuntime:
                 bolt.bolt.cleanup()
             except Exception as exc:
                 bolt.report(exc, "cleanup()")
+        if self.provider is not None:
+            self.provider.close()
 
     def __enter__(self) -> LocalRuntime:
         return self
@@ -862,8 +1024,7 @@ class LocalRuntime:
         """One round: drain every bolt, fire due timers, poll every spout. True if anything moved."""
         busy = False
         for bolt in self.bolts:
-            if bolt.inbox:
-                bolt.drain()
+            if (bolt.inbox or bolt.control) and bolt.drain():
                 busy = True
         now = self.clock.monotonic()
         if now >= self._next_due:
@@ -881,7 +1042,9 @@ class LocalRuntime:
 
     def idle(self) -> bool:
         """Every spout is exhausted and nothing is in flight."""
-        return all(s.idle() for s in self.spouts) and not any(b.inbox for b in self.bolts)
+        return all(s.idle() for s in self.spouts if not s.system) and not any(
+            b.inbox for b in self.bolts
+        )
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run until stopped, until ``duration`` seconds pass, or (``until_idle``) until
@@ -913,10 +1076,12 @@ class LocalRuntime:
     def _finish_queued(self) -> None:
         """Process what is already queued (no new spout tuples) so that a stop
         does not strand work mid-topology; completions reach their spouts."""
-        while any(b.inbox for b in self.bolts):
+        busy = True
+        while busy:
+            busy = False
             for bolt in self.bolts:
-                if bolt.inbox:
-                    bolt.drain()
+                if (bolt.inbox or bolt.control) and bolt.drain():
+                    busy = True
         for spout in self.spouts:
             if spout.completions:
                 spout._drain_completions()

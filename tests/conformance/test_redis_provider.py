@@ -214,6 +214,8 @@ def test_explicit_keys_win_over_jedis_pool_config() -> None:
         ({"port": "eighty"}, "port"),
         ({"db": 1, "database": 1}, "not both"),
         ({"url": "redis://h:1/0", "host": "h"}, "not both"),
+        ({"url": "redis://h:1/0", "password": "p"}, "not both"),
+        ({"url": "redis://h:1/0", "jedisPoolConfig": {"port": 1}}, "not both"),
         ({"url": "http://h:1"}, "redis://"),
         ({"retries": -1}, "retries"),
         ({"timeout": 0}, "timeout"),

@@ -1,0 +1,175 @@
+"""The bolt side of checkpointing, shared by every runtime.
+
+* :func:`apply_action` is what a stateful task does for one checkpoint
+  action: call the user's hook, then act on its state.
+* :class:`HeldAcks` holds a stateful task's acks until the checkpoint that
+  covers them commits (then they are released to the acker) or rolls back
+  (then their roots are failed and replayed). It holds XOR sums per root, not
+  tuples, so its size is bounded by the spout tuples in flight, not by the
+  tuples processed.
+* :class:`CheckpointSpout` is the system spout ``$checkpointspout`` for
+  runtimes that move checkpoints as tuples (the local runtime): it wraps the
+  pure :class:`~statestream._checkpoint.CheckpointCoordinator` and stores its
+  phase in the state provider before each emission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._checkpoint import Action, CheckpointCoordinator, CheckpointState
+from ._components import (
+    OutputFieldsDeclarer,
+    Spout,
+    SpoutOutputCollector,
+    StatefulBolt,
+    TopologyContext,
+)
+from ._errors import ProtocolViolation, StateError
+from ._tuple import Fields
+
+if TYPE_CHECKING:
+    from ._state import KeyValueState
+
+__all__ = [
+    "CHECKPOINT_FIELDS",
+    "CHECKPOINT_SPOUT",
+    "CHECKPOINT_STREAM",
+    "CheckpointSpout",
+    "HeldAcks",
+    "apply_action",
+]
+
+CHECKPOINT_SPOUT = "$checkpointspout"
+CHECKPOINT_STREAM = "$checkpoint"
+CHECKPOINT_FIELDS = Fields("txid", "action")
+_STATE_KEY = "checkpoint"
+
+
+def apply_action(
+    bolt: StatefulBolt, state: KeyValueState, action: Action, txid: int, initialized: bool
+) -> None:
+    """Carry out one checkpoint action on a stateful task: hook first, then the state.
+
+    ``initialized`` says whether ``init_state`` has run since the last
+    rollback; a PREPARE before that is refused (the checkpoint fails, and the
+    coordinator recovers with ROLLBACK then INITSTATE).
+    """
+    if action is Action.PREPARE:
+        if not initialized:
+            raise ProtocolViolation(
+                f"PREPARE({txid}) reached a task before INITSTATE; failing the checkpoint"
+            )
+        bolt.pre_prepare(txid)
+        state.prepare_commit(txid)
+    elif action is Action.COMMIT:
+        bolt.pre_commit(txid)
+        state.commit(txid)
+    elif action is Action.ROLLBACK:
+        bolt.pre_rollback()
+        state.rollback()
+    elif action is Action.INITSTATE:
+        bolt.init_state(state)
+    else:  # pragma: no cover - Action is closed
+        raise ProtocolViolation(f"unknown checkpoint action {action!r}")
+
+
+class HeldAcks:
+    """Acks a stateful task made, held until a commit covers them.
+
+    ``hold`` adds acks (root -> XOR value) made since the last prepare;
+    ``prepare(t)`` marks them as covered by ``t``; ``commit(t)`` returns every
+    ack covered by ``t`` or earlier, to send to the acker; ``rollback()``
+    returns every held root, to fail.
+    """
+
+    def __init__(self) -> None:
+        self.current: dict[int, int] = {}
+        self.covered: dict[int, dict[int, int]] = {}
+
+    def hold(self, acks: Mapping[int, int]) -> None:
+        current = self.current
+        for root, value in acks.items():
+            current[root] = current.get(root, 0) ^ value
+
+    def prepare(self, txid: int) -> None:
+        if self.current:
+            into = self.covered.setdefault(txid, {})
+            for root, value in self.current.items():
+                into[root] = into.get(root, 0) ^ value
+            self.current = {}
+
+    def commit(self, txid: int) -> dict[int, int]:
+        released: dict[int, int] = {}
+        for t in [t for t in self.covered if t <= txid]:
+            for root, value in self.covered.pop(t).items():
+                released[root] = released.get(root, 0) ^ value
+        return released
+
+    def rollback(self) -> set[int]:
+        roots = set(self.current)
+        for acks in self.covered.values():
+            roots.update(acks)
+        self.current = {}
+        self.covered = {}
+        return roots
+
+    def __len__(self) -> int:
+        return len(self.current) + sum(len(a) for a in self.covered.values())
+
+
+class CheckpointSpout(Spout):
+    """``$checkpointspout``: emits PREPARE/COMMIT/ROLLBACK/INITSTATE on ``$checkpoint``.
+
+    The runtime gives it the task's state (namespace ``$checkpointspout-0``)
+    and its clock through the context. Every phase change is committed to the
+    provider before the tuple that announces it is emitted.
+    """
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare_stream(CHECKPOINT_STREAM, CHECKPOINT_FIELDS)
+
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        super().open(conf, context, collector)
+        self.state = context.state()
+        self.clock = context.clock
+        raw = self.state.get(_STATE_KEY)
+        stored = CheckpointState.from_json(raw) if raw is not None else None
+        interval_ms = int(conf["topology.state.checkpoint.interval.ms"])
+        self.coordinator = CheckpointCoordinator(stored, interval_ms, self._save)
+
+    def _save(self, cs: CheckpointState) -> None:
+        self.state.put(_STATE_KEY, cs.to_json())
+        self.state.commit(None)
+
+    def next_tuple(self) -> None:
+        emission = self.coordinator.poll(self.clock.monotonic() * 1000.0)
+        if emission is not None:
+            self.collector.emit(
+                [emission.txid, emission.action.value],
+                msg_id=(emission.action.value, emission.txid),
+                stream=CHECKPOINT_STREAM,
+            )
+
+    def ack(self, msg_id: Any) -> None:
+        action, txid = msg_id
+        try:
+            self.coordinator.on_ack(Action(action), txid, self.clock.monotonic() * 1000.0)
+        except StateError as exc:
+            # The next phase could not be stored: treat the round as failed so
+            # the coordinator recovers from what is stored, instead of waiting
+            # for an ack that has already come.
+            self.collector.report_error(exc)
+            self.coordinator.on_fail(Action(action), txid)
+
+    def fail(self, msg_id: Any) -> None:
+        action, txid = msg_id
+        self.coordinator.on_fail(Action(action), txid)
+
+    def exhausted(self) -> bool:
+        # Checkpoints never end, and a run may stop between two of them: the
+        # next start recovers from the stored phase.
+        return True
