@@ -59,11 +59,14 @@ class SplitSentence(BasicBolt):
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         offset, line = tuple.values
-        if self.fail_rate and offset not in self.failed_once:
-            # A stable draw per line: the same lines fail in every run.
-            if stable_hash(["fail", offset]) % 1_000_000 < self.fail_rate * 1_000_000:
-                self.failed_once.add(offset)
-                raise FailedException(f"line {offset} fails on first sight")
+        # A stable draw per line: the same lines fail in every run.
+        if (
+            self.fail_rate
+            and offset not in self.failed_once
+            and stable_hash(["fail", offset]) % 1_000_000 < self.fail_rate * 1_000_000
+        ):
+            self.failed_once.add(offset)
+            raise FailedException(f"line {offset} fails on first sight")
         for word in line.split():
             collector.emit([word])
 

@@ -21,7 +21,7 @@ import click
 
 from ._config import Config, load_config
 from ._errors import ConfigError, StatestreamError, TopologyError
-from ._run import load_topology
+from ._run import load_topology, make_runtime
 
 __all__ = ["main"]
 
@@ -113,7 +113,7 @@ def run(
         conf = _load_config(
             configs, list(sets) + ([f"topology.runner={runner}"] if runner else []), (topo.name,)
         )
-        rt = _make_runtime(topo, conf)
+        rt = make_runtime(topo, conf)
     show_live = sys.stderr.isatty() if progress is None else progress
     stop_requests = 0
 
@@ -142,15 +142,6 @@ def run(
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
     _print_summary(result)
-
-
-def _make_runtime(topo: Any, conf: Config) -> Any:
-    runner = conf["topology.runner"]
-    if runner == "local":
-        from .runtime.local import LocalRuntime
-
-        return LocalRuntime(topo, conf)
-    raise ConfigError(f"topology.runner {runner!r} is not available yet; use 'local'")
 
 
 def _rows(metrics: dict[str, Any]) -> list[tuple[str, ...]]:

@@ -91,11 +91,16 @@ def run(
 ) -> Any:
     """Run ``topology`` on the runtime ``topology.runner`` names; return its RunResult."""
     conf = as_config(config, (topology.name,))
-    runner = conf["topology.runner"]
-    if runner == "local":
-        from .runtime.local import LocalRuntime
+    return make_runtime(topology, conf, clock=clock).run(until_idle=until_idle, duration=duration)
 
-        return LocalRuntime(topology, conf, clock=clock).run(
-            until_idle=until_idle, duration=duration
-        )
-    raise ConfigError(f"topology.runner {runner!r} is not available yet; use 'local'")
+
+def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -> Any:
+    """The runtime ``topology.runner`` names, ready to ``run``."""
+    runner = conf["topology.runner"]
+    if runner == "spark":
+        from .runtime.spark import SparkRuntime
+
+        return SparkRuntime(topology, conf)
+    from .runtime.local import LocalRuntime
+
+    return LocalRuntime(topology, conf, clock=clock)

@@ -260,6 +260,18 @@ _short_repr.maxother = 60
 _Entry = tuple[Any, bytes, Any, bytes | None]
 
 
+def _cache_key(plain: Any, encoded: bytes) -> Hashable:
+    """The cache key of a key whose JSON is ``encoded`` and decodes to ``plain``.
+
+    A key is cached under the plain ``str`` or ``int`` its JSON decodes to,
+    else under its encoding. So keys the store cannot tell apart share an
+    entry (``IntEnum`` members and their int, ``StrEnum`` members and their
+    str), and keys it can (``1``, ``1.0``, ``True``; equal in Python) do not.
+    """
+    cls = plain.__class__
+    return plain if cls is str or cls is int else (_ENCODED, encoded)
+
+
 def _freeze(obj: Any) -> Any:
     """JSON has no tuples: turn a decoded list key back into the tuple it was."""
     if isinstance(obj, list):
@@ -289,9 +301,8 @@ class StoredKeyValueState:
     rolls it back.
 
     Cache keys: ``str`` and ``int`` keys are their own cache keys (the hot
-    path); any other key is cached under its canonical JSON encoding, so that
-    keys Python deems equal but the store does not (``1``, ``1.0``, ``True``)
-    stay apart, exactly as they are in the store.
+    path, no decoding); see :func:`_cache_key` for the others. The view thus
+    tells keys apart exactly as the store does.
 
     The read cache assumes this object is the only writer of its namespace,
     which the topology guarantees (one task, one namespace). Not thread-safe.
@@ -358,19 +369,18 @@ class StoredKeyValueState:
                 f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
                 f"{type(key).__name__!r}: keys must be hashable (use a tuple, not a list)"
             ) from exc
-        return (_ENCODED, encoded), encoded
+        return _cache_key(orjson.loads(encoded), encoded), encoded
 
     def _stored_key(self, encoded: bytes) -> tuple[Any, Hashable]:
         """Decode a key read from the store; return ``(key, cache key)``."""
         try:
-            key = _freeze(orjson.loads(encoded))
+            plain = orjson.loads(encoded)
         except orjson.JSONDecodeError as exc:
             raise StateCorruptError(
                 f"state {self.namespace!r}: the store holds a key that is not JSON: "
                 f"{_short_repr.repr(encoded)}"
             ) from exc
-        cls = key.__class__
-        return key, (key if cls is str or cls is int else (_ENCODED, encoded))
+        return _freeze(plain), _cache_key(plain, encoded)
 
     def _decode_value(self, key: Any, data: bytes) -> Any:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
@@ -218,3 +219,25 @@ def test_pickle_serializer_when_configured(provider_factory: Any, namespace: str
     reopened = provider_factory(serializer="pickle").get_state(namespace)
     assert reopened.get("set") == {1, 2}
     assert reopened.get(("t", 1)) == (1, 2)
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+def test_enum_keys_are_the_plain_keys_they_encode_to(provider_factory: Any, namespace: str) -> None:
+    # The store sees "red" and 3; the cache must not keep them apart.
+    state = provider_factory().get_state(namespace)
+    state.put(Colour.RED, "enum")
+    state.put(Level.HIGH, "enum")
+    assert state.get("red") == "enum" and state.get(3) == "enum"
+    state.put("red", "plain")
+    assert state.get(Colour.RED) == "plain"
+    state.commit()
+    reopened = provider_factory().get_state(namespace)
+    assert dict(reopened.items()) == {"red": "plain", 3: "enum"}
+    assert reopened.get(Level.HIGH) == "enum"
