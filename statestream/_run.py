@@ -13,7 +13,7 @@ import cloudpickle
 
 from ._clock import Clock
 from ._config import Config
-from ._errors import ConfigError, TopologyError
+from ._errors import TopologyError
 from ._topology import Topology
 
 __all__ = ["as_config", "load_topology", "run"]
