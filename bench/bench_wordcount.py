@@ -83,9 +83,13 @@ def main() -> None:
         f" --sentences {args.sentences}" if args.sentences != 200_000 else ""
     )
     print(f"command: {cmd}")
-    print(f"corpus: {args.sentences:,} sentences, {rows[0]['words']:,} words, python {sys.version.split()[0]}")
+    print(
+        f"corpus: {args.sentences:,} sentences, {rows[0]['words']:,} words, python {sys.version.split()[0]}"
+    )
     print()
-    print("| acking | words/s end to end | split executed/s | count executed/s | sentences emitted/s | peak RSS MB | exact |")
+    print(
+        "| acking | words/s end to end | split executed/s | count executed/s | sentences emitted/s | peak RSS MB | exact |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         label = "off (acker.executors=0)" if r["ackers"] == 0 else f"on ({r['ackers']} acker)"

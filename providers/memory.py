@@ -178,6 +178,17 @@ class MemoryStateProvider(BackendStateProvider):
     def __repr__(self) -> str:
         return f"MemoryStateProvider(name={self.store_name!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The store is this process's; a copy unpickled elsewhere joins the
+        # store of the same name there (for local runs that pickle topologies).
+        state = self.__dict__.copy()
+        state.update(_store=None, _states={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._store = _store(self.store_name)
+
     def _open_backend(self, namespace: str) -> _MemoryBackend:
         return _MemoryBackend(self, self._store, namespace)
 

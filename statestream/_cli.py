@@ -244,6 +244,91 @@ class _Progress:
             self._thread.join(timeout=2)
 
 
+@main.group()
+def state() -> None:
+    """Inspect committed state, with the same config the topology ran with."""
+
+
+def _open_provider(configs: Sequence[str], sets: Sequence[str], prefixes: Sequence[str]) -> Any:
+    from ._registry import open_provider
+
+    conf = load_config(files=configs, sets=sets, topology_prefixes=prefixes)
+    return open_provider(conf["topology.state.provider"], conf["topology.state.provider.config"])
+
+
+_PREFIX_HELP = "A topology prefix whose keys may appear in the config files (e.g. wordcount)."
+
+
+@state.command("dump")
+@click.option("--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP)
+@click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+@click.option("--component", required=True, help="The stateful bolt whose state to print.")
+@click.option("--task", type=click.IntRange(min=0), help="Only this task (default: every task).")
+@click.option(
+    "--prefix",
+    "prefixes",
+    multiple=True,
+    default=("wordcount",),
+    show_default=True,
+    help=_PREFIX_HELP,
+)
+def state_dump(
+    configs: tuple[str, ...],
+    sets: tuple[str, ...],
+    component: str,
+    task: int | None,
+    prefixes: tuple[str, ...],
+) -> None:
+    """Print the committed entries of COMPONENT as JSON lines
+    {"component", "task", "key", "value"}."""
+    import orjson
+
+    with _errors(), _open_provider(configs, sets, prefixes) as provider:
+        if task is None:
+            tasks = sorted(
+                int(ns.rpartition("-")[2])
+                for ns in provider.namespaces()
+                if ns.rpartition("-")[0] == component and ns.rpartition("-")[2].isdigit()
+            )
+        else:
+            tasks = [task]
+        out = sys.stdout.buffer
+        for t in tasks:
+            for key, value in provider.get_state(f"{component}-{t}").items():
+                out.write(
+                    orjson.dumps({"component": component, "task": t, "key": key, "value": value})
+                    + b"\n"
+                )
+        out.flush()
+
+
+@state.command("info")
+@click.option("--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP)
+@click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+@click.option(
+    "--prefix",
+    "prefixes",
+    multiple=True,
+    default=("wordcount",),
+    show_default=True,
+    help=_PREFIX_HELP,
+)
+def state_info(configs: tuple[str, ...], sets: tuple[str, ...], prefixes: tuple[str, ...]) -> None:
+    """Print the checkpoint's txid and phase, and the namespaces that hold state."""
+    from ._checkpoint import CheckpointState
+    from ._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STATE_KEY
+
+    with _errors(), _open_provider(configs, sets, prefixes) as provider:
+        raw = provider.get_state(f"{CHECKPOINT_SPOUT}-0").get(CHECKPOINT_STATE_KEY)
+        if raw is None:
+            click.echo("checkpoint: none (nothing was ever checkpointed with this config)")
+        else:
+            cs = CheckpointState.from_json(raw)
+            click.echo(f"checkpoint: txid {cs.txid} phase {cs.phase.value}")
+        for ns in sorted(provider.namespaces()):
+            click.echo(f"namespace: {ns}")
+
+
 @main.command()
 def providers() -> None:
     """List the installed state providers (entry point group statestream.providers)."""

@@ -44,7 +44,7 @@ __all__ = [
 CHECKPOINT_SPOUT = "$checkpointspout"
 CHECKPOINT_STREAM = "$checkpoint"
 CHECKPOINT_FIELDS = Fields("txid", "action")
-_STATE_KEY = "checkpoint"
+CHECKPOINT_STATE_KEY = "checkpoint"
 
 
 def apply_action(
@@ -136,13 +136,13 @@ class CheckpointSpout(Spout):
         super().open(conf, context, collector)
         self.state = context.state()
         self.clock = context.clock
-        raw = self.state.get(_STATE_KEY)
+        raw = self.state.get(CHECKPOINT_STATE_KEY)
         stored = CheckpointState.from_json(raw) if raw is not None else None
         interval_ms = int(conf["topology.state.checkpoint.interval.ms"])
         self.coordinator = CheckpointCoordinator(stored, interval_ms, self._save)
 
     def _save(self, cs: CheckpointState) -> None:
-        self.state.put(_STATE_KEY, cs.to_json())
+        self.state.put(CHECKPOINT_STATE_KEY, cs.to_json())
         self.state.commit(None)
 
     def next_tuple(self) -> None:

@@ -140,10 +140,11 @@ def require_real_redis() -> None:
 
 def delete_prefix(prefix: str) -> None:
     import redis
+    from statestream_providers.redis import _glob_escape
 
     client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)
     try:
-        pattern = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*"
+        pattern = _glob_escape(prefix) + "*"
         keys = list(client.scan_iter(match=pattern, count=1000))
         for start in range(0, len(keys), 1000):
             client.delete(*keys[start : start + 1000])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import uuid
 from collections.abc import Iterator
 
@@ -66,3 +67,10 @@ def test_default_store_and_storm_alias() -> None:
 def test_unknown_config_key() -> None:
     with pytest.raises(ConfigError, match=r"'path'.*known keys: name, serializer"):
         MemoryStateProvider.from_config({"path": "/tmp/x"})
+
+
+def test_pickles_into_the_store_of_the_same_name(store_name: str) -> None:
+    provider = MemoryStateProvider.from_config({"name": store_name})
+    _commit(provider, "count-0", 1)
+    clone = pickle.loads(pickle.dumps(provider))
+    assert clone.get_state("count-0").get("k") == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from statestream_providers import redis as redis_provider
 from statestream_providers.redis import RedisStateProvider, key_names
 
 from statestream._errors import (
@@ -146,6 +147,8 @@ def test_reconnects_after_fork(redis_factory: Any, monkeypatch: pytest.MonkeyPat
     assert redis_factory().get_state("count-0").get("a") == 1
     assert _raw(provider) is not parent_client
     assert provider.get_state("count-0").get("b") is None
+    redis_provider._INHERITED.remove(parent_client)
+    parent_client.close()
 
 
 @pytest.mark.redis

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from statestream_providers import sqlite as sqlite_provider
 from statestream_providers.sqlite import SQLiteStateProvider
 
 from statestream._errors import ConfigError, ProviderUnavailableError, StateCorruptError
@@ -140,6 +141,8 @@ def test_reconnects_after_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         assert provider.get_state("count-0").get("other") is None
         assert provider._connection() is not parent_conn
         parent_conn.execute("SELECT 1")  # the parent's connection was left open
+    sqlite_provider._INHERITED.remove(parent_conn)
+    parent_conn.close()
 
 
 def test_pickles_without_its_connection(tmp_path: Path) -> None:
