@@ -41,7 +41,8 @@ def test_creates_parent_directories_lazily_and_uses_wal(tmp_path: Path) -> None:
 def test_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     with open_provider("sqlite") as provider:
-        _commit_one(provider)  # type: ignore[arg-type]
+        assert isinstance(provider, SQLiteStateProvider)
+        _commit_one(provider)
     assert (tmp_path / "statestream-data" / "state.db").exists()
 
 

@@ -141,7 +141,7 @@ def test_items_iter_and_contains_agree_with_get(provider: StateProvider, namespa
     state.delete("k4")
     state.delete("p")
     state.put("q", "pending-new")  # pending: k3, -k4, -p, q
-    expected = {f"k{i}": i for i in range(20)}
+    expected: dict[str, Any] = {f"k{i}": i for i in range(20)}
     expected.update(k1="prepared", k3="pending", q="pending-new")
     del expected["k2"], expected["k4"]
     assert _visible(state) == expected
