@@ -264,10 +264,12 @@ class CheckpointCoordinator:
         """The emission in flight, if any."""
         return self._pending
 
-    def poll(self, now_ms: float) -> Emission | None:
+    def poll(self, now_ms: float, *, early: bool = False) -> Emission | None:
         """Return the checkpoint tuple to emit now, or ``None``.
 
-        ``now_ms`` must not go backwards between calls.
+        ``now_ms`` must not go backwards between calls. ``early`` starts the
+        next checkpoint without waiting for the interval (a runtime asks for
+        this when everything in flight is only waiting for a commit).
         """
         if self._pending is not None:
             return None
@@ -278,7 +280,7 @@ class CheckpointCoordinator:
         if state.phase is Phase.COMMITTED:
             if self._completed_ms is None:
                 self._completed_ms = now_ms
-            if now_ms - self._completed_ms < self._interval_ms:
+            if now_ms - self._completed_ms < self._interval_ms and not early:
                 return None
             # Save PREPARING(t+1) first: after a crash, recovery must know a
             # prepare may have reached some bolts, and roll it back.

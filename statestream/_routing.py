@@ -32,7 +32,13 @@ def stable_hash(value: Any) -> int:
     encoding with sorted keys (so ints, floats, lists and dicts work).
     """
     if type(value) is str:
-        return _xxh3(value.encode())
+        try:
+            return _xxh3(value.encode())
+        except UnicodeEncodeError as exc:  # a lone surrogate: not UTF-8, as orjson says too
+            raise TupleError(
+                f"cannot route on {value!r} (str): it is not valid UTF-8 ({exc.reason}); "
+                "fields grouping keys must be encodable strings"
+            ) from exc
     if type(value) is bytes:
         return _xxh3(value)
     try:

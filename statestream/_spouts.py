@@ -151,6 +151,44 @@ class FileSpout(Spout):
         self._saved = self._prefix
         self._last_save = self.context.clock.monotonic()
 
+    # -- the replay contract (see the class docstring) ---------------------------------
+    def _replay_start(self, conf: Mapping[str, Any], start: Any) -> tuple[str, int, int]:
+        path = str(Path(self.resolve_path(conf)).resolve())
+        if isinstance(start, Mapping) and start.get("path") == path:
+            return path, int(start["line"]), int(start["offset"])
+        return path, 0, 0
+
+    def plan_batch(self, conf: Mapping[str, Any], start: Any, max_items: int) -> Any:
+        """The position ``max_items`` lines after ``start`` (fewer at the end of the file),
+        or None if no complete or partial line follows ``start``."""
+        path, line, offset = self._replay_start(conf, start)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                n = 0
+                readline = f.readline
+                while n < max_items and readline():
+                    n += 1
+                end = f.tell()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the input file {path!r}: {exc.strerror}") from exc
+        if n == 0:
+            return None
+        return {"path": path, "line": line + n, "offset": end}
+
+    def read_batch(self, conf: Mapping[str, Any], start: Any, end: Any) -> Any:
+        """Yield ``[line number, line]`` for each line between ``start`` and ``end``."""
+        path, line, offset = self._replay_start(conf, start)
+        count = int(end["line"]) - line
+        strip = self.strip
+        with open(path, "rb") as f:
+            f.seek(offset)
+            for n in range(line, line + count):
+                text = f.readline().decode("utf-8")
+                if text.endswith("\r\n"):  # as text mode reads it (universal newlines)
+                    text = text[:-2] + "\n"
+                yield [n, text.rstrip("\n") if strip else text]
+
     def fail(self, msg_id: Any) -> None:
         if msg_id in self._in_flight:
             self._replay.append(msg_id)

@@ -145,8 +145,13 @@ class CheckpointSpout(Spout):
         self.state.put(CHECKPOINT_STATE_KEY, cs.to_json())
         self.state.commit(None)
 
+    early = False
+    """Set by the runtime when all that is in flight waits for a commit:
+    checkpoint now instead of after the interval."""
+
     def next_tuple(self) -> None:
-        emission = self.coordinator.poll(self.clock.monotonic() * 1000.0)
+        early, self.early = self.early, False
+        emission = self.coordinator.poll(self.clock.monotonic() * 1000.0, early=early)
         if emission is not None:
             self.collector.emit(
                 [emission.txid, emission.action.value],

@@ -34,7 +34,13 @@ from .._components import BasicBolt, Bolt, Spout, TopologyContext
 from .._errors import ConfigError, FailedException, ReliabilityError, TupleError
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
-from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, HeldAcks, apply_action
+from .._stateful import (
+    CHECKPOINT_SPOUT,
+    CHECKPOINT_STREAM,
+    CheckpointSpout,
+    HeldAcks,
+    apply_action,
+)
 from .._topology import ComponentSpec, Topology
 from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple
 
@@ -786,6 +792,7 @@ class LocalRuntime:
         self.tasks_of: dict[str, list[_Task]] = {}
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
         self.provider: Any = None
+        self._checkpoint_spout: CheckpointSpout | None = None
         self._states: dict[str, Any] = {}
         if topology.has_stateful_bolts and self.acking is None:
             raise ConfigError(
@@ -816,6 +823,8 @@ class LocalRuntime:
                 if spec.is_spout:
                     task = SpoutTask(self, spec, i, tid)
                     task.system = cid == CHECKPOINT_SPOUT
+                    if task.system:
+                        self._checkpoint_spout = task.spout  # type: ignore[assignment]
                     self.spouts.append(task)  # type: ignore[arg-type]
                     self.spout_by_task[tid] = task  # type: ignore[assignment]
                 elif spec.is_stateful:
@@ -1065,6 +1074,8 @@ class LocalRuntime:
                     if until_idle and self.idle():
                         reason = "idle"
                         break
+                    if self._waiting_for_commit():
+                        continue
                     clock.sleep(self.idle_sleep)
             self._finish_queued()
         finally:
@@ -1072,6 +1083,20 @@ class LocalRuntime:
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
+
+    def _waiting_for_commit(self) -> bool:
+        """If nothing moves but stateful tasks hold acks, ask for a checkpoint now.
+
+        Without this a finite input would wait up to a whole checkpoint
+        interval at its end, and a trickle of tuples would wait that long for
+        its acks. True if a checkpoint was requested.
+        """
+        if self._checkpoint_spout is None or self._checkpoint_spout.coordinator.pending:
+            return False
+        if not any(t.held for t in self.bolts if isinstance(t, StatefulBoltTask)):
+            return False
+        self._checkpoint_spout.early = True
+        return True
 
     def _finish_queued(self) -> None:
         """Process what is already queued (no new spout tuples) so that a stop

@@ -282,9 +282,7 @@ class EvensAndEdges:
 def test_custom_grouping(reliable: bool) -> None:
     b = TopologyBuilder("t")
     b.set_spout("nums", ListSpout(range(10), reliable=reliable))
-    b.set_bolt("out", SinkBolt("out", record="task"), 3).custom_grouping(
-        "nums", EvensAndEdges()
-    )
+    b.set_bolt("out", SinkBolt("out", record="task"), 3).custom_grouping("nums", EvensAndEdges())
     result = run_idle(b.build())
     assert by_task(sink("out")) == {
         0: [(v,) for v in range(0, 10, 2)],
@@ -449,14 +447,24 @@ def test_ticks_and_data_interleave() -> None:
 
 
 class BadEmitter(Bolt):
-    """Makes the emit mistake its input names, then passes a good tuple on."""
+    """Makes the emit mistake its input names (the first time only), then passes a good
+    tuple on."""
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(["value"])
         declarer.declare_stream("direct", ["value"], direct=True)
 
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self.seen: set[str] = set()
+
     def execute(self, tuple: Tuple) -> None:
         mistake = tuple[0]
+        if mistake in self.seen:
+            mistake = "replayed " + mistake
+        self.seen.add(mistake)
         if mistake == "arity":
             self.collector.emit([1, 2], tuple)
         elif mistake == "stream":
@@ -494,29 +502,30 @@ def test_emit_errors_are_reported_for_the_component_and_tuple(reliable: bool) ->
     b.set_bolt("bad", BadEmitter()).shuffle_grouping("src")
     b.set_bolt("out", SinkBolt("out")).shuffle_grouping("bad")
     b.set_bolt("direct", SinkBolt("direct")).direct_grouping("bad", "direct")
-    topo = b.build()
-    rt = LocalRuntime(topo, {}, clock=FakeClock())
+    rt = LocalRuntime(b.build(), {}, clock=FakeClock())
     assert rt.component_tasks["direct"] == [3]  # the message above names it
-    replays: list[str] = []
-    if reliable:
-        # The failed inputs are replayed, and fail again: stop after a while.
-        result = rt.run(duration=200)
-        replays = mistakes[:-1]
-    else:
-        result = rt.run(until_idle=True)
-    reports = [r for r in result.errors if r.component == "bad"]
-    first = reports[: len(EMIT_ERRORS)]
-    assert [(r.task_index, r.tuple) for r in first] == [
-        (0, f"Tuple(src[0]:default [{m!r}])") for m in EMIT_ERRORS
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    assert [(r.component, r.task_index, r.tuple) for r in result.errors] == [
+        ("bad", 0, f"Tuple(src[0]:default [{m!r}])") for m in EMIT_ERRORS
     ]
-    for report, message in zip(first, EMIT_ERRORS.values(), strict=True):
+    for report, message in zip(result.errors, EMIT_ERRORS.values(), strict=True):
         assert report.error == f"TupleError({message!r})"
         assert "TupleError" in report.traceback
-    # The topology kept running: the tuple without a mistake went through.
+    assert result.components["bad"].errors == len(EMIT_ERRORS)
+    # The topology kept running: the tuple without a mistake went through ...
     assert ("ok none",) in sink("out")
     assert sink("direct") == []
-    assert result.components["bad"].errors == len(reports)
-    assert not replays or len(reports) > len(EMIT_ERRORS)
+    spout = rt.tasks_of["src"][0].spout
+    if reliable:
+        # ... and each failed input was replayed, and then went through too.
+        assert spout.failed == [0, 1, 2, 3, 4]
+        assert sorted(sink("out")) == sorted(
+            [("ok none",)] + [(f"ok replayed {m}",) for m in EMIT_ERRORS]
+        )
+    else:
+        assert spout.failed == []
+        assert sink("out") == [("ok none",)]
 
 
 class BadSpout(Spout):

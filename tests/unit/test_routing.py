@@ -10,6 +10,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statestream import TupleError, stable_hash
 from statestream._routing import Grouping, custom_choose, task_for_key
@@ -108,6 +110,13 @@ def test_equal_keys_hash_equal_whatever_their_container_or_key_order() -> None:
     assert stable_hash(["a", 1]) != stable_hash(["a", "1"])
 
 
+@given(st.text(), st.integers(min_value=1, max_value=64))
+def test_any_text_key_routes_like_its_utf8_bytes(key: str, n: int) -> None:
+    # The runtime's fast path hashes str keys by their UTF-8 bytes: it must agree.
+    assert stable_hash(key) == stable_hash(key.encode()) == stable_hash(key)
+    assert 0 <= task_for_key(key, n) < n
+
+
 def test_task_for_key_is_the_hash_modulo_the_task_count() -> None:
     for key in ("a", 17, ["x", 2]):
         for n in range(1, 9):
@@ -121,8 +130,17 @@ def test_task_for_key_is_the_hash_modulo_the_task_count() -> None:
     ids=["object", "set", "complex", "int>64bit", "nested", "bytearray"],
 )
 def test_unroutable_values_raise_tuple_error_naming_the_value(value: Any) -> None:
-    with pytest.raises(TupleError, match="cannot route on .* fields grouping keys must be"):
+    with pytest.raises(TupleError, match=r"cannot route on .* fields grouping keys must be"):
         stable_hash(value)
+
+
+def test_a_string_that_is_not_utf8_is_unroutable() -> None:
+    with pytest.raises(
+        TupleError, match=r"cannot route on '\\ud800' \(str\): it is not valid UTF-8"
+    ):
+        stable_hash("\ud800")
+    with pytest.raises(TupleError, match="cannot route on"):
+        stable_hash(["\ud800"])
 
 
 class Pick:

@@ -274,7 +274,7 @@ def test_wrong_component_kinds_are_rejected() -> None:
     b = TopologyBuilder("t")
     with pytest.raises(TopologyError, match=r"got Words \(a spout\? use set_spout\)"):
         b.set_bolt("b", Words())  # type: ignore[arg-type]
-    with pytest.raises(TopologyError, match="spout 's' must be a statestream.Spout"):
+    with pytest.raises(TopologyError, match=r"spout 's' must be a statestream\.Spout"):
         b.set_spout("s", Silent())  # type: ignore[arg-type]
 
 

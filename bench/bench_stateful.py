@@ -1,0 +1,220 @@
+"""Stateful word count: throughput per provider, checkpoint overhead, restart time.
+
+    python bench/bench_stateful.py [--sentences 200000] [--restart-keys 1000000]
+
+Table 1: the word count of examples/wordcount.py (a StatefulBolt counting in a
+KeyValueState, acking on, a checkpoint every 1 s) on each provider, against
+the same topology with a plain in-memory counting bolt (acking on, no
+checkpoints): words/s end to end and the overhead of checkpointing. Every run
+is checked against collections.Counter.
+
+Table 2: restart time to the first processed tuple when the counting bolt's
+state already holds N committed keys (the state loads lazily).
+
+Each configuration runs in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "examples"))
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def provider_conf(provider: str, workdir: str) -> dict[str, Any]:
+    if provider == "sqlite":
+        return {
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": f"{workdir}/state.db"},
+        }
+    if provider == "redis":
+        prefix = f"bench-{uuid.uuid4().hex[:8]}:"
+        return {
+            "topology.state.provider": "redis",
+            "topology.state.provider.config": {"url": REDIS_URL, "key_prefix": prefix},
+        }
+    return {
+        "topology.state.provider": "memory",
+        "topology.state.provider.config": {"name": uuid.uuid4().hex},
+    }
+
+
+def cleanup(conf: dict[str, Any]) -> None:
+    if conf["topology.state.provider"] == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(conf["topology.state.provider.config"]["key_prefix"] + "*"))
+        for i in range(0, len(keys), 10_000):
+            client.delete(*keys[i : i + 10_000])
+
+
+def plain_topology() -> Any:
+    import wordcount
+
+    from statestream import Bolt, FileSpout, TopologyBuilder
+
+    class PlainCount(Bolt):
+        def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+            super().prepare(conf, context, collector)
+            self.counts: dict[str, int] = {}
+
+        def execute(self, tup: Any) -> None:
+            w = tup.values[0]
+            self.counts[w] = self.counts.get(w, 0) + 1
+            self.collector.ack(tup)
+
+        def cleanup(self) -> None:
+            out = self.conf.get("wordcount.output")
+            if out:
+                wordcount.write_counts(out, self.counts.items())
+
+    b = TopologyBuilder("wordcount")
+    b.set_spout("sentences", FileSpout(path_key="wordcount.input"))
+    b.set_bolt("split", wordcount.SplitSentence(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", PlainCount(), 2).fields_grouping("split", ["word"])
+    return b.build()
+
+
+def throughput(corpus: str, provider: str) -> dict[str, Any]:
+    import wordcount
+
+    from statestream.runtime.local import LocalRuntime
+
+    workdir = tempfile.mkdtemp()
+    out = f"{workdir}/out.jsonl"
+    conf: dict[str, Any] = {"wordcount.input": corpus, "wordcount.output": out}
+    if provider == "none":
+        topo = plain_topology()
+    else:
+        conf.update(provider_conf(provider, workdir))
+        topo = wordcount.topology()
+    rt = LocalRuntime(topo, conf)
+    t0 = time.perf_counter()
+    result = rt.run(until_idle=True)
+    elapsed = time.perf_counter() - t0
+    got: dict[str, int] = collections.Counter()
+    with open(out) as f:
+        for line in f:
+            d = json.loads(line)
+            got[d["word"]] += d["count"]
+    with open(corpus) as f:
+        expected = collections.Counter(f.read().split())
+    if provider != "none":
+        cleanup(conf)
+    return {
+        "provider": provider,
+        "words": sum(expected.values()),
+        "elapsed": elapsed,
+        "exact": dict(got) == dict(expected),
+        "checkpoints": result.components.get("$checkpointspout").emitted
+        if "$checkpointspout" in result.components
+        else 0,
+    }
+
+
+def restart(provider: str, keys: int) -> dict[str, Any]:
+    import wordcount
+
+    from statestream import TopologyBuilder
+    from statestream._registry import open_provider
+    from statestream.runtime.local import LocalRuntime
+    from statestream.testing import ListSpout
+
+    workdir = tempfile.mkdtemp()
+    conf = provider_conf(provider, workdir)
+    with open_provider(
+        conf["topology.state.provider"], conf["topology.state.provider.config"]
+    ) as p:
+        state = p.get_state("count-0")
+        for i in range(keys):
+            state.put(f"k{i}", i)
+            if i % 100_000 == 99_999:
+                state.commit()
+        state.commit()
+    b = TopologyBuilder("wordcount")
+    b.set_spout("words", ListSpout([f"k{keys - 1}"], fields=["word"]))
+    b.set_bolt("count", wordcount.WordCount(), 1).fields_grouping("words", ["word"])
+    topo = b.build()
+    t0 = time.perf_counter()
+    rt = LocalRuntime(topo, conf)
+    rt.open()
+    count = [t for t in rt.bolts if t.component == "count"][0]
+    while count.executed == 0:
+        rt.step()
+    elapsed = time.perf_counter() - t0
+    value = count.bolt.counts[f"k{keys - 1}"]
+    rt.close()
+    cleanup(conf)
+    return {"provider": provider, "keys": keys, "elapsed": elapsed, "value_ok": value == keys}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sentences", type=int, default=200_000)
+    ap.add_argument("--restart-keys", type=int, default=1_000_000)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--arg", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one == "throughput":
+        print(json.dumps(throughput(args.arg.split(",")[0], args.arg.split(",")[1])))
+        return
+    if args.one == "restart":
+        p, k = args.arg.split(",")
+        print(json.dumps(restart(p, int(k))))
+        return
+    from corpus import corpus_path
+
+    corpus = str(corpus_path(args.sentences))
+
+    def sub(kind: str, arg: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--one", kind, "--arg", arg],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    cmd = "python bench/bench_stateful.py"
+    if args.sentences != 200_000:
+        cmd += f" --sentences {args.sentences}"
+    if args.restart_keys != 1_000_000:
+        cmd += f" --restart-keys {args.restart_keys}"
+    print(f"command: {cmd}")
+    rows = [sub("throughput", f"{corpus},{p}") for p in ("none", "memory", "sqlite", "redis")]
+    base = rows[0]["words"] / rows[0]["elapsed"]
+    print(
+        f"\ncorpus: {args.sentences:,} sentences, {rows[0]['words']:,} words; acking on; checkpoint every 1000 ms\n"
+    )
+    print("| count bolt | provider | words/s | checkpoints | overhead vs plain | exact |")
+    print("|---|---|---:|---:|---:|---|")
+    for r in rows:
+        rate = r["words"] / r["elapsed"]
+        kind = "plain Bolt (dict)" if r["provider"] == "none" else "StatefulBolt"
+        over = "" if r["provider"] == "none" else f"{1 - rate / base:.1%}"
+        print(
+            f"| {kind} | {r['provider'] if r['provider'] != 'none' else '-'} | {rate:,.0f} | {r['checkpoints']} | {over} | {r['exact']} |"
+        )
+    print(f"\nrestart to the first processed tuple with {args.restart_keys:,} committed keys:\n")
+    print("| provider | keys | seconds | value read back |")
+    print("|---|---:|---:|---|")
+    for p in ("sqlite", "redis"):
+        r = sub("restart", f"{p},{args.restart_keys}")
+        print(f"| {p} | {r['keys']:,} | {r['elapsed']:.3f} | {r['value_ok']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,690 @@
+"""Guaranteed message processing on the local runtime: the failure cases of the
+reference (timeouts, a lost acker, a restarted spout), multi-anchoring, fail,
+at-most-once, max.spout.pending, reset_timeout, misuse, late acks.
+
+Time is a FakeClock everywhere: the runtime's idle sleeps move it, and the
+tests move it by hand between ``rt.step()`` calls. Nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from statestream import (
+    Bolt,
+    FakeClock,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    Topology,
+    TopologyBuilder,
+    TopologyContext,
+    Tuple,
+)
+from statestream.runtime import local
+from statestream.runtime.local import LocalRuntime
+from statestream.testing import (
+    ListSpout,
+    QueueSpout,
+    SimulatedCrash,
+    SinkBolt,
+    queue,
+    sink,
+)
+
+TIMEOUT = 4  # topology.message.timeout.secs in these tests
+# The runtime's idle sleep is 1 ms of fake time, and FakeClock adds floats:
+# a deadline is seen up to this much after it passes.
+SLACK = 0.01
+
+
+def now_of(component: Any) -> float:
+    return float(component.context.clock.monotonic())
+
+
+class RecordingSpout(ListSpout):
+    """A ListSpout that logs ("emit" | "ack" | "fail", index, clock time) to sink("events")."""
+
+    def next_tuple(self) -> None:
+        if self._replay:
+            i = self._replay[0]
+        elif self._next < len(self.items):
+            i = self._next
+        else:
+            return
+        sink("events").append(("emit", i, now_of(self)))
+        super().next_tuple()
+
+    def ack(self, msg_id: Any) -> None:
+        sink("events").append(("ack", msg_id, now_of(self)))
+        super().ack(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        sink("events").append(("fail", msg_id, now_of(self)))
+        super().fail(msg_id)
+
+
+def events(kind: str, msg_id: int | None = None) -> list[Any]:
+    return [
+        (i, t) if msg_id is None else t
+        for k, i, t in sink("events")
+        if k == kind and (msg_id is None or i == msg_id)
+    ]
+
+
+class Forward(Bolt):
+    """Emits its input anchored and acks it; ``victim`` is dropped (never acked) the first
+    time any task sees it."""
+
+    def __init__(self, victim: Any = None) -> None:
+        self.victim = victim
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+
+    def execute(self, tuple: Tuple) -> None:
+        if tuple[0] == self.victim and not sink("dropped"):
+            sink("dropped").append(tuple)  # kept, never acked
+            return
+        self.collector.emit([tuple[0]], tuple)
+        self.collector.ack(tuple)
+
+
+class Hold(Bolt):
+    """Holds every input; on each tick acks what it holds (from ``after`` seconds on),
+    or only resets their timeouts (``reset``) before that."""
+
+    def __init__(self, after: float = 0.0, reset: bool = False, victim: Any = None) -> None:
+        self.after = after
+        self.reset = reset
+        self.victim = victim
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self.held: list[Tuple] = []
+        self.victim_seen = False
+
+    def execute(self, tuple: Tuple) -> None:
+        if not tuple.is_tick:
+            if self.victim is not None and tuple[0] != self.victim:
+                sink("hold").append(tuple[0])
+                self.collector.emit([tuple[0]], tuple)
+                self.collector.ack(tuple)  # only the victim is held
+            elif self.victim is not None and self.victim_seen:
+                sink("hold").append(tuple[0])
+                self.collector.emit([tuple[0]], tuple)
+                self.collector.ack(tuple)  # a replay of the victim goes straight through
+            else:
+                self.victim_seen = True
+                self.held.append(tuple)
+            return
+        if now_of(self) >= self.after:
+            for held in self.held:
+                sink("hold").append(held[0])
+                sink("released").append((held[0], now_of(self)))
+                self.collector.emit([held[0]], held)
+                self.collector.ack(held)
+            self.held = []
+        elif self.reset:
+            for held in self.held:
+                self.collector.reset_timeout(held)
+        self.collector.ack(tuple)
+
+
+def runtime(topology: Topology, clock: FakeClock | None = None, **config: Any) -> LocalRuntime:
+    conf = {"topology.message.timeout.secs": TIMEOUT}
+    conf.update({k.replace("_", "."): v for k, v in config.items()})
+    return LocalRuntime(topology, conf, clock=clock or FakeClock())
+
+
+def spout_task(rt: LocalRuntime, cid: str = "src") -> Any:
+    return rt.tasks_of[cid][0]
+
+
+# -- a bolt that never acks: timeout and replay ------------------------------------------------
+
+
+@pytest.mark.parametrize(("emit_at", "fail_after"), [(0.0, 6.0), (1.0, 5.0), (1.9, 4.1)])
+def test_a_never_acked_tuple_times_out_between_1x_and_1_5x_and_is_replayed(
+    emit_at: float, fail_after: float
+) -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(10)))
+    b.set_bolt("forward", Forward(victim=3), 2).shuffle_grouping("src")
+    b.set_bolt("out", SinkBolt("out")).shuffle_grouping("forward")
+    clock = FakeClock()
+    rt = runtime(b.build(), clock)
+    rt.open()  # timeouts rotate every TIMEOUT/2 seconds from here
+    clock.advance(emit_at)
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+
+    (emitted_at, replayed_at) = events("emit", 3)
+    (failed_at,) = events("fail", 3)
+    assert emitted_at == emit_at
+    waited = failed_at - emitted_at
+    assert TIMEOUT <= waited <= 1.5 * TIMEOUT + SLACK
+    assert waited == pytest.approx(fail_after, abs=SLACK)
+    assert replayed_at == failed_at  # replayed as soon as it failed
+    # Only the victim failed; it reached the sink after its replay; all acked once.
+    assert events("fail") == [(3, failed_at)]
+    assert sorted(sink("out")) == [(v,) for v in range(10)]
+    assert sorted(i for i, _ in events("ack")) == list(range(10))
+    assert result.counters["timed_out"] == 1
+    assert result.counters["acker_expired"] == 1
+    assert result.counters["pending"] == result.counters["acker_pending"] == 0
+
+
+def test_with_timeouts_disabled_a_never_acked_tuple_stays_pending() -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(3)))
+    b.set_bolt("forward", Forward(victim=1)).shuffle_grouping("src")
+    rt = runtime(b.build(), topology_enable_message_timeouts=False)
+    result = rt.run(until_idle=True, duration=100)
+    assert result.reason == "duration"
+    assert events("fail") == []
+    assert result.counters["pending"] == 1
+    assert result.counters["timed_out"] == 0
+
+
+# -- an acker that loses its ledger -------------------------------------------------------------
+
+
+def test_an_acker_that_loses_its_ledger_times_out_its_roots_and_nothing_is_lost() -> None:
+    n = 40
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(n)))
+    b.set_bolt("hold", Hold(after=1.0)).shuffle_grouping("src").add_configuration(
+        "topology.tick.tuple.freq.secs", 1
+    )
+    clock = FakeClock()
+    rt = runtime(b.build(), clock, topology_acker_executors=2)
+    rt.open()
+    rt.step()
+    rt.step()
+    src = spout_task(rt)
+    assert len(src.pending) == n  # all emitted, all held by the bolt
+    assert rt.acking is not None
+    lost = sorted(msg for root, msg in src.pending.items() if root % 2 == 0)
+    kept = sorted(msg for root, msg in src.pending.items() if root % 2 == 1)
+    assert len(rt.acking.ledgers[0]) == len(lost) > 0
+    assert len(rt.acking.ledgers[1]) == len(kept) > 0
+
+    rt.acking.ledgers[0].clear()  # acker 0 dies and comes back empty
+    result = rt.run(until_idle=True)
+
+    assert result.reason == "idle"
+    # The roots acker 0 forgot timed out on the spout and were replayed ...
+    assert sorted(i for i, _ in events("fail")) == lost
+    assert all(TIMEOUT <= t <= 1.5 * TIMEOUT + SLACK for _, t in events("fail"))
+    # ... the others completed at the first tick, and nothing was lost.
+    assert sorted(i for i, t in events("ack") if t < TIMEOUT) == kept
+    assert sorted(i for i, _ in events("ack")) == list(range(n))
+    assert sorted(set(sink("hold"))) == list(range(n))
+    assert result.counters["timed_out"] == len(lost)
+    # The bolt's acks for the forgotten roots reached an acker that did not
+    # know them: kept as possible early acks, then expired as late acks.
+    assert result.counters["late_acks"] == len(lost)
+    assert result.counters["acker_pending"] == result.counters["pending"] == 0
+
+
+# -- a spout restarted over a replaying source ------------------------------------------------------
+
+
+class CrashOnce(Bolt):
+    """Raises SimulatedCrash (a process death) the first time anyone sees ``at``."""
+
+    def __init__(self, at: Any) -> None:
+        self.at = at
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+
+    def execute(self, tuple: Tuple) -> None:
+        if tuple[0] == self.at and not sink("crashed"):
+            sink("crashed").append(True)  # process-wide, so the restart does not crash
+            raise SimulatedCrash(f"crash at {self.at}")
+        self.collector.emit([tuple[0]], tuple)
+        self.collector.ack(tuple)
+
+
+def queue_topology(middle: Bolt) -> Topology:
+    b = TopologyBuilder("t")
+    b.set_spout("src", QueueSpout("q"))
+    b.set_bolt("middle", middle).shuffle_grouping("src").add_configuration(
+        "topology.tick.tuple.freq.secs", 1
+    )
+    b.set_bolt("out", SinkBolt("out")).shuffle_grouping("middle")
+    return b.build()
+
+
+def test_a_crashed_run_restarted_over_a_replaying_queue_loses_nothing() -> None:
+    q = queue("q", range(30))
+    topology = queue_topology(CrashOnce(at=10))
+    with pytest.raises(SimulatedCrash):
+        runtime(topology).run(until_idle=True)
+    assert q.open  # taken, not acked: the crash left them open
+    assert len(sink("out")) < 30
+    first_run = list(sink("out"))
+
+    result = runtime(topology).run(until_idle=True)  # a new process, the same queue
+    assert result.reason == "idle"
+    assert q.empty
+    assert sorted(q.done) == list(range(30))
+    assert q.deliveries > 30  # the open ones were delivered again
+    # Nothing lost; the first run's outputs may be repeated (at-least-once).
+    assert {v for (v,) in first_run + sink("out")} == set(range(30))
+
+
+def test_a_stopped_run_with_open_messages_restarted_loses_nothing() -> None:
+    q = queue("q", range(30))
+    topology = queue_topology(Hold(after=10.0))
+    rt = runtime(topology)
+    rt.open()
+    for _ in range(3):
+        rt.step()
+    rt.stop()
+    rt.close()  # gone with every message open
+    assert sorted(q.open) == list(range(30))
+    assert not q.done
+
+    clock = FakeClock(start=1000.0)
+    result = runtime(topology, clock).run(until_idle=True)
+    assert result.reason == "idle"
+    assert q.empty
+    assert sorted(q.done) == list(range(30))
+    assert sorted(v for (v,) in sink("out")) == list(range(30))
+
+
+# -- multi-anchoring ------------------------------------------------------------------------------------
+
+
+class Join(Bolt):
+    """Pairs one tuple from each source; emits the pair anchored to both, acks both."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["left", "right"])
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self.waiting: dict[str, Tuple] = {}
+
+    def execute(self, tuple: Tuple) -> None:
+        self.waiting[tuple.source_component] = tuple
+        if len(self.waiting) == 2:
+            left, right = self.waiting["left"], self.waiting["right"]
+            self.collector.emit([left[0], right[0]], [left, right])
+            self.collector.ack(left)
+            self.collector.ack(right)
+            self.waiting = {}
+
+
+def join_topology(downstream: Bolt) -> Topology:
+    b = TopologyBuilder("t")
+    b.set_spout("left", ListSpout(["L"]))
+    b.set_spout("right", ListSpout(["R"]))
+    b.set_bolt("join", Join()).global_grouping("left").global_grouping("right")
+    b.set_bolt("down", downstream).shuffle_grouping("join").add_configuration(
+        "topology.tick.tuple.freq.secs", 5
+    )
+    return b.build()
+
+
+@pytest.mark.parametrize("ackers", [1, 2, 3])
+def test_multi_anchored_roots_complete_only_after_the_joined_tuple_is_acked(ackers: int) -> None:
+    clock = FakeClock()
+    rt = runtime(join_topology(Hold(after=5.0)), clock, topology_acker_executors=ackers)
+    rt.open()
+    for _ in range(5):
+        rt.step()
+    left, right = spout_task(rt, "left").spout, spout_task(rt, "right").spout
+    # Join acked both inputs, but the joined tuple is still held downstream.
+    assert rt.tasks_of["join"][0].acked == 2
+    assert left.acked == right.acked == []
+    assert rt.counters()["acker_pending"] == 2
+    clock.advance(5)
+    for _ in range(3):
+        rt.step()
+    assert sink("released") == [("L", 5.0)]
+    assert left.acked == [0] and right.acked == [0]
+    assert left.failed == right.failed == []
+    assert rt.counters()["acker_pending"] == rt.counters()["pending"] == 0
+    rt.close()
+
+
+class FailJoined(Bolt):
+    def execute(self, tuple: Tuple) -> None:
+        sink("down").append(tuple.values)
+        if len(sink("down")) == 1:
+            self.collector.fail(tuple)
+        else:
+            self.collector.ack(tuple)
+
+
+def test_failing_a_multi_anchored_tuple_fails_both_roots_at_once() -> None:
+    clock = FakeClock()
+    rt = runtime(join_topology(FailJoined()), clock, topology_acker_executors=2)
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    left, right = spout_task(rt, "left").spout, spout_task(rt, "right").spout
+    assert left.failed == right.failed == [0]
+    assert left.acked == right.acked == [0]
+    assert sink("down") == [["L", "R"], ["L", "R"]]
+    assert clock.now == 0  # no timeout was waited for
+
+
+class PairSink(Bolt):
+    def execute(self, tuple: Tuple) -> None:
+        sink("pairs").append(tuple.values)
+        self.collector.ack(tuple)
+
+
+@pytest.fixture
+def walkthrough_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The 4-bit ids of acking-walkthrough.md: roots 2 and 3 (so acker 0 and acker 1),
+    spout edges 1010 and 1011, and 1100 for tid1, the tuple anchored to both."""
+    roots = iter([2, 3])
+    edges = iter([0b1010, 0b1011, 0b1100])
+    monkeypatch.setattr(local, "new_id", lambda: next(roots))
+    monkeypatch.setattr(local, "_getrandbits", lambda bits: next(edges))
+    yield
+    assert next(roots, None) is None and next(edges, None) is None  # all were used
+
+
+def test_acking_walkthrough_end_to_end_with_two_ackers(walkthrough_ids: None) -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("left", ListSpout(["L"]))
+    b.set_spout("right", ListSpout(["R"]))
+    b.set_bolt("bolt1", Join()).global_grouping("left").global_grouping("right")
+    b.set_bolt("bolt2", PairSink()).shuffle_grouping("bolt1")
+    rt = runtime(b.build(), topology_acker_executors=2)
+    assert rt.acking is not None
+    acker1, acker2 = rt.acking.ledgers
+    sid1, sid2 = rt.component_tasks["left"][0], rt.component_tasks["right"][0]
+    rt.open()
+
+    rt.step()  # both spouts emit: acker1 tracks stid1 (root 2), acker2 stid2 (root 3)
+    assert acker1.entry(2) == (0b1010, sid1, False)
+    assert acker2.entry(3) == (0b1011, sid2, False)
+    assert 3 not in acker1 and 2 not in acker2
+
+    rt.tasks_of["bolt1"][0].drain()  # tid1 anchored to both, then both inputs acked
+    assert acker1.ack_value(2) == 0b1100
+    assert acker2.ack_value(3) == 0b1100
+
+    rt.tasks_of["bolt2"][0].drain()  # tid1 acked: both trees are complete
+    assert len(acker1) == len(acker2) == 0
+    rt.step()  # the spouts hear about it
+    assert spout_task(rt, "left").spout.acked == [0]
+    assert spout_task(rt, "right").spout.acked == [0]
+    assert sink("pairs") == [["L", "R"]]
+    rt.close()
+
+
+# -- explicit fail -----------------------------------------------------------------------------------
+
+
+class FailOnce(Bolt):
+    def __init__(self, victim: Any) -> None:
+        self.victim = victim
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self.failed = False
+
+    def execute(self, tuple: Tuple) -> None:
+        if tuple[0] == self.victim and not self.failed:
+            self.failed = True
+            self.collector.fail(tuple)
+        else:
+            sink("out").append(tuple[0])
+            self.collector.ack(tuple)
+
+
+def test_an_explicit_fail_reaches_the_spout_at_once() -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(5)))
+    b.set_bolt("f", FailOnce(victim=2)).shuffle_grouping("src")
+    clock = FakeClock(start=50.0)
+    rt = runtime(b.build(), clock)
+    rt.open()
+    rt.step()  # emits all five
+    rt.step()  # the bolt fails 2; the spout hears it in the same step and replays it
+    assert events("fail") == [(2, 50.0)]
+    rt.step()
+    assert events("emit", 2) == [50.0, 50.0]
+    assert sorted(sink("out")) == [0, 1, 2, 3, 4]
+    assert sorted(i for i, _ in events("ack")) == [0, 1, 2, 3, 4]
+    assert clock.now == 50.0
+    assert rt.counters()["timed_out"] == 0
+    rt.close()
+
+
+# -- at-most-once --------------------------------------------------------------------------------------
+
+
+class Blackhole(Bolt):
+    def execute(self, tuple: Tuple) -> None:
+        sink("blackhole").append(tuple[0])  # never acks, never fails
+
+
+def test_without_ackers_spouts_are_acked_right_after_emit_and_nothing_is_tracked() -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(25)))
+    b.set_bolt("hole", Blackhole(), 2).shuffle_grouping("src")
+    clock = FakeClock()
+    rt = runtime(b.build(), clock, topology_acker_executors=0)
+    assert rt.acking is None
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    assert clock.now == 0  # nothing to wait for
+    assert [i for i, _ in events("ack")] == list(range(25))
+    assert events("fail") == []
+    assert sorted(sink("blackhole")) == list(range(25))
+    assert result.counters == {"untracked_acks": 25, "timed_out": 0, "pending": 0}
+
+
+# -- max.spout.pending --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["topology", "component"])
+def test_max_spout_pending_bounds_the_tracked_tuples_in_flight(where: str) -> None:
+    n, limit = 23, 5
+    b = TopologyBuilder("t")
+    spout = b.set_spout("src", RecordingSpout(range(n)))
+    b.set_bolt("hold", Hold(after=0.0)).shuffle_grouping("src").add_configuration(
+        "topology.tick.tuple.freq.secs", 1
+    )
+    config: dict[str, Any] = {}
+    if where == "topology":
+        config["topology_max_spout_pending"] = limit
+    else:
+        spout.add_configuration("topology.max.spout.pending", limit)
+    rt = runtime(b.build(), **config)
+    src = spout_task(rt)
+    seen: list[int] = []
+    step = rt.step
+
+    def step_and_observe() -> bool:
+        busy = step()
+        seen.append(len(src.pending))
+        return busy
+
+    rt.step = step_and_observe  # type: ignore[method-assign]
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    assert max(seen) == limit
+    assert sorted(sink("hold")) == list(range(n))
+    # One batch of `limit` per tick: the spout waited for acks, it did not drop.
+    assert [t for _, t in sink("released")][::limit] == pytest.approx([1, 2, 3, 4, 5], abs=0.01)
+    assert events("fail") == []
+
+
+# -- reset_timeout -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reset", [True, False])
+def test_reset_timeout_keeps_a_slow_tuple_alive(reset: bool) -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(3)))
+    b.set_bolt("slow", Hold(after=10.0, reset=reset, victim=1)).shuffle_grouping(
+        "src"
+    ).add_configuration("topology.tick.tuple.freq.secs", 1)
+    clock = FakeClock()
+    result = runtime(b.build(), clock).run(until_idle=True)
+    assert result.reason == "idle"
+    if reset:
+        # Held for 10 s, 2.5x the timeout, and never failed.
+        assert sink("released") == [(1, pytest.approx(10, abs=SLACK))]
+        assert events("fail") == []
+        assert result.counters["timed_out"] == 0
+        assert [i for i, _ in events("ack")] == [0, 2, 1]
+        assert events("ack", 1) == [pytest.approx(10, abs=SLACK)]
+    else:
+        # The control: without reset_timeout the same tuple times out and is replayed.
+        assert [i for i, _ in events("fail")] == [1]
+        assert result.counters["timed_out"] == 1
+        assert sink("released") == []  # the run was over (idle) before the first delivery's release
+
+
+# -- a million tuples leave nothing behind ------------------------------------------------------------------
+
+
+class AckOnly(Bolt):
+    def execute(self, tuple: Tuple) -> None:
+        self.collector.ack(tuple)
+
+
+@pytest.mark.slow
+def test_a_million_tuples_leave_the_ledgers_and_pending_maps_empty() -> None:
+    n = 1_000_000
+    b = TopologyBuilder("t")
+    b.set_spout("src", ListSpout(range(n)))
+    b.set_bolt("ack", AckOnly(), 2).shuffle_grouping("src")
+    rt = runtime(b.build(), topology_acker_executors=2)
+    started = time.perf_counter()
+    result = rt.run(until_idle=True)
+    elapsed = time.perf_counter() - started
+    assert result.reason == "idle"
+    src = spout_task(rt)
+    assert len(src.spout.acked) == n
+    assert src.spout.failed == []
+    assert not src.spout._pending
+    assert len(src.pending) == 0
+    assert rt.acking is not None
+    assert [len(ledger) for ledger in rt.acking.ledgers] == [0, 0]
+    assert result.counters["acker_pending"] == result.counters["pending"] == 0
+    assert result.components["ack"].acked == n
+    print(f"1,000,000 tracked tuples in {elapsed:.1f} s")
+
+
+# -- misuse ------------------------------------------------------------------------------------------------------
+
+
+class Misuse(Bolt):
+    """Does the mistake named by its input after acking (or failing) it properly."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+
+    def execute(self, tuple: Tuple) -> None:
+        mistake = tuple[0]
+        if sink("misused"):  # only the first delivery misbehaves; a replay is handled well
+            self.collector.ack(tuple)
+            return
+        sink("misused").append(mistake)
+        if mistake == "fail-then-fail":
+            self.collector.fail(tuple)
+            self.collector.fail(tuple)
+            return
+        self.collector.ack(tuple)
+        if mistake == "ack-twice":
+            self.collector.ack(tuple)
+        elif mistake == "ack-then-fail":
+            self.collector.fail(tuple)
+        elif mistake == "anchor-to-acked":
+            self.collector.emit(["child"], tuple)
+        elif mistake == "multi-anchor-to-acked":
+            self.collector.emit(["child"], [tuple])
+
+
+MISUSES = {
+    "ack-twice": "bolt 'misuse' task 1 acked or failed Tuple(src[0]:default ['ack-twice']) "
+    "twice; ack or fail each input exactly once",
+    "ack-then-fail": "bolt 'misuse' task 1 acked or failed Tuple(src[0]:default "
+    "['ack-then-fail']) twice; ack or fail each input exactly once",
+    "fail-then-fail": "bolt 'misuse' task 1 acked or failed Tuple(src[0]:default "
+    "['fail-then-fail']) twice; ack or fail each input exactly once",
+    "anchor-to-acked": "bolt 'misuse' task 1 anchored an emit to Tuple(src[0]:default "
+    "['anchor-to-acked']), which it already acked or failed; emit before acking the input",
+    "multi-anchor-to-acked": "bolt 'misuse' task 1 anchored an emit to Tuple(src[0]:default "
+    "['multi-anchor-to-acked']), which it already acked or failed; emit before acking the input",
+}
+
+
+class ToTask1:
+    def choose_tasks(self, values: Any, n_tasks: int) -> list[int]:
+        return [1]
+
+
+@pytest.mark.parametrize("mistake", list(MISUSES))
+def test_misusing_ack_fail_or_anchors_is_reported_and_leaves_the_ledger_sound(
+    mistake: str,
+) -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout([mistake]))
+    b.set_bolt("misuse", Misuse(), 2).custom_grouping("src", ToTask1())
+    b.set_bolt("out", SinkBolt("out")).shuffle_grouping("misuse")
+    rt = runtime(b.build())
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    (report,) = result.errors
+    assert (report.component, report.task_index) == ("misuse", 1)
+    assert report.tuple == f"Tuple(src[0]:default [{mistake!r}])"
+    assert report.error == f"ReliabilityError({MISUSES[mistake]!r})"
+    assert sink("out") == []  # the bad emit sent nothing
+    # The first ack (or fail) stood; the second changed nothing.
+    if mistake == "fail-then-fail":
+        assert events("fail")[0][0] == 0
+        assert [i for i, _ in events("ack")] == [0]  # the replay passed
+    else:
+        assert events("fail") == []
+        assert [i for i, _ in events("ack")] == [0]
+    assert result.counters["acker_pending"] == result.counters["pending"] == 0
+    assert result.counters["late_acks"] == 0
+
+
+# -- a late ack -----------------------------------------------------------------------------------------------------
+
+
+def test_a_late_ack_for_an_expired_tree_is_dropped_quietly_and_counted() -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", RecordingSpout(range(3)))
+    b.set_bolt("late", Hold(after=8.0, victim=1)).shuffle_grouping("src").add_configuration(
+        "topology.tick.tuple.freq.secs", 1
+    )
+    clock = FakeClock()
+    result = runtime(b.build(), clock).run(duration=30)
+    assert result.reason == "duration"
+    assert result.errors == []
+    (failed_at,) = events("fail", 1)
+    assert TIMEOUT <= failed_at <= 1.5 * TIMEOUT + SLACK  # the first delivery timed out
+    assert sink("released") == [(1, pytest.approx(8, abs=0.01))]  # acked too late
+    # The spout heard about item 1 exactly once each way: one fail, and one ack (the replay).
+    assert [i for i, _ in events("ack")] == [0, 2, 1]
+    assert events("ack", 1)[0] == pytest.approx(failed_at, abs=0.01)
+    assert result.counters["timed_out"] == 1
+    assert result.counters["late_acks"] == 1
+    assert result.counters["acker_pending"] == result.counters["pending"] == 0
