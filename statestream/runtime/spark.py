@@ -184,6 +184,16 @@ def ship_user_modules(topology: Topology) -> list[str]:
     return shipped
 
 
+def check_spark_conf(conf: Mapping[str, Any]) -> None:
+    """Refuse Spark settings that break the one-writer-per-namespace rule."""
+    speculation = conf.get("spark.speculation")
+    if speculation is True or str(speculation).lower() == "true":
+        raise ConfigError(
+            "spark.speculation is true: a speculative copy of a bolt task would prepare "
+            "the same state namespace as the original at the same time; set it to false"
+        )
+
+
 def has_replay_contract(spout: object) -> bool:
     return callable(getattr(spout, "plan_batch", None)) and callable(
         getattr(spout, "read_batch", None)
@@ -202,23 +212,17 @@ def _identity(key: int) -> int:
     return key
 
 
-class _IsFor:
-    """Picklable filter: items addressed to component ``cid``."""
-
-    def __init__(self, cid: str) -> None:
-        self.cid = cid
-
-    def __call__(self, item: tuple[Any, Any, Any]) -> bool:
-        cid: str = item[0]
-        return cid == self.cid
+def _addressed_to(cid: str, items: Iterable[tuple[str, int, Any]]) -> Iterator[tuple[int, Any]]:
+    """``(task index, record)`` of the items addressed to component ``cid``."""
+    for target, index, rec in items:
+        if target == cid:
+            yield index, rec
 
 
-def _payload(item: tuple[Any, Any, Any]) -> Any:
-    return item[2]
-
-
-def _keyed(item: tuple[Any, Any, Any]) -> tuple[int, Any]:
-    return item[1], item[2]
+def _acks(items: Iterable[tuple[str, int, Any]]) -> Iterator[Any]:
+    for target, _, ack in items:
+        if target == _ACK:
+            yield ack
 
 
 def _provider_key(conf: Mapping[str, Any]) -> str:
@@ -663,10 +667,10 @@ class _NullCollector:
 
 def _next_start(batch: Mapping[str, Any]) -> dict[str, Any]:
     """Where each spout task starts after ``batch``: its end, or its start if it read nothing."""
-    start = batch.get("start") or {}
+    ends = batch.get("end") or {}
     return {
-        key: (end if end is not None else start.get(key))
-        for key, end in (batch.get("end") or {}).items()
+        **(batch.get("start") or {}),
+        **{key: end for key, end in ends.items() if end is not None},
     }
 
 
@@ -689,8 +693,9 @@ class SparkRuntime:
     lost to a crash is not replayed.
     """
 
-    #: Test hook: called as ``hook(point, txid)`` at ``"prepared"`` (every task
-    #: prepared, nothing committed) and ``"committed"``; raise to simulate a crash.
+    #: Test hook: called as ``hook(point, txid)`` at ``"recovered"`` (the stored
+    #: phase acted on), ``"prepared"`` (every task prepared, nothing committed)
+    #: and ``"committed"``; raise (or kill the process) to simulate a crash.
     fault_hook: Callable[[str, int], None] | None = None
 
     def __init__(
@@ -842,6 +847,7 @@ class SparkRuntime:
         """Run batches until stopped, ``duration`` seconds, or (``until_idle``) every
         spout is exhausted. Recovers first from the stored checkpoint phase."""
         check_provider(self.config, self.master)
+        check_spark_conf(self.config.spark_conf)
         start_time = time.monotonic()
         spark = self._session()
         check_provider(self.config, self.master)  # the session's master may differ
@@ -881,15 +887,17 @@ class SparkRuntime:
                 )
             clean = True
         finally:
-            if clean:
-                self._cleanup()
-            payload.unpersist()
-            if self._own_session and clean:
-                spark.stop()
-                self._spark = None
-            if self.provider is not None and clean:
-                self.provider.close()
-                self.provider = None
+            try:
+                if clean:
+                    self._cleanup()
+                payload.unpersist()
+            finally:
+                if self._own_session:
+                    spark.stop()
+                    self._spark = None
+                if self.provider is not None:
+                    self.provider.close()
+                    self.provider = None
         return RunResult(
             self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
         )
@@ -897,26 +905,37 @@ class SparkRuntime:
     _replay: dict[str, Any] | None = None
 
     def _recover(self) -> tuple[CheckpointState, dict[str, Any]]:
-        """Every start is a recovery (DESIGN.md §4): act on the stored phase."""
+        """Every start is a recovery (DESIGN.md §4): act on the stored phase.
+
+        The positions record is ``{"txid", "start", "end"}`` for the batch
+        ``txid`` (``end`` is where each spout task stops, None if it read
+        nothing), plus ``"replay"`` (a batch rolled back by a recovery, to be
+        run again from the same positions). Returns the state to go on from
+        and where each spout task starts.
+        """
         stored, positions = self._load()
+        if positions.get("txid") != stored.txid:
+            positions = {}  # nothing recorded (a fresh store, or one the local runtime wrote)
         nxt, action = next_state(stored, True)
         if action is Action.ROLLBACK:
             log.warning("spark runtime: batch %d was not committed; replaying it", stored.txid)
             self._each_namespace(Action.ROLLBACK, stored.txid)
-            if positions.get("txid") == stored.txid and any(
-                end is not None for end in (positions.get("end") or {}).values()
-            ):
-                self._replay = {"start": positions["start"], "end": positions["end"]}
             self.counters["recovered"] += 1
+            start = dict(positions.get("start") or {})
+            replay = None
+            if any(end is not None for end in (positions.get("end") or {}).values()):
+                replay = {"start": start, "end": positions["end"]}
+            # COMMITTED(t-1), still knowing where batch t started and what it read.
+            positions = {"txid": nxt.txid, "start": start, "end": {}, "replay": replay}
+            self._save(nxt, positions)
         elif action is Action.COMMIT:
             self._each_namespace(Action.COMMIT, stored.txid)
             self.counters["recovered"] += 1
-        if nxt != stored:
             self._save(nxt)
-        if positions.get("txid") != stored.txid:
-            return nxt, {}  # nothing recorded (a fresh store, or one the local runtime wrote)
-        if action is Action.ROLLBACK:
-            return nxt, dict(positions.get("start") or {})
+        if positions.get("replay"):
+            self._replay = dict(positions["replay"])
+        if self.fault_hook is not None:
+            self.fault_hook("recovered", nxt.txid)
         return nxt, _next_start(positions)
 
     def _open_spouts(self) -> dict[tuple[str, int], tuple[Spout, _PollCollector]]:
@@ -1085,8 +1104,7 @@ class SparkRuntime:
                 )
                 inputs = parents[0] if len(parents) == 1 else sc.union(parents)
                 out = (
-                    inputs.filter(_IsFor(bolt.id))
-                    .map(_keyed)
+                    inputs.mapPartitions(partial(_addressed_to, bolt.id))
                     .partitionBy(bolt.parallelism, _identity)
                     .mapPartitionsWithIndex(
                         partial(_run_bolt, token, payload, bolt.id, txid, self._tokens)
@@ -1096,10 +1114,7 @@ class SparkRuntime:
                 outs[bolt.id] = out
             ends = list(leaves.values())
             acks: list[_Ack] = (
-                (ends[0] if len(ends) == 1 else sc.union(ends))
-                .filter(_IsFor(_ACK))
-                .map(_payload)
-                .collect()
+                (ends[0] if len(ends) == 1 else sc.union(ends)).mapPartitions(_acks).collect()
             )
         finally:
             for rdd in persisted:

@@ -361,3 +361,32 @@ def test_at_most_once_polls_the_spout_on_the_driver(
     assert result.counters["batches"] == 3
     got = {**read_state(conf, "count-0"), **read_state(conf, "count-1")}
     assert got == collections.Counter(items)
+
+
+def test_crash_during_recovery_then_restart_is_exact(
+    spark_session: Any, tmp_path: Path, provider_conf: dict[str, Any]
+) -> None:
+    """Killed after preparing batch 1, then killed again right after the recovery
+    rolled it back: the third start still replays batch 1 from its positions."""
+    corpus = write_lines(tmp_path / "in.txt", sentences(90))
+    conf = {**provider_conf, "wordcount.input": str(corpus)}
+
+    def crash_at(point: str, at_txid: int) -> Callable[[str, int], None]:
+        def hook(at: str, txid: int) -> None:
+            if at == point and txid == at_txid:
+                raise SimulatedCrash(f"driver killed at {at} {txid}")
+
+        return hook
+
+    for point, txid in (("prepared", 1), ("recovered", 0)):
+        rt = SparkRuntime(wordcount.topology(), conf, spark=spark_session, batch_size=30)
+        rt.fault_hook = crash_at(point, txid)
+        with pytest.raises(SimulatedCrash):
+            rt.run(until_idle=True)
+    result = SparkRuntime(wordcount.topology(), conf, spark=spark_session, batch_size=45).run(
+        until_idle=True
+    )
+    # Batch 1 again with its recorded 30 lines, then the last 30 as one batch of up to 45.
+    assert result.counters["batches"] == 2
+    assert result.components["sentences"].emitted == 60
+    assert word_counts(conf) == collections.Counter(corpus.read_text().split())

@@ -1,0 +1,79 @@
+"""A state reads a small committed store whole on its first miss, and stays exact."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from statestream import _state
+from statestream_providers.memory import MemoryStateProvider
+
+
+@pytest.fixture
+def provider() -> Iterator[MemoryStateProvider]:
+    name = uuid.uuid4().hex
+    with MemoryStateProvider.from_config({"name": name}) as p:
+        yield p
+    MemoryStateProvider.clear(name)
+
+
+def _committed(provider: MemoryStateProvider, n: int) -> None:
+    state = provider.get_state("ns")
+    for i in range(n):
+        state.put(f"k{i}", i)
+    state.commit()
+
+
+def _reopen(provider: MemoryStateProvider) -> tuple[_state.StoredKeyValueState, list[bytes]]:
+    fresh = type(provider).from_config({"name": provider.store_name})  # type: ignore[attr-defined]
+    state = fresh.get_state("ns")
+    loads: list[bytes] = []
+    real = state._backend
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def load(self, key: bytes) -> bytes | None:
+            loads.append(key)
+            return real.load(key)
+
+    state._backend = Counting()  # type: ignore[assignment]
+    return state, loads
+
+
+def test_a_small_state_answers_misses_without_asking_the_store(
+    provider: MemoryStateProvider,
+) -> None:
+    _committed(provider, 3)
+    state, loads = _reopen(provider)
+    assert state.get("k1") == 1
+    assert [state.get(f"new{i}", 0) for i in range(100)] == [0] * 100
+    assert state.get("k2") == 2
+    assert loads == []
+
+
+def test_a_large_state_stays_lazy_and_exact(
+    provider: MemoryStateProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_state, "PRELOAD_LIMIT", 5)
+    _committed(provider, 10)
+    state, loads = _reopen(provider)
+    assert [state.get(f"k{i}") for i in range(10)] == list(range(10))
+    assert state.get("missing", "d") == "d"
+    assert loads  # beyond the limit, misses go to the store
+
+
+def test_after_a_rollback_overwritten_keys_show_their_committed_value_again(
+    provider: MemoryStateProvider,
+) -> None:
+    _committed(provider, 3)
+    state, _ = _reopen(provider)
+    assert state.get("k0") == 0  # preloads
+    state.put("k0", 100)
+    state.put("fresh", 1)
+    state.rollback()
+    assert state.get("k0") == 0
+    assert state.get("fresh") is None
