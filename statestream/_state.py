@@ -431,9 +431,7 @@ class StoredKeyValueState:
             return
         view = self._view
         overlay = self._pending.keys() | self._prepared.keys()
-        n = 0
-        for encoded_key, data in self._backend.scan():
-            n += 1
+        for n, (encoded_key, data) in enumerate(self._backend.scan(), 1):
             if n > PRELOAD_LIMIT:
                 return
             key, cache_key = self._stored_key(encoded_key)

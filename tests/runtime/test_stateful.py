@@ -297,6 +297,7 @@ def test_a_failed_prepare_rolls_back_fails_the_held_tuples_and_loses_nothing() -
     spout = spout_of(rt)
     # Every tuple executed before the failed prepare had its ack held: all failed, all replayed.
     assert sorted(spout.failed) == list(range(len(items)))
+    assert result.counters["timed_out"] == 0, "failed by a timeout, not by the rollback"
     assert sorted(spout.acked) == list(range(len(items)))
     assert len(events("execute")) == 2 * len(items)
     assert committed(config) == dict(Counter(items))
