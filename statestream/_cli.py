@@ -103,7 +103,7 @@ def run(
     """Run TOPOLOGY: a .py file (its `topology` attribute) or module:attribute,
     naming a Topology or a function returning one."""
     if until_idle and duration is not None:
-        raise click.UsageError("--until-idle and --duration exclude each other; pick one")
+        _fail("--until-idle and --duration exclude each other; pick one", EXIT_USAGE)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -609,8 +609,11 @@ class BoltTask(_Task):
             self._drain_control()
             did = True
         if self.inbox and self.ready:
+            before = self.executed
             self._drain()
-            did = True
+            # A bolt blocked by a full downstream queue did nothing: saying so
+            # lets the loop sleep (and a fake clock advance) instead of spinning.
+            did = did or self.executed != before
         if self.ack_buf:
             self.flush_acks()
         return did

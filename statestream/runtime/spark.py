@@ -82,6 +82,7 @@ __all__ = [
     "BATCH_SIZE_KEY",
     "MAX_TUPLE_FAILURES",
     "REPLAY_CONTRACT",
+    "DataFrameSpout",
     "SparkRuntime",
 ]
 
@@ -589,33 +590,39 @@ def _run_bolt(
     executed = failures = 0
     queue = records
     failed_counts: dict[int, int] = {}
+    out = producer.out
+    last_task, last_stream = -1, ""
+    origin: Origin | None = None
     while queue:
         retry: list[tuple[Any, ...]] = []
         for rec in queue:
             key, stream, values = rec
             src_task = key >> _SEQ_BITS
-            origin = origins.get((src_task, stream))
-            if origin is None:
-                src, src_index = owner[src_task]
-                origin = origins[src_task, stream] = Origin(
-                    src, src_task, src_index, stream, fields_of[src][stream]
-                )
-            mark, seq = len(producer.out), producer.seq
+            if src_task != last_task or stream != last_stream:
+                # Input is sorted by producer task: the origin changes rarely.
+                last_task, last_stream = src_task, stream
+                origin = origins.get((src_task, stream))
+                if origin is None:
+                    src, src_index = owner[src_task]
+                    origin = origins[src_task, stream] = Origin(
+                        src, src_task, src_index, stream, fields_of[src][stream]
+                    )
+            mark, seq = len(out), producer.seq
             producer.failed_current = False
             try:
-                execute(Tuple(values, origin))
+                execute(Tuple(values, origin))  # type: ignore[arg-type]
             except FailedException:
                 producer.failed_current = True
             executed += 1
             if producer.failed_current:
                 failures += 1
-                del producer.out[mark:]  # what the failed attempt emitted is not sent
+                del out[mark:]  # what the failed attempt emitted is not sent
                 producer.seq = seq
                 n = failed_counts[key] = failed_counts.get(key, 0) + 1
                 if n >= MAX_TUPLE_FAILURES:
                     raise RuntimeFailure(
                         f"bolt {cid!r} task {index} failed the tuple {list(values)!r} from "
-                        f"{origin.component}[{origin.task_index}] {n} times in batch {txid}"
+                        f"{origin!r} {n} times in batch {txid}"
                     )
                 retry.append(rec)
         queue = retry
@@ -626,6 +633,59 @@ def _run_bolt(
         _STATE_CACHE[_provider_key(plan.config), f"{cid}-{index}"] = (prepared, state)
     producer.finish((cid, index, executed, producer.emitted, failures, prepared), forwarded)
     yield from producer.out
+
+
+def _rows_partition(
+    token: str, payload: Any, cid: str, part: int, rows: Iterable[Any]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """The read stage of a Spark-fed batch: one DataFrame partition as spout task 0.
+
+    Sequence numbers start at ``part << 28`` so that the records of every
+    partition sort apart and in the same order on every replay.
+    """
+    plan = _plan(token, payload)
+    producer = _Producer(plan, cid, 0)
+    producer.seq = part << 28
+    columns = plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
+    for row in rows:
+        producer._route("default", [row[c] for c in columns], None)
+    producer.finish((cid, part, 0, producer.emitted, 0, None), ())
+    yield from producer.out
+
+
+class DataFrameSpout(Spout):
+    """A spout that Spark feeds: each micro-batch of a streaming DataFrame is one transaction.
+
+    Declares ``fields`` (column names of the DataFrame) on the default stream.
+    Use it in place of a spout and start the topology with
+    :meth:`SparkRuntime.feed`; the spout is never opened or polled.
+    """
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = list(fields)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(self.fields)
+
+    def next_tuple(self) -> None:
+        raise RuntimeFailure(
+            "DataFrameSpout is fed by Spark: start the topology with SparkRuntime.feed()"
+        )
+
+
+def spark_checkpoint_batches(location: str) -> tuple[int, int]:
+    """``(last batch with offsets, last committed batch)`` in a Structured Streaming
+    checkpoint on a local file system, -1 for none."""
+    root = location.removeprefix("file://")
+
+    def last(sub: str) -> int:
+        try:
+            names = os.listdir(os.path.join(root, sub))
+        except FileNotFoundError:
+            return -1
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+    return last("offsets"), last("commits")
 
 
 # --------------------------------------------------------------------------- driver side
@@ -745,7 +805,12 @@ class SparkRuntime:
         ]
         ship_user_modules(topology)
         self.at_most_once = False
-        missing = [s.id for s in self.spouts if not has_replay_contract(s.obj)]
+        self.fed = [s.id for s in self.spouts if isinstance(s.obj, DataFrameSpout)]
+        missing = [
+            s.id
+            for s in self.spouts
+            if not has_replay_contract(s.obj) and not isinstance(s.obj, DataFrameSpout)
+        ]
         if missing:
             if (
                 not self.config["statestream.state.exactly.once"]
@@ -846,6 +911,11 @@ class SparkRuntime:
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run batches until stopped, ``duration`` seconds, or (``until_idle``) every
         spout is exhausted. Recovers first from the stored checkpoint phase."""
+        if self.fed:
+            raise ConfigError(
+                f"spout {self.fed[0]!r} is a DataFrameSpout: Spark feeds it; start the topology "
+                "with SparkRuntime.feed(streaming_dataframe, checkpoint=...) instead of run()"
+            )
         check_provider(self.config, self.master)
         check_spark_conf(self.config.spark_conf)
         start_time = time.monotonic()
@@ -903,6 +973,107 @@ class SparkRuntime:
         )
 
     _replay: dict[str, Any] | None = None
+
+    def feed(
+        self,
+        df: Any,
+        *,
+        checkpoint: str,
+        available_now: bool = True,
+        timeout: float | None = None,
+    ) -> RunResult:
+        """Run the topology over a streaming DataFrame: one micro-batch, one transaction.
+
+        The topology's one spout must be a :class:`DataFrameSpout` whose fields
+        are columns of ``df``. The transaction id is Spark's batch id, and
+        ``checkpoint`` is the query's checkpoint location (a local path), whose
+        offset log makes Spark replay an unfinished batch with the same id and
+        data. A batch whose id is at or below the provider's committed txid
+        was applied already (the driver died after committing it, before
+        Spark logged it) and is skipped. Refuses to start (ConfigError) when
+        the provider's txid is ahead of what the checkpoint has planned, e.g.
+        a lost or foreign checkpoint: every batch would be skipped.
+
+        ``available_now``: process what is available, then stop; otherwise run
+        until :meth:`stop` or ``timeout`` seconds.
+        """
+        if len(self.spouts) != 1 or self.fed != [self.spouts[0].id]:
+            raise ConfigError(
+                "feed() needs a topology whose only spout is a DataFrameSpout (found: "
+                + ", ".join(f"{s.id!r} ({type(s.obj).__name__})" for s in self.spouts)
+                + ")"
+            )
+        cid = self.spouts[0].id
+        columns = self.spouts[0].obj.fields  # type: ignore[union-attr]
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise ConfigError(
+                f"DataFrameSpout {cid!r} declares the fields {columns}, but the DataFrame has "
+                f"no column {missing[0]!r} (columns: {df.columns})"
+            )
+        self._spark = df.sparkSession
+        check_provider(self.config, self.master)
+        start_time = time.monotonic()
+        planned, _ = spark_checkpoint_batches(checkpoint)
+        stored, _ = self._load()
+        if stored.txid > planned:
+            raise ConfigError(
+                f"the state provider has transaction {stored} but the Spark checkpoint "
+                f"{checkpoint!r} has planned batches only up to {planned}: the checkpoint "
+                "was lost or belongs to another query, and its batches would be skipped as "
+                "already applied; restore the checkpoint, or start over with a fresh store"
+            )
+        sc = self._spark.sparkContext
+        token = uuid.uuid4().hex
+        payload = sc.broadcast(
+            cloudpickle.dumps(_Plan(self.topology, self.config, self.component_tasks))
+        )
+        current = {"state": self._recover()[0]}
+
+        def on_batch(batch_df: Any, batch_id: int) -> None:
+            state = current["state"]
+            if batch_id <= state.txid:
+                log.warning("batch %d was committed already; skipping its replay", batch_id)
+                self.counters["skipped"] = self.counters.get("skipped", 0) + 1
+                return
+            if batch_id != state.txid + 1:
+                raise RuntimeFailure(
+                    f"Spark runs batch {batch_id} but the state provider last committed "
+                    f"{state.txid}: batches {state.txid + 1}..{batch_id - 1} are missing from "
+                    "the state; was the store reset under a running checkpoint?"
+                )
+            rows = batch_df.select(*columns).rdd
+            source = rows.mapPartitionsWithIndex(partial(_rows_partition, token, payload, cid))
+            current["state"], _ = self._transaction(
+                sc, token, payload, state, {}, {"start": {}, "end": {}}, None, {}, source
+            )
+
+        writer = (
+            df.writeStream.foreachBatch(on_batch)
+            .option("checkpointLocation", checkpoint)
+            .queryName(f"statestream-{self.topology.name}-{token[:8]}")
+        )
+        writer = writer.trigger(availableNow=True) if available_now else writer
+        query = writer.start()
+        try:
+            if available_now:
+                query.awaitTermination(timeout)
+            else:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while not self._stop and query.isActive:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                    query.awaitTermination(0.2)
+        finally:
+            if query.isActive:
+                query.stop()
+            payload.unpersist()
+        error = query.exception()
+        if error is not None:
+            raise RuntimeFailure(f"the streaming query failed: {error}") from None
+        return RunResult(
+            self.metrics(), list(self.errors), time.monotonic() - start_time, "fed", self.counters
+        )
 
     def _recover(self) -> tuple[CheckpointState, dict[str, Any]]:
         """Every start is a recovery (DESIGN.md §4): act on the stored phase.
@@ -997,6 +1168,7 @@ class SparkRuntime:
         batch: dict[str, Any],
         polled: dict[str, Any] | None,
         drivers: Mapping[tuple[str, int], tuple[Spout, _PollCollector]],
+        source: Any = None,
     ) -> tuple[CheckpointState, dict[str, Any]]:
         """One batch: PREPARING (stored with positions), the job, COMMITTING, COMMITTED."""
         preparing, _ = next_state(state, False)
@@ -1006,7 +1178,7 @@ class SparkRuntime:
         while True:
             attempt += 1
             try:
-                acks = self._job(sc, token, payload, txid, batch, polled)
+                acks = self._job(sc, token, payload, txid, batch, polled, source)
                 break
             except Exception as exc:
                 self.errors.append(
@@ -1061,6 +1233,7 @@ class SparkRuntime:
         txid: int,
         batch: Mapping[str, Any],
         polled: Mapping[str, Any] | None,
+        source: Any = None,
     ) -> list[_Ack]:
         items = []
         for spec in self.spouts:
@@ -1088,9 +1261,10 @@ class SparkRuntime:
                 leaves[id(rdd)] = rdd
 
         try:
-            source = sc.parallelize(items, max(1, len(items))).mapPartitions(
-                partial(_read_partition, token, payload)
-            )
+            if source is None:
+                source = sc.parallelize(items, max(1, len(items))).mapPartitions(
+                    partial(_read_partition, token, payload)
+                )
             keep([spec.id for spec in self.spouts], source)
             for spec in self.spouts:
                 outs[spec.id] = source

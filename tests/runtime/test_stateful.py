@@ -399,13 +399,19 @@ def start_redis(port: int, data_dir: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [
             "redis-server",
-            "--port", str(port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "yes",
-            "--appendfsync", "always",
-            "--dir", str(data_dir),
-        ],  # fmt: skip
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            str(data_dir),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -469,11 +475,7 @@ def test_redis_lost_mid_run_waits_then_resumes_and_loses_nothing(
         rt.step()
         clock.advance(0.02)
         pending = coordinator.pending
-        if (
-            coordinator.state.txid >= 3
-            and pending is not None
-            and pending.action is Action.PREPARE
-        ):
+        if coordinator.state.txid >= 3 and pending is not None and pending.action is Action.PREPARE:
             break
     else:
         pytest.fail(f"no 3 checkpoints committed: {coordinator!r}")
@@ -488,14 +490,14 @@ def test_redis_lost_mid_run_waits_then_resumes_and_loses_nothing(
 
     # Redis is gone: the prepare fails, the bolt rolls back, processing waits.
     rollbacks = len(events("pre_rollback"))
-    for _ in range(30):
+    for _ in range(15):
         rt.step()
         clock.advance(0.02)
     assert len(events("pre_rollback")) > rollbacks
     assert rt.errors, "the lost Redis was not reported"
     assert any("127.0.0.1" in e.error and str(port) in e.error for e in rt.errors)
     plateau = bolt_task.executed
-    for _ in range(30):
+    for _ in range(15):
         rt.step()
         clock.advance(0.02)
     assert bolt_task.executed == plateau, "tuples kept executing while Redis was down"

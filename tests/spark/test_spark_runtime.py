@@ -255,7 +255,7 @@ class Words(BasicBolt):
         declarer.declare(["word"])
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
-        for word in tuple.values[1].split():
+        for word in tuple.values[-1].split():
             collector.emit([word])
 
 

@@ -1,0 +1,278 @@
+"""The ``statestream`` command line: exit codes, messages, progress, Ctrl-C, state inspection.
+
+Runs the real CLI as ``python -m statestream`` in a subprocess (exit codes,
+signals, a non-TTY stderr), and through click's CliRunner for the quick
+read-only commands.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from statestream._cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
+CORPUS = ROOT / "examples" / "corpus.txt"
+
+
+def cli(
+    *args: str, timeout: float = 60, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statestream", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def memory_sets() -> list[str]:
+    return ["--set", f"topology.state.provider.config={{name: {uuid.uuid4()}}}"]
+
+
+def read_counts(path: Path) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for line in path.read_bytes().splitlines():
+        row = orjson.loads(line)
+        assert row["word"] not in counts, f"{row['word']!r} written twice"
+        counts[row["word"]] = row["count"]
+    return counts
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_run_wordcount_until_idle_writes_the_counter(tmp_path: Path) -> None:
+    out = tmp_path / "counts.jsonl"
+    proc = cli("run", WORDCOUNT, "--until-idle", "--set", f"wordcount.output={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert read_counts(out) == Counter(CORPUS.read_text(encoding="utf-8").split())
+    assert "idle after" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["--set", "topology.mesage.timeout.secs=3"],
+            "did you mean 'topology.message.timeout.secs'",
+        ),
+        (
+            ["--set", "topology.message.timeout.secs=abc"],
+            "'topology.message.timeout.secs'",
+        ),
+        (["--config", "/nonexistent/conf.yaml"], "/nonexistent/conf.yaml"),
+        (["--set", "wordcount.input=/nonexistent"], "/nonexistent"),
+    ],
+    ids=["unknown-key", "wrong-type", "missing-config-file", "missing-input"],
+)
+def test_config_errors_exit_2_with_one_line(args: list[str], needle: str) -> None:
+    proc = cli("run", WORDCOUNT, "--until-idle", *args)
+    assert proc.returncode == 2, proc.stderr
+    line = one_error_line(proc.stderr)
+    assert needle in line
+    assert line.startswith("statestream: error:")
+
+
+def test_wrong_type_names_the_expected_type() -> None:
+    proc = cli("run", WORDCOUNT, "--until-idle", "--set", "topology.message.timeout.secs=abc")
+    assert proc.returncode == 2
+    assert "expected a positive integer" in one_error_line(proc.stderr)
+
+
+def test_missing_topology_file_exits_2_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.py"
+    proc = cli("run", str(missing), "--until-idle")
+    assert proc.returncode == 2
+    assert str(missing) in one_error_line(proc.stderr)
+
+
+def test_until_idle_with_duration_exits_2_with_one_line() -> None:
+    result = CliRunner().invoke(main, ["run", WORDCOUNT, "--until-idle", "--duration", "1"])
+    assert result.exit_code == 2
+    assert "exclude each other" in one_error_line(result.stderr)
+
+
+def test_until_idle_with_duration_exits_2_without_traceback() -> None:
+    result = CliRunner().invoke(main, ["run", WORDCOUNT, "--until-idle", "--duration", "1"])
+    assert result.exit_code == 2
+    assert "--until-idle and --duration exclude each other" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+SPOUT_RAISES = """
+from statestream import Spout, TopologyBuilder
+from statestream.testing import SinkBolt
+
+class Broken(Spout):
+    def open(self, conf, context, collector):
+        raise RuntimeError("cannot connect to the source")
+    def next_tuple(self):
+        pass
+    def declare_output_fields(self, declarer):
+        declarer.declare(["value"])
+
+def topology():
+    b = TopologyBuilder("broken")
+    b.set_spout("source", Broken())
+    b.set_bolt("sink", SinkBolt("x")).shuffle_grouping("source")
+    return b.build()
+"""
+
+
+def test_a_spout_raising_in_open_exits_1(tmp_path: Path) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text(SPOUT_RAISES)
+    proc = cli("run", str(path), "--until-idle")
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot connect to the source" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_without_a_terminal_status_lines_go_to_stderr() -> None:
+    proc = cli(
+        "run", WORDCOUNT, "--duration", "2",
+        "--set", "statestream.progress.interval.secs=0.5",
+        *memory_sets(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    status = [line for line in proc.stderr.splitlines() if "sentences emitted=" in line]
+    assert len(status) >= 2, proc.stderr
+    assert "count emitted=" in status[-1]
+    assert "duration after" in proc.stderr
+
+
+ENDLESS = """
+from pathlib import Path
+from statestream import Spout, TopologyBuilder
+from statestream.testing import SinkBolt
+
+MARKERS = Path({markers!r})
+
+class Endless(Spout):
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.n = 0
+        (MARKERS / "opened").write_text("yes")
+    def next_tuple(self):
+        self.n += 1
+        self.collector.emit([self.n], msg_id=self.n)
+    def close(self):
+        (MARKERS / "closed").write_text(str(self.n))
+    def declare_output_fields(self, declarer):
+        declarer.declare(["value"])
+
+topology = TopologyBuilder("endless")
+topology.set_spout("source", Endless())
+topology.set_bolt("sink", SinkBolt("x")).shuffle_grouping("source")
+topology = topology.build()
+"""
+
+
+def test_sigint_shuts_a_running_topology_down_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "endless.py"
+    path.write_text(ENDLESS.format(markers=str(tmp_path)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statestream", "run", str(path), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "opened").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the topology never opened"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=10)
+        assert time.monotonic() - sent < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert (tmp_path / "closed").exists(), "the spout's close was not called"
+    assert int((tmp_path / "closed").read_text()) > 0
+    assert "stopped after" in stderr
+
+
+def test_state_info_and_dump_after_a_sqlite_run(tmp_path: Path) -> None:
+    conf = tmp_path / "local.yaml"
+    conf.write_text(
+        "topology.runner: local\n"
+        "topology.state.provider: sqlite\n"
+        "topology.state.provider.config:\n"
+        f"  path: {tmp_path / 'data' / 'state.db'}\n"
+    )
+    out = tmp_path / "counts.jsonl"
+    proc = cli(
+        "run", WORDCOUNT, "--until-idle", "--config", str(conf),
+        "--set", f"wordcount.output={out}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expected = Counter(CORPUS.read_text(encoding="utf-8").split())
+
+    runner = CliRunner()
+    info = runner.invoke(main, ["state", "info", "--config", str(conf)])
+    assert info.exit_code == 0, info.output
+    first = info.stdout.splitlines()[0]
+    assert first.startswith("checkpoint: txid ")
+    assert first.endswith("phase COMMITTED")
+    assert int(first.split()[2]) >= 0
+    assert "namespace: count-0" in info.stdout
+    assert "namespace: count-1" in info.stdout
+
+    dump = runner.invoke(main, ["state", "dump", "--config", str(conf), "--component", "count"])
+    assert dump.exit_code == 0, dump.output
+    rows = [orjson.loads(line) for line in dump.stdout.splitlines()]
+    assert {r["component"] for r in rows} == {"count"}
+    assert {r["task"] for r in rows} == {0, 1}
+    assert sum(r["value"] for r in rows) == sum(expected.values())
+    assert {r["key"]: r["value"] for r in rows} == dict(expected)
+
+    one = runner.invoke(
+        main, ["state", "dump", "--config", str(conf), "--component", "count", "--task", "1"]
+    )
+    assert one.exit_code == 0
+    assert {orjson.loads(line)["task"] for line in one.stdout.splitlines()} == {1}
+
+
+def test_providers_lists_the_three_builtins() -> None:
+    result = CliRunner().invoke(main, ["providers"])
+    assert result.exit_code == 0
+    names = {line.split("\t")[0] for line in result.stdout.splitlines()}
+    assert {"memory", "sqlite", "redis"} <= names
+
+
+def test_topology_prints_the_components() -> None:
+    result = CliRunner().invoke(main, ["topology", WORDCOUNT])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "topology 'wordcount'" in out
+    assert "sentences (spout" in out
+    assert "split (bolt SplitSentence, 2 tasks)" in out
+    assert "count (stateful bolt WordCount, 2 tasks)" in out
+    assert "<- split:default fields" in out
