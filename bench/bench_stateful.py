@@ -151,7 +151,7 @@ def restart(provider: str, keys: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     rt = LocalRuntime(topo, conf)
     rt.open()
-    count = [t for t in rt.bolts if t.component == "count"][0]
+    count = next(t for t in rt.bolts if t.component == "count")
     while count.executed == 0:
         rt.step()
     elapsed = time.perf_counter() - t0

@@ -398,6 +398,7 @@ class SpoutTask(_Task):
         untracked = self.rt.acking is None
         while completions:
             key, ok = completions.popleft()
+            msg_id: Any
             if untracked:
                 msg_id = key
             else:
@@ -454,7 +455,7 @@ class BoltTask(_Task):
         self._current: Tuple | None = None  # the input a BasicBolt is executing
         self.ack_buf: dict[int, int] = {}  # root -> XOR of acks not yet sent to the acker
         self.execute: Callable[[Tuple], None] = (
-            self._execute_basic if self.basic else self.bolt.execute  # type: ignore[assignment]
+            self._execute_basic if self.basic else self.bolt.execute
         )
         # Checkpoint tuples arrive on their own queue: they must get through
         # while data waits (before INITSTATE, or while a full queue holds it).
@@ -510,7 +511,7 @@ class BoltTask(_Task):
                 self.deliver_one_root(origin, routes, values, direct, next(iter(ids)), anchors)
                 return
             self.deliver_tracked(
-                origin, routes, values, direct, dict.fromkeys(anchors.anchors, 1), (anchors,)
+                origin, routes, values, direct, dict.fromkeys(ids, 1), (anchors,)
             )
             return
         if isinstance(anchors, Tuple):
@@ -828,14 +829,14 @@ class LocalRuntime:
                     task.system = cid == CHECKPOINT_SPOUT
                     if task.system:
                         self._checkpoint_spout = task.spout  # type: ignore[assignment]
-                    self.spouts.append(task)  # type: ignore[arg-type]
-                    self.spout_by_task[tid] = task  # type: ignore[assignment]
+                    self.spouts.append(task)
+                    self.spout_by_task[tid] = task
                 elif spec.is_stateful:
                     task = StatefulBoltTask(self, spec, i, tid)
-                    self.bolts.append(task)  # type: ignore[arg-type]
+                    self.bolts.append(task)
                 else:
                     task = BoltTask(self, spec, i, tid)
-                    self.bolts.append(task)  # type: ignore[arg-type]
+                    self.bolts.append(task)
                 self.tasks_of.setdefault(cid, []).append(task)
         self.component_tasks = component_tasks
         outputs = {

@@ -673,6 +673,13 @@ class DataFrameSpout(Spout):
         )
 
 
+def _root_cause(exc: BaseException) -> str:
+    """The last line of a (possibly remote) traceback: what actually went wrong."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    causes = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return (causes[-1] if causes else lines[-1] if lines else repr(exc))[:500]
+
+
 def spark_checkpoint_batches(location: str) -> tuple[int, int]:
     """``(last batch with offsets, last committed batch)`` in a Structured Streaming
     checkpoint on a local file system, -1 for none."""
@@ -1064,13 +1071,15 @@ class SparkRuntime:
                     if deadline is not None and time.monotonic() >= deadline:
                         break
                     query.awaitTermination(0.2)
+        except Exception as exc:  # StreamingQueryException and py4j errors
+            raise RuntimeFailure(
+                f"the streaming query failed; restart it on the same checkpoint to replay the "
+                f"unfinished batch: {str(exc).splitlines()[0][:500]} ({_root_cause(exc)})"
+            ) from exc
         finally:
             if query.isActive:
                 query.stop()
             payload.unpersist()
-        error = query.exception()
-        if error is not None:
-            raise RuntimeFailure(f"the streaming query failed: {error}") from None
         return RunResult(
             self.metrics(), list(self.errors), time.monotonic() - start_time, "fed", self.counters
         )

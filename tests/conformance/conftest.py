@@ -140,6 +140,7 @@ def require_real_redis() -> None:
 
 def delete_prefix(prefix: str) -> None:
     import redis
+
     from statestream_providers.redis import _glob_escape
 
     client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)

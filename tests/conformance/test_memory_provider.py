@@ -7,10 +7,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from statestream_providers.memory import MemoryStateProvider
 
 from statestream._errors import ConfigError
 from statestream._registry import open_provider
+from statestream_providers.memory import MemoryStateProvider
 
 
 @pytest.fixture

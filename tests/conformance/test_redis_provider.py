@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from statestream_providers import redis as redis_provider
-from statestream_providers.redis import RedisStateProvider, key_names
 
 from statestream._errors import (
     ConfigError,
@@ -23,6 +21,8 @@ from statestream._errors import (
 )
 from statestream._registry import open_provider
 from statestream._state import CommitOutcome, StoredKeyValueState
+from statestream_providers import redis as redis_provider
+from statestream_providers.redis import RedisStateProvider, key_names
 
 
 def _raw(provider: Any) -> Any:

@@ -8,11 +8,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from statestream_providers import sqlite as sqlite_provider
-from statestream_providers.sqlite import SQLiteStateProvider
 
 from statestream._errors import ConfigError, ProviderUnavailableError, StateCorruptError
 from statestream._registry import open_provider
+from statestream_providers import sqlite as sqlite_provider
+from statestream_providers.sqlite import SQLiteStateProvider
 
 
 def _open(path: Path) -> SQLiteStateProvider:

@@ -8,9 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from statestream_providers.memory import MemoryStateProvider
-from statestream_providers.redis import RedisStateProvider
-from statestream_providers.sqlite import SQLiteStateProvider
 
 from statestream._errors import ConfigError, ProviderNotFoundError
 from statestream._registry import (
@@ -20,6 +17,9 @@ from statestream._registry import (
     parse_provider_config,
     resolve_provider,
 )
+from statestream_providers.memory import MemoryStateProvider
+from statestream_providers.redis import RedisStateProvider
+from statestream_providers.sqlite import SQLiteStateProvider
 
 
 def test_builtin_providers_are_entry_points() -> None:
