@@ -117,19 +117,25 @@ class Tuple:
     The reliability slots are the runtime's: ``anchors`` maps each root (spout
     tuple) id this tuple belongs to onto the edge id that created it, or is
     None for an untracked tuple; ``ack_val`` accumulates the XOR of the edges
-    anchored to this tuple; ``done`` guards against acking it twice.
+    anchored to this tuple; ``done`` guards against acking it twice; ``owner``
+    is the task it was delivered to, the only one that may ack or fail it.
     """
 
-    __slots__ = ("ack_val", "anchors", "done", "origin", "values")
+    __slots__ = ("ack_val", "anchors", "done", "origin", "owner", "values")
 
     def __init__(
-        self, values: Sequence[Any], origin: Origin, anchors: dict[int, int] | None = None
+        self,
+        values: Sequence[Any],
+        origin: Origin,
+        anchors: dict[int, int] | None = None,
+        owner: int = -1,
     ) -> None:
         self.values = values
         self.origin = origin
         self.anchors = anchors
         self.ack_val = 0
         self.done = False
+        self.owner = owner  # the task a tracked tuple was delivered to (-1: untracked)
 
     def __getitem__(self, key: int | str) -> Any:
         if type(key) is int:

@@ -106,7 +106,17 @@ class RunResult:
 class _Route:
     """One subscriber (component) of one (task, stream): where its tuples go."""
 
-    __slots__ = ("custom", "inboxes", "index_of_task", "key", "kind", "n", "rr", "target")
+    __slots__ = (
+        "custom",
+        "inboxes",
+        "index_of_task",
+        "key",
+        "kind",
+        "n",
+        "rr",
+        "target",
+        "task_ids",
+    )
 
     def __init__(self, target: ComponentSpec, grouping_kind: int, inboxes: list[deque[Any]]):
         self.target = target.id
@@ -117,6 +127,7 @@ class _Route:
         self.rr = 0
         self.custom: Any = None
         self.index_of_task: dict[int, int] = {}
+        self.task_ids: list[int] = []
 
     def choose(self, values: Sequence[Any], direct_task: int | None) -> list[int]:
         """Target task indexes for one tuple (the general, slower path)."""
@@ -260,7 +271,7 @@ class _Task:
                     ids = {root: edge if parity else 0}
                 else:
                     ids = {root: edge if p else 0 for root, p in roots.items()}
-                inboxes[i].append(Tuple(values, origin, ids))
+                inboxes[i].append(Tuple(values, origin, ids, r.task_ids[i]))
                 for a in anchors:
                     a.ack_val ^= edge
         return created
@@ -281,12 +292,13 @@ class _Task:
                 v = values[r.key]
                 h = _xxh3(v.encode()) if type(v) is str else stable_hash(v)
                 edge = _getrandbits(64) or new_id()
-                r.inboxes[h % r.n].append(Tuple(values, origin, {root: edge}))
+                i = h % r.n
+                r.inboxes[i].append(Tuple(values, origin, {root: edge}, r.task_ids[i]))
                 anchor.ack_val ^= edge
             else:
                 for i in r.choose(values, direct):
                     edge = _getrandbits(64) or new_id()
-                    r.inboxes[i].append(Tuple(values, origin, {root: edge}))
+                    r.inboxes[i].append(Tuple(values, origin, {root: edge}, r.task_ids[i]))
                     anchor.ack_val ^= edge
 
 
@@ -510,9 +522,7 @@ class BoltTask(_Task):
             if len(ids) == 1:
                 self.deliver_one_root(origin, routes, values, direct, next(iter(ids)), anchors)
                 return
-            self.deliver_tracked(
-                origin, routes, values, direct, dict.fromkeys(ids, 1), (anchors,)
-            )
+            self.deliver_tracked(origin, routes, values, direct, dict.fromkeys(ids, 1), (anchors,))
             return
         if isinstance(anchors, Tuple):
             anchors = (anchors,)
@@ -534,7 +544,16 @@ class BoltTask(_Task):
             "which it already acked or failed; emit before acking the input"
         )
 
+    def _foreign(self, tup: Tuple, what: str) -> None:
+        owner = self.rt.task_names.get(tup.owner, f"task {tup.owner}")
+        raise ReliabilityError(
+            f"bolt {self.component!r} task {self.task_index} tried to {what} {tup!r}, which was "
+            f"delivered to {owner}; only the task that received a tuple may ack or fail it"
+        )
+
     def ack(self, tup: Tuple) -> None:
+        if tup.owner != self.task_id and tup.owner >= 0:
+            self._foreign(tup, "ack")
         if tup.done:
             raise ReliabilityError(
                 f"bolt {self.component!r} task {self.task_index} acked or failed {tup!r} twice; "
@@ -561,6 +580,8 @@ class BoltTask(_Task):
         buf.clear()
 
     def fail(self, tup: Tuple) -> None:
+        if tup.owner != self.task_id and tup.owner >= 0:
+            self._foreign(tup, "fail")
         if tup.done:
             raise ReliabilityError(
                 f"bolt {self.component!r} task {self.task_index} acked or failed {tup!r} twice; "
@@ -839,6 +860,11 @@ class LocalRuntime:
                     self.bolts.append(task)
                 self.tasks_of.setdefault(cid, []).append(task)
         self.component_tasks = component_tasks
+        self.task_names = {
+            tid: f"{cid}[{i}]"
+            for cid, tids in component_tasks.items()
+            for i, tid in enumerate(tids)
+        }
         outputs = {
             cid: {s: f for s, (f, _) in spec.outputs.items()}
             for cid, spec in topo.components.items()
@@ -872,9 +898,8 @@ class LocalRuntime:
                     # emitters spread evenly from the first tuple on.
                     route.rr = task.task_index % route.n
                 route.custom = g.custom
-                route.index_of_task = {
-                    tid: i for i, tid in enumerate(self.component_tasks[target.id])
-                }
+                route.task_ids = list(self.component_tasks[target.id])
+                route.index_of_task = {tid: i for i, tid in enumerate(route.task_ids)}
                 routes.append(route)
                 if self._reaches(target.id, spec.id):
                     # A queue on a cycle back to this task is exempt from

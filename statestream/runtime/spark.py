@@ -37,6 +37,25 @@ it, so its input order, and therefore what it emits and where, is the same on
 every attempt and every replay; the tuples from one producer task arrive in
 the order they were emitted, as in Storm.
 
+The driver never reads tuples: each task puts its acknowledgement (counts
+and a token naming its prepare) in front of the tuples it sends to task 0 of
+its first downstream bolt, which forwards it; the last bolts' tasks output
+acknowledgements only, and the driver collects those. An output that several
+bolts read is cached for the batch, so no task runs twice.
+
+A Python worker keeps the state object of the task it ran (providers
+connect lazily; workers are reused): when the next batch's task for that
+namespace lands on the same worker and the driver committed exactly that
+object's prepare (its token), the object's read cache is still the committed
+state, which spares a store read per key and batch.
+
+Spark as a source: :meth:`SparkRuntime.feed` runs a topology whose spout is
+a :class:`DataFrameSpout` over a streaming DataFrame, with ``foreachBatch``:
+one micro-batch per transaction, txid = Spark's batch id (Spark's offset log
+replays an unfinished batch with the same id and data), a replayed batch at
+or below the committed txid skipped, and a refusal to start when the store's
+txid is ahead of the checkpoint's offset log.
+
 Lifecycle on Spark (differs from local, documented for users): a bolt task's
 instance lives for one batch attempt. It is unpickled on an executor,
 ``prepare`` is called, then (stateful bolts) ``init_state`` with the last

@@ -688,3 +688,34 @@ def test_a_late_ack_for_an_expired_tree_is_dropped_quietly_and_counted() -> None
     assert result.counters["timed_out"] == 1
     assert result.counters["late_acks"] == 1
     assert result.counters["acker_pending"] == result.counters["pending"] == 0
+
+
+_STOLEN: list[Tuple] = []
+
+
+class _AcksAnothersTuple(Bolt):
+    """Task 0 keeps its inputs; task 1 acks one of them instead of its own."""
+
+    def execute(self, tup: Tuple) -> None:
+        if self.context.task_index == 0:
+            _STOLEN.append(tup)
+        elif _STOLEN:
+            self.collector.ack(_STOLEN.pop())
+        else:
+            self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+
+def test_acking_a_tuple_of_another_task_is_reported_and_the_ledger_stays_sound() -> None:
+    _STOLEN.clear()
+    b = TopologyBuilder("foreign")
+    b.set_spout("s", ListSpout(range(20)))
+    b.set_bolt("b", _AcksAnothersTuple(), 2).shuffle_grouping("s")
+    rt = LocalRuntime(b.build(), {"topology.message.timeout.secs": 5}, clock=FakeClock())
+    rt.run(duration=1)
+    foreign = [e for e in rt.errors if "delivered to b[0]" in e.error]
+    assert foreign and all(e.component == "b" and e.task_index == 1 for e in foreign)
+    # Nothing was acked on task 0's behalf: those roots are still pending, not completed.
+    assert rt.counters()["acker_pending"] >= len(_STOLEN) > 0
