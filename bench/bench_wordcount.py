@@ -1,5 +1,9 @@
 """Word count throughput on the local runtime, acking off and on.
 
+The topology is examples/wordcount.py's spout and split bolt with a plain
+in-memory counting bolt (bench_stateful.plain_topology), since the example's
+own stateful count needs acking; bench_stateful.py measures that one.
+
     python bench/bench_wordcount.py [--sentences 200000]
 
 Each configuration runs in its own process (so peak RSS is its own) over the
@@ -25,7 +29,7 @@ sys.path.insert(0, str(HERE.parent / "examples"))
 
 
 def one_run(corpus: str, ackers: int) -> dict[str, object]:
-    import wordcount
+    from bench_stateful import plain_topology
 
     from statestream.runtime.local import LocalRuntime
 
@@ -35,7 +39,7 @@ def one_run(corpus: str, ackers: int) -> dict[str, object]:
         "wordcount.output": out,
         "topology.acker.executors": ackers,
     }
-    rt = LocalRuntime(wordcount.topology(), conf)
+    rt = LocalRuntime(plain_topology(), conf)
     t0 = time.perf_counter()
     result = rt.run(until_idle=True)
     elapsed = time.perf_counter() - t0
