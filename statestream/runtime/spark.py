@@ -955,6 +955,7 @@ class SparkRuntime:
         reason = "stopped"
         clean = False
         try:
+            self._check_positions()
             state, positions = self._recover()
             drivers = self._open_spouts() if self.at_most_once else {}
             interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
@@ -1101,6 +1102,23 @@ class SparkRuntime:
             payload.unpersist()
         return RunResult(
             self.metrics(), list(self.errors), time.monotonic() - start_time, "fed", self.counters
+        )
+
+    def _check_positions(self) -> None:
+        """Refuse a store with committed transactions but no batch positions.
+
+        The local runtime checkpoints the same phase key without positions;
+        starting the spouts from the beginning over its state would count
+        everything it counted again.
+        """
+        stored, positions = self._load()
+        if self.at_most_once or stored.txid < 0 or positions.get("txid") == stored.txid:
+            return
+        raise ConfigError(
+            f"the state store holds checkpoint {stored} without the spark runtime's batch "
+            "positions (was it written by the local runtime?); the spouts would be read from "
+            "their beginning and counted into the state again. Give the spark runtime its own "
+            "store (another sqlite path or redis key_prefix), or keep using the local runtime"
         )
 
     def _recover(self) -> tuple[CheckpointState, dict[str, Any]]:

@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark")
-
 
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="the spark tests need pip install 'statestream[spark]'")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession

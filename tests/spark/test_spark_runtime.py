@@ -390,3 +390,16 @@ def test_crash_during_recovery_then_restart_is_exact(
     assert result.counters["batches"] == 2
     assert result.components["sentences"].emitted == 60
     assert word_counts(conf) == collections.Counter(corpus.read_text().split())
+
+
+def test_a_store_the_local_runtime_wrote_is_refused(spark_session: Any, tmp_path: Path) -> None:
+    corpus = write_lines(tmp_path / "in.txt", sentences(10))
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "topology.state.checkpoint.interval.ms": 50,
+        "wordcount.input": str(corpus),
+    }
+    LocalRuntime(wordcount.topology(), conf).run(until_idle=True)
+    with pytest.raises(ConfigError, match="without the spark runtime's batch positions"):
+        SparkRuntime(wordcount.topology(), conf, spark=spark_session).run(until_idle=True)

@@ -1,0 +1,116 @@
+"""local-cluster: an executor JVM SIGKILLed in the middle of a batch; the result is exact.
+
+local-cluster needs its own SparkSession (two executor JVMs, about 15 s to
+start), so the run happens in a subprocess. The split bolt kills its own
+executor (the grandparent of its Python worker) the first time it runs; Spark
+retries the task on an executor that lives (and the standalone worker starts
+a replacement).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.redis]
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    sys.path.insert(0, sys.argv[1])
+    import wordcount
+    from pyspark.sql import SparkSession
+    from statestream import FileSpout, TopologyBuilder
+    from statestream._registry import open_provider
+    from statestream.runtime.spark import _SPARK_DEFAULTS, SparkRuntime
+
+    corpus, flag, prefix, url = sys.argv[2:6]
+
+    class KillMyExecutor(wordcount.SplitSentence):
+        def execute(self, tuple, collector):
+            if not os.path.exists(flag):
+                open(flag, "w").close()
+                daemon = os.getppid()
+                with open(f"/proc/{daemon}/stat") as f:
+                    jvm = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{jvm}/cmdline") as f:
+                    cmdline = f.read()
+                assert "CoarseGrainedExecutorBackend" in cmdline, cmdline
+                os.kill(jvm, signal.SIGKILL)
+            super().execute(tuple, collector)
+
+    b = TopologyBuilder("wordcount")
+    b.set_spout("sentences", FileSpout(corpus))
+    b.set_bolt("split", KillMyExecutor(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", wordcount.WordCount(), 2).fields_grouping("split", ["word"])
+    builder = SparkSession.builder.master("local-cluster[2,1,1024]")
+    for key, value in _SPARK_DEFAULTS.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    conf = {
+        "topology.state.provider": "redis",
+        "topology.state.provider.config": {"url": url, "key_prefix": prefix},
+    }
+    result = SparkRuntime(b.build(), conf, spark=spark, batch_size=100).run(until_idle=True)
+    counts = {}
+    with open_provider("redis", conf["topology.state.provider.config"]) as provider:
+        for i in range(2):
+            counts.update(provider.get_state(f"count-{i}").items())
+    print(json.dumps({"counts": counts, "counters": result.counters}))
+    spark.stop()
+    """
+)
+
+
+def test_sigkilled_executor_costs_a_retry_not_a_wrong_count(tmp_path: Path) -> None:
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(
+        "".join(
+            " ".join(f"w{(i * 3 + j) % 31}" for j in range(i % 8 + 1)) + "\n" for i in range(300)
+        )
+    )
+    prefix = f"sstest-{uuid.uuid4().hex[:12]}:"
+    flag = tmp_path / "killed"
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                SCRIPT,
+                str(ROOT / "examples"),
+                str(corpus),
+                str(flag),
+                prefix,
+                REDIS_URL,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert flag.exists(), "the executor was never killed"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["counts"] == collections.Counter(corpus.read_text().split())
+    assert out["counters"]["batches"] == 3
