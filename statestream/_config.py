@@ -305,6 +305,8 @@ _SPECS: Final[Mapping[str, _Spec]] = MappingProxyType(
             "a positive number", _positive_number(), _text_as_number
         ),
         "statestream.state.exactly.once": _Spec("a boolean", _boolean, _text_as_bool),
+        "statestream.spark.batch.size": _Spec("a positive integer", _integer(1), _scalar),
+        "statestream.spark.batch.attempts": _Spec("a positive integer", _integer(1), _scalar),
         "spark.master": _Spec("a non-empty string", _non_empty_str(), _text_as_str),
     }
 )

@@ -36,6 +36,8 @@ EXPECTED_DEFAULTS: dict[str, Any] = {
     "topology.name": None,
     "statestream.progress.interval.secs": 5.0,
     "statestream.state.exactly.once": False,
+    "statestream.spark.batch.size": 50000,
+    "statestream.spark.batch.attempts": 3,
     "spark.master": "local[2,2]",
 }
 
