@@ -38,6 +38,7 @@ __all__ = [
     "CHECKPOINT_STREAM",
     "CheckpointSpout",
     "HeldAcks",
+    "StatefulTaskProtocol",
     "apply_action",
 ]
 
@@ -117,6 +118,43 @@ class HeldAcks:
 
     def __len__(self) -> int:
         return len(self.current) + sum(len(a) for a in self.covered.values())
+
+
+class StatefulTaskProtocol:
+    """One stateful task's side of the checkpoint protocol, for runtimes that ack per tuple.
+
+    ``hold`` takes the task's acks; ``act`` carries out a checkpoint action
+    (hook, then state) and returns what the runtime must deliver: the acks a
+    COMMIT releases, and the roots a ROLLBACK fails so their tuples are
+    replayed. ``ready`` says whether data tuples may be executed: false until
+    INITSTATE, and again after a ROLLBACK until the next INITSTATE.
+    """
+
+    def __init__(self, bolt: StatefulBolt) -> None:
+        self.bolt = bolt
+        self.held = HeldAcks()
+        self.ready = False
+
+    def hold(self, acks: Mapping[int, int]) -> None:
+        self.held.hold(acks)
+
+    def act(
+        self, state: KeyValueState, action: Action, txid: int
+    ) -> tuple[dict[int, int], set[int]]:
+        """Returns ``(acks to release, roots to fail)``. Raises what the state raises;
+        then nothing changed here and the held acks stay held."""
+        apply_action(self.bolt, state, action, txid, self.ready)
+        if action is Action.PREPARE:
+            self.held.prepare(txid)
+        elif action is Action.COMMIT:
+            return self.held.commit(txid), set()
+        elif action is Action.ROLLBACK:
+            # Whatever these tuples did to the state is gone: replay them.
+            self.ready = False
+            return {}, self.held.rollback()
+        else:
+            self.ready = True
+        return {}, set()
 
 
 class CheckpointSpout(Spout):

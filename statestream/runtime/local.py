@@ -39,7 +39,7 @@ from .._stateful import (
     CHECKPOINT_STREAM,
     CheckpointSpout,
     HeldAcks,
-    apply_action,
+    StatefulTaskProtocol,
 )
 from .._topology import ComponentSpec, Topology
 from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple
@@ -474,7 +474,6 @@ class BoltTask(_Task):
         self.control: deque[Tuple] = deque()
         self.barrier: Barrier | None = None
         self._round: list[Tuple] = []
-        self.ready = True  # may data tuples be executed now?
 
     # -- the collector the bolt sees -------------------------------------
     def emit(
@@ -640,6 +639,11 @@ class BoltTask(_Task):
             self.flush_acks()
         return did
 
+    @property
+    def ready(self) -> bool:
+        """May data tuples be executed now? (A stateful task waits for INITSTATE.)"""
+        return True
+
     # -- checkpoints: the forwarder (StatefulBoltTask adds the state actions) --
     def _drain_control(self) -> None:
         control = self.control
@@ -725,17 +729,24 @@ class BoltTask(_Task):
 
 
 class StatefulBoltTask(BoltTask):
-    """A stateful bolt's task: buffers data until INITSTATE, acts on checkpoints,
-    holds acks until the checkpoint covering them commits."""
+    """A stateful bolt's task: the transport around :class:`StatefulTaskProtocol`
+    (data waits until INITSTATE, acks are held until a commit covers them)."""
 
     def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
         super().__init__(rt, spec, task_index, task_id)
-        self.held = HeldAcks()
-        self.ready = False
+        self.protocol = StatefulTaskProtocol(self.bolt)  # type: ignore[arg-type]
         self.state: Any = None
 
+    @property
+    def ready(self) -> bool:
+        return self.protocol.ready
+
+    @property
+    def held(self) -> HeldAcks:
+        return self.protocol.held
+
     def flush_acks(self) -> None:
-        self.held.hold(self.ack_buf)
+        self.protocol.hold(self.ack_buf)
         self.ack_buf.clear()
 
     def checkpoint_action(self, action: Action, txid: int) -> None:
@@ -743,21 +754,13 @@ class StatefulBoltTask(BoltTask):
             self.state = self.rt.open_state(f"{self.component}-{self.task_index}")
         if self.ack_buf:
             self.flush_acks()
-        apply_action(self.bolt, self.state, action, txid, self.ready)  # type: ignore[arg-type]
+        release, fail = self.protocol.act(self.state, action, txid)
         acking = self.rt.acking
         assert acking is not None
-        if action is Action.PREPARE:
-            self.held.prepare(txid)
-        elif action is Action.COMMIT:
-            for root, xor_val in self.held.commit(txid).items():
-                acking.ack(root, xor_val)
-        elif action is Action.ROLLBACK:
-            # Whatever these tuples did to the state is gone: replay them.
-            for root in self.held.rollback():
-                acking.fail(root)
-            self.ready = False
-        else:
-            self.ready = True
+        for root, xor_val in release.items():
+            acking.ack(root, xor_val)
+        for root in fail:
+            acking.fail(root)
 
 
 class _BasicCollector:
