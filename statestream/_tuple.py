@@ -9,10 +9,12 @@ tuple of one (task, stream) lives in the origin, built once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_STREAM", "TICK_STREAM", "Fields", "Origin", "Tuple", "Values"]
+from ._errors import TupleError
+
+__all__ = ["DEFAULT_STREAM", "TICK_STREAM", "Fields", "Origin", "Tuple", "Values", "check_emit"]
 
 DEFAULT_STREAM = "default"
 TICK_STREAM = "__tick"
@@ -77,6 +79,41 @@ class Fields(Sequence[str]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Fields, self._names)
+
+
+def check_emit(
+    component: str,
+    task_index: int,
+    stream: str,
+    values: Sequence[Any],
+    declared: Mapping[str, tuple[Fields, bool]],
+    direct: bool,
+) -> None:
+    """Raise TupleError unless ``values`` fit ``stream`` as ``component`` declared it.
+
+    ``declared`` maps each output stream to its (fields, is direct); ``direct``
+    says whether the emit was an ``emit_direct``. Every runtime checks emits
+    with this, so the errors read the same everywhere.
+    """
+    entry = declared.get(stream)
+    if entry is None:
+        names = sorted(declared) or ["(none)"]
+        raise TupleError(
+            f"component {component!r} task {task_index} emitted on stream {stream!r}, which it "
+            f"did not declare (declared: {', '.join(names)}); declare it in declare_output_fields"
+        )
+    fields, is_direct = entry
+    if len(values) != len(fields):
+        raise TupleError(
+            f"component {component!r} emitted {len(values)} values {list(values)!r} on stream "
+            f"{stream!r}, which declares {len(fields)} fields {list(fields)}"
+        )
+    if is_direct != direct:
+        how = "emit_direct(task, ...)" if is_direct else "emit(...)"
+        raise TupleError(
+            f"component {component!r}: stream {stream!r} is "
+            f"{'a direct' if is_direct else 'not a direct'} stream; use {how}"
+        )
 
 
 class Values(list[Any]):

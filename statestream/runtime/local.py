@@ -42,7 +42,7 @@ from .._stateful import (
     StatefulTaskProtocol,
 )
 from .._topology import ComponentSpec, Topology
-from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple
+from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple, check_emit
 
 __all__ = ["ErrorReport", "LocalRuntime", "RunResult", "TaskMetrics"]
 
@@ -177,26 +177,8 @@ class _Task:
         self.rt.report_error(self, exc, tup)
 
     def _stream_entry(self, stream: str, values: Sequence[Any], direct: bool) -> Any:
-        entry = self.streams.get(stream)
-        if entry is None:
-            declared = sorted(self.streams) or ["(none)"]
-            raise TupleError(
-                f"component {self.component!r} task {self.task_index} emitted on stream "
-                f"{stream!r}, which it did not declare (declared: {', '.join(declared)}); "
-                "declare it in declare_output_fields"
-            )
-        if len(values) != entry[1]:
-            raise TupleError(
-                f"component {self.component!r} emitted {len(values)} values {list(values)!r} on "
-                f"stream {stream!r}, which declares {entry[1]} fields {list(entry[0].fields)}"
-            )
-        if entry[3] != direct:
-            how = "emit_direct(task, ...)" if entry[3] else "emit(...)"
-            raise TupleError(
-                f"component {self.component!r}: stream {stream!r} is "
-                f"{'a direct' if entry[3] else 'not a direct'} stream; use {how}"
-            )
-        return entry
+        check_emit(self.component, self.task_index, stream, values, self.spec.outputs, direct)
+        return self.streams[stream]
 
     def _check_direct(self, routes: list[_Route], task: int) -> None:
         if not any(task in r.index_of_task for r in routes):

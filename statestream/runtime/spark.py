@@ -93,7 +93,7 @@ from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
 from .._topology import ComponentSpec, Topology
-from .._tuple import Origin, Tuple
+from .._tuple import Origin, Tuple, check_emit
 from .local import ErrorReport, RunResult, TaskMetrics
 
 __all__ = [
@@ -400,9 +400,8 @@ class _Producer:
         self.acked = 0
         spec = plan.topology.components[cid]
         self.streams: dict[str, tuple[int, list[_Route], bool]] = {}
-        for stream, (fields, direct) in spec.outputs.items():
-            if stream == CHECKPOINT_STREAM:
-                continue
+        self.outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
+        for stream, (fields, direct) in self.outputs.items():
             routes = []
             for target, sub in plan.topology.subscribers(cid, stream):
                 if target.id.startswith("$"):
@@ -435,26 +434,8 @@ class _Producer:
             self.out.extend((target, 0, (-1, _ACK, a)) for a in forwarded)
 
     def _entry(self, stream: str, values: Sequence[Any], direct: bool) -> tuple[int, list[_Route]]:
-        entry = self.streams.get(stream)
-        if entry is None:
-            declared = sorted(self.streams) or ["(none)"]
-            raise TupleError(
-                f"component {self.cid!r} task {self.index} emitted on stream {stream!r}, which "
-                f"it did not declare (declared: {', '.join(declared)}); declare it in "
-                "declare_output_fields"
-            )
-        if len(values) != entry[0]:
-            fields = self.plan.output_fields[self.cid][stream]
-            raise TupleError(
-                f"component {self.cid!r} emitted {len(values)} values {list(values)!r} on stream "
-                f"{stream!r}, which declares {entry[0]} fields {list(fields)}"
-            )
-        if entry[2] != direct:
-            how = "emit_direct(task, ...)" if entry[2] else "emit(...)"
-            raise TupleError(
-                f"component {self.cid!r}: stream {stream!r} is "
-                f"{'a direct' if entry[2] else 'not a direct'} stream; use {how}"
-            )
+        check_emit(self.cid, self.index, stream, values, self.outputs, direct)
+        entry = self.streams[stream]
         return entry[0], entry[1]
 
     def _route(self, stream: str, values: Sequence[Any], direct: int | None) -> None:
