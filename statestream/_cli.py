@@ -31,6 +31,14 @@ _CONFIG_HELP = "A YAML or JSON config file; repeat to layer several (later wins)
 _SET_HELP = "Set one config key, e.g. --set topology.max.spout.pending=1000; repeatable, wins over files and STATESTREAM_* variables."
 
 
+def _config_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--config FILE... and --set KEY=VALUE..., the same on every command that reads config."""
+    f = click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)(f)
+    return click.option(
+        "--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP
+    )(f)
+
+
 def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"statestream: error: {message}", err=True)
     sys.exit(code)
@@ -68,8 +76,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("topology")
-@click.option("--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP)
-@click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+@_config_options
 @click.option(
     "--until-idle",
     is_flag=True,
@@ -256,22 +263,21 @@ def _open_provider(configs: Sequence[str], sets: Sequence[str], prefixes: Sequen
     return open_provider(conf["topology.state.provider"], conf["topology.state.provider.config"])
 
 
-_PREFIX_HELP = "A topology prefix whose keys may appear in the config files (e.g. wordcount)."
-
-
-@state.command("dump")
-@click.option("--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP)
-@click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
-@click.option("--component", required=True, help="The stateful bolt whose state to print.")
-@click.option("--task", type=click.IntRange(min=0), help="Only this task (default: every task).")
-@click.option(
+_prefix_option = click.option(
     "--prefix",
     "prefixes",
     multiple=True,
     default=("wordcount",),
     show_default=True,
-    help=_PREFIX_HELP,
+    help="A topology prefix whose keys may appear in the config files (e.g. wordcount).",
 )
+
+
+@state.command("dump")
+@_config_options
+@click.option("--component", required=True, help="The stateful bolt whose state to print.")
+@click.option("--task", type=click.IntRange(min=0), help="Only this task (default: every task).")
+@_prefix_option
 def state_dump(
     configs: tuple[str, ...],
     sets: tuple[str, ...],
@@ -303,16 +309,8 @@ def state_dump(
 
 
 @state.command("info")
-@click.option("--config", "-c", "configs", multiple=True, metavar="FILE", help=_CONFIG_HELP)
-@click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
-@click.option(
-    "--prefix",
-    "prefixes",
-    multiple=True,
-    default=("wordcount",),
-    show_default=True,
-    help=_PREFIX_HELP,
-)
+@_config_options
+@_prefix_option
 def state_info(configs: tuple[str, ...], sets: tuple[str, ...], prefixes: tuple[str, ...]) -> None:
     """Print the checkpoint's txid and phase, and the namespaces that hold state."""
     from ._checkpoint import CheckpointState
