@@ -107,12 +107,10 @@ __all__ = [
 
 log = logging.getLogger("statestream")
 
-#: Config key: the most items one spout task contributes to one batch (int, default 50,000).
+#: Config key: the most items one spout task contributes to one batch (defaults.yaml: 50,000).
 BATCH_SIZE_KEY = "statestream.spark.batch.size"
-DEFAULT_BATCH_SIZE = 50_000
-#: Config key: how many times a failed batch is rolled back and run again (int, default 3).
+#: Config key: how many times a failed batch is rolled back and run again (defaults.yaml: 3).
 BATCH_ATTEMPTS_KEY = "statestream.spark.batch.attempts"
-DEFAULT_BATCH_ATTEMPTS = 3
 #: A tuple failed this many times in one task attempt fails the task.
 MAX_TUPLE_FAILURES = 3
 
@@ -779,14 +777,10 @@ class SparkRuntime:
         self.config = as_config(config, topology_prefixes=(topology.name,))
         self._spark = spark
         self._own_session = False
-        self.batch_size = int(
-            batch_size
-            if batch_size is not None
-            else self.config.get(BATCH_SIZE_KEY, DEFAULT_BATCH_SIZE)
-        )
+        self.batch_size = int(batch_size if batch_size is not None else self.config[BATCH_SIZE_KEY])
         if self.batch_size < 1:
             raise ConfigError(f"{BATCH_SIZE_KEY} must be a positive integer, got {self.batch_size}")
-        self.attempts = int(self.config.get(BATCH_ATTEMPTS_KEY, DEFAULT_BATCH_ATTEMPTS))
+        self.attempts = int(self.config[BATCH_ATTEMPTS_KEY])
         self._stop = False
         self.errors: list[ErrorReport] = []
         self._metrics: dict[str, TaskMetrics] = {}

@@ -31,8 +31,6 @@ KILLER = textwrap.dedent(
     from statestream._cli import main
     from statestream.runtime import spark
 
-    spark.DEFAULT_BATCH_SIZE = 30  # batches of 30 lines; the restart uses the default
-
     def kill(point, txid):
         if point == "prepared" and txid == 1:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -60,8 +58,13 @@ def test_sigkilled_driver_restarts_exactly(tmp_path: Path) -> None:
         f"wordcount.input={corpus}",
     ]
     run = ["run", str(ROOT / "examples" / "wordcount.py"), "--until-idle", "--runner", "spark"]
+    # Batches of 30 lines when killed; the restart uses the default batch size.
+    small = ["--set", "statestream.spark.batch.size=30"]
     killed = subprocess.run(
-        [sys.executable, "-c", KILLER, *run, *settings], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", KILLER, *run, *settings, *small],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     restarted = subprocess.run(
