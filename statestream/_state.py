@@ -20,9 +20,12 @@ hides the layers below it until it is committed.
 
 Transaction ids follow the checkpoint protocol (DESIGN.md §4):
 
-* ``prepare_commit(t)`` needs ``t == committed_txid + 1`` (any ``t >= 0`` on a
-  state that never committed a txid), or ``t`` equal to the txid already
-  prepared, whose delta the new changes are then merged onto.
+* ``prepare_commit(t)`` needs ``t == committed_txid + 1``, or ``t`` equal to
+  the txid already prepared, whose delta the new changes are then merged
+  onto. A state with nothing prepared may also jump ahead to any later ``t``:
+  it missed txids because it was not in the topology when they ran (a bolt
+  added, or re-added, to a running topology, or a namespace that was reset),
+  and it joins at the checkpoint spout's current txid.
 * ``commit(t)`` applies the prepared delta of ``t``; a ``t`` at or below the
   committed txid is a no-op, because recovery may send a commit twice.
 * ``rollback()`` discards the prepared delta and the pending changes.
@@ -88,8 +91,9 @@ class State(Protocol):
         """Store the changes since the last prepare/commit as the prepared delta of ``txid``.
 
         ``txid`` must be ``committed_txid + 1``, or the txid already prepared
-        (the new changes are merged onto its delta, last write wins). Anything
-        else raises ProtocolViolation and changes nothing.
+        (the new changes are merged onto its delta, last write wins), or, with
+        nothing prepared, any later txid (a state joining a running topology).
+        Anything else raises ProtocolViolation and changes nothing.
         """
         ...
 
@@ -109,6 +113,11 @@ class State(Protocol):
     @property
     def committed_txid(self) -> int:
         """The last txid committed with ``commit(txid)``; -1 when there is none."""
+        ...
+
+    @property
+    def prepared_txid(self) -> int | None:
+        """The txid whose delta is prepared and not yet committed, if any."""
         ...
 
 
@@ -556,10 +565,11 @@ class StoredKeyValueState:
     def prepare_commit(self, txid: int) -> None:
         """Store the pending changes as (part of) the prepared delta of ``txid``.
 
-        Allowed: ``txid == committed_txid + 1``; any ``txid >= 0`` if no txid
-        was ever committed (a state added to a running topology joins at the
-        current checkpoint); or ``txid`` already prepared, in which case the
-        pending changes are merged onto its delta. Otherwise ProtocolViolation.
+        Allowed: ``txid == committed_txid + 1``; with nothing prepared, any
+        later txid (a state that was not in the topology for the txids between
+        joins at the current checkpoint); or ``txid`` already prepared, in
+        which case the pending changes are merged onto its delta. Otherwise
+        ProtocolViolation.
         On a store failure nothing changes here and the call can be repeated.
         """
         txid = self._check_txid("prepare_commit", txid)
@@ -572,10 +582,10 @@ class StoredKeyValueState:
                     f"state {self.namespace!r}: cannot prepare txid {txid}: txid {prepared} "
                     "is prepared and not committed; commit or roll it back first"
                 )
-        elif txid != committed + 1 and not (committed == -1 and txid >= 0):
+        elif txid <= committed:
             raise ProtocolViolation(
-                f"state {self.namespace!r}: cannot prepare txid {txid}: the last committed "
-                f"txid is {committed}, so the next one to prepare is {committed + 1}"
+                f"state {self.namespace!r}: cannot prepare txid {txid}: txid {committed} is "
+                f"committed already, so the next one to prepare is {committed + 1}"
             )
         pending = self._pending
         self._backend.write_prepared(txid, [(e[1], e[3]) for e in pending.values()])
@@ -641,8 +651,10 @@ class StoredKeyValueState:
     def rollback(self) -> None:
         """Forget the prepared delta (in the store too) and the pending changes."""
         self._load_txids()
-        if self._prepared_txid is not None:
-            self._backend.discard_prepared()
+        # Always, not only when this object knows of a prepared delta: a
+        # prepare whose reply was lost (a dropped connection) may have stored
+        # one, and its keys must not ride along with the next prepare.
+        self._backend.discard_prepared()
         view = self._view
         for cache_key in self._pending:
             view.pop(cache_key, None)

@@ -66,6 +66,12 @@ def apply_action(
         state.prepare_commit(txid)
     elif action is Action.COMMIT:
         bolt.pre_commit(txid)
+        if state.prepared_txid is None and txid > state.committed_txid:
+            # This state took no part in PREPARE(txid): it joined the topology
+            # (or was reset) after it. Nothing of txid is owed here, but the
+            # state must move to txid, or the next PREPARE would be refused
+            # and the checkpoint retried forever.
+            state.prepare_commit(txid)
         state.commit(txid)
     elif action is Action.ROLLBACK:
         bolt.pre_rollback()

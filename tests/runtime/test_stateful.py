@@ -271,6 +271,34 @@ def test_stored_committing_finishes_the_commit_first(tmp_path: Path) -> None:
     assert committed(config) == {"y": 1, "x": 5, "a": 1}
 
 
+def test_bolts_added_or_re_added_while_the_topology_moved_on_join_it(tmp_path: Path) -> None:
+    # A crash left COMMITTING(100). Since then the topology gained "late"
+    # (no state at all) and got "old" back, whose state stopped at txid 3.
+    # Neither prepared txid 100; both must join instead of failing every
+    # checkpoint from now on.
+    config = sqlite_config(tmp_path / "state.db")
+    _store_phase(config, CheckpointState(100, Phase.COMMITTING), 100)
+    with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
+        old = provider.get_state("old-0")
+        old.put("a", 10)
+        old.prepare_commit(3)
+        old.commit(3)
+    builder = TopologyBuilder("stateful")
+    builder.set_spout("spout", ListSpout(["a", "b"]))
+    for name in ("count", "late", "old"):
+        builder.set_bolt(name, RecordingCounter()).fields_grouping("spout", ["value"])
+    rt = LocalRuntime(builder.build(), config, clock=FakeClock())
+    result = rt.run(until_idle=True, duration=600)
+    assert result.reason == "idle"
+    assert result.errors == []
+    assert committed(config) == {"y": 1, "x": 5, "a": 1, "b": 1}
+    assert committed(config, "late-0") == {"a": 1, "b": 1}
+    assert committed(config, "old-0") == {"a": 11, "b": 1}
+    with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
+        txids = {n: provider.get_state(f"{n}-0").committed_txid for n in ("count", "late", "old")}
+    assert len(set(txids.values())) == 1 and txids["count"] > 100
+
+
 # -- 4. a failed PREPARE ------------------------------------------------------------
 
 
