@@ -151,14 +151,18 @@ class Tuple:
     plus where it came from: ``source_component``, ``source_stream``,
     ``source_task`` (global task id) and ``source_task_index``.
 
-    The reliability slots are the runtime's: ``anchors`` maps each root (spout
-    tuple) id this tuple belongs to onto the edge id that created it, or is
-    None for an untracked tuple; ``ack_val`` accumulates the XOR of the edges
-    anchored to this tuple; ``done`` guards against acking it twice; ``owner``
-    is the task it was delivered to, the only one that may ack or fail it.
+    The reliability slots are the runtime's. A tuple in one tree (the usual
+    case) holds that tree's ``root`` (spout tuple) id and the ``edge`` id that
+    created it; a tuple in several trees (multi-anchored) holds
+    ``anchors``, a dict root -> edge, with ``root`` 0; an untracked tuple has
+    neither. ``trees()`` gives the same dict in every case. ``ack_val``
+    accumulates the XOR of the edges anchored to this tuple; ``done`` guards
+    against acking it twice; ``owner`` is the task it was delivered to, the
+    only one that may ack or fail it. (Two int slots instead of a one-entry
+    dict: the dict would more than double the size of a tuple in flight.)
     """
 
-    __slots__ = ("ack_val", "anchors", "done", "origin", "owner", "values")
+    __slots__ = ("ack_val", "anchors", "done", "edge", "origin", "owner", "root", "values")
 
     def __init__(
         self,
@@ -166,13 +170,23 @@ class Tuple:
         origin: Origin,
         anchors: dict[int, int] | None = None,
         owner: int = -1,
+        root: int = 0,
+        edge: int = 0,
     ) -> None:
         self.values = values
         self.origin = origin
         self.anchors = anchors
+        self.root = root
+        self.edge = edge
         self.ack_val = 0
         self.done = False
         self.owner = owner  # the task a tracked tuple was delivered to (-1: untracked)
+
+    def trees(self) -> dict[int, int]:
+        """Root id -> edge id for every tree this tuple belongs to (empty if untracked)."""
+        if self.root:
+            return {self.root: self.edge}
+        return dict(self.anchors) if self.anchors else {}
 
     def __getitem__(self, key: int | str) -> Any:
         if type(key) is int:
@@ -222,12 +236,16 @@ class Tuple:
         return dict(zip(self.origin.fields, self.values, strict=False))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_tuple, (list(self.values), self.origin, self.anchors))
+        return (_rebuild_tuple, (list(self.values), self.origin, self.trees() or None))
 
     def __repr__(self) -> str:
         o = self.origin
         return f"Tuple({o.component}[{o.task_index}]:{o.stream} {list(self.values)!r})"
 
 
-def _rebuild_tuple(values: list[Any], origin: Origin, anchors: dict[int, int] | None) -> Tuple:
-    return Tuple(values, origin, anchors)
+def _rebuild_tuple(values: list[Any], origin: Origin, trees: dict[int, int] | None) -> Tuple:
+    if trees is not None and len(trees) == 1:
+        ((root, edge),) = trees.items()
+        if root:
+            return Tuple(values, origin, None, -1, root, edge)
+    return Tuple(values, origin, trees)

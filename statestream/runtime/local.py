@@ -164,6 +164,7 @@ class _Task:
         self.acked = 0
         self.failed = 0
         self.errors = 0
+        self.tracking = rt.acking is not None  # acking on: anchored tuples get edge ids
         # stream -> (origin, arity, routes, is_direct)
         self.streams: dict[str, tuple[Origin, int, list[_Route], bool]] = {}
         self.out_queues: list[deque[Any]] = []
@@ -250,38 +251,14 @@ class _Task:
                 edge = _getrandbits(64) or new_id()
                 created ^= edge
                 if one_root:
-                    ids = {root: edge if parity else 0}
+                    tup = Tuple(values, origin, None, r.task_ids[i], root, edge if parity else 0)
                 else:
                     ids = {root: edge if p else 0 for root, p in roots.items()}
-                inboxes[i].append(Tuple(values, origin, ids, r.task_ids[i]))
+                    tup = Tuple(values, origin, ids, r.task_ids[i])
+                inboxes[i].append(tup)
                 for a in anchors:
                     a.ack_val ^= edge
         return created
-
-    def deliver_one_root(
-        self,
-        origin: Origin,
-        routes: list[_Route],
-        values: Sequence[Any],
-        direct: int | None,
-        root: int,
-        anchor: Tuple,
-    ) -> None:
-        """:meth:`deliver_tracked` for the common case: one anchor in one tree."""
-        for r in routes:
-            kind = r.kind
-            if kind == _FIELDS1:
-                v = values[r.key]
-                h = _xxh3(v.encode()) if type(v) is str else stable_hash(v)
-                edge = _getrandbits(64) or new_id()
-                i = h % r.n
-                r.inboxes[i].append(Tuple(values, origin, {root: edge}, r.task_ids[i]))
-                anchor.ack_val ^= edge
-            else:
-                for i in r.choose(values, direct):
-                    edge = _getrandbits(64) or new_id()
-                    r.inboxes[i].append(Tuple(values, origin, {root: edge}, r.task_ids[i]))
-                    anchor.ack_val ^= edge
 
 
 class _Acking:
@@ -464,10 +441,56 @@ class BoltTask(_Task):
         anchors: Tuple | Sequence[Tuple] | None = None,
         stream: str = "default",
     ) -> None:
+        if type(anchors) is Tuple:
+            self.emit_anchored(values, anchors, stream)
+            return
         entry = self.streams.get(stream)
         if entry is None or len(values) != entry[1] or entry[3]:
             entry = self._stream_entry(stream, values, False)  # raises the right error
         self._emit(entry[0], entry[2], values, anchors, None)
+
+    def emit_anchored(self, values: Sequence[Any], anchor: Tuple, stream: str = "default") -> None:
+        """``emit`` anchored to one input: the hot path of every splitting or mapping bolt.
+
+        The common case (a declared stream, acking on, an input in one tree,
+        shuffle or one-field routes) is inlined here; anything else, errors
+        included, takes the general path through :meth:`_emit`.
+        """
+        entry = self.streams.get(stream)
+        root = anchor.root
+        if (
+            entry is None
+            or len(values) != entry[1]
+            or entry[3]
+            or not root
+            or anchor.done
+            or not self.tracking
+        ):
+            if entry is None or len(values) != entry[1] or entry[3]:
+                entry = self._stream_entry(stream, values, False)  # raises the right error
+            self._emit(entry[0], entry[2], values, anchor, None)
+            return
+        self.emitted += 1
+        origin = entry[0]
+        created = 0
+        for r in entry[2]:
+            kind = r.kind
+            if kind == _FIELDS1:
+                v = values[r.key]
+                i = (_xxh3(v.encode()) if type(v) is str else stable_hash(v)) % r.n
+            elif kind == _SHUFFLE:
+                i = r.rr
+                r.rr = i + 1 if i + 1 < r.n else 0
+            else:
+                for i in r.choose(values, None):
+                    edge = _getrandbits(64) or new_id()
+                    created ^= edge
+                    r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
+                continue
+            edge = _getrandbits(64) or new_id()
+            created ^= edge
+            r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
+        anchor.ack_val ^= created
 
     def emit_direct(
         self,
@@ -496,12 +519,9 @@ class BoltTask(_Task):
             # One anchor: every root it belongs to has parity 1.
             if anchors.done:
                 self._anchor_done(anchors)
-            ids = anchors.anchors
+            ids = anchors.trees()
             if not ids:
                 self.deliver_untracked(origin, routes, values, direct)
-                return
-            if len(ids) == 1:
-                self.deliver_one_root(origin, routes, values, direct, next(iter(ids)), anchors)
                 return
             self.deliver_tracked(origin, routes, values, direct, dict.fromkeys(ids, 1), (anchors,))
             return
@@ -511,9 +531,8 @@ class BoltTask(_Task):
         for a in anchors:
             if a.done:
                 self._anchor_done(a)
-            if a.anchors:
-                for root in a.anchors:
-                    roots[root] = roots.get(root, 0) ^ 1
+            for root in a.trees():
+                roots[root] = roots.get(root, 0) ^ 1
         if not roots:
             self.deliver_untracked(origin, routes, values, direct)
             return
@@ -533,24 +552,31 @@ class BoltTask(_Task):
         )
 
     def ack(self, tup: Tuple) -> None:
-        if tup.owner != self.task_id and tup.owner >= 0:
-            self._foreign(tup, "ack")
-        if tup.done:
-            raise ReliabilityError(
-                f"bolt {self.component!r} task {self.task_index} acked or failed {tup!r} twice; "
-                "ack or fail each input exactly once"
-            )
+        if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
+            self._misuse(tup, "ack")
         tup.done = True
         self.acked += 1
-        anchors = tup.anchors
-        if anchors:
-            # Acks are XOR-combined per root and sent once per drain (see
-            # flush_acks): XOR is associative and commutative, so the acker
-            # sees the same sums with far fewer messages.
+        # Acks are XOR-combined per root and sent once per drain (see
+        # flush_acks): XOR is associative and commutative, so the acker sees
+        # the same sums with far fewer messages.
+        root = tup.root
+        if root:
+            buf = self.ack_buf
+            buf[root] = buf.get(root, 0) ^ tup.edge ^ tup.ack_val
+        elif tup.anchors:
             v = tup.ack_val
             buf = self.ack_buf
-            for root, edge in anchors.items():
+            for root, edge in tup.anchors.items():
                 buf[root] = buf.get(root, 0) ^ edge ^ v
+
+    def _misuse(self, tup: Tuple, what: str) -> None:
+        """Raise the ReliabilityError for acking/failing a tuple twice or another task's."""
+        if tup.owner != self.task_id and tup.owner >= 0:
+            self._foreign(tup, what)
+        raise ReliabilityError(
+            f"bolt {self.component!r} task {self.task_index} acked or failed {tup!r} twice; "
+            "ack or fail each input exactly once"
+        )
 
     def flush_acks(self) -> None:
         buf = self.ack_buf
@@ -561,16 +587,11 @@ class BoltTask(_Task):
         buf.clear()
 
     def fail(self, tup: Tuple) -> None:
-        if tup.owner != self.task_id and tup.owner >= 0:
-            self._foreign(tup, "fail")
-        if tup.done:
-            raise ReliabilityError(
-                f"bolt {self.component!r} task {self.task_index} acked or failed {tup!r} twice; "
-                "ack or fail each input exactly once"
-            )
+        if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
+            self._misuse(tup, "fail")
         tup.done = True
         self.failed += 1
-        anchors = tup.anchors
+        anchors = tup.trees()
         acking = self.rt.acking
         if anchors and acking is not None:
             if self.ack_buf:
@@ -579,7 +600,7 @@ class BoltTask(_Task):
                 acking.fail(root)
 
     def reset_timeout(self, tup: Tuple) -> None:
-        anchors = tup.anchors
+        anchors = tup.trees()
         acking = self.rt.acking
         if anchors and acking is not None:
             for root in anchors:
@@ -665,7 +686,7 @@ class BoltTask(_Task):
     def _ack_now(self, tup: Tuple) -> None:
         """Ack straight to the acker (checkpoint tuples are never held)."""
         tup.done = True
-        anchors = tup.anchors
+        anchors = tup.trees()
         acking = self.rt.acking
         if anchors and acking is not None:
             v = tup.ack_val
@@ -755,7 +776,7 @@ class _BasicCollector:
         self._input = input_tuple
 
     def emit(self, values: Sequence[Any], stream: str = "default") -> None:
-        self._task.emit(values, self._input, stream)
+        self._task.emit_anchored(values, self._input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
         self._task.emit_direct(task, values, self._input, stream)

@@ -112,18 +112,31 @@ def test_tick_tuples_are_recognised_by_their_stream() -> None:
 
 def test_tuple_reliability_slots_start_clear() -> None:
     t = make(["x"], "word")
-    assert t.anchors is None
+    assert t.anchors is None and t.root == 0
+    assert t.trees() == {}
     assert t.ack_val == 0
     assert t.done is False
 
 
-def test_tuple_pickles_with_values_origin_and_anchors() -> None:
-    t = Tuple(("a", 1), Origin("s", 0, 0, "default", Fields("w", "n")), {5: 9})
+@pytest.mark.parametrize(
+    ("anchors", "root", "edge", "trees"),
+    [
+        ({5: 9, 6: 1}, 0, 0, {5: 9, 6: 1}),  # several trees: the dict
+        (None, 5, 9, {5: 9}),  # one tree: two int slots
+        (None, 5, 0, {5: 0}),  # an edge that cancelled (two anchors in one tree)
+    ],
+)
+def test_tuple_pickles_with_values_origin_and_trees(
+    anchors: dict[int, int] | None, root: int, edge: int, trees: dict[int, int]
+) -> None:
+    t = Tuple(("a", 1), Origin("s", 0, 0, "default", Fields("w", "n")), anchors, -1, root, edge)
+    assert t.trees() == trees
     t.done = True
     copy = pickle.loads(pickle.dumps(t))
     assert copy.values == ["a", 1]
     assert copy["n"] == 1
-    assert copy.anchors == {5: 9}
+    assert copy.trees() == trees
+    assert (copy.root, copy.edge, copy.anchors) == (root, edge, anchors)
     assert (copy.source_component, copy.source_stream) == ("s", "default")
     # Delivery state does not travel: the copy is a fresh, un-acked tuple.
     assert copy.done is False and copy.ack_val == 0
