@@ -315,8 +315,10 @@ class SpoutTask(_Task):
 
     # -- the collector the spout sees ------------------------------------
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
-        origin, _, routes, _ = self._stream_entry(stream, values, False)
-        self._emit(origin, routes, values, msg_id, None)
+        entry = self.streams.get(stream)
+        if entry is None or len(values) != entry[1] or entry[3]:
+            entry = self._stream_entry(stream, values, False)  # raises the right error
+        self._emit(entry[0], entry[2], values, msg_id, None)
 
     def emit_direct(
         self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = "default"
