@@ -21,8 +21,18 @@ Prints markdown tables and the command that produced them. What it shows:
 
 The large states are written through the state API itself, in direct
 commits of 10,000 keys (for redis: one pipeline each). sqlite uses a
-temporary directory and its default ``synchronous: full``; redis a unique
-key prefix on ``--redis-url``, deleted afterwards.
+temporary directory and its default config (``synchronous: full``), with
+``--sqlite-config key=value`` on top; redis a unique key prefix on
+``--redis-url``, deleted afterwards.
+
+sqlite copies its write-ahead log back into the database file (a WAL
+checkpoint) inside the commit that fills the log past ``checkpoint_mb``, so
+the commit means include the checkpoints that ran. Two more columns show
+this work apart, read outside the timed calls and never part of the means:
+"WAL resets", how many times a measured commit restarted the log after a
+checkpoint (about the checkpoints run), and "WAL left ms", what a checkpoint
+of the log the rounds left behind takes, divided by the rounds: work that a
+later commit, or closing, pays.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import argparse
 import os
 import random
 import shlex
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -38,7 +49,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from statestream._registry import open_provider
 from statestream._state import KeyValueState, StateProvider
@@ -64,20 +76,68 @@ def load(open_: Opener, size: int) -> None:
             state.commit()
 
 
+class WalProbe:
+    """What the WAL of one sqlite file holds: checkpoints done, checkpoint work left.
+
+    Reads the file beside the provider and never changes what it measures:
+    it is used between the measured rounds and after them only.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.wal = Path(f"{path}-wal")
+
+    def resets(self) -> int:
+        """The WAL header's checkpoint sequence number: +1 each time a checkpoint
+        has copied the whole log back and the next commit restarts it."""
+        try:
+            with self.wal.open("rb") as file:
+                header = file.read(32)
+        except FileNotFoundError:
+            return 0
+        return int.from_bytes(header[12:16], "big") if len(header) == 32 else 0
+
+    def checkpoint_ms(self) -> float:
+        """ms a checkpoint of what the WAL holds takes now (synchronous=full, as the
+        provider's), on a connection of its own."""
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA synchronous=FULL")
+            t0 = time.perf_counter()
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            elapsed = (time.perf_counter() - t0) * 1e3
+        finally:
+            conn.close()
+        assert not busy, "the WAL checkpoint could not run"
+        return elapsed
+
+
+class Cost(NamedTuple):
+    prepare: float  #: mean ms of prepare_commit
+    commit: float  #: mean ms of commit
+    both: float  #: their sum: the cost of one txid
+    wal_resets: int | None  #: sqlite: WAL restarts in the measured rounds (~checkpoints run)
+    wal_left: float | None  #: sqlite: ms to checkpoint what the rounds left, per round
+
+
 def commit_cost(
-    open_: Opener, size: int, changed: int, rounds: int, pattern: str
-) -> tuple[float, float, float]:
+    open_: Opener, size: int, changed: int, rounds: int, pattern: str, wal: WalProbe | None = None
+) -> Cost:
     """Mean (prepare, commit, both) in ms for ``changed`` keys, on a freshly opened state.
 
     ``pattern`` "random": a new random sample of keys every round, so every
     commit touches cold entries (the worst case for caches and B-tree pages);
     "hot": the same random sample every round (a working set, like frequent
     words). Means, not medians, so that sqlite's WAL checkpoints count.
+    With ``wal``, also the WAL work of the rounds (see the module doc),
+    measured outside the timed calls.
     """
     rng = random.Random(size)
     hot = rng.sample(range(size), changed) if changed < size else list(range(size))
     prepares: list[float] = []
     commits: list[float] = []
+    resets = wal_left = None
+    resets_before = 0
     with open_() as provider:
         state = provider.get_state(NAMESPACE)
         txid = state.committed_txid + 1
@@ -94,8 +154,13 @@ def commit_cost(
             if round_:
                 prepares.append((t1 - t0) * 1e3)
                 commits.append((t2 - t1) * 1e3)
+            elif wal is not None:
+                resets_before = wal.resets()  # after the warm-up round
+        if wal is not None:
+            resets = wal.resets() - resets_before
+            wal_left = wal.checkpoint_ms() / rounds
     prepare, commit = statistics.fmean(prepares), statistics.fmean(commits)
-    return prepare, commit, prepare + commit
+    return Cost(prepare, commit, prepare + commit, resets, wal_left)
 
 
 def reopen_and_get(open_: Opener, size: int) -> tuple[float, float]:
@@ -132,27 +197,31 @@ def hot_paths(state: KeyValueState, n: int = 200_000) -> tuple[float, float, flo
 
 
 @contextmanager
-def provider_opener(name: str, args: argparse.Namespace) -> Iterator[Opener]:
-    """A function opening fresh providers over one empty store, cleaned up afterwards."""
+def provider_opener(
+    name: str, args: argparse.Namespace
+) -> Iterator[tuple[Opener, WalProbe | None]]:
+    """A function opening fresh providers over one empty store, cleaned up afterwards;
+    for sqlite also a probe of its WAL."""
     if name == "memory":
         from statestream_providers.memory import MemoryStateProvider
 
         store = f"bench-{uuid.uuid4().hex}"
         try:
-            yield lambda: open_provider("memory", {"name": store})
+            yield lambda: open_provider("memory", {"name": store}), None
         finally:
             MemoryStateProvider.clear(store)
     elif name == "sqlite":
         with tempfile.TemporaryDirectory(prefix="statestream-bench-") as tmp:
             path = f"{tmp}/state.db"
-            yield lambda: open_provider("sqlite", {"path": path})
+            sqlite_config = {**args.sqlite_config, "path": path}
+            yield lambda: open_provider("sqlite", sqlite_config), WalProbe(path)
     elif name == "redis":
         import redis
 
         prefix = f"bench:{uuid.uuid4().hex}:"
         config: dict[str, Any] = {"url": args.redis_url, "key_prefix": prefix, "timeout": 30_000}
         try:
-            yield lambda: open_provider("redis", config)
+            yield lambda: open_provider("redis", config), None
         finally:
             client = redis.Redis.from_url(args.redis_url)
             keys = list(client.scan_iter(match=prefix + "*"))
@@ -174,7 +243,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--changed", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--sqlite-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a sqlite provider config key over its defaults, e.g. page_size=1024 (repeatable)",
+    )
     args = parser.parse_args(argv)
+    try:
+        args.sqlite_config = dict(item.split("=", 1) for item in args.sqlite_config)
+    except ValueError:
+        parser.error(f"--sqlite-config takes KEY=VALUE, not {args.sqlite_config!r}")
 
     started = time.perf_counter()
     cost_rows: list[str] = []
@@ -185,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.providers.split(","):
         totals: dict[tuple[str, int], float] = {}
         for size in (args.small, args.middle, args.large):
-            with provider_opener(name, args) as open_:
+            with provider_opener(name, args) as (open_, wal):
                 t0 = time.perf_counter()
                 load(open_, size)
                 load_s = time.perf_counter() - t0
@@ -193,13 +273,13 @@ def main(argv: list[str] | None = None) -> None:
                 # would slow the fsyncs of the first measured commits.
                 os.sync()
                 for pattern in PATTERNS:
-                    prepare, commit, both = commit_cost(
-                        open_, size, args.changed, args.rounds, pattern
-                    )
-                    totals[pattern, size] = both
+                    cost = commit_cost(open_, size, args.changed, args.rounds, pattern, wal)
+                    totals[pattern, size] = cost.both
+                    resets = "" if cost.wal_resets is None else f"{cost.wal_resets}"
+                    left = "" if cost.wal_left is None else f"{cost.wal_left:.2f}"
                     cost_rows.append(
-                        f"| {name} | {size:,} | {pattern} | {prepare:.2f} | {commit:.2f} "
-                        f"| {both:.2f} |"
+                        f"| {name} | {size:,} | {pattern} | {cost.prepare:.2f} | {cost.commit:.2f} "
+                        f"| {cost.both:.2f} | {resets} | {left} |"
                     )
                 load_rows.append(f"| {name} | {size:,} | {load_s:.1f} |")
                 if size == args.large:
@@ -230,8 +310,11 @@ def main(argv: list[str] | None = None) -> None:
         f"total run {time.perf_counter() - started:.0f} s.\n"
     )
     print(f"### Commit cost of {args.changed:,} changed keys (prepare + commit of one txid)\n")
-    print("| provider | keys in state | changed keys | prepare ms | commit ms | total ms |")
-    print("|---|---:|---|---:|---:|---:|")
+    print(
+        "| provider | keys in state | changed keys | prepare ms | commit ms | total ms "
+        "| WAL resets | WAL left ms |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     print("\n".join(cost_rows))
     print(f"\n### Cost ratio, {args.large:,} vs {args.small:,} keys (goal <= 1.5)\n")
     print(

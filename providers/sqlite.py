@@ -2,10 +2,14 @@
 
 Config (``topology.state.provider.config``)::
 
-    path:         "./statestream-data/state.db"   # parent directories are created
-    serializer:   "json"                          # or "pickle" (see statestream._serde)
-    synchronous:  "full"                          # sqlite's PRAGMA synchronous: full|normal|off
-    timeout:      5000                            # ms to wait for another writer's lock
+    path:          "./statestream-data/state.db"  # parent directories are created
+    serializer:    "json"                         # or "pickle" (see statestream._serde)
+    synchronous:   "full"                         # sqlite's PRAGMA synchronous: full|normal|off
+    timeout:       5000                           # ms to wait for another writer's lock
+    cache_mb:      32                             # page cache of each connection, MiB (>= 1)
+    checkpoint_mb: 16                             # WAL size that starts a checkpoint, MiB (>= 1)
+    page_size:     2048                           # bytes, 512..65536, a power of two;
+                                                  # only a new file takes it
 
 Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 1)::
 
@@ -19,6 +23,40 @@ not block the writer. Every prepare, commit and rollback is one
 transaction: a crash at any point leaves the last committed state and, if
 it was stored, the prepared delta. ``synchronous: full`` makes each commit
 survive a power cut too; ``normal`` only a crash of the process, faster.
+
+What a commit costs. A commit rewrites each B-tree page that holds a
+changed key, once in the WAL and once more when a checkpoint copies the WAL
+back into the database file. In a small state a few pages hold every key;
+in a large one scattered keys each sit on a page of their own: committing
+1,000 random keys writes ~40 pages in a state of 1,000 keys and ~1,000 in a
+state of 1,000,000 (2 KiB pages). That count is the B-tree's; the settings
+keep the cost of each page down (bench/bench_state.py measures them):
+
+* ``page_size`` 2048 rather than sqlite's 4096 halves the bytes each page
+  costs to write and fsync. A record (key and value encoded) of up to ~480
+  bytes stays within its page, longer ones spill into overflow pages: for
+  states of large values choose 4096 (~1,000 bytes) or more. A file keeps
+  the page size it was created with, whatever the config says; to change
+  it, stop the topology and run ``PRAGMA journal_mode=DELETE; PRAGMA
+  page_size=N; VACUUM; PRAGMA journal_mode=WAL`` on it with ``sqlite3``.
+* ``cache_mb`` must hold the pages one commit changes, or sqlite writes
+  them to the WAL before the commit and reads them back. sqlite's default,
+  2 MiB, holds fewer than a commit of 1,000 scattered keys changes in 4 KiB
+  pages. The cache grows only as pages are read.
+* ``checkpoint_mb``: the commit that grows the WAL past this size also
+  checkpoints it (two fsyncs and a write of every page in it), and a page
+  that several commits changed is copied once. sqlite's default, 1,000
+  pages, meant a checkpoint every other commit. The WAL stays bounded: it
+  exceeds this size by one commit at most and is cut back to it once
+  checkpointed (``journal_size_limit``), unless another connection keeps a
+  read transaction open all that time, as in any sqlite database in WAL
+  mode (the provider's own reads are short).
+* ``temp_store=MEMORY``: the statement journal of the commit's multi-row
+  upsert (a copy of every page it changes, kept to undo the statement
+  alone) stays in memory rather than in a temporary file written on every
+  commit.
+
+None of these changes what a crash or a power cut leaves.
 
 A file that is not a sqlite database, or is one with another schema, raises
 StateCorruptError and is never overwritten or read as empty.
@@ -34,6 +72,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
@@ -58,6 +97,12 @@ DEFAULT_PATH: Final = "./statestream-data/state.db"
 APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
 SCHEMA_VERSION: Final = 1
 _SCAN_PAGE: Final = 1024
+_MIB: Final = 1024 * 1024
+_MAX_MB: Final = 1 << 20  # 1 TiB: a typo guard, not a recommendation
+_PAGE_SIZES: Final = tuple(1 << n for n in range(9, 17))  # sqlite's: 512 .. 65536
+DEFAULT_CACHE_MB: Final = 32
+DEFAULT_CHECKPOINT_MB: Final = 16
+DEFAULT_PAGE_SIZE: Final = 2048
 
 _SCHEMA: Final = {
     "statestream_entries": (
@@ -93,7 +138,9 @@ class SQLiteStateProvider(BackendStateProvider):
     """State in one sqlite file, shared by all namespaces (and processes) using it."""
 
     name: ClassVar[str] = "sqlite"
-    _KEYS: ClassVar[frozenset[str]] = frozenset({"path", "serializer", "synchronous", "timeout"})
+    _KEYS: ClassVar[frozenset[str]] = frozenset(
+        {"path", "serializer", "synchronous", "timeout", "cache_mb", "checkpoint_mb", "page_size"}
+    )
 
     def __init__(
         self,
@@ -102,6 +149,9 @@ class SQLiteStateProvider(BackendStateProvider):
         serializer: str = "json",
         synchronous: str = "full",
         timeout_ms: int = 5000,
+        cache_mb: int = DEFAULT_CACHE_MB,
+        checkpoint_mb: int = DEFAULT_CHECKPOINT_MB,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         super().__init__(get_serializer(serializer))
         if synchronous.lower() not in _SYNCHRONOUS:
@@ -109,9 +159,26 @@ class SQLiteStateProvider(BackendStateProvider):
                 f"sqlite state provider config 'synchronous' must be one of "
                 f"{', '.join(_SYNCHRONOUS)}, not {synchronous!r}"
             )
+        for key, value, low, high in (
+            ("cache_mb", cache_mb, 1, _MAX_MB),
+            ("checkpoint_mb", checkpoint_mb, 1, _MAX_MB),
+        ):
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"sqlite state provider config {key!r} must be between {low} and {high} "
+                    f"(MiB), not {value!r}"
+                )
+        if page_size not in _PAGE_SIZES:
+            raise ConfigError(
+                f"sqlite state provider config 'page_size' must be a power of two from "
+                f"{_PAGE_SIZES[0]} to {_PAGE_SIZES[-1]}, not {page_size!r}"
+            )
         self.path = Path(path)
         self._synchronous = synchronous.upper()
         self._timeout_s = timeout_ms / 1000
+        self._cache_mb = cache_mb
+        self._checkpoint_mb = checkpoint_mb
+        self._page_size = page_size
         # One connection per provider per process; the lock serialises its use
         # because the local runtime may drive several tasks from threads.
         self._lock = threading.RLock()
@@ -126,6 +193,11 @@ class SQLiteStateProvider(BackendStateProvider):
             serializer=config_option(cls.name, config, "serializer", str, "json"),
             synchronous=config_option(cls.name, config, "synchronous", str, "full"),
             timeout_ms=config_option(cls.name, config, "timeout", int, 5000),
+            cache_mb=config_option(cls.name, config, "cache_mb", int, DEFAULT_CACHE_MB),
+            checkpoint_mb=config_option(
+                cls.name, config, "checkpoint_mb", int, DEFAULT_CHECKPOINT_MB
+            ),
+            page_size=config_option(cls.name, config, "page_size", int, DEFAULT_PAGE_SIZE),
         )
 
     def __repr__(self) -> str:
@@ -168,9 +240,13 @@ class SQLiteStateProvider(BackendStateProvider):
                 "check that the directory exists and is writable, or set `path`"
             ) from exc
         try:
+            # Only a file without pages takes the page size: set it before
+            # anything can write the first page. An existing file keeps its own.
+            conn.execute(f"PRAGMA page_size={self._page_size}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             self._ensure_schema(conn)
+            self._tune(conn)
         except sqlite3.OperationalError as exc:
             conn.close()
             raise ProviderUnavailableError(
@@ -183,6 +259,18 @@ class SQLiteStateProvider(BackendStateProvider):
             conn.close()
             raise
         return conn
+
+    def _tune(self, conn: sqlite3.Connection) -> None:
+        """Size the page cache and the WAL for commits of scattered keys (see the module doc)."""
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        conn.execute(f"PRAGMA cache_size={-self._cache_mb * 1024}")  # negative: KiB
+        conn.execute(f"PRAGMA wal_autocheckpoint={self._checkpoint_mb * _MIB // page_size}")
+        # A WAL that one big transaction grew past the limit is cut back to
+        # it when the next checkpoint restarts it.
+        conn.execute(f"PRAGMA journal_size_limit={self._checkpoint_mb * _MIB}")
+        # Statement journals (kept by the multi-row upsert of a commit, one
+        # page image per page it changes) in memory, not in a temporary file.
+        conn.execute("PRAGMA temp_store=MEMORY")
 
     def _corrupt(self, reason: str) -> StateCorruptError:
         path = str(self.path)
@@ -291,6 +379,15 @@ class SQLiteStateProvider(BackendStateProvider):
                 conn.close()
 
 
+def _by_key(delta: Delta) -> list[tuple[bytes, bytes | None]]:
+    """``delta`` in key order, the order of the primary key's B-tree.
+
+    Writing in that order visits each page once, left to right, rather
+    than jumping between pages as dict order would.
+    """
+    return sorted(delta, key=itemgetter(0))
+
+
 class _SQLiteBackend:
     """:class:`~statestream._state.StateBackend` of one namespace in the sqlite file."""
 
@@ -334,11 +431,12 @@ class _SQLiteBackend:
         return (-1, None) if row is None else (int(row[0]), row[1])
 
     def write_prepared(self, txid: int, delta: Delta) -> None:
+        ns = self._ns
         with self._provider._transaction() as conn:
             conn.executemany(
                 "INSERT INTO statestream_prepared (namespace, key, value) VALUES (?, ?, ?)"
                 " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
-                [(self._ns, key, value) for key, value in delta],
+                [(ns, key, value) for key, value in _by_key(delta)],
             )
             conn.execute(
                 "INSERT INTO statestream_txids (namespace, prepared) VALUES (?, ?)"
@@ -382,6 +480,7 @@ class _SQLiteBackend:
 
     def commit_direct(self, delta: Delta) -> None:
         ns = self._ns
+        delta = _by_key(delta)
         with self._provider._transaction() as conn:
             conn.executemany(
                 "INSERT INTO statestream_entries (namespace, key, value) VALUES (?, ?, ?)"

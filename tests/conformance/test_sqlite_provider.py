@@ -170,8 +170,114 @@ def test_a_second_process_view_sees_commits(tmp_path: Path) -> None:
         ({"synchronous": "sometimes"}, "synchronous"),
         ({"timeout": "soon"}, "timeout"),
         ({"serializer": "yaml"}, "yaml"),
+        ({"cache_mb": 0}, "cache_mb"),
+        ({"cache_mb": "lots"}, "cache_mb"),
+        ({"checkpoint_mb": 0}, "checkpoint_mb"),
+        ({"checkpoint_mb": -16}, "checkpoint_mb"),
+        ({"checkpoint_mb": 1.5}, "checkpoint_mb"),
+        ({"page_size": 3000}, "page_size"),
+        ({"page_size": 256}, "page_size"),
+        ({"page_size": 131072}, "page_size"),
     ],
 )
-def test_config_errors_name_the_key(config: dict[str, str], match: str) -> None:
+def test_config_errors_name_the_key(config: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         open_provider("sqlite", config)
+
+
+def _pragmas(provider: SQLiteStateProvider) -> dict[str, int]:
+    conn = provider._connection()
+    names = ("page_size", "cache_size", "wal_autocheckpoint", "journal_size_limit", "temp_store")
+    return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
+
+
+def test_defaults_tune_the_cache_and_the_wal(tmp_path: Path) -> None:
+    with _open(tmp_path / "state.db") as provider:
+        _commit_one(provider)
+        assert _pragmas(provider) == {
+            "page_size": 2048,
+            "cache_size": -32 * 1024,  # KiB
+            "wal_autocheckpoint": 16 * 1024 * 1024 // 2048,  # pages
+            "journal_size_limit": 16 * 1024 * 1024,  # bytes
+            "temp_store": 2,  # MEMORY
+        }
+
+
+def test_config_sets_the_cache_and_the_wal(tmp_path: Path) -> None:
+    # Strings too: configs also come from environment variables and --set.
+    config = {"cache_mb": "8", "checkpoint_mb": 2, "page_size": "4096"}
+    path = tmp_path / "state.db"
+    with open_provider("sqlite", {"path": str(path), **config}) as provider:
+        assert isinstance(provider, SQLiteStateProvider)
+        _commit_one(provider)
+        pragmas = _pragmas(provider)
+    assert pragmas["page_size"] == 4096
+    assert pragmas["cache_size"] == -8 * 1024
+    assert pragmas["wal_autocheckpoint"] == 2 * 1024 * 1024 // 4096
+    assert pragmas["journal_size_limit"] == 2 * 1024 * 1024
+
+
+def test_an_existing_file_keeps_its_page_size(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with open_provider("sqlite", {"path": str(path), "page_size": 4096}) as provider:
+        assert isinstance(provider, SQLiteStateProvider)
+        _commit_one(provider)
+    with open_provider("sqlite", {"path": str(path), "page_size": 1024}) as provider:
+        assert isinstance(provider, SQLiteStateProvider)
+        assert provider.get_state("count-0").get("k") == "v"
+        pragmas = _pragmas(provider)
+    assert pragmas["page_size"] == 4096
+    # The checkpoint threshold is in MiB, so it follows the file's page size.
+    assert pragmas["wal_autocheckpoint"] == 16 * 1024 * 1024 // 4096
+
+
+def test_the_wal_stays_bounded(tmp_path: Path) -> None:
+    # Commits of scattered keys, each writing ~65 pages of 1 KiB to the WAL:
+    # without checkpoints it would reach ~4 MiB; with checkpoint_mb=1 it
+    # stays within 1 MiB plus one commit.
+    path = tmp_path / "state.db"
+    config = {"path": str(path), "synchronous": "normal", "checkpoint_mb": 1, "page_size": 1024}
+    wal = Path(f"{path}-wal")
+    with open_provider("sqlite", config) as provider:
+        state = provider.get_state("count-0")
+        for i in range(2000):
+            state.put(f"key-{i:05d}", "x" * 20)
+        state.commit()
+        largest = 0
+        for txid in range(60):
+            for i in range(txid % 37, 2000, 37):  # 55 keys, one in 37
+                state.put(f"key-{i:05d}", txid)
+            state.prepare_commit(txid)
+            state.commit(txid)
+            largest = max(largest, wal.stat().st_size)
+        assert largest <= 1024 * 1024 + 200 * 1024, largest
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        assert state.committed_txid == 59
+        for i in (0, 1, 1999):  # the last txid that changed key i
+            assert state.get(f"key-{i:05d}") == max(t for t in range(60) if t % 37 == i % 37)
+
+
+def test_a_large_delta_commits_in_one_transaction(tmp_path: Path) -> None:
+    # A delta bigger than the WAL limit and than the page cache: sqlite spills
+    # and checkpoints as needed, and the commit is still all or nothing.
+    path = tmp_path / "state.db"
+    config = {"path": str(path), "synchronous": "normal", "checkpoint_mb": 1, "cache_mb": 1}
+    crashed = open_provider("sqlite", config)
+    state = crashed.get_state("count-0")
+    for i in range(30_000):
+        state.put(i, "v" * 40)
+    state.prepare_commit(0)
+    state.commit(0)
+    for i in range(0, 30_000, 2):
+        state.delete(i)
+    state.prepare_commit(1)
+    # A crash: the instance is abandoned, its prepared delete of 15,000 keys stored.
+    with open_provider("sqlite", config) as provider:
+        state = provider.get_state("count-0")
+        assert state.committed_txid == 0 and state.prepared_txid == 1
+        assert state.get(0) == "v" * 40
+        state.commit(1)
+        assert sum(1 for _ in state) == 15_000
+        assert 0 not in state and state.get(1) == "v" * 40
+    crashed.close()
