@@ -292,6 +292,22 @@ class CheckpointCoordinator:
         self._pending = emission(self._state, False)
         return self._pending
 
+    def prepare_due(self, now_ms: float, *, early: bool = False) -> bool:
+        """Would :meth:`poll` start ``PREPARE(t+1)`` now?
+
+        Asked by a runtime that must first bring its sources to a standstill
+        (exactly-once state): it stops the data spouts, lets what is queued
+        drain, and only then polls. Like ``poll``, the first call after a
+        completed cycle supplies the time it completed.
+        """
+        if self._pending is not None or self._recovering:
+            return False
+        if self._state.phase is not Phase.COMMITTED:
+            return False
+        if self._completed_ms is None:
+            self._completed_ms = now_ms
+        return early or now_ms - self._completed_ms >= self._interval_ms
+
     def on_ack(self, action: Action, txid: int, now_ms: float | None = None) -> None:
         """Every bolt acked the emission ``(action, txid)``.
 

@@ -31,6 +31,11 @@ class FileSpout(Spout):
     since acks of a stateful topology arrive once per checkpoint) and at close; a restart
     may therefore re-read a few acked lines (at-least-once), never skip an
     unacked one.
+
+    With exactly-once state (``statestream.state.exactly.once``) the local
+    runtime takes the spout's :meth:`position` at each checkpoint and, after a
+    restart, hands back the one stored with the restored checkpoint through
+    :meth:`seek`; the spout's own acked prefix is then not used.
     """
 
     def __init__(
@@ -128,6 +133,45 @@ class FileSpout(Spout):
             line = line.rstrip("\n")
         self._in_flight[n] = line
         self.collector.emit([n, line], msg_id=n)
+
+    # -- exactly-once positions (the local runtime's contract) ---------------------------
+    def position(self) -> Any:
+        """Where a restart continues: the next line to read, and the lines that
+        failed and wait to be emitted again (with their text)."""
+        return {
+            "path": self._path,
+            "line": self._next_line,
+            "replay": [[n, self._in_flight[n]] for n in self._replay],
+        }
+
+    def seek(self, position: Any) -> None:
+        """Continue from ``position`` (from :meth:`position`; None: the first line).
+
+        Called after ``open`` and before the first ``next_tuple``.
+        """
+        if self._file is None:
+            raise ConfigError("FileSpout.seek() before open()")
+        line = 0
+        replay: list[Any] = []
+        if position is not None:
+            if position.get("path") != self._path:
+                raise ConfigError(
+                    f"the checkpoint to restore was taken reading {position.get('path')!r}, "
+                    f"but this run reads {self._path!r}: exactly-once state cannot continue "
+                    "another file; point the input back, or start from an empty state store"
+                )
+            line, replay = int(position["line"]), position.get("replay") or []
+        self._file.seek(0)
+        for _ in range(line):
+            if not self._file.readline():
+                break
+        self._next_line = line
+        self._eof = False
+        self._in_flight = {int(n): text for n, text in replay}
+        self._replay = deque(int(n) for n, _ in replay)
+        # The checkpoint owns the position now; the acked prefix is not kept.
+        self._position = None
+        self.resume = False
 
     def ack(self, msg_id: Any) -> None:
         if self._in_flight.pop(msg_id, None) is None or not self.resume:

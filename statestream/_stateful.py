@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._checkpoint import Action, CheckpointCoordinator, CheckpointState
+from ._checkpoint import Action, CheckpointCoordinator, CheckpointState, Phase, next_state
 from ._components import (
     OutputFieldsDeclarer,
     Spout,
@@ -46,6 +46,7 @@ CHECKPOINT_SPOUT = "$checkpointspout"
 CHECKPOINT_STREAM = "$checkpoint"
 CHECKPOINT_FIELDS = Fields("txid", "action")
 CHECKPOINT_STATE_KEY = "checkpoint"
+POSITIONS_KEY = "positions"
 
 
 def apply_action(
@@ -185,9 +186,33 @@ class CheckpointSpout(Spout):
         interval_ms = int(conf["topology.state.checkpoint.interval.ms"])
         self.coordinator = CheckpointCoordinator(stored, interval_ms, self._save)
 
+    positions: dict[str, Any] | None = None
+    """Exactly-once state: the data spouts' positions (``"<component>-<task>"`` ->
+    position) at the standstill before the next PREPARE, set by the runtime.
+    Stored with PREPARING(t), in the same commit, as the positions of txid t."""
+
     def _save(self, cs: CheckpointState) -> None:
         self.state.put(CHECKPOINT_STATE_KEY, cs.to_json())
+        if cs.phase is Phase.PREPARING and self.positions is not None:
+            # Keep t-1's too: if t is rolled back, recovery restores t-1.
+            stored = self.state.get(POSITIONS_KEY) or {}
+            kept = {k: v for k, v in stored.items() if k == str(cs.txid - 1)}
+            kept[str(cs.txid)] = self.positions
+            self.state.put(POSITIONS_KEY, kept)
         self.state.commit(None)
+        if cs.phase is Phase.PREPARING:
+            self.positions = None  # taken for this prepare; the next one takes its own
+
+    def recovery_positions(self) -> tuple[bool, dict[str, Any] | None]:
+        """``(fresh, positions)``: whether the store held no checkpoint yet, and the
+        data spouts' positions stored with the txid that recovery restores (None
+        if none were stored, e.g. after runs without exactly-once state)."""
+        raw = self.state.get(CHECKPOINT_STATE_KEY)
+        if raw is None:
+            return True, None
+        restored, _ = next_state(CheckpointState.from_json(raw), True)
+        stored = self.state.get(POSITIONS_KEY) or {}
+        return False, stored.get(str(restored.txid))
 
     early = False
     """Set by the runtime when all that is in flight waits for a commit:

@@ -1,4 +1,5 @@
-"""Test doubles for topologies: list spouts, a replaying queue, a collecting sink, a fake clock.
+"""Test doubles for topologies: list spouts, a replaying queue, a collecting sink, a fake
+clock, and a random text with its known word counts.
 
 Component objects are copied per task (pickled), so anything a test must
 observe after a run lives in a process-wide registry keyed by a name the test
@@ -9,6 +10,9 @@ reads ``queue("q")``. Call :func:`reset` between tests (the pytest fixture in
 
 from __future__ import annotations
 
+import collections
+import os
+import random
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -34,9 +38,32 @@ __all__ = [
     "SimulatedCrash",
     "SinkBolt",
     "queue",
+    "random_text",
     "reset",
     "sink",
 ]
+
+
+def random_text(
+    path: str | os.PathLike[str],
+    lines: int,
+    *,
+    words_per_line: int = 10,
+    vocabulary: int = 800,
+    seed: int = 7,
+) -> collections.Counter[str]:
+    """Write ``lines`` lines of words drawn from ``w0 .. w<vocabulary-1>`` to ``path``
+    (the same text for the same arguments) and return how often each word occurs:
+    the exact answer a word count over the file must give."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(vocabulary)]
+    counter: collections.Counter[str] = collections.Counter()
+    with open(path, "w") as f:
+        for _ in range(lines):
+            words = rng.choices(vocab, k=words_per_line)
+            counter.update(words)
+            f.write(" ".join(words) + "\n")
+    return counter
 
 
 class SimulatedCrash(BaseException):

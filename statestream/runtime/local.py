@@ -434,6 +434,7 @@ class BoltTask(_Task):
         # while data waits (before INITSTATE, or while a full queue holds it).
         self.control: deque[Tuple] = deque()
         self.barrier: Barrier | None = None
+        self.aligning = bool(rt.config["statestream.state.exactly.once"])
         self._round: list[Tuple] = []
 
     # -- the collector the bolt sees -------------------------------------
@@ -634,7 +635,7 @@ class BoltTask(_Task):
         if self.control:
             self._drain_control()
             did = True
-        if self.inbox and self.ready:
+        if self.inbox and self.ready and not (self.aligning and self._prepare_open()):
             before = self.executed
             self._drain()
             # A bolt blocked by a full downstream queue did nothing: saying so
@@ -648,6 +649,12 @@ class BoltTask(_Task):
     def ready(self) -> bool:
         """May data tuples be executed now? (A stateful task waits for INITSTATE.)"""
         return True
+
+    def _prepare_open(self) -> bool:
+        """A PREPARE came from some upstream tasks, not all: the data queued now was
+        emitted after the spouts' positions, so it must wait for the prepare."""
+        current = self.barrier.current if self.barrier is not None else None
+        return current is not None and current.action is Action.PREPARE
 
     # -- checkpoints: the forwarder (StatefulBoltTask adds the state actions) --
     def _drain_control(self) -> None:
@@ -768,6 +775,10 @@ class StatefulBoltTask(BoltTask):
             acking.fail(root)
 
 
+def _task_key(task: _Task) -> str:
+    return f"{task.component}-{task.task_index}"
+
+
 class _BasicCollector:
     """What a BasicBolt emits through: anchored to its current input."""
 
@@ -833,6 +844,34 @@ class LocalRuntime:
                 "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
             )
         self._build()
+        # Exactly-once state (DESIGN.md §4): before each PREPARE the data
+        # spouts stop and every queue drains (a standstill: each bolt's state
+        # then reflects exactly the tuples emitted before the spouts'
+        # positions), the positions are stored with PREPARING(t), and a bolt
+        # holds its data while a PREPARE round is open, so no tuple emitted
+        # after the positions lands in txid t. A restart restores t and seeks
+        # the spouts to t's positions: nothing is counted twice.
+        self.exactly_once = (
+            bool(self.config["statestream.state.exactly.once"])
+            and self._checkpoint_spout is not None
+        )
+        self._quiescing = False
+        self.data_spouts = [s for s in self.spouts if not s.system]
+        if self.exactly_once:
+            missing = [
+                f"{s.component!r} ({type(s.spout).__name__})"
+                for s in self.data_spouts
+                if not (
+                    callable(getattr(s.spout, "position", None))
+                    and callable(getattr(s.spout, "seek", None))
+                )
+            ]
+            if missing:
+                raise ConfigError(
+                    f"statestream.state.exactly.once is on, but spout {', '.join(missing)} "
+                    "cannot rewind: give it position() and seek(position) (see FileSpout), "
+                    "or turn exactly-once state off for Storm's at-least-once"
+                )
 
     # -- wiring ---------------------------------------------------------------
     def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
@@ -997,12 +1036,29 @@ class LocalRuntime:
         self._started = True
         for spout in self.spouts:
             spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)
+        if self.exactly_once:
+            self._seek_data_spouts()
         for bolt in self.bolts:
             if bolt.basic:
                 bolt.bolt.prepare(self.conf_for(bolt.spec), self._context(bolt))  # type: ignore[call-arg]
             else:
                 bolt.bolt.prepare(self.conf_for(bolt.spec), self._context(bolt), bolt)  # type: ignore[call-arg]
         self._setup_timers()
+
+    def _seek_data_spouts(self) -> None:
+        """Exactly-once: rewind every data spout to the positions of the restored txid."""
+        assert self._checkpoint_spout is not None
+        fresh, positions = self._checkpoint_spout.recovery_positions()
+        if not fresh and positions is None:
+            log.warning(
+                "exactly-once state: the stored checkpoint has no spout positions (it was "
+                "taken without exactly-once); the spouts resume as they would without it, "
+                "and exactly-once holds from the next checkpoint on"
+            )
+            return
+        for spout in self.data_spouts:
+            where = None if positions is None else positions.get(_task_key(spout))
+            spout.spout.seek(where)  # type: ignore[attr-defined]
 
     def _setup_timers(self) -> None:
         now = self.clock.monotonic()
@@ -1075,10 +1131,31 @@ class LocalRuntime:
         now = self.clock.monotonic()
         if now >= self._next_due:
             self._next_due = self._fire_timers(now)
+        if self.exactly_once and not self._standstill(now):
+            return busy
         for spout in self.spouts:
             if spout.poll():
                 busy = True
         return busy
+
+    def _standstill(self, now: float) -> bool:
+        """Exactly-once: may the spouts be polled? False while a PREPARE is due and
+        tuples are still queued; then only completions reach the data spouts."""
+        cp = self._checkpoint_spout
+        assert cp is not None
+        if not self._quiescing:
+            if not cp.coordinator.prepare_due(now * 1000.0, early=cp.early):
+                return True
+            self._quiescing = True
+        if any(b.inbox for b in self.bolts):
+            for spout in self.data_spouts:
+                if spout.completions:
+                    spout._drain_completions()
+            return False
+        # Nothing is queued: the positions mark exactly what the states hold.
+        cp.positions = {_task_key(s): s.spout.position() for s in self.data_spouts}  # type: ignore[attr-defined]
+        self._quiescing = False
+        return True
 
     def in_flight(self) -> int:
         """Tuples queued or tracked but not yet complete."""

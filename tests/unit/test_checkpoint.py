@@ -180,6 +180,25 @@ def test_fresh_start_initstate_then_prepare_0_after_the_interval_then_commit_0()
     ]
 
 
+def test_prepare_due_says_when_poll_would_start_a_prepare_without_saving() -> None:
+    h = Harness(cs(COMMITTED, 4), interval_ms=100)
+    assert not h.coord.prepare_due(0)  # recovering: INITSTATE first
+    assert not h.coord.prepare_due(0, early=True)
+    assert h.poll(0) == Emission(INITSTATE, 4)
+    assert not h.coord.prepare_due(10**6)  # INITSTATE in flight
+    h.ack()  # no time: the first prepare_due stamps it
+    assert not h.coord.prepare_due(50)
+    assert not h.coord.prepare_due(149)
+    assert h.coord.prepare_due(60, early=True)
+    assert h.log == ["emit INITSTATE 4"]  # asking saves nothing
+    assert h.coord.prepare_due(150)
+    assert h.poll(150) == Emission(PREPARE, 5)
+    assert not h.coord.prepare_due(10**6)  # PREPARE in flight
+    h.ack()
+    assert not h.coord.prepare_due(10**6)  # COMMITTING: COMMIT is next, not a prepare
+    assert h.poll(151) == Emission(COMMIT, 5)
+
+
 def test_without_an_ack_time_the_interval_counts_from_the_next_poll() -> None:
     h = Harness(None, interval_ms=100)
     h.poll(0)
