@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from statestream import FileSpout, TopologyBuilder, TopologyContext, Tuple
+from statestream._checkpoint import Action
 from statestream._errors import ConfigError
 from statestream._registry import open_provider
 from statestream.runtime.local import LocalRuntime
@@ -181,3 +182,29 @@ def _drain(spout: Any) -> list[int]:
     while not spout._eof or spout._replay:
         spout.next_tuple()
     return list(collector.emitted[start:])
+
+
+def test_a_bolt_holds_its_data_while_a_prepare_has_come_from_some_upstream_tasks_only() -> None:
+    # What alignment means for one task: once PREPARE(t) came from one
+    # upstream task, data queued behind it was emitted after the spouts'
+    # positions and must not reach txid t; it waits until the round is whole.
+    b = TopologyBuilder("eo")
+    b.set_spout("lines", FileSpout(WC.CORPUS))
+    b.set_bolt("split", WC.SplitSentence(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", WC.WordCount(), 1).global_grouping("split")
+    rt = LocalRuntime(b.build(), {"statestream.state.exactly.once": True})
+    count = rt.tasks_of["count"][0]
+    assert count.barrier is not None and count.aligning
+    split0 = rt.tasks_of["split"][0]
+    origin = split0.streams["default"][0]
+    count.protocol.ready = True  # as after INITSTATE
+    count.bolt.init_state(rt.open_state("count-0"))
+    count.bolt.collector = count
+    count.inbox.append(Tuple(["word"], origin))
+    count.barrier.arrive(("split", split0.task_id), Action.PREPARE, 3)
+    count.drain()
+    assert count.executed == 0 and len(count.inbox) == 1
+    count.barrier.arrive(("split", split0.task_id), Action.COMMIT, 2)  # not a prepare: data flows
+    count.drain()
+    assert count.executed == 1
+    rt.close()
