@@ -1,0 +1,119 @@
+"""Instructions per word of the word count, counted by valgrind: a figure noise cannot move.
+
+    python bench/bench_instructions.py [--sentences 5000] [--topology plain|stateful]
+
+Wall-clock benchmarks on a shared 2-core machine swing by 30% from run to
+run; an instruction count does not (callgrind counts the same total for the
+same binary and input whatever else the machine does). This runs the word
+count of bench_stateful.py under ``valgrind --tool=callgrind`` and counts only
+the instructions executed inside ``LocalRuntime.run`` (the run is called
+through ``functools.reduce``, a C function callgrind can toggle collection
+on), so interpreter start-up, imports and the exactness check are left out.
+
+``plain`` is the word count with a plain counting bolt, acking on;
+``stateful`` is examples/wordcount.py on the memory provider with the
+checkpoint interval stretched to an hour, so that the count does not depend
+on how fast valgrind runs (only the checkpoint at the end of the input is
+taken). Use it to compare two versions of the runtime: run it on each and
+compare the instructions per word. It needs valgrind (Debian: valgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "examples"))
+
+
+def one_run(topology: str, sentences: int) -> None:
+    """The measured part (runs under valgrind): one word count, inside functools.reduce."""
+    import uuid
+
+    import bench_stateful
+    import wordcount
+    from corpus import corpus_path
+
+    from statestream.runtime.local import LocalRuntime
+
+    workdir = tempfile.mkdtemp()
+    conf: dict[str, Any] = {
+        "wordcount.input": str(corpus_path(sentences)),
+        "wordcount.output": f"{workdir}/out.jsonl",
+    }
+    if topology == "plain":
+        topo = bench_stateful.plain_topology()
+    else:
+        conf.update(
+            {
+                "topology.state.provider": "memory",
+                "topology.state.provider.config": {"name": uuid.uuid4().hex},
+                "topology.state.checkpoint.interval.ms": 3_600_000,
+                "topology.message.timeout.secs": 7200,
+            }
+        )
+        topo = wordcount.topology()
+    rt = LocalRuntime(topo, conf)
+    functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sentences", type=int, default=5000)
+    ap.add_argument("--topology", choices=("plain", "stateful"), default="plain")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        one_run(args.topology, args.sentences)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    from corpus import corpus_path
+
+    corpus_path(args.sentences)  # written outside the measured run
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=functools_reduce",
+            "--callgrind-out-file=/dev/null",
+            # The interpreter itself, not a wrapper script (pyenv shims are bash).
+            sys.executable,
+            __file__,
+            "--one",
+            "--topology",
+            args.topology,
+            "--sentences",
+            str(args.sentences),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+    total = int(found.group(1))
+    words = args.sentences * 10
+    cmd = "python bench/bench_instructions.py"
+    if args.sentences != 5000:
+        cmd += f" --sentences {args.sentences}"
+    if args.topology != "plain":
+        cmd += f" --topology {args.topology}"
+    print(f"command: {cmd}\n")
+    print("| topology | words | instructions in LocalRuntime.run | per word |")
+    print("|---|---:|---:|---:|")
+    print(f"| {args.topology} | {words:,} | {total:,} | {total / words:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
