@@ -103,14 +103,22 @@ class HeldAcks:
 
     def prepare(self, txid: int) -> None:
         if self.current:
-            into = self.covered.setdefault(txid, {})
-            for root, value in self.current.items():
-                into[root] = into.get(root, 0) ^ value
+            into = self.covered.get(txid)
+            if into is None:
+                # The usual case, a first prepare of txid: hand the dict over
+                # instead of copying it root by root.
+                self.covered[txid] = self.current
+            else:  # txid prepared again (its first prepare failed): merge
+                for root, value in self.current.items():
+                    into[root] = into.get(root, 0) ^ value
             self.current = {}
 
     def commit(self, txid: int) -> dict[int, int]:
+        done = [t for t in self.covered if t <= txid]
+        if len(done) == 1:
+            return self.covered.pop(done[0])  # the usual case: one txid covered
         released: dict[int, int] = {}
-        for t in [t for t in self.covered if t <= txid]:
+        for t in done:
             for root, value in self.covered.pop(t).items():
                 released[root] = released.get(root, 0) ^ value
         return released

@@ -10,7 +10,7 @@ import pytest
 from statestream import StatefulBolt
 from statestream._checkpoint import Action
 from statestream._errors import ProtocolViolation
-from statestream._stateful import StatefulTaskProtocol
+from statestream._stateful import HeldAcks, StatefulTaskProtocol
 from statestream_providers.memory import MemoryStateProvider
 
 
@@ -80,3 +80,32 @@ def test_prepare_before_initstate_is_refused_and_holds_on_to_the_acks(setup: Set
     with pytest.raises(ProtocolViolation, match="before INITSTATE"):
         proto.act(state, Action.PREPARE, 0)
     assert len(proto.held) == 1
+
+
+def test_held_acks_merge_a_re_prepared_txid_and_release_every_covered_txid() -> None:
+    held = HeldAcks()
+    held.hold({1: 0b0011})
+    held.prepare(4)
+    held.hold({1: 0b0101, 2: 0b1000})
+    held.prepare(4)  # txid 4 prepared again: merged, XOR per root
+    held.hold({3: 0b0001})
+    held.prepare(5)
+    held.hold({9: 0b1111})  # not covered by any prepare yet
+    assert len(held) == 4
+    # Committing 5 releases what 4 and 5 covered (a lost COMMIT 4 is implied).
+    assert held.commit(5) == {1: 0b0110, 2: 0b1000, 3: 0b0001}
+    assert held.commit(5) == {}
+    assert held.rollback() == {9}
+    assert len(held) == 0
+
+
+def test_held_acks_hand_over_a_single_txid_without_mixing_later_acks() -> None:
+    held = HeldAcks()
+    held.hold({1: 1})
+    held.prepare(0)
+    held.hold({1: 2})  # after the prepare: the next txid's
+    released = held.commit(0)
+    assert released == {1: 1}
+    held.prepare(1)
+    released[1] = 99  # the caller owns what was released
+    assert held.commit(1) == {1: 2}
