@@ -40,7 +40,8 @@ WC = _wordcount_module()
 
 
 class CrashingCount(WC.WordCount):  # type: ignore[misc, name-defined]
-    """The example's counting bolt, crashing the process at its n-th tuple (0: never)."""
+    """The example's counting bolt, crashing the process at its ``eo.crash.at``-th tuple
+    and failing every ``eo.fail.prepare.every``-th prepare (0: never)."""
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
         super().prepare(conf, context, collector)
