@@ -208,8 +208,6 @@ class CheckpointSpout(Spout):
             kept[str(cs.txid)] = self.positions
             self.state.put(POSITIONS_KEY, kept)
         self.state.commit(None)
-        if cs.phase is Phase.PREPARING:
-            self.positions = None  # taken for this prepare; the next one takes its own
 
     def recovery_positions(self) -> tuple[bool, dict[str, Any] | None]:
         """``(fresh, positions)``: whether the store held no checkpoint yet, and the
@@ -226,9 +224,28 @@ class CheckpointSpout(Spout):
     """Set by the runtime when all that is in flight waits for a commit:
     checkpoint now instead of after the interval."""
 
+    gated = False
+    """Exactly-once state: start a PREPARE only with :attr:`positions` given, i.e.
+    only from the standstill the runtime brought about for it. (The runtime
+    checks for a due prepare before it polls; without the gate, a prepare that
+    fell due between that check and this poll would go out with no standstill
+    and no positions.)"""
+
     def next_tuple(self) -> None:
         early, self.early = self.early, False
-        emission = self.coordinator.poll(self.clock.monotonic() * 1000.0, early=early)
+        now_ms = self.clock.monotonic() * 1000.0
+        if (
+            self.gated
+            and self.positions is None
+            and self.coordinator.prepare_due(now_ms, early=early)
+        ):
+            self.early = early  # still wanted, once the runtime has stopped the spouts
+            return
+        try:
+            emission = self.coordinator.poll(now_ms, early=early)
+        finally:
+            # Positions are good for the standstill they were taken at only.
+            self.positions = None
         if emission is not None:
             self.collector.emit(
                 [emission.txid, emission.action.value],

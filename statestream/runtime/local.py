@@ -837,6 +837,7 @@ class LocalRuntime:
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
         self.provider: Any = None
         self._checkpoint_spout: CheckpointSpout | None = None
+        self._checkpoint_task: SpoutTask | None = None
         self._states: dict[str, Any] = {}
         if topology.has_stateful_bolts and self.acking is None:
             raise ConfigError(
@@ -858,6 +859,8 @@ class LocalRuntime:
         self._quiescing = False
         self.data_spouts = [s for s in self.spouts if not s.system]
         if self.exactly_once:
+            assert self._checkpoint_spout is not None
+            self._checkpoint_spout.gated = True
             missing = [
                 f"{s.component!r} ({type(s.spout).__name__})"
                 for s in self.data_spouts
@@ -897,6 +900,7 @@ class LocalRuntime:
                     task.system = cid == CHECKPOINT_SPOUT
                     if task.system:
                         self._checkpoint_spout = task.spout  # type: ignore[assignment]
+                        self._checkpoint_task = task
                     self.spouts.append(task)
                     self.spout_by_task[tid] = task
                 elif spec.is_stateful:
@@ -1153,8 +1157,11 @@ class LocalRuntime:
                     spout._drain_completions()
             return False
         # Nothing is queued: the positions mark exactly what the states hold.
+        # The PREPARE goes out now, before the spouts emit anything new.
         cp.positions = {_task_key(s): s.spout.position() for s in self.data_spouts}  # type: ignore[attr-defined]
         self._quiescing = False
+        assert self._checkpoint_task is not None
+        self._checkpoint_task.poll()
         return True
 
     def in_flight(self) -> int:

@@ -254,3 +254,46 @@ def test_checkpoints_rolled_back_within_a_run_count_exactly_once(
     print(f"exactly_once={exactly_once}: {rollbacks} rollbacks, overcount {over}")
     if exactly_once:
         assert got == expected
+
+
+def test_a_gated_checkpoint_spout_prepares_only_with_positions_from_a_standstill() -> None:
+    # The race the gate closes: a PREPARE falling due between the runtime's
+    # check and the spout's poll must wait for the runtime's standstill.
+    import uuid
+
+    from statestream._stateful import POSITIONS_KEY, CheckpointSpout
+    from statestream.testing import FakeClock
+    from statestream_providers.memory import MemoryStateProvider
+
+    state = MemoryStateProvider.from_config({"name": uuid.uuid4().hex}).get_state("cp")
+    clock = FakeClock()
+
+    class Ctx:
+        def __init__(self) -> None:
+            self.clock = clock
+
+        def state(self) -> Any:
+            return state
+
+    emitted: list[tuple[Any, ...]] = []
+
+    class Collector:
+        def emit(self, values: Any, msg_id: Any = None, stream: str = "default") -> None:
+            emitted.append(tuple(values))
+
+    spout = CheckpointSpout()
+    spout.gated = True
+    conf = {"topology.state.checkpoint.interval.ms": 1000}
+    spout.open(conf, Ctx(), Collector())  # type: ignore[arg-type]
+    spout.next_tuple()
+    assert emitted == [(-1, "INITSTATE")]
+    spout.ack(("INITSTATE", -1))
+    clock.advance(2.0)
+    spout.next_tuple()
+    spout.next_tuple()
+    assert emitted == [(-1, "INITSTATE")], "a PREPARE went out without positions"
+    spout.positions = {"lines-0": {"line": 7}}
+    spout.next_tuple()
+    assert emitted[-1] == (0, "PREPARE")
+    assert spout.positions is None
+    assert state.get(POSITIONS_KEY) == {"0": {"lines-0": {"line": 7}}}
