@@ -210,13 +210,15 @@ class CheckpointSpout(Spout):
         self.state.commit(None)
 
     def recovery_positions(self) -> tuple[bool, dict[str, Any] | None]:
-        """``(fresh, positions)``: whether the store held no checkpoint yet, and the
+        """``(fresh, positions)``: whether no checkpoint was committed yet, and the
         data spouts' positions stored with the txid that recovery restores (None
         if none were stored, e.g. after runs without exactly-once state)."""
         raw = self.state.get(CHECKPOINT_STATE_KEY)
         if raw is None:
             return True, None
         restored, _ = next_state(CheckpointState.from_json(raw), True)
+        if restored.txid < 0:
+            return True, None  # nothing was ever committed: start from the beginning
         stored = self.state.get(POSITIONS_KEY) or {}
         return False, stored.get(str(restored.txid))
 

@@ -297,3 +297,9 @@ def test_a_gated_checkpoint_spout_prepares_only_with_positions_from_a_standstill
     assert emitted[-1] == (0, "PREPARE")
     assert spout.positions is None
     assert state.get(POSITIONS_KEY) == {"0": {"lines-0": {"line": 7}}}
+    # A crash now restores txid -1: nothing committed, start from the beginning.
+    assert spout.recovery_positions() == (True, None)
+    spout.ack(("PREPARE", 0))
+    spout.next_tuple()
+    assert emitted[-1] == (0, "COMMIT")
+    assert spout.recovery_positions() == (False, {"lines-0": {"line": 7}})
