@@ -37,8 +37,6 @@ sys.path.insert(0, str(HERE.parent / "examples"))
 
 def one_run(topology: str, sentences: int) -> None:
     """The measured part (runs under valgrind): one word count, inside functools.reduce."""
-    import uuid
-
     import bench_stateful
     import wordcount
     from corpus import corpus_path
@@ -53,14 +51,9 @@ def one_run(topology: str, sentences: int) -> None:
     if topology == "plain":
         topo = bench_stateful.plain_topology()
     else:
-        conf.update(
-            {
-                "topology.state.provider": "memory",
-                "topology.state.provider.config": {"name": uuid.uuid4().hex},
-                "topology.state.checkpoint.interval.ms": 3_600_000,
-                "topology.message.timeout.secs": 7200,
-            }
-        )
+        conf.update(bench_stateful.provider_conf("memory", workdir))
+        conf["topology.state.checkpoint.interval.ms"] = 3_600_000
+        conf["topology.message.timeout.secs"] = 7200
         topo = wordcount.topology()
     rt = LocalRuntime(topo, conf)
     functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])

@@ -434,7 +434,7 @@ class BoltTask(_Task):
         # while data waits (before INITSTATE, or while a full queue holds it).
         self.control: deque[Tuple] = deque()
         self.barrier: Barrier | None = None
-        self.aligning = bool(rt.config["statestream.state.exactly.once"])
+        self.aligning = False  # exactly-once state: hold data while a PREPARE round is open
         self._round: list[Tuple] = []
 
     # -- the collector the bolt sees -------------------------------------
@@ -836,7 +836,6 @@ class LocalRuntime:
         self.tasks_of: dict[str, list[_Task]] = {}
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
         self.provider: Any = None
-        self._checkpoint_spout: CheckpointSpout | None = None
         self._checkpoint_task: SpoutTask | None = None
         self._states: dict[str, Any] = {}
         if topology.has_stateful_bolts and self.acking is None:
@@ -861,6 +860,8 @@ class LocalRuntime:
         if self.exactly_once:
             assert self._checkpoint_spout is not None
             self._checkpoint_spout.gated = True
+            for bolt in self.bolts:
+                bolt.aligning = True
             missing = [
                 f"{s.component!r} ({type(s.spout).__name__})"
                 for s in self.data_spouts
@@ -875,6 +876,11 @@ class LocalRuntime:
                     "cannot rewind: give it position() and seek(position) (see FileSpout), "
                     "or turn exactly-once state off for Storm's at-least-once"
                 )
+
+    @property
+    def _checkpoint_spout(self) -> CheckpointSpout | None:
+        task = self._checkpoint_task
+        return None if task is None else task.spout  # type: ignore[return-value]
 
     # -- wiring ---------------------------------------------------------------
     def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
@@ -899,7 +905,6 @@ class LocalRuntime:
                     task = SpoutTask(self, spec, i, tid)
                     task.system = cid == CHECKPOINT_SPOUT
                     if task.system:
-                        self._checkpoint_spout = task.spout  # type: ignore[assignment]
                         self._checkpoint_task = task
                     self.spouts.append(task)
                     self.spout_by_task[tid] = task

@@ -82,30 +82,46 @@ def _committed(config: Mapping[str, Any]) -> collections.Counter[str]:
     return got
 
 
+def _config(tmp_path: Path, exactly_once: bool, **extra: Any) -> dict[str, Any]:
+    return {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "statestream.state.exactly.once": exactly_once,
+        # Small queues: little is in flight at a crash, and checkpoints
+        # (a few ms apart) come many times while the file is read.
+        "topology.executor.receive.buffer.size": 64,
+        **extra,
+    }
+
+
+def _run_with_crashes(
+    corpus: Path, config: Mapping[str, Any], crash_points: tuple[int, ...]
+) -> tuple[list[Any], int]:
+    """One run per crash point (0: run to the end); returns the errors the runs
+    reported and the highest txid count-0 had committed after any of them."""
+    errors: list[Any] = []
+    restored = 0
+    for crash_at in crash_points:
+        rt = LocalRuntime(_topology(corpus), {**config, "eo.crash.at": crash_at})
+        try:
+            rt.run(until_idle=True)
+        except SimulatedCrash:
+            assert crash_at
+        else:
+            assert not crash_at
+        errors.extend(rt.errors)
+        with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
+            restored = max(restored, provider.get_state("count-0").committed_txid)
+    return errors, restored
+
+
 def _crash_then_finish(tmp_path: Path, exactly_once: bool) -> tuple[int, int]:
     """Crash twice mid-run, then finish; return (overcount, checkpoints restored)."""
     corpus = tmp_path / "corpus.txt"
     expected = random_text(corpus, 6000, words_per_line=8, vocabulary=300, seed=11)
-    config: dict[str, Any] = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
-        "topology.state.checkpoint.interval.ms": 20,
-        "statestream.state.exactly.once": exactly_once,
-        # Small queues: the spout is far ahead of nothing, so the tail that
-        # a crash leaves uncommitted is made of many small checkpoints.
-        "topology.executor.receive.buffer.size": 64,
-    }
-    restored = 0
-    for crash_at in (9000, 12000, 0):
-        rt = LocalRuntime(_topology(corpus), {**config, "eo.crash.at": crash_at})
-        try:
-            result = rt.run(until_idle=True)
-        except SimulatedCrash:
-            assert crash_at
-        else:
-            assert not crash_at and result.errors == []
-        with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
-            restored = max(restored, provider.get_state("count-0").committed_txid)
+    config = _config(tmp_path, exactly_once, **{"topology.state.checkpoint.interval.ms": 20})
+    errors, restored = _run_with_crashes(corpus, config, (9000, 12000, 0))
+    assert errors == []
     got = _committed(config)
     assert set(got) == set(expected)
     assert all(got[w] >= expected[w] for w in expected), "a committed count was lost"
@@ -227,26 +243,15 @@ def test_checkpoints_rolled_back_within_a_run_count_exactly_once(
     # to the last commit and the tuples since are replayed.
     corpus = tmp_path / "corpus.txt"
     expected = random_text(corpus, 4000, words_per_line=8, vocabulary=300, seed=5)
-    config: dict[str, Any] = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
-        "topology.state.checkpoint.interval.ms": 10,
-        "statestream.state.exactly.once": exactly_once,
-        "topology.executor.receive.buffer.size": 64,
-        "eo.fail.prepare.every": 3,
-    }
+    config = _config(
+        tmp_path,
+        exactly_once,
+        **{"topology.state.checkpoint.interval.ms": 10, "eo.fail.prepare.every": 3},
+    )
     # A crash after some rollbacks, then a run to the end: the positions kept
     # through re-prepared txids must still be the right ones.
-    rollbacks = 0
-    for crash_at in (7000, 0):
-        rt = LocalRuntime(_topology(corpus), {**config, "eo.crash.at": crash_at})
-        try:
-            result = rt.run(until_idle=True)
-        except SimulatedCrash:
-            assert crash_at
-            rollbacks += sum("fails (the store" in e.error for e in rt.errors)
-        else:
-            rollbacks += sum("fails (the store" in e.error for e in result.errors)
+    errors, _ = _run_with_crashes(corpus, config, (7000, 0))
+    rollbacks = sum("fails (the store" in e.error for e in errors)
     assert rollbacks >= 3, "too few rollbacks to test anything"
     got = _committed(config)
     assert all(got[w] >= expected[w] for w in expected), "a committed count was lost"
