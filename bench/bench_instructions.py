@@ -1,6 +1,7 @@
 """Instructions per word of the word count, counted by valgrind: a figure noise cannot move.
 
     python bench/bench_instructions.py [--sentences 5000] [--topology plain|stateful]
+        [--exactly-once auto|true|false]
 
 Wall-clock benchmarks on a shared 2-core machine swing by 30% from run to
 run; an instruction count does not (callgrind counts the same total for the
@@ -35,7 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
 
 
-def one_run(topology: str, sentences: int) -> None:
+def one_run(topology: str, sentences: int, exactly_once: str = "auto") -> None:
     """The measured part (runs under valgrind): one word count, inside functools.reduce."""
     import bench_stateful
     import wordcount
@@ -54,6 +55,9 @@ def one_run(topology: str, sentences: int) -> None:
         conf.update(bench_stateful.provider_conf("memory", workdir))
         conf["topology.state.checkpoint.interval.ms"] = 3_600_000
         conf["topology.message.timeout.secs"] = 7200
+        conf["statestream.state.exactly.once"] = {"true": True, "false": False}.get(
+            exactly_once, exactly_once
+        )
         topo = wordcount.topology()
     rt = LocalRuntime(topo, conf)
     functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
@@ -63,10 +67,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sentences", type=int, default=5000)
     ap.add_argument("--topology", choices=("plain", "stateful"), default="plain")
+    ap.add_argument("--exactly-once", choices=("auto", "true", "false"), default="auto")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        one_run(args.topology, args.sentences)
+        one_run(args.topology, args.sentences, args.exactly_once)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -87,6 +92,8 @@ def main() -> None:
             args.topology,
             "--sentences",
             str(args.sentences),
+            "--exactly-once",
+            args.exactly_once,
         ],
         capture_output=True,
         text=True,
@@ -102,6 +109,8 @@ def main() -> None:
         cmd += f" --sentences {args.sentences}"
     if args.topology != "plain":
         cmd += f" --topology {args.topology}"
+    if args.exactly_once != "auto":
+        cmd += f" --exactly-once {args.exactly_once}"
     print(f"command: {cmd}\n")
     print("| topology | words | instructions in LocalRuntime.run | per word |")
     print("|---|---:|---:|---:|")

@@ -17,7 +17,8 @@ Keys under ``wordcount.`` belong to this topology:
 * ``wordcount.input``: the text file to count (default: ``corpus.txt`` here)
 * ``wordcount.output``: where to write the final counts (default: nowhere)
 * ``wordcount.fail_rate``: fail each line with this probability the first time
-  ``split`` sees it (a stable per-line draw), to exercise replay
+  ``split`` sees it in this process (a stable per-line draw), to exercise replay
+  (at-least-once) or the rewind to the last checkpoint (exactly-once)
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ from statestream import (
 
 CORPUS = Path(__file__).with_name("corpus.txt")
 
+# Lines failed once, for wordcount.fail_rate, per input file: kept by the
+# process rather than the bolt instance, since an exactly-once rewind replaces
+# the instances within a run.
+_FAILED_ONCE: dict[str, set[int]] = {}
+
 
 class SplitSentence(BasicBolt):
     """Emits one ``(word,)`` per whitespace-separated word of the line."""
@@ -55,7 +61,7 @@ class SplitSentence(BasicBolt):
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
         super().prepare(conf, context)
         self.fail_rate = float(conf.get("wordcount.fail_rate") or 0.0)
-        self.failed_once: set[int] = set()
+        self.failed_once = _FAILED_ONCE.setdefault(str(conf.get("wordcount.input")), set())
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         offset, line = tuple.values

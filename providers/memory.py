@@ -8,7 +8,7 @@ failure, finds what was committed. The process ending loses everything.
 Config (``topology.state.provider.config``)::
 
     name:        "default"   # which process-wide store
-    serializer:  "json"      # or "pickle" (see statestream._serde)
+    serializer:  "json"      # or "pickle" (see statestream.provider)
 
 Values are stored encoded, like in the durable providers, so the memory
 provider fails on the same values they would and never aliases a live object.
@@ -21,14 +21,15 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self
 
-from statestream._errors import StateError
-from statestream._serde import get_serializer
-from statestream._state import (
+from statestream.provider import (
+    SHARING_PROCESS,
     BackendStateProvider,
     CommitOutcome,
     Delta,
+    StateError,
     check_config_keys,
     config_option,
+    get_serializer,
 )
 
 __all__ = ["MemoryStateProvider"]
@@ -84,7 +85,7 @@ def _store(name: str) -> _Store:
 
 
 class _MemoryBackend:
-    """:class:`~statestream._state.StateBackend` of one namespace of a memory store."""
+    """:class:`~statestream.provider.StateBackend` of one namespace of a memory store."""
 
     __slots__ = ("_namespace", "_provider", "_store")
 
@@ -160,6 +161,7 @@ class MemoryStateProvider(BackendStateProvider):
     """State in this process's memory, shared by every provider with the same ``name``."""
 
     name: ClassVar[str] = "memory"
+    sharing: ClassVar[str] = SHARING_PROCESS  # this process only
     _KEYS: ClassVar[frozenset[str]] = frozenset({"name", "serializer"})
 
     def __init__(self, store_name: str = "default", serializer: str = "json") -> None:

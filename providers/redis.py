@@ -15,7 +15,7 @@ Config (``topology.state.provider.config``), statestream's keys::
     timeout:     2000                         # ms, connect and each reply (Storm's unit)
     retries:     3                            # retries of a failed command, with a short backoff
     key_prefix:  ""                           # put before every key (several topologies, one db)
-    serializer:  "json"                       # or "pickle" (see statestream._serde)
+    serializer:  "json"                       # or "pickle" (see statestream.provider)
 
 and Storm's ``RedisKeyValueStateProvider`` JSON, so a storm.yaml carries over::
 
@@ -65,19 +65,18 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, cast
 
-from statestream._errors import (
+from statestream.provider import (
+    SHARING_NETWORK,
+    BackendStateProvider,
+    CommitOutcome,
     ConfigError,
+    Delta,
     ProviderUnavailableError,
     StateCorruptError,
     StateError,
-)
-from statestream._serde import get_serializer
-from statestream._state import (
-    BackendStateProvider,
-    CommitOutcome,
-    Delta,
     check_config_keys,
     config_option,
+    get_serializer,
 )
 
 if TYPE_CHECKING:
@@ -167,6 +166,7 @@ class RedisStateProvider(BackendStateProvider):
     """State in Redis hashes, one set of three per namespace (see the module docstring)."""
 
     name: ClassVar[str] = "redis"
+    sharing: ClassVar[str] = SHARING_NETWORK  # any process that reaches the server
     _KEYS: ClassVar[frozenset[str]] = frozenset(
         {
             "url",
@@ -420,7 +420,7 @@ class RedisStateProvider(BackendStateProvider):
 
 
 class _RedisBackend:
-    """:class:`~statestream._state.StateBackend` of one namespace: three hashes."""
+    """:class:`~statestream.provider.StateBackend` of one namespace: three hashes."""
 
     __slots__ = ("_data", "_namespace", "_prepare", "_provider", "_txid")
 

@@ -3,7 +3,7 @@
 Config (``topology.state.provider.config``)::
 
     path:          "./statestream-data/state.db"  # parent directories are created
-    serializer:    "json"                         # or "pickle" (see statestream._serde)
+    serializer:    "json"                         # or "pickle" (see statestream.provider)
     synchronous:   "full"                         # sqlite's PRAGMA synchronous: full|normal|off
     timeout:       5000                           # ms to wait for another writer's lock
     cache_mb:      32                             # page cache of each connection, MiB (>= 1)
@@ -76,19 +76,18 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
-from statestream._errors import (
+from statestream.provider import (
+    SHARING_MACHINE,
+    BackendStateProvider,
+    CommitOutcome,
     ConfigError,
+    Delta,
     ProviderUnavailableError,
     StateCorruptError,
     StateError,
-)
-from statestream._serde import get_serializer
-from statestream._state import (
-    BackendStateProvider,
-    CommitOutcome,
-    Delta,
     check_config_keys,
     config_option,
+    get_serializer,
 )
 
 __all__ = ["SQLiteStateProvider"]
@@ -138,6 +137,7 @@ class SQLiteStateProvider(BackendStateProvider):
     """State in one sqlite file, shared by all namespaces (and processes) using it."""
 
     name: ClassVar[str] = "sqlite"
+    sharing: ClassVar[str] = SHARING_MACHINE  # any process that can open the file
     _KEYS: ClassVar[frozenset[str]] = frozenset(
         {"path", "serializer", "synchronous", "timeout", "cache_mb", "checkpoint_mb", "page_size"}
     )
@@ -389,7 +389,7 @@ def _by_key(delta: Delta) -> list[tuple[bytes, bytes | None]]:
 
 
 class _SQLiteBackend:
-    """:class:`~statestream._state.StateBackend` of one namespace in the sqlite file."""
+    """:class:`~statestream.provider.StateBackend` of one namespace in the sqlite file."""
 
     __slots__ = ("_ns", "_provider")
 

@@ -4,12 +4,15 @@ Layers, top to bottom (see DESIGN.md)::
 
     user code    Spout, Bolt, BasicBolt, StatefulBolt           (_components)
     topology     TopologyBuilder -> Topology, groupings         (_topology, _routing, _tuple)
-    protocols    acker ledger, checkpoint state machine         (_acker, _rotating, _checkpoint)
-    state        State / KeyValueState / StateProvider          (_state, _serde, _registry)
-    runtimes     local (embedded) | spark                       (runtime/)
+    protocols    acker ledger, checkpoint state machine,        (_acker, _rotating, _checkpoint,
+                 bolt executors, exactly-once                    _executors, _stateful, _exactly_once)
+    state        State / KeyValueState / StateProvider          (_state, _serde, _registry;
+                                                                 provider SDK: statestream.provider)
+    runtimes     RuntimePlan; local (embedded) | spark          (runtime/plan, runtime/local, runtime/spark)
     config, cli                                                 (_config, _cli)
 
-Everything a user needs is re-exported here; the underscored modules are private.
+Everything a user needs is re-exported here, and everything a state provider needs in
+statestream.provider; the underscored modules are private.
 """
 
 from ._clock import Clock, FakeClock, SystemClock
@@ -40,6 +43,9 @@ from ._errors import (
     TopologyError,
     TupleError,
 )
+from ._exactly_once import Rewindable
+from ._executors import BasicBoltExecutor, CheckpointTupleForwarder, StatefulBoltExecutor
+from ._results import ErrorReport, RunResult, TaskMetrics
 from ._routing import stable_hash
 from ._run import load_topology, run
 from ._spouts import FileSpout
@@ -52,12 +58,15 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_STREAM",
     "BasicBolt",
+    "BasicBoltExecutor",
     "BasicOutputCollector",
     "Bolt",
     "BoltDeclarer",
+    "CheckpointTupleForwarder",
     "Clock",
     "Config",
     "ConfigError",
+    "ErrorReport",
     "FailedException",
     "FakeClock",
     "Fields",
@@ -69,6 +78,8 @@ __all__ = [
     "ProviderNotFoundError",
     "ProviderUnavailableError",
     "ReliabilityError",
+    "Rewindable",
+    "RunResult",
     "RuntimeFailure",
     "SerializationError",
     "Spout",
@@ -78,8 +89,10 @@ __all__ = [
     "StateError",
     "StateProvider",
     "StatefulBolt",
+    "StatefulBoltExecutor",
     "StatestreamError",
     "SystemClock",
+    "TaskMetrics",
     "Topology",
     "TopologyBuilder",
     "TopologyContext",

@@ -273,6 +273,28 @@ _prefix_option = click.option(
 )
 
 
+def _tasks_with_state(namespaces: Sequence[str]) -> dict[str, list[int]]:
+    """``{component: sorted task ids}`` of the namespaces (``"<component>-<task>"``)."""
+    tasks: dict[str, list[int]] = {}
+    for ns in namespaces:
+        component, _, task = ns.rpartition("-")
+        if component and task.isdigit():
+            tasks.setdefault(component, []).append(int(task))
+    return {component: sorted(ids) for component, ids in sorted(tasks.items())}
+
+
+def _no_state(stored: dict[str, list[int]]) -> str:
+    """The rest of "component X ...": it has no state, and which components do."""
+    # $checkpointspout and friends are the runtime's, not bolts one would dump.
+    bolts = [name for name in stored if not name.startswith("$")]
+    if not bolts:
+        return (
+            "has no committed state, and no component has any with this config "
+            "(is it the config the topology ran with?)"
+        )
+    return "has no committed state; components with state: " + ", ".join(map(repr, bolts))
+
+
 @state.command("dump")
 @_config_options
 @click.option("--component", required=True, help="The stateful bolt whose state to print.")
@@ -290,14 +312,18 @@ def state_dump(
     import orjson
 
     with _errors(), _open_provider(configs, sets, prefixes) as provider:
-        if task is None:
-            tasks = sorted(
-                int(ns.rpartition("-")[2])
-                for ns in provider.namespaces()
-                if ns.rpartition("-")[0] == component and ns.rpartition("-")[2].isdigit()
+        stored = _tasks_with_state(provider.namespaces())
+        have = stored.get(component)
+        if not have:
+            # Printing nothing would read as "an empty state": say what is there.
+            _fail(f"component {component!r} {_no_state(stored)}", EXIT_USAGE)
+        if task is not None and task not in have:
+            _fail(
+                f"task {task} of component {component!r} has no committed state; "
+                f"tasks with state: {', '.join(map(str, have))}",
+                EXIT_USAGE,
             )
-        else:
-            tasks = [task]
+        tasks = have if task is None else [task]
         out = sys.stdout.buffer
         for t in tasks:
             for key, value in provider.get_state(f"{component}-{t}").items():
@@ -314,7 +340,8 @@ def state_dump(
 def state_info(configs: tuple[str, ...], sets: tuple[str, ...], prefixes: tuple[str, ...]) -> None:
     """Print the checkpoint's txid and phase, and the namespaces that hold state."""
     from ._checkpoint import CheckpointState
-    from ._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STATE_KEY
+    from ._exactly_once import CHECKPOINT_KEY as CHECKPOINT_STATE_KEY
+    from ._stateful import CHECKPOINT_SPOUT
 
     with _errors(), _open_provider(configs, sets, prefixes) as provider:
         raw = provider.get_state(f"{CHECKPOINT_SPOUT}-0").get(CHECKPOINT_STATE_KEY)
@@ -345,7 +372,7 @@ def show_topology(topology: str) -> None:
     click.echo(f"topology {topo.name!r}")
     for spec in topo.components.values():
         kind = "spout" if spec.is_spout else ("stateful bolt" if spec.is_stateful else "bolt")
-        click.echo(f"  {spec.id} ({kind} {type(spec.obj).__name__}, {spec.parallelism} tasks)")
+        click.echo(f"  {spec.id} ({kind} {type(spec.user_obj).__name__}, {spec.parallelism} tasks)")
         for stream, (fields, direct) in spec.outputs.items():
             click.echo(f"    emits {stream}{' (direct)' if direct else ''}: {list(fields)}")
         for sub in spec.inputs:

@@ -37,7 +37,18 @@ __all__ = [
     "SpoutOutputCollector",
     "StatefulBolt",
     "TopologyContext",
+    "task_namespace",
 ]
+
+
+def task_namespace(component: str, task_index: int) -> str:
+    """The state namespace of one task: ``<component>-<task index>``.
+
+    The one place this format is spelled: a bolt task's state, a spout's
+    stored position, the checkpoint spout's record (``$checkpointspout-0``)
+    and the exactly-once positions of every data spout are keyed by it.
+    """
+    return f"{component}-{task_index}"
 
 
 class OutputFieldsDeclarer:
@@ -72,8 +83,15 @@ class TopologyContext:
         output_fields: Mapping[str, Mapping[str, Fields]],
         state_opener: Callable[[str], KeyValueState] | None = None,
         clock: Clock | None = None,
+        *,
+        sources: Sequence[tuple[str, str]] = (),
+        exactly_once: bool = False,
     ) -> None:
         self._state_opener = state_opener
+        self._sources = tuple(sources)
+        self.exactly_once = exactly_once
+        """Whether the run keeps exactly-once state (``statestream.state.exactly.once``,
+        ``auto`` resolved): checkpoints are taken at a consistent cut."""
         self.clock: Clock = clock or SystemClock()
         """The runtime's clock (fake in tests): use it instead of ``time``."""
         self.topology_name = topology_name
@@ -86,6 +104,10 @@ class TopologyContext:
     def component_tasks(self, component: str) -> list[int]:
         """The global task ids of ``component``, for ``emit_direct``."""
         return list(self._component_tasks[component])
+
+    def sources(self) -> list[tuple[str, str]]:
+        """The ``(component, stream)`` pairs this component subscribes to."""
+        return list(self._sources)
 
     @property
     def parallelism(self) -> int:
@@ -107,7 +129,7 @@ class TopologyContext:
     @property
     def state_namespace(self) -> str:
         """The namespace of this task's state: ``<component>-<task index>``."""
-        return f"{self.component_id}-{self.task_index}"
+        return task_namespace(self.component_id, self.task_index)
 
 
 class SpoutOutputCollector(Protocol):

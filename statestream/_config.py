@@ -2,7 +2,8 @@
 
 Layers, lowest to highest priority::
 
-    defaults.yaml            shipped with the package; every key, commented, once
+    defaults                 every key's default, from the schema (defaults.yaml
+                             shipped with the package documents them, commented)
       < --config FILE ...    YAML (.yaml/.yml, which may also hold JSON) or JSON (.json),
                              applied in the order given
       < environment          STATESTREAM_* variables
@@ -10,12 +11,18 @@ Layers, lowest to highest priority::
 
 The result is a :class:`Config`: an immutable mapping from flat dotted keys
 (Storm's names where Storm has one) to typed, validated values, which also
-remembers which layer set each key (:meth:`Config.source_of`).
+remembers which layer set each key (:meth:`Config.source_of`), and whose
+:attr:`Config.settings` holds the same values as a typed, frozen
+:class:`Settings`.
 
-Keys
-    Every key statestream reads has a spec in :data:`_SPECS` (its type, as a
-    phrase the error messages quote, and a validator) and a default in
-    ``defaults.yaml``; a unit test keeps the two in step. Two kinds of keys pass
+Keys (the schema)
+    Every key statestream reads is declared once, as a field of
+    :class:`Settings`: its name, its type (a phrase the error messages quote, a
+    validator, how text is read), its default, a one-paragraph doc and, where
+    Storm has the key, a note on Storm's. Validation, the defaults layer, each
+    key's environment variable, the :class:`Settings` attributes and
+    :func:`config_keys` (the listing with docs) are derived from it;
+    ``defaults.yaml`` is held to it by a unit test. Two kinds of keys pass
     through untyped: those whose first segment is one of the running topology's
     own prefixes (``topology_prefixes``, e.g. ``wordcount.output``), and Spark
     settings (``spark.*``; only ``spark.master`` is typed). Any other key is an
@@ -68,18 +75,18 @@ import json
 import math
 import os
 import re
+import textwrap
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, Literal, NamedTuple, cast, get_type_hints
 
 import yaml
 
 from statestream._errors import ConfigError
 
-__all__ = ["Config", "load_config", "parse_set"]
+__all__ = ["Config", "ConfigKey", "Settings", "config_keys", "load_config", "parse_set"]
 
 ENV_PREFIX: Final = "STATESTREAM_"
 DEFAULTS_SOURCE: Final = "defaults"
@@ -97,7 +104,7 @@ _PASS_THROUGH_ROOTS: Final = frozenset({"spark"})
 _KEY_RE: Final = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
 
 
-# --------------------------------------------------------------------------- specs
+# --------------------------------------------------------------------------- validators
 
 
 class _Invalid(Exception):
@@ -113,22 +120,22 @@ class _Invalid(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _Spec:
-    """The type of one known key.
+class _Kind:
+    """The type of a config key: how a value is checked, read from text and typed.
 
     ``expected`` is the phrase used in error messages and, verbatim, on the
     ``# Type:`` line of the key's entry in defaults.yaml. ``validate`` takes a
     typed value (as a file or the YAML reading of a text holds it) and returns
     it normalised, or raises :class:`_Invalid`. ``from_text`` turns the raw
     text of an environment variable or ``--set`` into such a typed value.
-    ``mapping`` marks keys whose value is a mapping, so file flattening stops
-    at them.
+    ``annotation`` is the Python type of a validated value, which the key's
+    :class:`Settings` attribute must declare.
     """
 
     expected: str
     validate: Callable[[object], object]
     from_text: Callable[[str], object]
-    mapping: bool = False
+    annotation: Any
 
 
 def _scalar(text: str) -> object:
@@ -209,6 +216,16 @@ def _boolean(value: object) -> object:
     raise _Invalid
 
 
+def _bool_or_auto(value: object) -> object:
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise _Invalid
+
+
+def _text_as_bool_or_auto(text: str) -> object:
+    return "auto" if text.strip().lower() == "auto" else _text_as_bool(text)
+
+
 def _non_empty_str(*, nullable: bool = False) -> Callable[[object], object]:
     def validate(value: object) -> object:
         if value is None and nullable:
@@ -274,55 +291,356 @@ def _provider_config(value: object) -> object:
     raise _Invalid
 
 
-_SPECS: Final[Mapping[str, _Spec]] = MappingProxyType(
-    {
-        "topology.runner": _Spec(
-            "one of 'local', 'spark'", _choice("local", "spark"), _text_as_str
-        ),
-        "topology.message.timeout.secs": _Spec("a positive integer", _integer(1), _scalar),
-        "topology.enable.message.timeouts": _Spec("a boolean", _boolean, _text_as_bool),
-        "topology.acker.executors": _Spec("a non-negative integer", _integer(0), _scalar),
-        "topology.max.spout.pending": _Spec(
-            "a positive integer or null", _integer(1, nullable=True), _scalar
-        ),
-        "topology.tick.tuple.freq.secs": _Spec(
-            "a positive number or null", _positive_number(nullable=True), _text_as_number
-        ),
-        "topology.state.provider": _Spec("a non-empty string", _non_empty_str(), _text_as_str),
-        "topology.state.provider.config": _Spec(
-            "a mapping or a JSON object string", _provider_config, _scalar, mapping=True
-        ),
-        "topology.state.checkpoint.interval.ms": _Spec("a positive integer", _integer(1), _scalar),
-        "topology.executor.receive.buffer.size": _Spec("an integer >= 1", _integer(1), _scalar),
-        "topology.sleep.spout.wait.strategy.time.ms": _Spec(
-            "a non-negative integer", _integer(0), _scalar
-        ),
-        "topology.debug": _Spec("a boolean", _boolean, _text_as_bool),
-        "topology.name": _Spec(
-            "a non-empty string or null", _non_empty_str(nullable=True), _text_as_str
-        ),
-        "statestream.progress.interval.secs": _Spec(
-            "a positive number", _positive_number(), _text_as_number
-        ),
-        "statestream.state.exactly.once": _Spec("a boolean", _boolean, _text_as_bool),
-        "statestream.spark.batch.size": _Spec("a positive integer", _integer(1), _scalar),
-        "statestream.spark.batch.attempts": _Spec("a positive integer", _integer(1), _scalar),
-        "spark.master": _Spec("a non-empty string", _non_empty_str(), _text_as_str),
-    }
+# --------------------------------------------------------------------------- kinds
+
+_BOOLEAN: Final = _Kind("a boolean", _boolean, _text_as_bool, bool)
+_BOOL_OR_AUTO: Final = _Kind(
+    "true, false or auto", _bool_or_auto, _text_as_bool_or_auto, bool | Literal["auto"]
+)
+_POSITIVE_INT: Final = _Kind("a positive integer", _integer(1), _scalar, int)
+_POSITIVE_INT_OR_NULL: Final = _Kind(
+    "a positive integer or null", _integer(1, nullable=True), _scalar, int | None
+)
+_NON_NEGATIVE_INT: Final = _Kind("a non-negative integer", _integer(0), _scalar, int)
+_POSITIVE_NUMBER: Final = _Kind("a positive number", _positive_number(), _text_as_number, float)
+_POSITIVE_NUMBER_OR_NULL: Final = _Kind(
+    "a positive number or null", _positive_number(nullable=True), _text_as_number, float | None
+)
+_NON_EMPTY_STR: Final = _Kind("a non-empty string", _non_empty_str(), _text_as_str, str)
+_NON_EMPTY_STR_OR_NULL: Final = _Kind(
+    "a non-empty string or null", _non_empty_str(nullable=True), _text_as_str, str | None
+)
+_PROVIDER_CONFIG: Final = _Kind(
+    "a mapping or a JSON object string", _provider_config, _scalar, dict[str, Any]
 )
 
-_TIMEOUT_KEY: Final = "topology.message.timeout.secs"
-_INTERVAL_KEY: Final = "topology.state.checkpoint.interval.ms"
+
+def _one_of(*choices: str) -> _Kind:
+    listed = ", ".join(repr(c) for c in choices)
+    literal = cast(Any, Literal)[choices]  # Literal['a', 'b'], built at run time
+    return _Kind(f"one of {listed}", _choice(*choices), _text_as_str, literal)
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One entry of the schema: a key statestream reads, documented once.
+
+    ``name`` is the dotted key (Storm's name where Storm has one), ``kind``
+    its type, ``default`` its value when no layer sets it (already in the
+    normalised form validation gives), ``doc`` one paragraph saying what it
+    does, and ``storm`` a note on Storm's key of the same name, or None for a
+    key Storm does not have. The rest is derived: :attr:`type` (the phrase
+    error messages and defaults.yaml use), :attr:`env_var` and
+    :attr:`attribute` (the key's :class:`Settings` attribute).
+    """
+
+    name: str
+    kind: _Kind
+    default: object
+    doc: str
+    storm: str | None = None
+
+    @property
+    def type(self) -> str:
+        """What a value must be, as error messages and defaults.yaml say it."""
+        return self.kind.expected
+
+    @property
+    def env_var(self) -> str:
+        """The environment variable that sets the key: ``STATESTREAM_`` + key, upper-cased.
+
+        ``.`` and ``-`` become ``_``: ``topology.max.spout.pending`` ->
+        ``STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING``.
+        """
+        return _env_name(self.name)
+
+    @property
+    def attribute(self) -> str:
+        """The key's :class:`Settings` attribute: ``.`` and ``-`` as ``_``."""
+        return self.name.replace(".", "_").replace("-", "_")
+
+
+_SCHEMA_ENTRY: Final = "statestream.config.key"
+
+
+def _key(name: str, kind: _Kind, default: object, doc: str, *, storm: str | None = None) -> Any:
+    """Declare one config key, as a field of :class:`Settings` (see :func:`_schema_of`).
+
+    ``doc`` may be wrapped across source lines; it is kept as one paragraph.
+    """
+    entry = ConfigKey(name, kind, default, " ".join(doc.split()), storm)
+    metadata = {_SCHEMA_ENTRY: entry}
+    if isinstance(default, dict | list):
+        factory = functools.partial(copy.deepcopy, default)
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+_SAME: Final = "the same key, meaning and default."
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Every key statestream reads, typed: the config schema.
+
+    Each field is one key, declared once with :func:`_key` (name, type,
+    default, doc, Storm note); validation, the environment variables, the
+    defaults layer, :func:`config_keys` and this class's attributes all come
+    from these declarations, and a unit test holds ``defaults.yaml`` to them.
+    An attribute is its key with ``.`` as ``_``
+    (``topology.message.timeout.secs`` -> ``topology_message_timeout_secs``).
+
+    Get one from :attr:`Config.settings`, which fills it with the Config's
+    validated values. ``Settings()`` holds the defaults; building one by hand
+    with other values skips validation and is meant for tests. Frozen; a
+    mapping value is the holder's own copy.
+
+    To add a key: add a field here, then its entry to defaults.yaml
+    (``_defaults_yaml_entry`` renders one; the test prints it when missing).
+    """
+
+    topology_runner: Literal["local", "spark"] = _key(
+        "topology.runner",
+        _one_of("local", "spark"),
+        "local",
+        "Which runtime runs the topology: the embedded one, or PySpark.",
+    )
+    topology_message_timeout_secs: int = _key(
+        "topology.message.timeout.secs",
+        _POSITIVE_INT,
+        30,
+        """Seconds a spout tuple may take to be fully processed (its whole tuple
+        tree acked) before it is failed and replayed.""",
+        storm=_SAME,
+    )
+    topology_enable_message_timeouts: bool = _key(
+        "topology.enable.message.timeouts",
+        _BOOLEAN,
+        True,
+        "Whether tuples time out at all; false leaves them tracked until acked or failed.",
+        storm=_SAME,
+    )
+    topology_acker_executors: int = _key(
+        "topology.acker.executors",
+        _NON_NEGATIVE_INT,
+        1,
+        """Number of acker tasks tracking tuple trees. 0 means at-most-once: nothing
+        is tracked and each spout tuple is acked right after it is emitted.""",
+        storm="the same key; Storm's default, null, means one acker per worker.",
+    )
+    topology_max_spout_pending: int | None = _key(
+        "topology.max.spout.pending",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        """Most tracked (not yet acked or failed) tuples a spout task may have in
+        flight; the spout is not asked for more until some complete. null means
+        unbounded.""",
+        storm=_SAME,
+    )
+    topology_tick_tuple_freq_secs: float | None = _key(
+        "topology.tick.tuple.freq.secs",
+        _POSITIVE_NUMBER_OR_NULL,
+        None,
+        """Period in seconds of tick tuples sent to every user bolt; null sends none.
+        (The runtime's own ticks, for timeouts and checkpoints, do not depend on
+        it.)""",
+        storm=_SAME,
+    )
+    topology_state_provider: str = _key(
+        "topology.state.provider",
+        _NON_EMPTY_STR,
+        "memory",
+        """Where stateful bolts keep their state: a provider name (memory, sqlite,
+        redis), an entry point in group 'statestream.providers',
+        'package.module:Class', or Storm's class name
+        (org.apache.storm.redis.state.RedisKeyValueStateProvider). memory is not
+        durable: state is lost when the process exits, as in Storm.""",
+        storm="the same key; Storm's default, "
+        "org.apache.storm.state.InMemoryKeyValueStateProvider, is memory here.",
+    )
+    # _key returns a dataclasses.field (with a default_factory here), as field() does.
+    topology_state_provider_config: dict[str, Any] = _key(  # noqa: RUF009
+        "topology.state.provider.config",
+        _PROVIDER_CONFIG,
+        {},
+        """Settings handed to the state provider: a mapping, or a JSON object in a
+        string as Storm passes it; always read as a mapping.""",
+        storm="the same key; Storm's JSON string is accepted.",
+    )
+    topology_state_checkpoint_interval_ms: int = _key(
+        "topology.state.checkpoint.interval.ms",
+        _POSITIVE_INT,
+        1000,
+        """Milliseconds between checkpoints of stateful bolts. Must be below
+        topology.message.timeout.secs * 1000, or tuples held for a checkpoint
+        would time out before it commits.""",
+        storm=_SAME,
+    )
+    topology_executor_receive_buffer_size: int = _key(
+        "topology.executor.receive.buffer.size",
+        _Kind("an integer >= 1", _integer(1), _scalar, int),
+        1024,
+        """Capacity of each task's input queue; a full queue blocks its senders
+        (backpressure).""",
+        storm="the same key and meaning.",
+    )
+    topology_sleep_spout_wait_strategy_time_ms: int = _key(
+        "topology.sleep.spout.wait.strategy.time.ms",
+        _NON_NEGATIVE_INT,
+        1,
+        """Milliseconds an idle spout (one that emitted nothing) waits before it is
+        asked again.""",
+        storm="the same key and meaning.",
+    )
+    topology_debug: bool = _key(
+        "topology.debug",
+        _BOOLEAN,
+        False,
+        "Log every emitted and acked tuple.",
+        storm=_SAME,
+    )
+    topology_name: str | None = _key(
+        "topology.name",
+        _NON_EMPTY_STR_OR_NULL,
+        None,
+        "Name of the topology; null lets the runtime pick one from the topology itself.",
+        storm="the same key; Storm sets it to the name the topology is submitted under.",
+    )
+    statestream_progress_interval_secs: float = _key(
+        "statestream.progress.interval.secs",
+        _POSITIVE_NUMBER,
+        5.0,
+        """Seconds between status lines when stdout is not a terminal (a terminal
+        gets a live progress display instead).""",
+    )
+    statestream_state_exactly_once: bool | Literal["auto"] = _key(
+        "statestream.state.exactly.once",
+        _BOOL_OR_AUTO,
+        "auto",
+        """Exactly-once state: spouts whose source can rewind (position() and
+        seek(), as FileSpout has) store their positions in the checkpoint, taken
+        at a consistent cut, so a recovery replays nothing twice; within a run
+        any failure (a failed or timed-out tuple, a rolled-back checkpoint) goes
+        back to the last committed checkpoint and rewinds the spouts instead of
+        replaying Storm-style. auto: on when every spout of a stateful topology
+        can rewind, otherwise Storm's at-least-once with one line at start naming
+        the spout that cannot. true: refuse a spout that cannot rewind. false:
+        Storm's at-least-once state.""",
+    )
+    statestream_spark_batch_size: int = _key(
+        "statestream.spark.batch.size",
+        _POSITIVE_INT,
+        50000,
+        """The most items one spout task puts into one transaction of the spark
+        runtime (one Spark job per transaction).""",
+    )
+    statestream_spark_batch_attempts: int = _key(
+        "statestream.spark.batch.attempts",
+        _POSITIVE_INT,
+        3,
+        """How many times the spark runtime rolls back and re-runs a failed batch
+        before it stops with a RuntimeFailure.""",
+    )
+    spark_master: str = _key(
+        "spark.master",
+        _NON_EMPTY_STR,
+        "local[2,2]",
+        """Spark master URL for the spark runtime. Every other spark.* key is
+        passed to Spark untouched.""",
+    )
 
 
 def _env_name(key: str) -> str:
     return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
 
 
-# Built once: the variable name of every known key. Distinct keys give
-# distinct names today; the assertion keeps it so when keys are added.
-_ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType({_env_name(k): k for k in _SPECS})
-assert len(_ENV_NAMES) == len(_SPECS), "two config keys map to the same environment variable"
+def _schema_of(cls: type) -> Mapping[str, ConfigKey]:
+    """The schema declared by ``cls`` (:class:`Settings`), checked, by key in declaration order.
+
+    Raises TypeError for a declaration the rest of this module could not rely
+    on: a field that is not a :func:`_key`, an attribute that is not derived
+    from its key, a Python type that is not what validation returns, a key
+    outside statestream's roots (it would collide with a topology's prefix),
+    a default that validation would change or refuse, an empty doc, or two
+    keys with one environment variable.
+    """
+    hints = get_type_hints(cls)
+    schema: dict[str, ConfigKey] = {}
+    env_vars: dict[str, str] = {}
+    for fld in fields(cls):
+        entry = fld.metadata.get(_SCHEMA_ENTRY)
+        where = f"{cls.__qualname__}.{fld.name}"
+        if not isinstance(entry, ConfigKey):
+            raise TypeError(f"{where} is not declared with _key()")
+        name = entry.name
+        if not _KEY_RE.fullmatch(name) or name.partition(".")[0] not in _RESERVED_ROOTS:
+            raise TypeError(
+                f"{where}: {name!r} must be dotted and start with one of {sorted(_RESERVED_ROOTS)}"
+            )
+        if fld.name != entry.attribute:
+            raise TypeError(f"{where}: the attribute for {name!r} must be {entry.attribute!r}")
+        if hints[fld.name] != entry.kind.annotation:
+            raise TypeError(
+                f"{where}: declared as {hints[fld.name]!r}, but {name!r} holds "
+                f"{entry.kind.annotation!r}"
+            )
+        try:
+            normalised = entry.kind.validate(entry.default)
+        except _Invalid:
+            raise TypeError(f"{where}: default {entry.default!r} is not {entry.type}") from None
+        if normalised != entry.default or type(normalised) is not type(entry.default):
+            raise TypeError(f"{where}: write the default as {normalised!r}, as validation gives it")
+        if not entry.doc:
+            raise TypeError(f"{where}: {name!r} needs a doc")
+        if entry.env_var in env_vars:
+            raise TypeError(
+                f"{where}: {name!r} and {env_vars[entry.env_var]!r} map to the same "
+                f"environment variable {entry.env_var}"
+            )
+        env_vars[entry.env_var] = name
+        schema[name] = entry
+    return MappingProxyType(schema)
+
+
+# Derived once from the declarations: validation, flattening and the error
+# suggestions look keys up here, the environment layer in _ENV_NAMES.
+_SCHEMA: Final = _schema_of(Settings)
+_ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
+    {entry.env_var: name for name, entry in _SCHEMA.items()}
+)
+
+_TIMEOUT_KEY: Final = "topology.message.timeout.secs"
+_INTERVAL_KEY: Final = "topology.state.checkpoint.interval.ms"
+
+
+def config_keys() -> tuple[ConfigKey, ...]:
+    """Every key statestream reads, in the order defaults.yaml lists them.
+
+    Each :class:`ConfigKey` has its name, :attr:`~ConfigKey.type`, default,
+    one-paragraph doc, Storm note and :attr:`~ConfigKey.env_var`: what a
+    ``config keys`` command or generated docs print. Keys under a topology's
+    own prefix and ``spark.*`` keys other than ``spark.master`` are not listed:
+    they pass through untyped.
+    """
+    return tuple(_SCHEMA.values())
+
+
+def _defaults_yaml_entry(entry: ConfigKey, width: int = 80) -> str:
+    """``entry`` as defaults.yaml writes it: doc, Storm note, type, default, then the key.
+
+    What to paste into defaults.yaml for a new key; the unit test compares
+    the file with the schema entry by entry (up to line wrapping).
+    """
+    value = yaml.safe_dump(entry.default, default_flow_style=True).removesuffix("\n...\n")
+    wrap = functools.partial(textwrap.wrap, width=width - 2, break_on_hyphens=False)
+    lines = wrap(entry.doc)
+    if entry.storm is not None:
+        lines += wrap(f"Storm: {entry.storm}")
+    lines += [f"Type: {entry.type}", f"Default: {value.strip()}"]
+    return "".join(f"# {line}\n" for line in lines) + f"{entry.name}: {value.strip()}\n"
 
 
 # --------------------------------------------------------------------------- layers
@@ -359,7 +677,7 @@ def _declared(prefixes: Iterable[str]) -> str:
 
 def _unknown_key(key: str, source: str, prefixes: frozenset[str]) -> ConfigError:
     message = f"unknown config key {key!r} in {source}"
-    matches = difflib.get_close_matches(key, list(_SPECS), n=1, cutoff=0.6)
+    matches = difflib.get_close_matches(key, list(_SCHEMA), n=1, cutoff=0.6)
     if matches:
         message += f"; did you mean {matches[0]!r}?"
     else:
@@ -382,13 +700,14 @@ def _validate(setting: _Setting, prefixes: frozenset[str]) -> object:
     """Return the typed value of one setting, or raise ConfigError saying what is wrong."""
     key, value, source, text = setting
     _check_key_syntax(key, source)
-    spec = _SPECS.get(key)
-    if spec is None:
+    entry = _SCHEMA.get(key)
+    if entry is None:
         root = key.partition(".")[0]
         if root in prefixes or root in _PASS_THROUGH_ROOTS:
             # Untyped: the topology (or Spark) reads these itself.
             return _scalar(value) if text and isinstance(value, str) else copy.deepcopy(value)
         raise _unknown_key(key, source, prefixes)
+    spec = entry.kind
     candidate = spec.from_text(value) if text and isinstance(value, str) else value
     try:
         return spec.validate(candidate)
@@ -403,7 +722,7 @@ def _validate(setting: _Setting, prefixes: frozenset[str]) -> object:
         raise ConfigError(message) from exc
 
 
-def _accepts_text(spec: _Spec, value: str) -> bool:
+def _accepts_text(spec: _Kind, value: str) -> bool:
     try:
         spec.validate(spec.from_text(value))
     except _Invalid:
@@ -452,11 +771,11 @@ def _flatten(data: Mapping[Any, Any], source: str) -> list[_Setting]:
                     f"config keys must be strings: {source} has {_show(raw_key)}{under}"
                 )
             key = f"{prefix}.{raw_key}" if prefix else raw_key
-            if key not in _SPECS:
+            if key not in _SCHEMA:
                 if isinstance(value, Mapping):
                     walk(key, value)
                     continue
-                if value is None and any(k.startswith(key + ".") for k in _SPECS):
+                if value is None and any(k.startswith(key + ".") for k in _SCHEMA):
                     continue  # 'topology:' with everything below commented out
             if key in flat:
                 raise ConfigError(f"config key {key!r} is given twice in {source}")
@@ -628,16 +947,13 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 @functools.cache
 def _defaults() -> tuple[Mapping[str, object], Mapping[str, str]]:
-    text = resources.files("statestream").joinpath("defaults.yaml").read_text(encoding="utf-8")
-    data = _parse_text(text, "yaml", "statestream/defaults.yaml")
-    if not isinstance(data, Mapping):
-        raise ConfigError("statestream/defaults.yaml must hold a mapping")
-    values: dict[str, object] = {}
-    sources: dict[str, str] = {}
-    _apply(values, sources, _flatten(data, DEFAULTS_SOURCE), frozenset())
-    missing = sorted(set(_SPECS) - set(values))
-    if missing:  # a packaging bug, not a user error; say so loudly
-        raise ConfigError(f"statestream/defaults.yaml has no default for {missing}")
+    """The lowest layer: every key of the schema at its default.
+
+    The schema, not defaults.yaml, is read: the file is documentation that a
+    unit test holds to the schema, so the two cannot differ in a release.
+    """
+    values = {name: copy.deepcopy(entry.default) for name, entry in _SCHEMA.items()}
+    sources = dict.fromkeys(values, DEFAULTS_SOURCE)
     return MappingProxyType(values), MappingProxyType(sources)
 
 
@@ -845,90 +1161,17 @@ class Config(Mapping[str, Any]):
         value = self._typed(key, default, lambda v: isinstance(v, dict), "a mapping")
         return dict(copy.deepcopy(value))
 
-    # -- the common keys, typed
-
-    def _known(self, key: str) -> Any:
-        return self._values[key]
+    # -- typed access to the known keys
 
     @property
-    def runner(self) -> str:
-        """``topology.runner``: ``"local"`` or ``"spark"``."""
-        return cast(str, self._known("topology.runner"))
+    def settings(self) -> Settings:
+        """Every known key's value, typed: ``config.settings.topology_message_timeout_secs``.
 
-    @property
-    def message_timeout_secs(self) -> int:
-        """``topology.message.timeout.secs``."""
-        return cast(int, self._known(_TIMEOUT_KEY))
-
-    @property
-    def enable_message_timeouts(self) -> bool:
-        """``topology.enable.message.timeouts``."""
-        return cast(bool, self._known("topology.enable.message.timeouts"))
-
-    @property
-    def acker_executors(self) -> int:
-        """``topology.acker.executors``; 0 means at-most-once (nothing tracked)."""
-        return cast(int, self._known("topology.acker.executors"))
-
-    @property
-    def max_spout_pending(self) -> int | None:
-        """``topology.max.spout.pending``; None means unbounded."""
-        return cast("int | None", self._known("topology.max.spout.pending"))
-
-    @property
-    def tick_freq_secs(self) -> float | None:
-        """``topology.tick.tuple.freq.secs``; None means no tick tuples to user bolts."""
-        return cast("float | None", self._known("topology.tick.tuple.freq.secs"))
-
-    @property
-    def state_provider(self) -> str:
-        """``topology.state.provider``, as written (resolving it is the registry's job)."""
-        return cast(str, self._known("topology.state.provider"))
-
-    @property
-    def state_provider_config(self) -> dict[str, Any]:
-        """``topology.state.provider.config``, always a dict (a copy), JSON strings decoded."""
-        return cast("dict[str, Any]", self["topology.state.provider.config"])
-
-    @property
-    def checkpoint_interval_ms(self) -> int:
-        """``topology.state.checkpoint.interval.ms``; below the message timeout."""
-        return cast(int, self._known(_INTERVAL_KEY))
-
-    @property
-    def receive_buffer_size(self) -> int:
-        """``topology.executor.receive.buffer.size``: capacity of each task's input queue."""
-        return cast(int, self._known("topology.executor.receive.buffer.size"))
-
-    @property
-    def spout_wait_time_ms(self) -> int:
-        """``topology.sleep.spout.wait.strategy.time.ms``: how long an idle spout waits."""
-        return cast(int, self._known("topology.sleep.spout.wait.strategy.time.ms"))
-
-    @property
-    def debug(self) -> bool:
-        """``topology.debug``."""
-        return cast(bool, self._known("topology.debug"))
-
-    @property
-    def topology_name(self) -> str | None:
-        """``topology.name``; None lets the runtime choose."""
-        return cast("str | None", self._known("topology.name"))
-
-    @property
-    def progress_interval_secs(self) -> float:
-        """``statestream.progress.interval.secs``: status line period off a terminal."""
-        return cast(float, self._known("statestream.progress.interval.secs"))
-
-    @property
-    def exactly_once(self) -> bool:
-        """``statestream.state.exactly.once``."""
-        return cast(bool, self._known("statestream.state.exactly.once"))
-
-    @property
-    def spark_master(self) -> str:
-        """``spark.master``."""
-        return cast(str, self._known("spark.master"))
+        A new frozen :class:`Settings` on each call, its mapping values copies;
+        read it once where many values are needed. Pass-through keys are not
+        in it: read them with :meth:`topology_keys` or the ``get_*`` methods.
+        """
+        return Settings(**{entry.attribute: self[name] for name, entry in _SCHEMA.items()})
 
     @property
     def spark_conf(self) -> dict[str, Any]:

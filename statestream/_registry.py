@@ -25,7 +25,7 @@ from typing import Any, Final
 import orjson
 
 from statestream._errors import ConfigError, ProviderNotFoundError
-from statestream._state import StateProvider
+from statestream._state import SHARING_PROCESS, SHARING_SCOPES, StateProvider
 
 __all__ = [
     "DEFAULT_PROVIDER",
@@ -34,6 +34,7 @@ __all__ = [
     "installed_providers",
     "open_provider",
     "parse_provider_config",
+    "provider_sharing",
     "resolve_provider",
 ]
 
@@ -108,6 +109,27 @@ def resolve_provider(spec: str) -> type[StateProvider]:
                 spec, f"names nothing: module {module_name!r} has no {attr!r}"
             ) from exc
     return _check_provider_class(spec, obj)
+
+
+def provider_sharing(spec: str) -> str:
+    """Which processes can share the state of the provider ``spec`` names.
+
+    ``spec`` is resolved as :func:`resolve_provider` does (a registered name,
+    a Storm alias or ``package.module:Class``); the answer is the class's
+    ``sharing`` attribute: ``"process"``, ``"machine"`` or ``"network"``
+    (``statestream.provider.SHARING_*``). A class that does not declare one
+    counts as ``"process"``, the narrowest scope, so a runtime never spreads
+    a provider wider than it promised. A declared value that is not one of
+    the three raises ConfigError naming the class.
+    """
+    cls = resolve_provider(spec)
+    sharing = getattr(cls, "sharing", SHARING_PROCESS)
+    if sharing not in SHARING_SCOPES:
+        raise ConfigError(
+            f"state provider {spec!r} ({cls.__module__}.{cls.__qualname__}) declares "
+            f"sharing = {sharing!r}; it must be one of {', '.join(map(repr, SHARING_SCOPES))}"
+        )
+    return str(sharing)
 
 
 def parse_provider_config(config: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:

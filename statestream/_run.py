@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +15,9 @@ from ._clock import Clock
 from ._config import Config
 from ._errors import TopologyError
 from ._topology import Topology
+from .runtime.plan import as_config
 
 __all__ = ["as_config", "load_topology", "run"]
-
-
-def as_config(config: Mapping[str, Any] | None, topology_prefixes: Collection[str] = ()) -> Config:
-    """``config`` as a validated :class:`Config` (a plain mapping is applied over the defaults)."""
-    if isinstance(config, Config):
-        return config
-    return Config(config or {}, topology_prefixes=topology_prefixes)
 
 
 def _import_path(path: Path) -> Any:

@@ -29,13 +29,15 @@ class FileSpout(Spout):
     unacknowledged tail is read again. The position is stored at most every
     ``save_interval`` seconds (default: a quarter of the checkpoint interval,
     since acks of a stateful topology arrive once per checkpoint) and at close; a restart
-    may therefore re-read a few acked lines (at-least-once), never skip an
-    unacked one.
+    may therefore re-read a few acked lines. This is Storm's at-least-once
+    resume and not part of exactly-once state.
 
-    With exactly-once state (``statestream.state.exactly.once``) the local
-    runtime takes the spout's :meth:`position` at each checkpoint and, after a
-    restart, hands back the one stored with the restored checkpoint through
-    :meth:`seek`; the spout's own acked prefix is then not used.
+    Exactly-once state uses the :class:`~statestream.Rewindable` contract
+    instead, on every runtime: the runtime takes the spout's :meth:`position`
+    at each checkpoint (the local runtime at a standstill, the Spark driver at
+    the end of each batch it reads) and, after a restart or a rollback, hands
+    back the one stored with the restored checkpoint through :meth:`seek`; the
+    acked prefix is then neither read nor written.
     """
 
     def __init__(
@@ -134,7 +136,7 @@ class FileSpout(Spout):
         self._in_flight[n] = line
         self.collector.emit([n, line], msg_id=n)
 
-    # -- exactly-once positions (the local runtime's contract) ---------------------------
+    # -- exactly-once positions (statestream.Rewindable) ---------------------------------
     def position(self) -> Any:
         """Where a restart continues: the next line to read, and the lines that
         failed and wait to be emitted again (with their text)."""
@@ -194,44 +196,6 @@ class FileSpout(Spout):
         self._position.commit()
         self._saved = self._prefix
         self._last_save = self.context.clock.monotonic()
-
-    # -- the replay contract (see the class docstring) ---------------------------------
-    def _replay_start(self, conf: Mapping[str, Any], start: Any) -> tuple[str, int, int]:
-        path = str(Path(self.resolve_path(conf)).resolve())
-        if isinstance(start, Mapping) and start.get("path") == path:
-            return path, int(start["line"]), int(start["offset"])
-        return path, 0, 0
-
-    def plan_batch(self, conf: Mapping[str, Any], start: Any, max_items: int) -> Any:
-        """The position ``max_items`` lines after ``start`` (fewer at the end of the file),
-        or None if no complete or partial line follows ``start``."""
-        path, line, offset = self._replay_start(conf, start)
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                n = 0
-                readline = f.readline
-                while n < max_items and readline():
-                    n += 1
-                end = f.tell()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the input file {path!r}: {exc.strerror}") from exc
-        if n == 0:
-            return None
-        return {"path": path, "line": line + n, "offset": end}
-
-    def read_batch(self, conf: Mapping[str, Any], start: Any, end: Any) -> Any:
-        """Yield ``[line number, line]`` for each line between ``start`` and ``end``."""
-        path, line, offset = self._replay_start(conf, start)
-        count = int(end["line"]) - line
-        strip = self.strip
-        with open(path, "rb") as f:
-            f.seek(offset)
-            for n in range(line, line + count):
-                text = f.readline().decode("utf-8")
-                if text.endswith("\r\n"):  # as text mode reads it (universal newlines)
-                    text = text[:-2] + "\n"
-                yield [n, text.rstrip("\n") if strip else text]
 
     def fail(self, msg_id: Any) -> None:
         if msg_id in self._in_flight:

@@ -57,6 +57,10 @@ from statestream._errors import (
 from statestream._serde import Serializer
 
 __all__ = [
+    "SHARING_MACHINE",
+    "SHARING_NETWORK",
+    "SHARING_PROCESS",
+    "SHARING_SCOPES",
     "BackendStateProvider",
     "CommitOutcome",
     "Delta",
@@ -73,6 +77,16 @@ __all__ = [
 #: ``None`` is a tombstone (delete the key). Serializers never produce ``None``,
 #: and a stored JSON ``null`` is the bytes ``b"null"``, so the two cannot meet.
 Delta = Sequence[tuple[bytes, bytes | None]]
+
+#: Sharing scopes: who can see a provider's state (:attr:`StateProvider.sharing`).
+#: One Python process only (the ``memory`` provider).
+SHARING_PROCESS: Final = "process"
+#: Any process on the machine that holds the store (``sqlite``: one file).
+SHARING_MACHINE: Final = "machine"
+#: Any process that can reach the store over the network (``redis``).
+SHARING_NETWORK: Final = "network"
+#: The scopes, narrowest first.
+SHARING_SCOPES: Final = (SHARING_PROCESS, SHARING_MACHINE, SHARING_NETWORK)
 
 
 # --------------------------------------------------------------------------- contracts
@@ -161,9 +175,17 @@ class StateProvider(Protocol):
     shipped to workers, so connections open lazily on first use and again
     after a fork. ``get_state`` returns the same object for the same
     namespace. ``close`` is idempotent; states are not usable afterwards.
+
+    ``sharing`` says which processes see the same state when they open the
+    provider with the same config: :data:`SHARING_PROCESS` (this Python
+    process only), :data:`SHARING_MACHINE` (the processes of one machine) or
+    :data:`SHARING_NETWORK` (any process that reaches the store). A runtime
+    that spreads tasks over processes or hosts refuses a provider whose
+    scope is too narrow (see ``statestream._registry.provider_sharing``).
     """
 
     name: ClassVar[str]
+    sharing: ClassVar[str]
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -723,9 +745,13 @@ class BackendStateProvider(ABC):
     Subclasses implement :meth:`from_config`, :meth:`_open_backend`,
     :meth:`namespaces` and, if they hold resources, :meth:`_close`.
     ``get_state`` hands out one :class:`StoredKeyValueState` per namespace.
+
+    ``sharing`` defaults to :data:`SHARING_PROCESS`, the conservative
+    answer: a provider whose store other processes can reach says so.
     """
 
     name: ClassVar[str]
+    sharing: ClassVar[str] = SHARING_PROCESS
 
     def __init__(self, serializer: Serializer) -> None:
         self._serializer = serializer

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._checkpoint import Action, CheckpointCoordinator, CheckpointState, Phase, next_state
+from ._checkpoint import Action, CheckpointCoordinator, CheckpointState, Phase
 from ._components import (
     OutputFieldsDeclarer,
     Spout,
@@ -27,6 +27,7 @@ from ._components import (
     TopologyContext,
 )
 from ._errors import ProtocolViolation, StateError
+from ._exactly_once import CheckpointRecord
 from ._tuple import Fields
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ __all__ = [
 CHECKPOINT_SPOUT = "$checkpointspout"
 CHECKPOINT_STREAM = "$checkpoint"
 CHECKPOINT_FIELDS = Fields("txid", "action")
-CHECKPOINT_STATE_KEY = "checkpoint"
-POSITIONS_KEY = "positions"
 
 
 def apply_action(
@@ -175,9 +174,17 @@ class StatefulTaskProtocol:
 class CheckpointSpout(Spout):
     """``$checkpointspout``: emits PREPARE/COMMIT/ROLLBACK/INITSTATE on ``$checkpoint``.
 
-    The runtime gives it the task's state (namespace ``$checkpointspout-0``)
-    and its clock through the context. Every phase change is committed to the
-    provider before the tuple that announces it is emitted.
+    It wraps the pure :class:`~statestream._checkpoint.CheckpointCoordinator`
+    and stores each phase change, as a
+    :class:`~statestream._exactly_once.CheckpointRecord` in its task's
+    namespace (``$checkpointspout-0``), before the tuple announcing it is
+    emitted. Time comes from the context's clock.
+
+    With exactly-once state (``context.exactly_once``) it never starts a
+    PREPARE by itself: the runtime brings the data spouts to a standstill
+    when :meth:`prepare_due` says so and starts it with
+    :meth:`start_prepare`, giving the spouts' positions, which are stored
+    with ``PREPARING(t)`` in the same commit.
     """
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
@@ -189,76 +196,71 @@ class CheckpointSpout(Spout):
         super().open(conf, context, collector)
         self.state = context.state()
         self.clock = context.clock
-        raw = self.state.get(CHECKPOINT_STATE_KEY)
-        stored = CheckpointState.from_json(raw) if raw is not None else None
+        self.record = CheckpointRecord.load(self.state)
         interval_ms = int(conf["topology.state.checkpoint.interval.ms"])
-        self.coordinator = CheckpointCoordinator(stored, interval_ms, self._save)
-
-    positions: dict[str, Any] | None = None
-    """Exactly-once state: the data spouts' positions (``"<component>-<task>"`` ->
-    position) at the standstill before the next PREPARE, set by the runtime.
-    Stored with PREPARING(t), in the same commit, as the positions of txid t."""
+        self.coordinator = CheckpointCoordinator(self.record.state, interval_ms, self._save)
+        self.gated = context.exactly_once
+        self._early = False
+        self._positions: Mapping[str, Any] | None = None
 
     def _save(self, cs: CheckpointState) -> None:
-        self.state.put(CHECKPOINT_STATE_KEY, cs.to_json())
-        if cs.phase is Phase.PREPARING and self.positions is not None:
-            # Keep t-1's too: if t is rolled back, recovery restores t-1.
-            stored = self.state.get(POSITIONS_KEY) or {}
-            kept = {k: v for k, v in stored.items() if k == str(cs.txid - 1)}
-            kept[str(cs.txid)] = self.positions
-            self.state.put(POSITIONS_KEY, kept)
-        self.state.commit(None)
+        positions = self._positions if cs.phase is Phase.PREPARING else None
+        record = self.record.advance(cs, positions)
+        record.save(self.state)
+        self.record = record
 
-    def recovery_positions(self) -> tuple[bool, dict[str, Any] | None]:
-        """``(fresh, positions)``: whether no checkpoint was committed yet, and the
-        data spouts' positions stored with the txid that recovery restores (None
-        if none were stored, e.g. after runs without exactly-once state)."""
-        raw = self.state.get(CHECKPOINT_STATE_KEY)
-        if raw is None:
-            return True, None
-        restored, _ = next_state(CheckpointState.from_json(raw), True)
-        if restored.txid < 0:
-            return True, None  # nothing was ever committed: start from the beginning
-        stored = self.state.get(POSITIONS_KEY) or {}
-        return False, stored.get(str(restored.txid))
+    @property
+    def committed_txid(self) -> int:
+        """The last txid committed everywhere (as stored)."""
+        cs = self.record.state
+        return cs.txid if cs.phase is Phase.COMMITTED else cs.txid - 1
 
-    early = False
-    """Set by the runtime when all that is in flight waits for a commit:
-    checkpoint now instead of after the interval."""
+    def restore_point(self) -> tuple[int, Mapping[str, Any] | None]:
+        """``(txid, positions)`` that recovery restores: the data spouts seek there."""
+        return self.record.restore_point()
 
-    gated = False
-    """Exactly-once state: start a PREPARE only with :attr:`positions` given, i.e.
-    only from the standstill the runtime brought about for it. (The runtime
-    checks for a due prepare before it polls; without the gate, a prepare that
-    fell due between that check and this poll would go out with no standstill
-    and no positions.)"""
+    def request_early(self) -> None:
+        """Checkpoint at the next chance instead of after the interval (everything
+        in flight waits for a commit, e.g. at the end of a finite input)."""
+        self._early = True
+
+    def prepare_due(self) -> bool:
+        """Exactly-once: should the runtime bring the spouts to a standstill now?"""
+        return self.coordinator.prepare_due(self._now_ms(), early=self._early)
+
+    def start_prepare(self, positions: Mapping[str, Any]) -> None:
+        """Exactly-once: the spouts stand still at ``positions``; emit PREPARE(t+1) now
+        (if still due), storing the positions with it."""
+        self._positions = positions
+        try:
+            self._poll(allow_prepare=True)
+        finally:
+            self._positions = None
+
+    def _now_ms(self) -> float:
+        return self.clock.monotonic() * 1000.0
 
     def next_tuple(self) -> None:
-        early, self.early = self.early, False
-        now_ms = self.clock.monotonic() * 1000.0
-        if (
-            self.gated
-            and self.positions is None
-            and self.coordinator.prepare_due(now_ms, early=early)
-        ):
-            self.early = early  # still wanted, once the runtime has stopped the spouts
+        self._poll(allow_prepare=not self.gated)
+
+    def _poll(self, allow_prepare: bool) -> None:
+        now_ms = self._now_ms()
+        if not allow_prepare and self.coordinator.prepare_due(now_ms, early=self._early):
+            return  # the runtime takes the cut first (start_prepare)
+        early, self._early = self._early, False
+        emission = self.coordinator.poll(now_ms, early=early)
+        if emission is None:
             return
-        try:
-            emission = self.coordinator.poll(now_ms, early=early)
-        finally:
-            # Positions are good for the standstill they were taken at only.
-            self.positions = None
-        if emission is not None:
-            self.collector.emit(
-                [emission.txid, emission.action.value],
-                msg_id=(emission.action.value, emission.txid),
-                stream=CHECKPOINT_STREAM,
-            )
+        self.collector.emit(
+            [emission.txid, emission.action.value],
+            msg_id=(emission.action.value, emission.txid),
+            stream=CHECKPOINT_STREAM,
+        )
 
     def ack(self, msg_id: Any) -> None:
         action, txid = msg_id
         try:
-            self.coordinator.on_ack(Action(action), txid, self.clock.monotonic() * 1000.0)
+            self.coordinator.on_ack(Action(action), txid, self._now_ms())
         except StateError as exc:
             # The next phase could not be stored: treat the round as failed so
             # the coordinator recovers from what is stored, instead of waiting

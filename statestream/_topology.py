@@ -53,7 +53,16 @@ class ComponentSpec:
 
     @property
     def is_stateful(self) -> bool:
-        return isinstance(self.obj, StatefulBolt)
+        from ._executors import unwrap
+
+        return isinstance(unwrap(self.obj), StatefulBolt)
+
+    @property
+    def user_obj(self) -> Any:
+        """The user's component prototype (``obj`` without the executors ``build()`` added)."""
+        from ._executors import unwrap
+
+        return unwrap(self.obj)
 
     def output_fields(self, stream: str) -> Fields:
         return self.outputs[stream][0]
@@ -254,6 +263,7 @@ class TopologyBuilder:
                     f"can flow; found the cycle {' -> '.join(cycle)}"
                 )
             topo = _with_checkpointing(topo)
+        topo = _with_executors(topo)
         topo.check_picklable()
         return topo
 
@@ -320,6 +330,20 @@ def _with_checkpointing(topo: Topology) -> Topology:
         ]
         spec.outputs = {**spec.outputs, CHECKPOINT_STREAM: (CHECKPOINT_FIELDS, False)}
     return Topology(topo.name, {CHECKPOINT_SPOUT: cp, **comps})
+
+
+def _with_executors(topo: Topology) -> Topology:
+    """Wrap each bolt in the executor of its protocol, as Storm's builder does
+    (see :mod:`statestream._executors`)."""
+    from ._executors import wrap
+    from ._stateful import CHECKPOINT_SPOUT
+
+    checkpointed = CHECKPOINT_SPOUT in topo.components
+    comps = {
+        cid: spec if spec.is_spout else replace(spec, obj=wrap(spec.obj, checkpointed))
+        for cid, spec in topo.components.items()
+    }
+    return Topology(topo.name, comps)
 
 
 class Topology:

@@ -21,28 +21,24 @@ import logging
 import random
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import xxhash
 
 from .._acker import AckerLedger, acker_task_for, new_id
-from .._checkpoint import Action, Barrier
 from .._clock import Clock, SystemClock
-from .._components import BasicBolt, Bolt, Spout, TopologyContext
+from .._components import Bolt, Spout, TopologyContext, task_namespace
 from .._errors import ConfigError, FailedException, ReliabilityError, TupleError
+from .._exactly_once import Standstill, StandstillStep, check_position, resolve_exactly_once
+from .._executors import CheckpointTupleForwarder
+from .._results import ErrorReport, RunResult, TaskMetrics
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
-from .._stateful import (
-    CHECKPOINT_SPOUT,
-    CHECKPOINT_STREAM,
-    CheckpointSpout,
-    HeldAcks,
-    StatefulTaskProtocol,
-)
+from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout
 from .._topology import ComponentSpec, Topology
 from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple, check_emit
+from .plan import RuntimePlan, as_config
 
 __all__ = ["ErrorReport", "LocalRuntime", "RunResult", "TaskMetrics"]
 
@@ -67,40 +63,6 @@ _KIND = {
 # fails between 1x and 1.5x topology.message.timeout.secs.
 _TIMEOUT_BUCKETS = 3
 _SPOUT_BATCH = 64
-
-
-@dataclass
-class ErrorReport:
-    """An exception raised by user code, as the runtime recorded it."""
-
-    component: str
-    task_index: int
-    tuple: str
-    error: str
-    traceback: str
-
-
-@dataclass
-class TaskMetrics:
-    component: str
-    task_index: int
-    emitted: int = 0
-    executed: int = 0
-    acked: int = 0
-    failed: int = 0
-    errors: int = 0
-    queued: int = 0
-
-
-@dataclass
-class RunResult:
-    """What a run did: per-component totals, errors, and why it stopped."""
-
-    components: dict[str, TaskMetrics]
-    errors: list[ErrorReport]
-    elapsed: float
-    reason: str
-    counters: dict[str, int] = field(default_factory=dict)
 
 
 class _Route:
@@ -169,6 +131,24 @@ class _Task:
         self.streams: dict[str, tuple[Origin, int, list[_Route], bool]] = {}
         self.out_queues: list[deque[Any]] = []
 
+    @property
+    def namespace(self) -> str:
+        """This task's state namespace (also the key of its stored spout position)."""
+        return task_namespace(self.component, self.task_index)
+
+    def metrics(self) -> TaskMetrics:
+        inbox = getattr(self, "inbox", None)
+        return TaskMetrics(
+            self.component,
+            self.task_index,
+            self.emitted,
+            self.executed,
+            self.acked,
+            self.failed,
+            self.errors,
+            len(inbox) if inbox is not None else 0,
+        )
+
     def blocked(self) -> bool:
         cap = self.rt.capacity
         return any(len(q) >= cap for q in self.out_queues)
@@ -211,27 +191,14 @@ class _Task:
                 for i in r.choose(values, direct):
                     inboxes[i].append(Tuple(values, origin))
 
-    def deliver_tracked(
-        self,
-        origin: Origin,
-        routes: list[_Route],
-        values: Sequence[Any],
-        direct: int | None,
-        roots: Mapping[int, int],
-        anchors: Sequence[Tuple],
+    def deliver_spout(
+        self, origin: Origin, routes: list[_Route], values: Sequence[Any], direct: int | None, root: int
     ) -> int:
-        """Deliver one tuple per target task, each with a fresh edge id.
+        """Deliver a new tree's root tuple, one per target task with a fresh edge id.
 
-        ``roots`` maps each root the new tuple joins onto the parity of the
-        number of anchors in that root's tree: every anchor XORs the new edge
-        into its ack value, so for a root reached through two anchors the edge
-        must cancel in the new tuple too (as in Storm). A spout passes
-        ``{root: 1}`` and no anchors. Returns the XOR of the edge ids created.
+        Returns the XOR of the edge ids created (the ledger's initial value).
         """
         created = 0
-        one_root = len(roots) == 1
-        if one_root:
-            ((root, parity),) = roots.items()
         for r in routes:
             kind = r.kind
             # The two common groupings inline; the rest through choose().
@@ -250,15 +217,40 @@ class _Task:
             for i in targets:
                 edge = _getrandbits(64) or new_id()
                 created ^= edge
-                if one_root:
-                    tup = Tuple(values, origin, None, r.task_ids[i], root, edge if parity else 0)
+                inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
+        return created
+
+    def deliver_anchored(
+        self,
+        origin: Origin,
+        routes: list[_Route],
+        values: Sequence[Any],
+        direct: int | None,
+        anchors: Sequence[Tuple],
+    ) -> None:
+        """Deliver a tuple anchored to ``anchors`` (the general path).
+
+        As in Storm, each anchor gets a fresh edge id per delivered tuple: the
+        anchor's ack value takes it, and the new tuple's id in every tree of
+        that anchor is the XOR of its anchors' edges there. Two anchors in one
+        tree therefore give the new tuple a non-zero id in that tree (one
+        shared edge would cancel out and leave it untracked).
+        """
+        for r in routes:
+            inboxes = r.inboxes
+            for i in r.choose(values, direct):
+                ids: dict[int, int] = {}
+                for a in anchors:
+                    edge = _getrandbits(64) or new_id()
+                    a.ack_val ^= edge
+                    for root in a.trees():
+                        ids[root] = ids.get(root, 0) ^ edge
+                if len(ids) == 1:
+                    ((root, edge),) = ids.items()
+                    tup = Tuple(values, origin, None, r.task_ids[i], root, edge)
                 else:
-                    ids = {root: edge if p else 0 for root, p in roots.items()}
                     tup = Tuple(values, origin, ids, r.task_ids[i])
                 inboxes[i].append(tup)
-                for a in anchors:
-                    a.ack_val ^= edge
-        return created
 
 
 class _Acking:
@@ -307,11 +299,11 @@ class SpoutTask(_Task):
     def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
         super().__init__(rt, spec, task_index, task_id)
         self.spout: Spout = rt.topology.instantiate(spec.id)
+        self.system = spec.id == CHECKPOINT_SPOUT  # the checkpoint spout: not a data source
         self.completions: deque[tuple[int, bool]] = deque()
         self.pending: RotatingMap[int, Any] = RotatingMap(_TIMEOUT_BUCKETS, self._expired)
         self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
         self.timed_out = 0
-        self.system = False  # the checkpoint spout: not a data source
 
     # -- the collector the spout sees ------------------------------------
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
@@ -350,13 +342,16 @@ class SpoutTask(_Task):
         else:
             root = new_id()
             self.pending.put(root, msg_id)
-            created = self.deliver_tracked(origin, routes, values, direct, {root: 1}, ())
-            acking.init(root, self.task_id, created)
+            acking.init(root, self.task_id, self.deliver_spout(origin, routes, values, direct, root))
 
     # -- scheduling ---------------------------------------------------------
     def _expired(self, root: int, msg_id: Any) -> None:
         self.timed_out += 1
-        self._call_fail(msg_id)
+        if self.rt.standstill is not None:
+            self.failed += 1
+            self.rt.standstill.fail()
+        else:
+            self._call_fail(msg_id)
 
     def _call_fail(self, msg_id: Any) -> None:
         self.failed += 1
@@ -384,18 +379,24 @@ class SpoutTask(_Task):
                     spout.ack(msg_id)
                 except Exception as exc:
                     self.report(exc, f"ack({msg_id!r})")
+            elif self.rt.standstill is not None:
+                # Exactly-once: no Storm-style replay, the topology goes back
+                # to its last committed checkpoint instead.
+                self.failed += 1
+                self.rt.standstill.fail()
             else:
                 self._call_fail(msg_id)
 
-    def poll(self) -> bool:
-        """Deliver completions, then call ``next_tuple`` while there is room."""
+    def poll(self, limit: int = _SPOUT_BATCH) -> bool:
+        """Deliver completions, then call ``next_tuple`` (at most ``limit`` times)
+        while there is room."""
         busy = bool(self.completions)
         if busy:
             self._drain_completions()
         max_pending = self.max_pending
         next_tuple = self.spout.next_tuple
         start = self.emitted
-        for _ in range(_SPOUT_BATCH):
+        for _ in range(limit):
             if max_pending is not None and len(self.pending) >= max_pending:
                 break
             if self.out_queues and self.blocked():
@@ -423,19 +424,16 @@ class BoltTask(_Task):
     def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
         super().__init__(rt, spec, task_index, task_id)
         self.inbox: deque[Tuple] = deque()
-        self.bolt: Bolt | BasicBolt = rt.topology.instantiate(spec.id)
-        self.basic = isinstance(self.bolt, BasicBolt)
-        self._current: Tuple | None = None  # the input a BasicBolt is executing
+        # The bolt as built: the user's bolt inside the executors of its
+        # protocols (statestream._executors); this task only calls execute.
+        self.executor: Bolt = rt.topology.instantiate(spec.id)
+        self.execute: Callable[[Tuple], None] = self.executor.execute
+        self.pausable = isinstance(self.executor, CheckpointTupleForwarder)
         self.ack_buf: dict[int, int] = {}  # root -> XOR of acks not yet sent to the acker
-        self.execute: Callable[[Tuple], None] = (
-            self._execute_basic if self.basic else self.bolt.execute
-        )
-        # Checkpoint tuples arrive on their own queue: they must get through
-        # while data waits (before INITSTATE, or while a full queue holds it).
+        self.holding = False  # hold_acks(): acks stay in ack_buf for take_acks()
+        # Checkpoint tuples take a priority lane: they must get through while
+        # data waits (before INITSTATE, or while a full queue holds it).
         self.control: deque[Tuple] = deque()
-        self.barrier: Barrier | None = None
-        self.aligning = False  # exactly-once state: hold data while a PREPARE round is open
-        self._round: list[Tuple] = []
 
     # -- the collector the bolt sees -------------------------------------
     def emit(
@@ -518,28 +516,17 @@ class BoltTask(_Task):
         if anchors is None or self.rt.acking is None:
             self.deliver_untracked(origin, routes, values, direct)
             return
-        if type(anchors) is Tuple:
-            # One anchor: every root it belongs to has parity 1.
-            if anchors.done:
-                self._anchor_done(anchors)
-            ids = anchors.trees()
-            if not ids:
-                self.deliver_untracked(origin, routes, values, direct)
-                return
-            self.deliver_tracked(origin, routes, values, direct, dict.fromkeys(ids, 1), (anchors,))
-            return
         if isinstance(anchors, Tuple):
             anchors = (anchors,)
-        roots: dict[int, int] = {}  # root -> parity of anchors in its tree
+        tracked = False
         for a in anchors:
             if a.done:
                 self._anchor_done(a)
-            for root in a.trees():
-                roots[root] = roots.get(root, 0) ^ 1
-        if not roots:
+            tracked = tracked or bool(a.root or a.anchors)
+        if not tracked:
             self.deliver_untracked(origin, routes, values, direct)
             return
-        self.deliver_tracked(origin, routes, values, direct, roots, anchors)
+        self.deliver_anchored(origin, routes, values, direct, anchors)
 
     def _anchor_done(self, a: Tuple) -> None:
         raise ReliabilityError(
@@ -582,12 +569,34 @@ class BoltTask(_Task):
         )
 
     def flush_acks(self) -> None:
+        if self.holding:
+            return  # the executor takes them at its next checkpoint
         buf = self.ack_buf
         acking = self.rt.acking
         if acking is not None:
             for root, xor_val in buf.items():
                 acking.ack(root, xor_val)
         buf.clear()
+
+    # -- the acker transport the executors use (statestream._executors.ExecutorCollector)
+    def hold_acks(self) -> None:
+        self.holding = True
+
+    def take_acks(self) -> dict[int, int]:
+        taken, self.ack_buf = self.ack_buf, {}
+        return taken
+
+    def send_acks(self, acks: Mapping[int, int]) -> None:
+        acking = self.rt.acking
+        if acking is not None:
+            for root, xor_val in acks.items():
+                acking.ack(root, xor_val)
+
+    def fail_roots(self, roots: Iterable[int]) -> None:
+        acking = self.rt.acking
+        if acking is not None:
+            for root in roots:
+                acking.fail(root)
 
     def fail(self, tup: Tuple) -> None:
         if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
@@ -615,92 +624,35 @@ class BoltTask(_Task):
     def report_error(self, error: BaseException) -> None:
         self.report(error)
 
-    # -- the BasicBolt collector -------------------------------------------
-    def _execute_basic(self, tup: Tuple) -> None:
-        self._current = tup
-        try:
-            self.bolt.execute(tup, _BasicCollector(self, tup))  # type: ignore[call-arg]
-        except FailedException:
-            if not tup.done:
-                self.fail(tup)
-            return
-        if not tup.done:
-            self.ack(tup)
-
     # -- scheduling ---------------------------------------------------------
     def drain(self) -> bool:
-        """Handle checkpoint tuples, then execute queued tuples until the inbox is
-        empty or a downstream queue is full. True if anything was processed."""
+        """Execute checkpoint tuples, then queued data until the inbox is empty or a
+        downstream queue is full. True if anything was processed."""
         did = False
         if self.control:
             self._drain_control()
             did = True
-        if self.inbox and self.ready and not (self.aligning and self._prepare_open()):
+        if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
             before = self.executed
             self._drain()
             # A bolt blocked by a full downstream queue did nothing: saying so
             # lets the loop sleep (and a fake clock advance) instead of spinning.
             did = did or self.executed != before
-        if self.ack_buf:
+        if self.ack_buf and not self.holding:
             self.flush_acks()
         return did
 
-    @property
-    def ready(self) -> bool:
-        """May data tuples be executed now? (A stateful task waits for INITSTATE.)"""
-        return True
-
-    def _prepare_open(self) -> bool:
-        """A PREPARE came from some upstream tasks, not all: the data queued now was
-        emitted after the spouts' positions, so it must wait for the prepare."""
-        current = self.barrier.current if self.barrier is not None else None
-        return current is not None and current.action is Action.PREPARE
-
-    # -- checkpoints: the forwarder (StatefulBoltTask adds the state actions) --
     def _drain_control(self) -> None:
         control = self.control
+        execute = self.execute
         while control:
             tup = control.popleft()
             try:
-                self._on_checkpoint(tup)
+                execute(tup)
             except Exception as exc:
                 self.report(exc, tup)
-
-    def _on_checkpoint(self, tup: Tuple) -> None:
-        txid, action_name = tup.values
-        action = Action(action_name)
-        assert self.barrier is not None
-        self._round.append(tup)
-        if not self.barrier.arrive((tup.origin.component, tup.origin.task), action, txid):
-            return
-        this_round = [t for t in self._round if t.values[0] == txid and t.values[1] == action_name]
-        for stale in self._round:
-            if stale not in this_round and not stale.done:
-                self._ack_now(stale)  # a round abandoned upstream; its tree failed already
-        self._round = []
-        try:
-            self.checkpoint_action(action, txid)
-        except Exception as exc:
-            self.report(exc, f"checkpoint {action.value}({txid})")
-            for t in this_round:
-                self.fail(t)
-            return
-        self.emit([txid, action_name], this_round, CHECKPOINT_STREAM)
-        for t in this_round:
-            self._ack_now(t)
-
-    def checkpoint_action(self, action: Action, txid: int) -> None:
-        """What this task does when a checkpoint round completes: a plain bolt only forwards."""
-
-    def _ack_now(self, tup: Tuple) -> None:
-        """Ack straight to the acker (checkpoint tuples are never held)."""
-        tup.done = True
-        anchors = tup.trees()
-        acking = self.rt.acking
-        if anchors and acking is not None:
-            v = tup.ack_val
-            for root, edge in anchors.items():
-                acking.ack(root, edge ^ v)
+                if not tup.done:
+                    self.fail(tup)
 
     def _drain(self) -> None:
         inbox = self.inbox
@@ -740,64 +692,6 @@ class BoltTask(_Task):
         self.executed += n
 
 
-class StatefulBoltTask(BoltTask):
-    """A stateful bolt's task: the transport around :class:`StatefulTaskProtocol`
-    (data waits until INITSTATE, acks are held until a commit covers them)."""
-
-    def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
-        super().__init__(rt, spec, task_index, task_id)
-        self.protocol = StatefulTaskProtocol(self.bolt)  # type: ignore[arg-type]
-        self.state: Any = None
-
-    @property
-    def ready(self) -> bool:
-        return self.protocol.ready
-
-    @property
-    def held(self) -> HeldAcks:
-        return self.protocol.held
-
-    def flush_acks(self) -> None:
-        self.protocol.hold(self.ack_buf)
-        self.ack_buf.clear()
-
-    def checkpoint_action(self, action: Action, txid: int) -> None:
-        if self.state is None:
-            self.state = self.rt.open_state(f"{self.component}-{self.task_index}")
-        if self.ack_buf:
-            self.flush_acks()
-        release, fail = self.protocol.act(self.state, action, txid)
-        acking = self.rt.acking
-        assert acking is not None
-        for root, xor_val in release.items():
-            acking.ack(root, xor_val)
-        for root in fail:
-            acking.fail(root)
-
-
-def _task_key(task: _Task) -> str:
-    return f"{task.component}-{task.task_index}"
-
-
-class _BasicCollector:
-    """What a BasicBolt emits through: anchored to its current input."""
-
-    __slots__ = ("_input", "_task")
-
-    def __init__(self, task: BoltTask, input_tuple: Tuple) -> None:
-        self._task = task
-        self._input = input_tuple
-
-    def emit(self, values: Sequence[Any], stream: str = "default") -> None:
-        self._task.emit_anchored(values, self._input, stream)
-
-    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
-        self._task.emit_direct(task, values, self._input, stream)
-
-    def report_error(self, error: BaseException) -> None:
-        self._task.report(error, self._input)
-
-
 class LocalRuntime:
     """Run a topology in this process.
 
@@ -815,67 +709,77 @@ class LocalRuntime:
         config: Mapping[str, Any] | None = None,
         clock: Clock | None = None,
     ) -> None:
-        from .._run import as_config
-
         self.topology = topology
         self.config = as_config(config, topology_prefixes=(topology.name,))
+        self.plan = RuntimePlan(topology, self.config)
         self.clock: Clock = clock or SystemClock()
         self.capacity = int(self.config["topology.executor.receive.buffer.size"])
         self.idle_sleep = self.config["topology.sleep.spout.wait.strategy.time.ms"] / 1000.0
-        n_ackers = int(self.config["topology.acker.executors"])
-        self.acking: _Acking | None = _Acking(self, n_ackers) if n_ackers > 0 else None
+        self.n_ackers = int(self.config["topology.acker.executors"])
         self.errors: deque[ErrorReport] = deque(maxlen=1000)
         self.untracked_acks = 0
+        self.rewinds = 0
         self._stop = False
         self._started = False
         self._closed = False
         self._start_time = 0.0
-        self.spouts: list[SpoutTask] = []
-        self.bolts: list[BoltTask] = []
-        self.spout_by_task: dict[int, SpoutTask] = {}
-        self.tasks_of: dict[str, list[_Task]] = {}
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
         self.provider: Any = None
-        self._checkpoint_task: SpoutTask | None = None
         self._states: dict[str, Any] = {}
-        if topology.has_stateful_bolts and self.acking is None:
+        # Counts of the tasks a rewind replaced, so metrics cover the whole run.
+        self._past: dict[tuple[str, int], TaskMetrics] = {}
+        self._past_counters: dict[str, int] = {}
+        if topology.has_stateful_bolts and self.n_ackers == 0:
             raise ConfigError(
                 f"topology {topology.name!r} has stateful bolts, which need acking to know when "
                 "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
             )
-        self._build()
-        # Exactly-once state (DESIGN.md §4): before each PREPARE the data
-        # spouts stop and every queue drains (a standstill: each bolt's state
-        # then reflects exactly the tuples emitted before the spouts'
-        # positions), the positions are stored with PREPARING(t), and a bolt
-        # holds its data while a PREPARE round is open, so no tuple emitted
-        # after the positions lands in txid t. A restart restores t and seeks
-        # the spouts to t's positions: nothing is counted twice.
-        self.exactly_once = (
-            bool(self.config["statestream.state.exactly.once"])
-            and self._checkpoint_spout is not None
+        # Exactly-once state (statestream._exactly_once): a standstill before
+        # each PREPARE gives the cut, the spouts' positions are stored with it,
+        # and any failure within the run goes back to the last commit.
+        on, note = resolve_exactly_once(
+            self.config["statestream.state.exactly.once"],
+            self.plan.checkpointed,
+            {spec.id: spec.obj for spec in self.plan.data_spouts},
         )
-        self._quiescing = False
+        if note:
+            log.warning("%s", note)
+        self.exactly_once = on
+        self.standstill: Standstill | None = Standstill() if on else None
+        self._build()
+
+    def _build(self) -> None:
+        """Make every task and its routes (at start, and again after a rewind)."""
+        self.acking: _Acking | None = (
+            _Acking(self, self.n_ackers) if self.n_ackers > 0 else None
+        )
+        self.spouts: list[SpoutTask] = []
+        self.bolts: list[BoltTask] = []
+        self.spout_by_task: dict[int, SpoutTask] = {}
+        self.tasks_of: dict[str, list[_Task]] = {}
+        self._checkpoint_task: SpoutTask | None = None
+        plan = self.plan
+        for cid, tids in plan.component_tasks.items():
+            spec = self.topology.components[cid]
+            for i, tid in enumerate(tids):
+                task: _Task
+                if spec.is_spout:
+                    task = SpoutTask(self, spec, i, tid)
+                    if task.system:
+                        self._checkpoint_task = task
+                    self.spouts.append(task)
+                    self.spout_by_task[tid] = task
+                else:
+                    task = BoltTask(self, spec, i, tid)
+                    self.bolts.append(task)
+                self.tasks_of.setdefault(cid, []).append(task)
+        self.component_tasks = plan.component_tasks
+        self.task_names = plan.task_names
         self.data_spouts = [s for s in self.spouts if not s.system]
-        if self.exactly_once:
-            assert self._checkpoint_spout is not None
-            self._checkpoint_spout.gated = True
-            for bolt in self.bolts:
-                bolt.aligning = True
-            missing = [
-                f"{s.component!r} ({type(s.spout).__name__})"
-                for s in self.data_spouts
-                if not (
-                    callable(getattr(s.spout, "position", None))
-                    and callable(getattr(s.spout, "seek", None))
-                )
-            ]
-            if missing:
-                raise ConfigError(
-                    f"statestream.state.exactly.once is on, but spout {', '.join(missing)} "
-                    "cannot rewind: give it position() and seek(position) (see FileSpout), "
-                    "or turn exactly-once state off for Storm's at-least-once"
-                )
+        for cid, tasks in self.tasks_of.items():
+            spec = self.topology.components[cid]
+            for task in tasks:
+                self._wire(task, spec)
 
     @property
     def _checkpoint_spout(self) -> CheckpointSpout | None:
@@ -885,76 +789,29 @@ class LocalRuntime:
     # -- wiring ---------------------------------------------------------------
     def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
         """The topology config with the component's own keys on top."""
-        if not spec.config:
-            return self.config
-        return self.config.with_overrides(spec.config, source=f"component {spec.id!r}")
-
-    def _build(self) -> None:
-        topo = self.topology
-        next_id = 0
-        component_tasks: dict[str, list[int]] = {}
-        for cid in topo.topological_order():
-            spec = topo.components[cid]
-            component_tasks[cid] = list(range(next_id, next_id + spec.parallelism))
-            next_id += spec.parallelism
-        for cid in topo.topological_order():
-            spec = topo.components[cid]
-            for i, tid in enumerate(component_tasks[cid]):
-                task: _Task
-                if spec.is_spout:
-                    task = SpoutTask(self, spec, i, tid)
-                    task.system = cid == CHECKPOINT_SPOUT
-                    if task.system:
-                        self._checkpoint_task = task
-                    self.spouts.append(task)
-                    self.spout_by_task[tid] = task
-                elif spec.is_stateful:
-                    task = StatefulBoltTask(self, spec, i, tid)
-                    self.bolts.append(task)
-                else:
-                    task = BoltTask(self, spec, i, tid)
-                    self.bolts.append(task)
-                self.tasks_of.setdefault(cid, []).append(task)
-        self.component_tasks = component_tasks
-        self.task_names = {
-            tid: f"{cid}[{i}]"
-            for cid, tids in component_tasks.items()
-            for i, tid in enumerate(tids)
-        }
-        outputs = {
-            cid: {s: f for s, (f, _) in spec.outputs.items()}
-            for cid, spec in topo.components.items()
-        }
-        self._output_fields = outputs
-        for cid, tasks in self.tasks_of.items():
-            spec = topo.components[cid]
-            for task in tasks:
-                self._wire(task, spec)
+        return self.plan.conf_for(spec.id)
 
     def _wire(self, task: _Task, spec: ComponentSpec) -> None:
         outs: list[deque[Any]] = []
-        for stream, (fields, direct) in spec.outputs.items():
+        for stream, (_, direct) in spec.outputs.items():
             routes: list[_Route] = []
             control = stream == CHECKPOINT_STREAM
-            for target, sub in self.topology.subscribers(spec.id, stream):
+            for rs in self.plan.routes(spec.id, stream):
+                target = self.topology.components[rs.target]
                 queue = "control" if control else "inbox"
-                inboxes = [getattr(t, queue) for t in self.tasks_of[target.id]]
-                g = sub.grouping
-                if g.kind == "fields":
-                    kind = _FIELDS1 if len(g.fields) == 1 else _FIELDSN
+                inboxes = [getattr(t, queue) for t in self.tasks_of[rs.target]]
+                if rs.kind == "fields":
+                    kind = _FIELDS1 if isinstance(rs.key, int) else _FIELDSN
                 else:
-                    kind = _KIND[g.kind]
+                    kind = _KIND[rs.kind]
                 route = _Route(target, kind, inboxes)
-                if kind == _FIELDS1:
-                    route.key = fields.index_of(g.fields[0])
-                elif kind == _FIELDSN:
-                    route.key = tuple(fields.index_of(f) for f in g.fields)
-                elif kind == _SHUFFLE:
+                route.key = rs.key
+                if kind == _SHUFFLE:
                     # Start each emitter at a different task so that several
                     # emitters spread evenly from the first tuple on.
                     route.rr = task.task_index % route.n
-                route.custom = g.custom
-                route.task_ids = list(self.component_tasks[target.id])
+                route.custom = rs.custom
+                route.task_ids = list(rs.task_ids)
                 route.index_of_task = {tid: i for i, tid in enumerate(route.task_ids)}
                 routes.append(route)
                 if self._reaches(target.id, spec.id):
@@ -965,18 +822,11 @@ class LocalRuntime:
                     continue
                 if not control:  # checkpoints are never held back by backpressure
                     outs.extend(q for q in inboxes if all(q is not o for o in outs))
-            origin = Origin(spec.id, task.task_id, task.task_index, stream, fields)
-            task.streams[stream] = (origin, len(fields), routes, direct)
-        task.out_queues = outs
-        if isinstance(task, BoltTask):
-            upstream = frozenset(
-                (sub.source, tid)
-                for sub in spec.inputs
-                if sub.stream == CHECKPOINT_STREAM
-                for tid in self.component_tasks[sub.source]
+            origin = Origin(
+                spec.id, task.task_id, task.task_index, stream, self.plan.output_fields[spec.id][stream]
             )
-            if upstream:
-                task.barrier = Barrier(upstream)
+            task.streams[stream] = (origin, len(origin.fields), routes, direct)
+        task.out_queues = outs
 
     def _reaches(self, source: str, target: str) -> bool:
         """True if tuples from ``source`` can flow (through any path) to ``target``."""
@@ -992,15 +842,12 @@ class LocalRuntime:
         return False
 
     def _context(self, task: _Task) -> TopologyContext:
-        return TopologyContext(
-            self.topology.name,
+        return self.plan.context(
             task.component,
             task.task_index,
-            task.task_id,
-            self.component_tasks,
-            self._output_fields,
             state_opener=self.open_state,
             clock=self.clock,
+            exactly_once=self.exactly_once,
         )
 
     # -- state ---------------------------------------------------------------------
@@ -1048,17 +895,15 @@ class LocalRuntime:
         if self.exactly_once:
             self._seek_data_spouts()
         for bolt in self.bolts:
-            if bolt.basic:
-                bolt.bolt.prepare(self.conf_for(bolt.spec), self._context(bolt))  # type: ignore[call-arg]
-            else:
-                bolt.bolt.prepare(self.conf_for(bolt.spec), self._context(bolt), bolt)  # type: ignore[call-arg]
+            bolt.executor.prepare(self.conf_for(bolt.spec), self._context(bolt), bolt)
         self._setup_timers()
 
     def _seek_data_spouts(self) -> None:
         """Exactly-once: rewind every data spout to the positions of the restored txid."""
-        assert self._checkpoint_spout is not None
-        fresh, positions = self._checkpoint_spout.recovery_positions()
-        if not fresh and positions is None:
+        cp = self._checkpoint_spout
+        assert cp is not None
+        txid, positions = cp.restore_point()
+        if txid >= 0 and positions is None:
             log.warning(
                 "exactly-once state: the stored checkpoint has no spout positions (it was "
                 "taken without exactly-once); the spouts resume as they would without it, "
@@ -1066,8 +911,50 @@ class LocalRuntime:
             )
             return
         for spout in self.data_spouts:
-            where = None if positions is None else positions.get(_task_key(spout))
+            where = None if positions is None else positions.get(spout.namespace)
             spout.spout.seek(where)  # type: ignore[attr-defined]
+
+    def _rewind(self) -> None:
+        """Exactly-once: go back to the last committed checkpoint within the run.
+
+        As Flink restarts from its last checkpoint: the spouts are closed
+        (their sources are released), the bolts are dropped as a crash would
+        drop them (``cleanup`` is for the end of a run), the provider is
+        closed without committing anything, and new tasks open and recover
+        from the store as at a start; the spouts seek to the positions of
+        the restored checkpoint, so nothing is counted twice.
+        """
+        assert self.standstill is not None
+        self.rewinds += 1
+        for spout in self.spouts:
+            try:
+                spout.spout.close()
+            except Exception as exc:
+                spout.report(exc, "close()")
+        for tasks in self.tasks_of.values():
+            for t in tasks:
+                m = t.metrics()
+                past = self._past.setdefault((t.component, t.task_index), TaskMetrics(t.component, t.task_index))
+                m.queued = 0
+                past.add(m)
+        for key, value in self.counters().items():
+            if key in ("timed_out", "acker_expired", "late_acks"):
+                self._past_counters[key] = self._past_counters.get(key, 0) + value
+        self._timers = []
+        self._states = {}
+        provider, self.provider = self.provider, None
+        if provider is not None:
+            provider.close()
+        self.standstill.on_rewind()
+        self._build()
+        self._started = False
+        self.open()
+        self._next_due = min((t[0] for t in self._timers), default=float("inf"))
+        log.warning(
+            "exactly-once state: a tuple or checkpoint failed; went back to the last "
+            "committed checkpoint (rewind %d)",
+            self.rewinds,
+        )
 
     def _setup_timers(self) -> None:
         now = self.clock.monotonic()
@@ -1118,7 +1005,7 @@ class LocalRuntime:
                 spout.report(exc, "close()")
         for bolt in self.bolts:
             try:
-                bolt.bolt.cleanup()
+                bolt.executor.cleanup()
             except Exception as exc:
                 bolt.report(exc, "cleanup()")
         if self.provider is not None:
@@ -1140,34 +1027,48 @@ class LocalRuntime:
         now = self.clock.monotonic()
         if now >= self._next_due:
             self._next_due = self._fire_timers(now)
-        if self.exactly_once and not self._standstill(now):
+        standstill = self.standstill
+        if standstill is None:
+            for spout in self.spouts:
+                if spout.poll():
+                    busy = True
             return busy
-        for spout in self.spouts:
-            if spout.poll():
-                busy = True
-        return busy
+        if standstill.rewind:
+            self._rewind()
+            return True
+        return self._step_spouts(standstill) or busy
 
-    def _standstill(self, now: float) -> bool:
-        """Exactly-once: may the spouts be polled? False while a PREPARE is due and
-        tuples are still queued; then only completions reach the data spouts."""
+    def _step_spouts(self, standstill: Standstill) -> bool:
+        """Exactly-once: poll the spouts as the standstill decides."""
         cp = self._checkpoint_spout
         assert cp is not None
-        if not self._quiescing:
-            if not cp.coordinator.prepare_due(now * 1000.0, early=cp.early):
-                return True
-            self._quiescing = True
-        if any(b.inbox for b in self.bolts):
-            for spout in self.data_spouts:
+        queued = any(b.inbox or b.control for b in self.bolts)
+        decision = standstill.step(
+            cp.prepare_due(), queued, cp.committed_txid, cp.coordinator.pending is not None
+        )
+        if decision is StandstillStep.CUT:
+            # Nothing is queued: the positions mark exactly what the states hold.
+            positions = {
+                s.namespace: check_position(s.component, s.spout.position())  # type: ignore[attr-defined]
+                for s in self.data_spouts
+            }
+            cp.request_early()
+            cp.start_prepare(positions)
+        busy = False
+        for spout in self.spouts:
+            if decision is StandstillStep.DRAIN and not spout.system:
                 if spout.completions:
                     spout._drain_completions()
-            return False
-        # Nothing is queued: the positions mark exactly what the states hold.
-        # The PREPARE goes out now, before the spouts emit anything new.
-        cp.positions = {_task_key(s): s.spout.position() for s in self.data_spouts}  # type: ignore[attr-defined]
-        self._quiescing = False
-        assert self._checkpoint_task is not None
-        self._checkpoint_task.poll()
-        return True
+                    busy = True
+                continue
+            if spout.system:
+                busy = spout.poll() or busy
+                continue
+            emitted = spout.emitted
+            if spout.poll(standstill.allowance(_SPOUT_BATCH)):
+                busy = True
+            standstill.emitted += spout.emitted - emitted
+        return busy
 
     def in_flight(self) -> int:
         """Tuples queued or tracked but not yet complete."""
@@ -1177,9 +1078,7 @@ class LocalRuntime:
 
     def idle(self) -> bool:
         """Every spout is exhausted and nothing is in flight."""
-        return all(s.idle() for s in self.spouts if not s.system) and not any(
-            b.inbox for b in self.bolts
-        )
+        return all(s.idle() for s in self.data_spouts) and not any(b.inbox for b in self.bolts)
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run until stopped, until ``duration`` seconds pass, or (``until_idle``) until
@@ -1217,11 +1116,12 @@ class LocalRuntime:
         interval at its end, and a trickle of tuples would wait that long for
         its acks. True if a checkpoint was requested.
         """
-        if self._checkpoint_spout is None or self._checkpoint_spout.coordinator.pending:
+        cp = self._checkpoint_spout
+        if cp is None or cp.coordinator.pending:
             return False
-        if not any(t.held for t in self.bolts if isinstance(t, StatefulBoltTask)):
+        if not any(t.holding and t.ack_buf for t in self.bolts):
             return False
-        self._checkpoint_spout.early = True
+        cp.request_early()
         return True
 
     def _finish_queued(self) -> None:
@@ -1248,42 +1148,28 @@ class LocalRuntime:
             c["acker_pending"] = self.acking.pending()
             c["acker_expired"] = self.acking.timeouts
             c["late_acks"] = sum(getattr(led, "late_acks", 0) for led in self.acking.ledgers)
+        for key, value in self._past_counters.items():
+            c[key] = c.get(key, 0) + value
+        if self.exactly_once:
+            c["rewinds"] = self.rewinds
         return c
 
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals (a consistent-enough snapshot; safe to call from another thread)."""
         out: dict[str, TaskMetrics] = {}
-        for cid, tasks in self.tasks_of.items():
-            m = TaskMetrics(cid, -1)
-            for t in tasks:
-                m.emitted += t.emitted
-                m.executed += t.executed
-                m.acked += t.acked
-                m.failed += t.failed
-                m.errors += t.errors
-                inbox = getattr(t, "inbox", None)
-                if inbox is not None:
-                    m.queued += len(inbox)
-            out[cid] = m
+        for m in self.task_metrics():
+            out.setdefault(m.component, TaskMetrics(m.component, -1)).add(m)
         return out
 
     def task_metrics(self) -> list[TaskMetrics]:
         out = []
-        for tasks in self.tasks_of.values():
+        for tasks in list(self.tasks_of.values()):
             for t in tasks:
-                inbox = getattr(t, "inbox", None)
-                out.append(
-                    TaskMetrics(
-                        t.component,
-                        t.task_index,
-                        t.emitted,
-                        t.executed,
-                        t.acked,
-                        t.failed,
-                        t.errors,
-                        len(inbox) if inbox is not None else 0,
-                    )
-                )
+                m = t.metrics()
+                past = self._past.get((t.component, t.task_index))
+                if past is not None:
+                    m.add(past)
+                out.append(m)
         return out
 
     _next_due = float("inf")

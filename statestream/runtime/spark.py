@@ -5,30 +5,47 @@ dependency: ``pip install 'statestream[spark]'``).
 
 How a run goes (DESIGN.md §4 and §7)::
 
-    driver                                         executors (Python workers)
-    ------                                         --------------------------
-    recover from $checkpointspout-0:
-      PREPARING(t) -> roll back every namespace, replay batch t from its positions
-      COMMITTING(t) -> commit every namespace (idempotent), go on
+    driver                                          executors (Python workers)
+    ------                                          --------------------------
+    load the CheckpointRecord ($checkpointspout-0), build the CheckpointCoordinator
+    recovery: poll the coordinator, act on every stateful namespace for each
+      emission (ROLLBACK / COMMIT / INITSTATE), on_ack, until it has recovered
+    open each data spout task once, seek() it to the restored positions
     loop:
-      plan: spout.plan_batch(conf, start, max)     (driver, no tuples)
-      store PREPARING(t+1) + positions             (one direct commit)
-      submit one job:                              read stage: spout.read_batch(conf, start, end)
-                                                   one stage per bolt: partitionBy(task count),
-                                                   one partition = one bolt task: fresh bolt,
-                                                   rollback, init_state, execute, PREPARE(t+1)
-      collect the small acks
-      store COMMITTING(t+1), commit every namespace, store COMMITTED(t+1)
+      read batch t: next_tuple() until batch.size tuples or nothing more;
+        position() is where batch t ends
+      poll(early=True) -> PREPARE(t): PREPARING(t) is stored with those positions
+      submit one job:                               read stage: the records the driver read
+                                                    one stage per bolt: partitionBy(task count),
+                                                    one partition = one bolt task: fresh bolt,
+                                                    rollback, init_state, execute, PREPARE(t)
+      collect the small acks; on_ack
+      poll -> COMMIT(t): every namespace commits (pre_commit first); on_ack
+      ack the spouts' msg_ids
+    a failed job: on_fail, the coordinator's recovery (ROLLBACK, INITSTATE),
+      seek the spouts back to the restored positions, read the batch again
 
-The checkpoint phases are those of the local runtime's checkpoint spout: the
-transitions come from :func:`statestream._checkpoint.next_state`, the phase is
-stored under the same key (``checkpoint``) of the same namespace, and a bolt
-task acts through :func:`statestream._stateful.apply_action`. Only the
-transport differs: a batch is the unit of replay, so there are no per-tuple
-acks, no barriers and no ``$checkpoint`` tuples (the system components the
-builder adds are ignored; the driver plays the checkpoint spout).
+The checkpoint protocol is the one of the local runtime's checkpoint spout:
+the driver drives the same :class:`~statestream._checkpoint.CheckpointCoordinator`
+and stores the same :class:`~statestream._exactly_once.CheckpointRecord`
+(phase, and for ``PREPARING(t)`` the data spouts' positions at the end of
+batch ``t``), so a store one runtime left behind, killed or not, is finished
+exactly by the other. Only the transport differs: a batch is the unit of
+replay, so there are no per-tuple acks, no barriers and no ``$checkpoint``
+tuples (the system components the builder adds are ignored; the driver plays
+the checkpoint spout).
 
-Routing is identical to the local runtime: fields grouping uses
+Spouts follow the one rewind contract (:class:`~statestream.Rewindable`):
+the driver opens each data spout task once, seeks it, and reads every batch
+from it; the records travel to the executors inside the job. A spout that
+cannot rewind cannot replay a batch: it is refused, whatever
+``statestream.state.exactly.once`` says (``auto`` too, which on the local
+runtime falls back to at-least-once), unless the user accepts at-most-once
+with ``topology.acker.executors: 0`` (and exactly-once auto or false).
+
+Task ids, namespaces, per-component configs, routes and contexts come from a
+:class:`~statestream.runtime.plan.RuntimePlan`, as on the local runtime.
+Routing is identical too: fields grouping uses
 :func:`statestream._routing.task_for_key`, shuffle is a round-robin over the
 producer task's output that starts at its task index, global is task 0, all
 replicates, direct follows the emitted task id, custom asks the grouping. A
@@ -37,7 +54,7 @@ it, so its input order, and therefore what it emits and where, is the same on
 every attempt and every replay; the tuples from one producer task arrive in
 the order they were emitted, as in Storm.
 
-The driver never reads tuples: each task puts its acknowledgement (counts
+The driver collects no tuples: each task puts its acknowledgement (counts
 and a token naming its prepare) in front of the tuples it sends to task 0 of
 its first downstream bolt, which forwards it; the last bolts' tasks output
 acknowledgements only, and the driver collects those. An output that several
@@ -52,23 +69,36 @@ state, which spares a store read per key and batch.
 Spark as a source: :meth:`SparkRuntime.feed` runs a topology whose spout is
 a :class:`DataFrameSpout` over a streaming DataFrame, with ``foreachBatch``:
 one micro-batch per transaction, txid = Spark's batch id (Spark's offset log
-replays an unfinished batch with the same id and data), a replayed batch at
-or below the committed txid skipped, and a refusal to start when the store's
-txid is ahead of the checkpoint's offset log.
+replays an unfinished batch with the same id and data, so no spout positions
+are stored), a replayed batch at or below the committed txid skipped, and a
+refusal to start when the store's txid is ahead of the checkpoint's offset
+log. Its phases go through the same coordinator and record.
 
-Lifecycle on Spark (differs from local, documented for users): a bolt task's
-instance lives for one batch attempt. It is unpickled on an executor,
-``prepare`` is called, then (stateful bolts) ``init_state`` with the last
-committed state, ``execute`` per tuple and ``pre_prepare`` + prepare.
-``pre_commit`` and ``pre_rollback`` are not called (the instance is gone when
-the driver commits or rolls back). ``cleanup`` is called once per task at the
-end of a run that ends normally, on the driver, on an instance that was
-prepared and initialised with the committed state. A tuple failed by a bolt
+Lifecycle on Spark (differs from local, documented for users). A bolt task's
+*executing* instance lives for one batch attempt: it is unpickled on an
+executor, ``prepare`` is called, then (stateful bolts) ``init_state`` with
+the last committed state, ``execute`` per tuple and ``pre_prepare(t)`` +
+prepare. The hooks that follow the job run on the driver: for each stateful
+task the driver keeps one instance for the run, prepared with the task's
+context and config (its collector drops what it emits) and given
+``init_state`` with the committed state at every recovery's ``INITSTATE``;
+it calls ``pre_commit(t)`` on it just before committing the task's namespace
+and ``pre_rollback()`` just before rolling it back. So the hooks run in
+Storm's order (``pre_prepare(t)`` before ``pre_commit(t)``; ``pre_rollback``
+on a failed batch), but ``pre_commit``/``pre_rollback`` see the driver's
+instance, not the fields the executing instance set: use them for effects
+outside the state (publish, notify, commit an external sink), not to read
+what ``execute`` accumulated in memory. (The alternative, keeping executing
+instances in the Python worker next to ``_STATE_CACHE`` and calling the hooks
+in a small commit job, costs one more Spark job per batch and still needs a
+fallback instance when the task lands on another worker.) ``cleanup`` is
+called once per task at the end of a run that ends normally, on the driver,
+on an instance initialised with the committed state. A tuple failed by a bolt
 (:class:`~statestream.FailedException` or ``collector.fail``) is executed
 again later in the same task, up to :data:`MAX_TUPLE_FAILURES` times; what it
 emitted during the failed attempt is dropped. Any other exception fails the
 Spark task (Spark retries it: use a master such as ``local[2,2]``), and a job
-that still fails is rolled back and replayed, up to ``attempts`` times.
+that still fails is rolled back and read again, up to ``attempts`` times.
 """
 
 from __future__ import annotations
@@ -80,27 +110,44 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import cloudpickle
 
-from .._checkpoint import Action, CheckpointState, next_state
+from .._checkpoint import Action, CheckpointCoordinator, CheckpointState, Emission, Phase
 from .._clock import SystemClock
-from .._components import BasicBolt, Bolt, Spout, StatefulBolt, TopologyContext
+from .._components import (
+    BasicBolt,
+    Bolt,
+    Spout,
+    StatefulBolt,
+    TopologyContext,
+    task_namespace,
+)
 from .._config import Config
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
+from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
+from .._results import ErrorReport, RunResult, TaskMetrics
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
-from .._topology import ComponentSpec, Topology
+from .._topology import Topology
 from .._tuple import Origin, Tuple, check_emit
-from .local import ErrorReport, RunResult, TaskMetrics
+from .plan import RouteSpec, RuntimePlan
+
+try:
+    from .._executors import unwrap as _unwrap
+except ImportError:  # pragma: no cover - before build() wrapped bolts in executors
+
+    def _unwrap(obj: Any) -> Any:
+        return obj
+
 
 __all__ = [
     "BATCH_ATTEMPTS_KEY",
     "BATCH_SIZE_KEY",
     "MAX_TUPLE_FAILURES",
-    "REPLAY_CONTRACT",
     "DataFrameSpout",
     "SparkRuntime",
 ]
@@ -114,15 +161,8 @@ BATCH_ATTEMPTS_KEY = "statestream.spark.batch.attempts"
 #: A tuple failed this many times in one task attempt fails the task.
 MAX_TUPLE_FAILURES = 3
 
-#: Where the driver keeps the checkpoint phase and the batch positions.
-CHECKPOINT_NAMESPACE = f"{CHECKPOINT_SPOUT}-0"
-_PHASE_KEY = "checkpoint"  # the key the local runtime's CheckpointSpout uses
-_POSITIONS_KEY = "positions"
-
-REPLAY_CONTRACT = (
-    "plan_batch(conf, start, max_items) -> end position or None, and "
-    "read_batch(conf, start, end) -> iterable of values"
-)
+#: Where the driver keeps the checkpoint record (as the local checkpoint spout does).
+CHECKPOINT_NAMESPACE = task_namespace(CHECKPOINT_SPOUT, 0)
 
 _SPARK_DEFAULTS: Mapping[str, str] = {
     "spark.ui.enabled": "false",
@@ -132,9 +172,6 @@ _SPARK_DEFAULTS: Mapping[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
 }
-
-#: Providers whose store executors cannot share, and the scope they are shared in.
-_LOCAL_PROVIDERS: Mapping[str, str] = {"memory": "process", "sqlite": "machine"}
 
 #: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token).
 _Ack = tuple[str, int, int, int, int, str | None]
@@ -151,12 +188,15 @@ def _is_local_master(master: str) -> bool:
 
 
 def check_provider(conf: Mapping[str, Any], master: str) -> None:
-    """Refuse a provider that the executors of ``master`` cannot share (ConfigError)."""
-    from .._registry import resolve_provider
+    """Refuse a provider that the executors of ``master`` cannot share (ConfigError).
+
+    The provider declares how far it can be shared (``sharing``: ``process``,
+    ``machine`` or ``network``); see :func:`statestream._registry.provider_sharing`.
+    """
+    from .._registry import provider_sharing
 
     spec = conf["topology.state.provider"]
-    name = getattr(resolve_provider(spec), "name", spec)
-    scope = _LOCAL_PROVIDERS.get(name)
+    scope = provider_sharing(spec)
     if scope == "process":
         raise ConfigError(
             f"topology.state.provider is {spec!r}, which keeps state inside one Python "
@@ -167,7 +207,7 @@ def check_provider(conf: Mapping[str, Any], master: str) -> None:
         )
     if scope == "machine" and not _is_local_master(master):
         raise ConfigError(
-            f"topology.state.provider is {spec!r}, a file on one machine, but spark.master "
+            f"topology.state.provider is {spec!r}, a store on one machine, but spark.master "
             f"{master!r} runs executors in several processes or hosts that cannot share it "
             "safely; use topology.state.provider: redis, or a local[...] master"
         )
@@ -184,7 +224,7 @@ def ship_user_modules(topology: Topology) -> list[str]:
     shipped = []
     objs: list[Any] = []
     for spec in topology.components.values():
-        objs.append(spec.obj)
+        objs.append(_unwrap(spec.obj))
         objs.extend(sub.grouping.custom for sub in spec.inputs if sub.grouping.custom is not None)
     for obj in objs:
         for cls in type(obj).__mro__:
@@ -212,18 +252,22 @@ def check_spark_conf(conf: Mapping[str, Any]) -> None:
         )
 
 
-def has_replay_contract(spout: object) -> bool:
-    return callable(getattr(spout, "plan_batch", None)) and callable(
-        getattr(spout, "read_batch", None)
-    )
-
-
 # --------------------------------------------------------------------------- executor side
 
-_PLANS: dict[str, _Plan] = {}
+_SHIPPED: dict[str, _Shipped] = {}
 _PROVIDERS: dict[str, Any] = {}
 #: (provider key, namespace) -> (token of its last prepare, the state object).
 _STATE_CACHE: dict[tuple[str, str], tuple[str, Any]] = {}
+
+
+def _user_bolt(topology: Topology, cid: str) -> Any:
+    """A fresh copy of the user's bolt ``cid`` for one task.
+
+    ``build()`` wraps bolts in the executors of the local runtime's per-tuple
+    protocols (barriers, held acks); a batch is the unit of the checkpoint
+    protocol here, and this runtime runs it itself on the bare bolt.
+    """
+    return _unwrap(topology.instantiate(cid))
 
 
 def _identity(key: int) -> int:
@@ -279,71 +323,47 @@ def fresh_state(provider: Any, namespace: str) -> Any:
     return provider.get_state(namespace)
 
 
-class _Plan:
-    """What executors need, unpickled once per Python worker and run."""
+def _opener(provider: Any) -> Callable[[str], Any] | None:
+    if provider is None:
+        return None
 
-    def __init__(
-        self,
-        topology: Topology,
-        config: Config,
-        component_tasks: dict[str, list[int]],
-    ) -> None:
-        self.topology = topology
-        self.config = config
-        self.component_tasks = component_tasks
-        self.owner = {
-            tid: (cid, index)
-            for cid, tids in component_tasks.items()
-            for index, tid in enumerate(tids)
-        }
+    def opener(namespace: str) -> Any:
+        return fresh_state(provider, namespace)
+
+    return opener
+
+
+class _Shipped:
+    """What executors need, unpickled once per Python worker: the plan and where acks go."""
+
+    def __init__(self, plan: RuntimePlan, exactly_once: bool) -> None:
+        self.plan = plan
+        self.exactly_once = exactly_once
+        topology = plan.topology
         # Where each component's acknowledgements go: its first downstream bolt
         # (None: to the driver).
         self.ack_to: dict[str, str | None] = {
             cid: next((d for d in topology.downstream(cid) if not d.startswith("$")), None)
             for cid in topology.components
         }
-        self.output_fields = {
-            cid: {s: f for s, (f, _) in spec.outputs.items()}
-            for cid, spec in topology.components.items()
-        }
-        self._confs: dict[str, Mapping[str, Any]] = {}
-
-    def conf_for(self, cid: str) -> Mapping[str, Any]:
-        conf = self._confs.get(cid)
-        if conf is None:
-            spec = self.topology.components[cid]
-            conf = self.config
-            if spec.config:
-                conf = self.config.with_overrides(spec.config, source=f"component {cid!r}")
-            self._confs[cid] = conf
-        return conf
 
     def context(self, cid: str, index: int, provider: Any = None) -> TopologyContext:
-        opener = None
-        if provider is not None:
-
-            def opener(namespace: str) -> Any:
-                return fresh_state(provider, namespace)
-
-        return TopologyContext(
-            self.topology.name,
+        return self.plan.context(
             cid,
             index,
-            self.component_tasks[cid][index],
-            self.component_tasks,
-            self.output_fields,
-            state_opener=opener,
+            state_opener=_opener(provider),
             clock=SystemClock(),
+            exactly_once=self.exactly_once,
         )
 
 
-def _plan(token: str, payload: Any) -> _Plan:
-    plan = _PLANS.get(token)
-    if plan is None:
-        if len(_PLANS) > 4:
-            _PLANS.clear()
-        plan = _PLANS[token] = cloudpickle.loads(payload.value)
-    return plan
+def _shipped(token: str, payload: Any) -> _Shipped:
+    shipped = _SHIPPED.get(token)
+    if shipped is None:
+        if len(_SHIPPED) > 4:
+            _SHIPPED.clear()
+        shipped = _SHIPPED[token] = cloudpickle.loads(payload.value)
+    return shipped
 
 
 class _Route:
@@ -351,13 +371,13 @@ class _Route:
 
     __slots__ = ("custom", "index_of_task", "key", "kind", "n", "rr", "target")
 
-    def __init__(self, target: ComponentSpec, kind: str, producer_index: int) -> None:
-        self.target = target.id
-        self.kind = kind
-        self.n = target.parallelism
-        self.key: Any = None
-        self.custom: Any = None
-        self.index_of_task: dict[int, int] = {}
+    def __init__(self, spec: RouteSpec, producer_index: int) -> None:
+        self.target = spec.target
+        self.kind = spec.kind
+        self.n = len(spec.task_ids)
+        self.key: Any = spec.key
+        self.custom: Any = spec.custom
+        self.index_of_task: dict[int, int] = {tid: i for i, tid in enumerate(spec.task_ids)}
         # As the local runtime: each producer task starts its round-robin elsewhere.
         self.rr = producer_index % self.n
 
@@ -385,8 +405,9 @@ class _Route:
 class _Producer:
     """One task on an executor: routes what it emits; the collector bolts see."""
 
-    def __init__(self, plan: _Plan, cid: str, index: int) -> None:
-        self.plan = plan
+    def __init__(self, shipped: _Shipped, cid: str, index: int) -> None:
+        plan = shipped.plan
+        self.shipped = shipped
         self.cid = cid
         self.index = index
         self.task_id = plan.component_tasks[cid][index]
@@ -400,19 +421,11 @@ class _Producer:
         self.streams: dict[str, tuple[int, list[_Route], bool]] = {}
         self.outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
         for stream, (fields, direct) in self.outputs.items():
-            routes = []
-            for target, sub in plan.topology.subscribers(cid, stream):
-                if target.id.startswith("$"):
-                    continue
-                route = _Route(target, sub.grouping.kind, index)
-                if sub.grouping.kind == "fields":
-                    idx = [fields.index_of(f) for f in sub.grouping.fields]
-                    route.key = idx[0] if len(idx) == 1 else tuple(idx)
-                route.custom = sub.grouping.custom
-                route.index_of_task = {
-                    tid: i for i, tid in enumerate(plan.component_tasks[target.id])
-                }
-                routes.append(route)
+            routes = [
+                _Route(route, index)
+                for route in plan.routes(cid, stream)
+                if not route.target.startswith("$")
+            ]
             self.streams[stream] = (len(fields), routes, direct)
 
     def finish(self, ack: _Ack, forwarded: Iterable[_Ack]) -> None:
@@ -423,7 +436,7 @@ class _Producer:
         them to the driver. So the driver collects only acknowledgements and
         never reads a partition of tuples.
         """
-        target = self.plan.ack_to[self.cid]
+        target = self.shipped.ack_to[self.cid]
         if target is None:
             self.out.append((_ACK, 0, ack))
             self.out.extend((_ACK, 0, a) for a in forwarded)
@@ -498,24 +511,15 @@ def _sort_key(rec: tuple[Any, ...]) -> int:
 
 
 def _read_partition(
-    token: str, payload: Any, items: Iterable[tuple[str, int, str, Any, Any]]
+    token: str, payload: Any, items: Iterable[tuple[str, int, Sequence[Any]]]
 ) -> Iterator[tuple[Any, Any, Any]]:
-    """The read stage: one item per spout task, ``(cid, index, kind, start, end)``.
-
-    ``kind`` is ``"range"`` (replayable: ``read_batch(conf, start, end)``) or
-    ``"records"`` (at-most-once: ``start`` holds the ``(stream, values,
-    direct)`` the driver polled).
-    """
-    plan = _plan(token, payload)
-    for cid, index, kind, start, end in items:
-        producer = _Producer(plan, cid, index)
-        if kind == "range":
-            spout = plan.topology.instantiate(cid)
-            for values in spout.read_batch(plan.conf_for(cid), start, end):
-                producer._route("default", values, None)
-        else:
-            for stream, values, direct in start:
-                producer._route(stream, values, direct)
+    """The read stage: one item per spout task, ``(cid, index, records)``, where
+    ``records`` are the ``(stream, values, direct task)`` the driver read from it."""
+    shipped = _shipped(token, payload)
+    for cid, index, records in items:
+        producer = _Producer(shipped, cid, index)
+        for stream, values, direct in records:
+            producer._route(stream, values, direct)
         producer.finish((cid, index, 0, producer.emitted, 0, None), ())
         yield from producer.out
 
@@ -551,7 +555,8 @@ def _run_bolt(
     items: Iterable[tuple[int, Any]],
 ) -> Iterator[tuple[Any, Any, Any]]:
     """One bolt task for one batch attempt (a Spark partition)."""
-    plan = _plan(token, payload)
+    shipped = _shipped(token, payload)
+    plan = shipped.plan
     records = [rec for _, rec in items]
     records.sort(key=_sort_key)
     # Acknowledgements forwarded from upstream tasks sort first (key -1).
@@ -561,11 +566,11 @@ def _run_bolt(
     forwarded = [rec[2] for rec in records[:n_acks]]
     records = records[n_acks:]
     spec = plan.topology.components[cid]
-    bolt: Bolt | BasicBolt = plan.topology.instantiate(cid)
-    producer = _Producer(plan, cid, index)
+    bolt: Bolt | BasicBolt = _user_bolt(plan.topology, cid)
+    producer = _Producer(shipped, cid, index)
     conf = plan.conf_for(cid)
     provider = _shared_provider(plan.config) if spec.is_stateful else None
-    context = plan.context(cid, index, provider)
+    context = shipped.context(cid, index, provider)
     state: Any = None
     if isinstance(bolt, BasicBolt):
         bolt.prepare(conf, context)
@@ -579,7 +584,8 @@ def _run_bolt(
         execute = bolt.execute  # type: ignore[assignment]
     if isinstance(bolt, StatefulBolt):
         assert provider is not None
-        state = _task_state(provider, _provider_key(plan.config), f"{cid}-{index}", valid)
+        namespace = task_namespace(cid, index)
+        state = _task_state(provider, _provider_key(plan.config), namespace, valid)
         state.rollback()  # a prepare left by a failed attempt of this batch
         apply_action(bolt, state, Action.INITSTATE, txid, False)
     origins: dict[tuple[int, str], Origin] = {}
@@ -628,7 +634,7 @@ def _run_bolt(
     if state is not None:
         apply_action(bolt, state, Action.PREPARE, txid, True)  # type: ignore[arg-type]
         prepared = uuid.uuid4().hex
-        _STATE_CACHE[_provider_key(plan.config), f"{cid}-{index}"] = (prepared, state)
+        _STATE_CACHE[_provider_key(plan.config), task_namespace(cid, index)] = (prepared, state)
     producer.finish((cid, index, executed, producer.emitted, failures, prepared), forwarded)
     yield from producer.out
 
@@ -641,10 +647,10 @@ def _rows_partition(
     Sequence numbers start at ``part << 28`` so that the records of every
     partition sort apart and in the same order on every replay.
     """
-    plan = _plan(token, payload)
-    producer = _Producer(plan, cid, 0)
+    shipped = _shipped(token, payload)
+    producer = _Producer(shipped, cid, 0)
     producer.seq = part << 28
-    columns = plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
+    columns = shipped.plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
     for row in rows:
         producer._route("default", [row[c] for c in columns], None)
     producer.finish((cid, part, 0, producer.emitted, 0, None), ())
@@ -697,7 +703,7 @@ def spark_checkpoint_batches(location: str) -> tuple[int, int]:
 
 
 class _PollCollector:
-    """At-most-once: what a spout without the replay contract emits on the driver."""
+    """What a spout task emits on the driver while a batch is read."""
 
     def __init__(self) -> None:
         self.items: list[tuple[str, list[Any], int | None]] = []
@@ -730,13 +736,35 @@ class _NullCollector:
     report_error = emit
 
 
-def _next_start(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """Where each spout task starts after ``batch``: its end, or its start if it read nothing."""
-    ends = batch.get("end") or {}
-    return {
-        **(batch.get("start") or {}),
-        **{key: end for key, end in ends.items() if end is not None},
-    }
+@dataclass
+class _SpoutTask:
+    """One data spout task, opened once on the driver for the run."""
+
+    cid: str
+    index: int
+    namespace: str
+    spout: Spout
+    collector: _PollCollector
+
+
+@dataclass
+class _Batch:
+    """One batch as the driver holds it until it commits."""
+
+    records: dict[tuple[str, int], list[tuple[str, list[Any], int | None]]] = field(
+        default_factory=dict
+    )
+    """Per spout task, what it emitted: ``(stream, values, direct task)``."""
+    positions: dict[str, Any] | None = None
+    """Where each spout task stands after the batch (stored with ``PREPARING(t)``)."""
+    msg_ids: list[tuple[_SpoutTask, list[Any]]] = field(default_factory=list)
+    """Per spout task, the message ids to ack once the batch commits."""
+    source: Any = None
+    """A Spark-fed batch: the RDD of its read stage (no records, no positions)."""
+
+    @property
+    def size(self) -> int:
+        return sum(len(records) for records in self.records.values())
 
 
 class SparkRuntime:
@@ -750,12 +778,15 @@ class SparkRuntime:
     the end of the run). ``batch_size`` overrides
     ``statestream.spark.batch.size``.
 
-    Exactly-once state needs every spout to implement the replay contract
-    (:data:`REPLAY_CONTRACT`, see :class:`statestream.FileSpout`). A spout
-    without it is refused unless the user opts into at-most-once with
-    ``statestream.state.exactly.once: false`` and ``topology.acker.executors:
-    0``: then the driver polls ``next_tuple`` to fill each batch, and a batch
-    lost to a crash is not replayed.
+    Every data spout must be :class:`~statestream.Rewindable` (``position()``
+    and ``seek()``, see :class:`statestream.FileSpout`): a failed or
+    unfinished batch is read again from the positions of the last committed
+    checkpoint. A spout without them is refused (with
+    ``statestream.state.exactly.once`` auto or false too: Spark has no
+    at-least-once mode to fall back to) unless the user opts into
+    at-most-once with ``topology.acker.executors: 0`` (and exactly-once auto
+    or false): then a failed batch is run again with the records already
+    read, and a batch lost to a crash is not replayed.
     """
 
     #: Test hook: called as ``hook(point, txid)`` at ``"recovered"`` (the stored
@@ -774,7 +805,8 @@ class SparkRuntime:
         from .._run import as_config
 
         self.topology = topology
-        self.config = as_config(config, topology_prefixes=(topology.name,))
+        self.config: Config = as_config(config, topology_prefixes=(topology.name,))
+        self.plan = RuntimePlan(topology, self.config)
         self._spark = spark
         self._own_session = False
         self.batch_size = int(batch_size if batch_size is not None else self.config[BATCH_SIZE_KEY])
@@ -783,54 +815,59 @@ class SparkRuntime:
         self.attempts = int(self.config[BATCH_ATTEMPTS_KEY])
         self._stop = False
         self.errors: list[ErrorReport] = []
-        self._metrics: dict[str, TaskMetrics] = {}
         self.counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
         self.provider: Any = None
         self._tokens: dict[str, str] = {}
-        # component id -> global task ids, computed as the local runtime does
-        # (so emit_direct task ids agree across runtimes).
-        self.component_tasks: dict[str, list[int]] = {}
-        next_id = 0
-        for cid in topology.topological_order():
-            n = topology.components[cid].parallelism
-            self.component_tasks[cid] = list(range(next_id, next_id + n))
-            next_id += n
-        self.spouts = [s for s in topology.spouts if not s.id.startswith("$")]
-        self.bolts = [
-            topology.components[cid]
-            for cid in topology.topological_order()
-            if not cid.startswith("$") and not topology.components[cid].is_spout
-        ]
-        self.namespaces = [
-            f"{b.id}-{i}" for b in self.bolts if b.is_stateful for i in range(b.parallelism)
-        ]
+        self.component_tasks = self.plan.component_tasks
+        self.spouts = self.plan.data_spouts
+        self.bolts = [b for b in self.plan.bolts if not b.id.startswith("$")]
+        self.namespaces = self.plan.stateful_namespaces
         ship_user_modules(topology)
-        self.at_most_once = False
         self.fed = [s.id for s in self.spouts if isinstance(s.obj, DataFrameSpout)]
-        missing = [
-            s.id
-            for s in self.spouts
-            if not has_replay_contract(s.obj) and not isinstance(s.obj, DataFrameSpout)
-        ]
-        if missing:
-            if (
-                not self.config["statestream.state.exactly.once"]
-                and self.config["topology.acker.executors"] == 0
-            ):
-                self.at_most_once = True
-            else:
-                names = ", ".join(
-                    f"{cid!r} ({type(topology.components[cid].obj).__name__})" for cid in missing
-                )
-                raise ConfigError(
-                    f"spout {names} cannot replay a batch, which the spark runtime needs for "
-                    f"exactly-once state; implement the replay contract ({REPLAY_CONTRACT}), "
-                    "or accept at-most-once processing with statestream.state.exactly.once: "
-                    "false and topology.acker.executors: 0"
-                )
+        self.at_most_once = self._at_most_once()
+        #: What bolts are told through ``context.exactly_once``.
+        self.exactly_once = not self.at_most_once and self.plan.checkpointed
         self._metrics = {
             cid: TaskMetrics(cid, -1) for cid in self.component_tasks if not cid.startswith("$")
         }
+        self._record = CheckpointRecord(CheckpointState.initial())
+        self._coordinator: CheckpointCoordinator | None = None
+        self._cut: dict[str, Any] | None = None
+        self._spout_tasks: list[_SpoutTask] = []
+        self._driver_bolts: dict[str, StatefulBolt] = {}
+
+    def _at_most_once(self) -> bool:
+        """Whether batches are read at-most-once (a spout cannot rewind and the
+        user accepted it); refuses a spout that cannot rewind otherwise."""
+        readers = {s.id: s.obj for s in self.spouts if not isinstance(s.obj, DataFrameSpout)}
+        setting = self.config["statestream.state.exactly.once"]
+        cannot = [cid for cid, obj in readers.items() if not can_rewind(obj)]
+        try:
+            # A batch is the unit of replay whether or not a bolt is stateful,
+            # so the decision is taken as for a stateful topology.
+            on, _ = resolve_exactly_once(setting, True, readers)
+        except ConfigError:
+            on = False  # true, and a spout cannot rewind: refused below
+        if on or not cannot:
+            return False
+        if setting is not True and self.config["topology.acker.executors"] == 0:
+            return True  # at-most-once, as asked (auto asks for no more than is possible)
+        names = ", ".join(f"{cid!r} ({type(readers[cid]).__name__})" for cid in cannot)
+        if setting is True:
+            why = "statestream.state.exactly.once is true"
+        else:
+            why = (
+                f"statestream.state.exactly.once is {str(setting).lower()}, which on the local "
+                "runtime gives Storm's at-least-once, but the spark runtime has no at-least-once "
+                "mode"
+            )
+        raise ConfigError(
+            f"spout {names} cannot rewind (no position()/seek()), and the spark runtime reads "
+            f"a failed or unfinished batch again by seeking its spouts back ({why}). Implement "
+            "statestream.Rewindable (position() and seek(position), see FileSpout), or accept "
+            "at-most-once processing with topology.acker.executors: 0 (and "
+            "statestream.state.exactly.once auto or false)"
+        )
 
     # -- session and provider ---------------------------------------------------
     @property
@@ -874,31 +911,181 @@ class SparkRuntime:
             )
         return self.provider
 
-    # -- the checkpoint record ----------------------------------------------------
-    def _load(self) -> tuple[CheckpointState, dict[str, Any]]:
-        cp = fresh_state(self._open_provider(), CHECKPOINT_NAMESPACE)
-        raw = cp.get(_PHASE_KEY)
-        stored = CheckpointState.from_json(raw) if raw is not None else CheckpointState.initial()
-        positions = cp.get(_POSITIONS_KEY) or {}
-        return stored, dict(positions)
+    def _context(self, cid: str, index: int) -> TopologyContext:
+        return self.plan.context(
+            cid,
+            index,
+            state_opener=_opener(self._open_provider()),
+            clock=SystemClock(),
+            exactly_once=self.exactly_once,
+        )
 
-    def _save(self, state: CheckpointState, positions: Mapping[str, Any] | None = None) -> None:
-        cp = self._open_provider().get_state(CHECKPOINT_NAMESPACE)
-        cp.put(_PHASE_KEY, state.to_json())
-        if positions is not None:
-            cp.put(_POSITIONS_KEY, dict(positions))
-        cp.commit(None)  # phase and positions in one atomic write
+    # -- the checkpoint record and the coordinator ----------------------------------
+    def _load(self) -> CheckpointRecord:
+        return CheckpointRecord.load(fresh_state(self._open_provider(), CHECKPOINT_NAMESPACE))
 
-    def _each_namespace(self, action: Action, txid: int) -> None:
-        provider = self._open_provider()
+    def _save(self, state: CheckpointState) -> None:
+        """The coordinator's ``save``: store the record moved to ``state``.
+
+        ``PREPARING(t)`` is stored with the cut of batch ``t`` (the data
+        spouts' positions at its end) in the same commit.
+        """
+        positions = self._cut if state.phase is Phase.PREPARING else None
+        record = self._record.advance(state, positions)
+        record.save(self._open_provider().get_state(CHECKPOINT_NAMESPACE))
+        self._record = record
+
+    @property
+    def coordinator(self) -> CheckpointCoordinator:
+        if self._coordinator is None:
+            raise RuntimeFailure("the spark runtime has not started its checkpoints")
+        return self._coordinator
+
+    @staticmethod
+    def _now_ms() -> float:
+        return time.monotonic() * 1000.0
+
+    def _start_checkpoints(self, *, positions_needed: bool) -> None:
+        """Load the record, check it can be continued, and recover from it.
+
+        Every start is a recovery (DESIGN.md §4): the coordinator rolls back a
+        prepare that may not have finished, finishes a decided commit, and
+        ends with ``INITSTATE``.
+        """
+        record = self._load()
+        txid, positions = record.restore_point()
+        if positions_needed and txid >= 0 and positions is None:
+            raise ConfigError(
+                f"the state store holds checkpoint {record.state} (a recovery restores txid "
+                f"{txid}) but no spout positions for it: it was written without exactly-once "
+                "state (the local runtime with statestream.state.exactly.once: false, or a fed "
+                "or at-most-once spark run), so the spouts would be read from their beginning "
+                "and counted into the state again. Finish it with the runtime and settings that "
+                "wrote it, or give this run a fresh store (another sqlite path or redis key_prefix)"
+            )
+        self._record = record
+        interval_ms = int(self.config["topology.state.checkpoint.interval.ms"])
+        self._coordinator = CheckpointCoordinator(record.state, interval_ms, self._save)
+        self._open_driver_bolts()
+        if self._recover():
+            self.counters["recovered"] += 1
+        if self.fault_hook is not None:
+            self.fault_hook("recovered", self.coordinator.state.txid)
+
+    def _recover(self) -> bool:
+        """Run the coordinator's recovery to its end; True if it rolled back or committed."""
+        coordinator = self.coordinator
+        acted = False
+        while coordinator.recovering:
+            emission = coordinator.poll(self._now_ms())
+            if emission is None:
+                raise RuntimeFailure(f"the checkpoint coordinator is stuck: {coordinator!r}")
+            if emission.action is not Action.INITSTATE:
+                log.warning(
+                    "spark runtime: recovery %s(%d) on every stateful task",
+                    emission.action.value,
+                    emission.txid,
+                )
+                acted = True
+            self._act(emission)
+            coordinator.on_ack(emission.action, emission.txid, self._now_ms())
+        return acted
+
+    def _act(self, emission: Emission) -> None:
+        """Carry out ``ROLLBACK``/``COMMIT``/``INITSTATE`` on every stateful namespace.
+
+        The hook runs first, on the driver's instance of the task
+        (``pre_rollback()``, ``pre_commit(t)``; ``init_state`` for
+        ``INITSTATE``), then the state acts through a state object that reads
+        its txids from the store (the executors prepared it).
+        """
+        action, txid = emission
+        if action is Action.PREPARE:
+            raise RuntimeFailure("PREPARE is carried out by the job's tasks, not by the driver")
         if action is not Action.COMMIT:
             self._tokens = {}  # no executor's state object is current any more
-        for ns in self.namespaces:
-            state = fresh_state(provider, ns)
-            if action is Action.COMMIT:
-                state.commit(txid)
-            else:
-                state.rollback()
+        provider = self._open_provider()
+        for namespace in self.namespaces:
+            state = fresh_state(provider, namespace)
+            apply_action(
+                self._driver_bolts[namespace], state, action, txid, action is not Action.INITSTATE
+            )
+
+    def _open_driver_bolts(self) -> None:
+        """One instance per stateful task, on the driver, for its pre_commit/pre_rollback."""
+        if self._driver_bolts:
+            return
+        for spec in self.bolts:
+            if not spec.is_stateful:
+                continue
+            for i in range(spec.parallelism):
+                bolt: StatefulBolt = _user_bolt(self.topology, spec.id)
+                bolt.prepare(
+                    self.plan.conf_for(spec.id), self._context(spec.id, i), _NullCollector()
+                )
+                self._driver_bolts[task_namespace(spec.id, i)] = bolt
+
+    # -- the spouts -------------------------------------------------------------------
+    def _open_spouts(self) -> None:
+        for spec in self.spouts:
+            for i in range(spec.parallelism):
+                spout: Spout = self.topology.instantiate(spec.id)
+                collector = _PollCollector()
+                spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
+                self._spout_tasks.append(
+                    _SpoutTask(spec.id, i, task_namespace(spec.id, i), spout, collector)
+                )
+
+    def _seek(self) -> None:
+        """Rewind every data spout to the positions of the checkpoint recovery restored
+        (from the beginning on a fresh store)."""
+        if self.at_most_once:
+            return
+        _, positions = self._record.restore_point()
+        for task in self._spout_tasks:
+            where = None if positions is None else positions.get(task.namespace)
+            task.spout.seek(where)  # type: ignore[attr-defined]
+
+    def _read_batch(self) -> _Batch:
+        """Fill a batch: ``next_tuple`` on each spout task until it has emitted
+        ``batch_size`` tuples or emits nothing more; then its ``position()``."""
+        batch = _Batch()
+        for task in self._spout_tasks:
+            collector = task.collector
+            collector.items = []
+            collector.msg_ids = []
+            next_tuple = task.spout.next_tuple
+            items = collector.items
+            while len(items) < self.batch_size:
+                before = len(items)
+                next_tuple()
+                if len(items) == before:
+                    break
+            batch.records[task.cid, task.index] = items
+            batch.msg_ids.append((task, collector.msg_ids))
+        if not self.at_most_once:
+            batch.positions = {
+                task.namespace: check_position(task.cid, task.spout.position())  # type: ignore[attr-defined]
+                for task in self._spout_tasks
+            }
+        return batch
+
+    def _read_again(self, batch: _Batch) -> _Batch:
+        """The batch after a rollback: read again from the restored positions."""
+        if self.at_most_once:
+            return batch  # the spouts cannot rewind: run the same records again
+        self._seek()
+        return self._read_batch()
+
+    def _close_spouts(self) -> None:
+        tasks, self._spout_tasks = self._spout_tasks, []
+        for task in tasks:
+            try:
+                task.spout.close()
+            except Exception as exc:
+                self.errors.append(
+                    ErrorReport(task.cid, task.index, "close()", repr(exc), traceback.format_exc())
+                )
 
     # -- the loop -----------------------------------------------------------------
     def stop(self) -> None:
@@ -911,7 +1098,7 @@ class SparkRuntime:
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run batches until stopped, ``duration`` seconds, or (``until_idle``) every
-        spout is exhausted. Recovers first from the stored checkpoint phase."""
+        spout is exhausted. Recovers first from the stored checkpoint record."""
         if self.fed:
             raise ConfigError(
                 f"spout {self.fed[0]!r} is a DataFrameSpout: Spark feeds it; start the topology "
@@ -924,44 +1111,32 @@ class SparkRuntime:
         check_provider(self.config, self.master)  # the session's master may differ
         sc = spark.sparkContext
         token = uuid.uuid4().hex
-        payload = sc.broadcast(
-            cloudpickle.dumps(_Plan(self.topology, self.config, self.component_tasks))
-        )
+        payload = sc.broadcast(cloudpickle.dumps(_Shipped(self.plan, self.exactly_once)))
         reason = "stopped"
         clean = False
         try:
-            self._check_positions()
-            state, positions = self._recover()
-            drivers = self._open_spouts() if self.at_most_once else {}
+            self._start_checkpoints(positions_needed=not self.at_most_once)
+            self._open_spouts()
+            self._seek()
             interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
             while not self._stop:
                 if duration is not None and time.monotonic() - start_time >= duration:
                     reason = "duration"
                     break
-                replay = self._replay
-                self._replay = None
-                batch: dict[str, Any] | None
-                polled: dict[str, Any] | None
-                if replay is not None:
-                    batch, polled = replay, None
-                elif self.at_most_once:
-                    batch, polled = self._poll(drivers)
-                else:
-                    batch, polled = self._plan_batch(positions), None
-                if batch is None:
-                    if until_idle:
+                batch = self._read_batch()
+                if not batch.size:
+                    if until_idle and all(t.spout.exhausted() for t in self._spout_tasks):
                         reason = "idle"
                         break
                     time.sleep(interval)
                     continue
-                state, positions = self._transaction(
-                    sc, token, payload, state, positions, batch, polled, drivers
-                )
+                self._transaction(sc, token, payload, batch, self._read_again)
             clean = True
         finally:
             try:
                 if clean:
                     self._cleanup()
+                self._close_spouts()
                 payload.unpersist()
             finally:
                 if self._own_session:
@@ -974,7 +1149,83 @@ class SparkRuntime:
             self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
         )
 
-    _replay: dict[str, Any] | None = None
+    def _transaction(
+        self,
+        sc: Any,
+        token: str,
+        payload: Any,
+        batch: _Batch,
+        read_again: Callable[[_Batch], _Batch],
+    ) -> None:
+        """One batch through the coordinator: PREPARE (stored with the batch's end
+        positions), the job, COMMIT; a failed job rolls back and runs again."""
+        coordinator = self.coordinator
+        failures = 0
+        while True:
+            self._cut = batch.positions
+            try:
+                emission = coordinator.poll(self._now_ms(), early=True)
+            finally:
+                self._cut = None
+            if emission is None or emission.action is not Action.PREPARE:
+                raise RuntimeFailure(
+                    f"the checkpoint coordinator gave {emission} where a PREPARE was due "
+                    f"({coordinator!r})"
+                )
+            txid = emission.txid
+            try:
+                acks = self._job(sc, token, payload, txid, batch)
+                break
+            except Exception as exc:
+                failures += 1
+                self.errors.append(
+                    ErrorReport(
+                        "$batch",
+                        -1,
+                        f"batch {txid} attempt {failures}",
+                        repr(exc)[:2000],
+                        "".join(traceback.format_exception(exc))[-20000:],
+                    )
+                )
+                self.counters["replays"] += 1
+                coordinator.on_fail(Action.PREPARE, txid)
+                self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
+                if failures >= self.attempts:
+                    for task, msg_ids in batch.msg_ids:
+                        for msg_id in msg_ids:
+                            task.spout.fail(msg_id)
+                    raise RuntimeFailure(
+                        f"batch {txid} failed {failures} times and was rolled back; the last "
+                        f"error: {exc!r}. The next run reads it again from the stored positions"
+                    ) from exc
+                log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
+                batch = read_again(batch)
+        if self.fault_hook is not None:
+            self.fault_hook("prepared", txid)
+        coordinator.on_ack(Action.PREPARE, txid, self._now_ms())  # stores COMMITTING(txid)
+        emission = coordinator.poll(self._now_ms())
+        if emission != Emission(Action.COMMIT, txid):
+            raise RuntimeFailure(
+                f"the checkpoint coordinator gave {emission} where COMMIT({txid}) was due"
+            )
+        self._act(emission)
+        coordinator.on_ack(Action.COMMIT, txid, self._now_ms())  # stores COMMITTED(txid)
+        if self.fault_hook is not None:
+            self.fault_hook("committed", txid)
+        for task, msg_ids in batch.msg_ids:
+            for msg_id in msg_ids:
+                task.spout.ack(msg_id)
+        self.counters["batches"] += 1
+        # The prepares just committed: executors may keep using those state objects.
+        self._tokens = {
+            task_namespace(cid, index): tok for cid, index, *_, tok in acks if tok is not None
+        }
+        for cid, _index, executed, emitted, failed, _ in acks:
+            m = self._metrics[cid]
+            m.executed += executed
+            m.emitted += emitted
+            m.acked += executed - failed
+            m.failed += failed
 
     def feed(
         self,
@@ -1017,7 +1268,7 @@ class SparkRuntime:
         check_provider(self.config, self.master)
         start_time = time.monotonic()
         planned, _ = spark_checkpoint_batches(checkpoint)
-        stored, _ = self._load()
+        stored = self._load().state
         if stored.txid > planned:
             raise ConfigError(
                 f"the state provider has transaction {stored} but the Spark checkpoint "
@@ -1027,37 +1278,35 @@ class SparkRuntime:
             )
         sc = self._spark.sparkContext
         token = uuid.uuid4().hex
-        payload = sc.broadcast(
-            cloudpickle.dumps(_Plan(self.topology, self.config, self.component_tasks))
-        )
-        current = {"state": self._recover()[0]}
-
-        def on_batch(batch_df: Any, batch_id: int) -> None:
-            state = current["state"]
-            if batch_id <= state.txid:
-                log.warning("batch %d was committed already; skipping its replay", batch_id)
-                self.counters["skipped"] = self.counters.get("skipped", 0) + 1
-                return
-            if batch_id != state.txid + 1:
-                raise RuntimeFailure(
-                    f"Spark runs batch {batch_id} but the state provider last committed "
-                    f"{state.txid}: batches {state.txid + 1}..{batch_id - 1} are missing from "
-                    "the state; was the store reset under a running checkpoint?"
-                )
-            rows = batch_df.select(*columns).rdd
-            source = rows.mapPartitionsWithIndex(partial(_rows_partition, token, payload, cid))
-            current["state"], _ = self._transaction(
-                sc, token, payload, state, {}, {"start": {}, "end": {}}, None, {}, source
-            )
-
-        writer = (
-            df.writeStream.foreachBatch(on_batch)
-            .option("checkpointLocation", checkpoint)
-            .queryName(f"statestream-{self.topology.name}-{token[:8]}")
-        )
-        writer = writer.trigger(availableNow=True) if available_now else writer
-        query = writer.start()
+        payload = sc.broadcast(cloudpickle.dumps(_Shipped(self.plan, self.exactly_once)))
+        query = None
         try:
+            # Spark's offset log replays batches: no spout positions are stored.
+            self._start_checkpoints(positions_needed=False)
+
+            def on_batch(batch_df: Any, batch_id: int) -> None:
+                state = self.coordinator.state
+                if batch_id <= state.txid:
+                    log.warning("batch %d was committed already; skipping its replay", batch_id)
+                    self.counters["skipped"] = self.counters.get("skipped", 0) + 1
+                    return
+                if batch_id != state.txid + 1:
+                    raise RuntimeFailure(
+                        f"Spark runs batch {batch_id} but the state provider last committed "
+                        f"{state.txid}: batches {state.txid + 1}..{batch_id - 1} are missing "
+                        "from the state; was the store reset under a running checkpoint?"
+                    )
+                rows = batch_df.select(*columns).rdd
+                source = rows.mapPartitionsWithIndex(partial(_rows_partition, token, payload, cid))
+                self._transaction(sc, token, payload, _Batch(source=source), _same_batch)
+
+            writer = (
+                df.writeStream.foreachBatch(on_batch)
+                .option("checkpointLocation", checkpoint)
+                .queryName(f"statestream-{self.topology.name}-{token[:8]}")
+            )
+            writer = writer.trigger(availableNow=True) if available_now else writer
+            query = writer.start()
             if available_now:
                 query.awaitTermination(timeout)
             else:
@@ -1066,204 +1315,32 @@ class SparkRuntime:
                     if deadline is not None and time.monotonic() >= deadline:
                         break
                     query.awaitTermination(0.2)
+        except ConfigError:
+            raise
         except Exception as exc:  # StreamingQueryException and py4j errors
             raise RuntimeFailure(
                 f"the streaming query failed; restart it on the same checkpoint to replay the "
                 f"unfinished batch: {str(exc).splitlines()[0][:500]} ({_root_cause(exc)})"
             ) from exc
         finally:
-            if query.isActive:
-                query.stop()
-            payload.unpersist()
+            try:
+                if query is not None and query.isActive:
+                    query.stop()
+                payload.unpersist()
+            finally:
+                if self.provider is not None:
+                    self.provider.close()
+                    self.provider = None
         return RunResult(
             self.metrics(), list(self.errors), time.monotonic() - start_time, "fed", self.counters
         )
 
-    def _check_positions(self) -> None:
-        """Refuse a store with committed transactions but no batch positions.
-
-        The local runtime checkpoints the same phase key without positions;
-        starting the spouts from the beginning over its state would count
-        everything it counted again.
-        """
-        stored, positions = self._load()
-        if self.at_most_once or stored.txid < 0 or positions.get("txid") == stored.txid:
-            return
-        raise ConfigError(
-            f"the state store holds checkpoint {stored} without the spark runtime's batch "
-            "positions (was it written by the local runtime?); the spouts would be read from "
-            "their beginning and counted into the state again. Give the spark runtime its own "
-            "store (another sqlite path or redis key_prefix), or keep using the local runtime"
-        )
-
-    def _recover(self) -> tuple[CheckpointState, dict[str, Any]]:
-        """Every start is a recovery (DESIGN.md §4): act on the stored phase.
-
-        The positions record is ``{"txid", "start", "end"}`` for the batch
-        ``txid`` (``end`` is where each spout task stops, None if it read
-        nothing), plus ``"replay"`` (a batch rolled back by a recovery, to be
-        run again from the same positions). Returns the state to go on from
-        and where each spout task starts.
-        """
-        stored, positions = self._load()
-        if positions.get("txid") != stored.txid:
-            positions = {}  # nothing recorded (a fresh store, or one the local runtime wrote)
-        nxt, action = next_state(stored, True)
-        if action is Action.ROLLBACK:
-            log.warning("spark runtime: batch %d was not committed; replaying it", stored.txid)
-            self._each_namespace(Action.ROLLBACK, stored.txid)
-            self.counters["recovered"] += 1
-            start = dict(positions.get("start") or {})
-            replay = None
-            if any(end is not None for end in (positions.get("end") or {}).values()):
-                replay = {"start": start, "end": positions["end"]}
-            # COMMITTED(t-1), still knowing where batch t started and what it read.
-            positions = {"txid": nxt.txid, "start": start, "end": {}, "replay": replay}
-            self._save(nxt, positions)
-        elif action is Action.COMMIT:
-            self._each_namespace(Action.COMMIT, stored.txid)
-            self.counters["recovered"] += 1
-            self._save(nxt)
-        if positions.get("replay"):
-            self._replay = dict(positions["replay"])
-        if self.fault_hook is not None:
-            self.fault_hook("recovered", nxt.txid)
-        return nxt, _next_start(positions)
-
-    def _open_spouts(self) -> dict[tuple[str, int], tuple[Spout, _PollCollector]]:
-        out = {}
-        provider = self._open_provider()
-        plan = _Plan(self.topology, self.config, self.component_tasks)
-        for spec in self.spouts:
-            for i in range(spec.parallelism):
-                spout: Spout = self.topology.instantiate(spec.id)
-                collector = _PollCollector()
-                spout.open(plan.conf_for(spec.id), plan.context(spec.id, i, provider), collector)
-                out[spec.id, i] = (spout, collector)
-        return out
-
-    def _poll(
-        self, drivers: Mapping[tuple[str, int], tuple[Spout, _PollCollector]]
-    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        polled: dict[str, Any] = {}
-        for (cid, i), (spout, collector) in drivers.items():
-            collector.items = []
-            collector.msg_ids = []
-            while len(collector.items) < self.batch_size:
-                before = len(collector.items)
-                spout.next_tuple()
-                if len(collector.items) == before:
-                    break
-            polled[f"{cid}-{i}"] = (collector.items, list(collector.msg_ids))
-        if not any(items for items, _ in polled.values()) and all(
-            spout.exhausted() for spout, _ in drivers.values()
-        ):
-            return None, None
-        return {"start": {}, "end": {}}, polled
-
-    def _plan_batch(self, positions: Mapping[str, Any]) -> dict[str, Any] | None:
-        start: dict[str, Any] = {}
-        end: dict[str, Any] = {}
-        any_data = False
-        for spec in self.spouts:
-            conf = self.config
-            if spec.config:
-                conf = conf.with_overrides(spec.config, source=f"component {spec.id!r}")
-            for i in range(spec.parallelism):
-                key = f"{spec.id}-{i}"
-                begin = positions.get(key)
-                spout: Any = spec.obj
-                stop = spout.plan_batch(conf, begin, self.batch_size)
-                start[key] = begin
-                end[key] = stop
-                any_data = any_data or stop is not None
-        return {"start": start, "end": end} if any_data else None
-
-    def _transaction(
-        self,
-        sc: Any,
-        token: str,
-        payload: Any,
-        state: CheckpointState,
-        positions: dict[str, Any],
-        batch: dict[str, Any],
-        polled: dict[str, Any] | None,
-        drivers: Mapping[tuple[str, int], tuple[Spout, _PollCollector]],
-        source: Any = None,
-    ) -> tuple[CheckpointState, dict[str, Any]]:
-        """One batch: PREPARING (stored with positions), the job, COMMITTING, COMMITTED."""
-        preparing, _ = next_state(state, False)
-        txid = preparing.txid
-        self._save(preparing, {"txid": txid, **batch})
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                acks = self._job(sc, token, payload, txid, batch, polled, source)
-                break
-            except Exception as exc:
-                self.errors.append(
-                    ErrorReport(
-                        "$batch",
-                        -1,
-                        f"batch {txid} attempt {attempt}",
-                        repr(exc)[:2000],
-                        "".join(traceback.format_exception(exc))[-20000:],
-                    )
-                )
-                # next_state(PREPARING, recovering) is ROLLBACK: drop every prepare.
-                self._each_namespace(next_state(preparing, True)[1], txid)
-                self.counters["replays"] += 1
-                if attempt >= self.attempts:
-                    for spout, collector in drivers.values():
-                        for msg_id in collector.msg_ids:
-                            spout.fail(msg_id)
-                    raise RuntimeFailure(
-                        f"batch {txid} failed {attempt} times and was rolled back; the last "
-                        f"error: {exc!r}. The next run replays it from its stored positions"
-                    ) from exc
-                log.warning("batch %d failed (%r); rolled back, replaying", txid, exc)
-        if self.fault_hook is not None:
-            self.fault_hook("prepared", txid)
-        committing, _ = next_state(preparing, False)
-        self._save(committing)
-        committed, action = next_state(committing, False)
-        self._each_namespace(action, txid)
-        self._save(committed)
-        if self.fault_hook is not None:
-            self.fault_hook("committed", txid)
-        for spout, collector in drivers.values():
-            for msg_id in collector.msg_ids:
-                spout.ack(msg_id)
-        self.counters["batches"] += 1
-        # The prepares just committed: executors may keep using those state objects.
-        self._tokens = {f"{cid}-{index}": tok for cid, index, *_, tok in acks if tok is not None}
-        for cid, _index, executed, emitted, failed, _ in acks:
-            m = self._metrics[cid]
-            m.executed += executed
-            m.emitted += emitted
-            m.acked += executed - failed
-            m.failed += failed
-        return committed, {**positions, **_next_start(batch)}
-
-    def _job(
-        self,
-        sc: Any,
-        token: str,
-        payload: Any,
-        txid: int,
-        batch: Mapping[str, Any],
-        polled: Mapping[str, Any] | None,
-        source: Any = None,
-    ) -> list[_Ack]:
-        items = []
-        for spec in self.spouts:
-            for i in range(spec.parallelism):
-                key = f"{spec.id}-{i}"
-                if polled is not None:
-                    items.append((spec.id, i, "records", polled[key][0], None))
-                elif batch["end"].get(key) is not None:
-                    items.append((spec.id, i, "range", batch["start"].get(key), batch["end"][key]))
+    def _job(self, sc: Any, token: str, payload: Any, txid: int, batch: _Batch) -> list[_Ack]:
+        """Run batch ``txid``: every bolt task executes its tuples and prepares ``txid``."""
+        source = batch.source
+        items = [
+            (cid, index, records) for (cid, index), records in batch.records.items() if records
+        ]
         persisted = []
         outs: dict[str, Any] = {}
         leaves: dict[int, Any] = {}
@@ -1324,22 +1401,33 @@ class SparkRuntime:
         return acks
 
     def _cleanup(self) -> None:
-        """``cleanup`` once per bolt task, on the driver, with the committed state."""
-        plan = _Plan(self.topology, self.config, self.component_tasks)
+        """``cleanup`` once per bolt task, on the driver, with the committed state.
+
+        A stateful task's driver instance (the one its hooks ran on) is given
+        the committed state again first; other bolts get a fresh instance.
+        """
         provider = self._open_provider() if self.namespaces else None
         for spec in self.bolts:
             for i in range(spec.parallelism):
                 try:
-                    bolt: Bolt | BasicBolt = self.topology.instantiate(spec.id)
-                    context = plan.context(spec.id, i, provider)
-                    if isinstance(bolt, BasicBolt):
-                        bolt.prepare(plan.conf_for(spec.id), context)
-                    else:
-                        bolt.prepare(plan.conf_for(spec.id), context, _NullCollector())
+                    namespace = task_namespace(spec.id, i)
+                    bolt: Bolt | BasicBolt | None = self._driver_bolts.get(namespace)
+                    if bolt is None:
+                        bolt = _user_bolt(self.topology, spec.id)
+                        context = self._context(spec.id, i)
+                        if isinstance(bolt, BasicBolt):
+                            bolt.prepare(self.plan.conf_for(spec.id), context)
+                        else:
+                            bolt.prepare(self.plan.conf_for(spec.id), context, _NullCollector())
                     if isinstance(bolt, StatefulBolt):
-                        bolt.init_state(fresh_state(provider, f"{spec.id}-{i}"))
+                        bolt.init_state(fresh_state(provider, namespace))
                     bolt.cleanup()
                 except Exception as exc:
                     self.errors.append(
                         ErrorReport(spec.id, i, "cleanup()", repr(exc), traceback.format_exc())
                     )
+
+
+def _same_batch(batch: _Batch) -> _Batch:
+    """A Spark-fed batch after a rollback: the same source again (Spark's data is fixed)."""
+    return batch

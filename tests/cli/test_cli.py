@@ -276,3 +276,68 @@ def test_topology_prints_the_components() -> None:
     assert "split (bolt SplitSentence, 2 tasks)" in out
     assert "count (stateful bolt WordCount, 2 tasks)" in out
     assert "<- split:default fields" in out
+
+
+def _sqlite_config_with_state(tmp_path: Path, namespaces: dict[str, dict[str, int]]) -> Path:
+    """A config file for a sqlite store holding ``namespaces`` (committed)."""
+    from statestream.provider import StateProvider
+    from statestream_providers.sqlite import SQLiteStateProvider
+
+    db = tmp_path / "data" / "state.db"
+    provider: StateProvider = SQLiteStateProvider(db)
+    with provider:
+        for namespace, entries in namespaces.items():
+            state = provider.get_state(namespace)
+            for key, value in entries.items():
+                state.put(key, value)
+            state.commit()
+    conf = tmp_path / "local.yaml"
+    conf.write_text(
+        f"topology.state.provider: sqlite\ntopology.state.provider.config:\n  path: {db}\n"
+    )
+    return conf
+
+
+def test_state_dump_of_a_component_without_state_exits_2_naming_those_with_state(
+    tmp_path: Path,
+) -> None:
+    conf = _sqlite_config_with_state(
+        tmp_path,
+        {
+            "count-0": {"a": 1},
+            "count-1": {"b": 2},
+            "sum-0": {"s": 3},
+            "$checkpointspout-0": {"phase": 1},
+        },
+    )
+    runner = CliRunner()
+    dump = runner.invoke(main, ["state", "dump", "-c", str(conf), "--component", "cnt"])
+    assert dump.exit_code == 2, dump.output
+    assert dump.stdout == ""
+    line = one_error_line(dump.stderr)
+    assert "component 'cnt' has no committed state" in line
+    assert "components with state: 'count', 'sum'" in line
+    assert "$checkpointspout" not in line
+
+    task = runner.invoke(
+        main, ["state", "dump", "-c", str(conf), "--component", "count", "--task", "5"]
+    )
+    assert task.exit_code == 2, task.output
+    assert "task 5 of component 'count' has no committed state; tasks with state: 0, 1" in (
+        one_error_line(task.stderr)
+    )
+
+    ok = runner.invoke(main, ["state", "dump", "-c", str(conf), "--component", "count"])
+    assert ok.exit_code == 0, ok.output
+    rows = [orjson.loads(line) for line in ok.stdout.splitlines()]
+    assert rows == [
+        {"component": "count", "task": 0, "key": "a", "value": 1},
+        {"component": "count", "task": 1, "key": "b", "value": 2},
+    ]
+
+
+def test_state_dump_of_an_empty_store_exits_2(tmp_path: Path) -> None:
+    conf = _sqlite_config_with_state(tmp_path, {})
+    dump = CliRunner().invoke(main, ["state", "dump", "-c", str(conf), "--component", "count"])
+    assert dump.exit_code == 2, dump.output
+    assert "no component has any with this config" in one_error_line(dump.stderr)

@@ -11,7 +11,9 @@ Providers covered: ``memory``; ``sqlite`` (a file in ``tmp_path``); ``redis``
 against the real server on 127.0.0.1:6379 (marker ``redis``; a unique
 ``key_prefix`` per test, deleted afterwards; skipped when no server answers,
 failed instead when ``CI`` is set); ``fakeredis``, the same provider on
-fakeredis, a fast variant that needs ``lupa`` for the Lua commit script.
+fakeredis, a fast variant that needs ``lupa`` for the Lua commit script;
+``sdk-example``, the example provider in the docstring of
+:mod:`statestream.provider`, so that the documented example stays correct.
 
 Adding a provider:
 
@@ -20,12 +22,15 @@ Adding a provider:
 * A third-party provider, without editing anything: install it, then run
   this suite from a statestream checkout with::
 
-      STATESTREAM_CONFORMANCE_PROVIDER='mypkg.state:MyProvider' \\
-      STATESTREAM_CONFORMANCE_CONFIG='{"url": "..."}' \\
+      SSTREAM_CONFORMANCE_PROVIDER='mypkg.state:MyProvider' \\
+      SSTREAM_CONFORMANCE_CONFIG='{"url": "..."}' \\
       pytest tests/conformance -k external
 
-  The spec is anything ``statestream._registry.resolve_provider`` accepts
-  (an entry-point name works too). Each test uses namespaces of its own, so
+  The spec is anything ``topology.state.provider`` accepts (an entry-point
+  name works too). The variables are deliberately outside the
+  ``STATESTREAM_`` prefix: the config layer reads every ``STATESTREAM_*``
+  variable as a config key and refuses unknown ones, so they would break
+  every ``statestream run`` in the same shell. Each test uses namespaces of its own, so
   the storage does not need to be empty, but it must be the same for every
   instance built from that config (that is what "reopen" means).
 * Or copy this directory and override the ``provider_factory`` fixture in
@@ -49,8 +54,9 @@ from statestream._state import StateProvider
 REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379
 
-ENV_PROVIDER = "STATESTREAM_CONFORMANCE_PROVIDER"
-ENV_CONFIG = "STATESTREAM_CONFORMANCE_CONFIG"
+# Not STATESTREAM_*: the config layer would read those as config keys (see above).
+ENV_PROVIDER = "SSTREAM_CONFORMANCE_PROVIDER"
+ENV_CONFIG = "SSTREAM_CONFORMANCE_CONFIG"
 
 
 class ProviderFactory:
@@ -183,6 +189,52 @@ def _make_fakeredis(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderF
     return make_fake_redis_factory()
 
 
+# ------------------------------------------------------------------ the SDK's example
+
+SDK_EXAMPLE_MODULE = "statestream_sdk_example"
+
+
+def sdk_example_source() -> str:
+    """The code of the example provider in the docstring of :mod:`statestream.provider`."""
+    import statestream.provider
+
+    doc = statestream.provider.__doc__ or ""
+    _, found, rest = doc.partition("A complete provider")
+    assert found, "statestream.provider's docstring lost its example provider"
+    block = rest.partition("::\n")[2]
+    lines = []
+    for line in block.splitlines():
+        if line.strip() and not line.startswith("    "):
+            break
+        lines.append(line[4:])
+    return "\n".join(lines)
+
+
+def sdk_example_module() -> Any:
+    """The example provider's code as an importable module (built once per session)."""
+    import sys
+    import types
+
+    module = sys.modules.get(SDK_EXAMPLE_MODULE)
+    if module is None:
+        module = types.ModuleType(SDK_EXAMPLE_MODULE)
+        sys.modules[SDK_EXAMPLE_MODULE] = module  # so that "module:Class" resolves
+        exec(compile(sdk_example_source(), "<statestream.provider example>", "exec"), vars(module))
+    return module
+
+
+def _make_sdk_example(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    module = sdk_example_module()
+    store = f"conformance-{uuid.uuid4().hex}"
+    cls = resolve_provider(f"{SDK_EXAMPLE_MODULE}:DictStateProvider")
+    return ProviderFactory(
+        "sdk-example",
+        cls.from_config,
+        {"store": store},
+        cleanup=lambda: module.DictStateProvider.stores.pop(store, None),
+    )
+
+
 # ------------------------------------------------------------------ third party
 
 
@@ -199,6 +251,7 @@ _FACTORIES: list[tuple[str, _Maker, tuple[pytest.MarkDecorator, ...]]] = [
     ("sqlite", _make_sqlite, ()),
     ("redis", _make_redis, (pytest.mark.redis,)),
     ("fakeredis", _make_fakeredis, ()),
+    ("sdk-example", _make_sdk_example, ()),
 ]
 if os.environ.get(ENV_PROVIDER):
     _FACTORIES.append(("external", _make_external, ()))
@@ -239,6 +292,12 @@ def real_redis_factory() -> Iterator[ProviderFactory]:
         yield factory
     finally:
         factory.close_all()
+
+
+@pytest.fixture
+def conformance_env_names() -> tuple[str, str]:
+    """The environment variables that name a third-party provider and its config."""
+    return ENV_PROVIDER, ENV_CONFIG
 
 
 @pytest.fixture

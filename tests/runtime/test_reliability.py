@@ -392,9 +392,11 @@ class PairSink(Bolt):
 @pytest.fixture
 def walkthrough_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The 4-bit ids of acking-walkthrough.md: roots 2 and 3 (so acker 0 and acker 1),
-    spout edges 1010 and 1011, and 1100 for tid1, the tuple anchored to both."""
+    spout edges 1010 and 1011, and for tid1, the tuple anchored to both, one fresh
+    edge per anchor as Storm draws them: 1100 (anchor in root 2's tree) and 1101
+    (anchor in root 3's)."""
     roots = iter([2, 3])
-    edges = iter([0b1010, 0b1011, 0b1100])
+    edges = iter([0b1010, 0b1011, 0b1100, 0b1101])
     monkeypatch.setattr(local, "new_id", lambda: next(roots))
     monkeypatch.setattr(local, "_getrandbits", lambda bits: next(edges))
     yield
@@ -420,7 +422,7 @@ def test_acking_walkthrough_end_to_end_with_two_ackers(walkthrough_ids: None) ->
 
     rt.tasks_of["bolt1"][0].drain()  # tid1 anchored to both, then both inputs acked
     assert acker1.ack_value(2) == 0b1100
-    assert acker2.ack_value(3) == 0b1100
+    assert acker2.ack_value(3) == 0b1101
 
     rt.tasks_of["bolt2"][0].drain()  # tid1 acked: both trees are complete
     assert len(acker1) == len(acker2) == 0
@@ -719,3 +721,92 @@ def test_acking_a_tuple_of_another_task_is_reported_and_the_ledger_stays_sound()
     assert foreign and all(e.component == "b" and e.task_index == 1 for e in foreign)
     # Nothing was acked on task 0's behalf: those roots are still pending, not completed.
     assert rt.counters()["acker_pending"] >= len(_STOLEN) > 0
+
+
+# -- multi-anchoring inside one tree ----------------------------------------------------------------
+
+
+class Twice(Bolt):
+    """Emits each input twice, anchored to it: two tuples of the same tree."""
+
+    def execute(self, tuple: Tuple) -> None:
+        self.collector.emit([tuple[0], 1], anchors=tuple)
+        self.collector.emit([tuple[0], 2], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value", "copy"])
+
+
+class Pairs(Bolt):
+    """Aggregates the two copies of a value into one tuple anchored to both."""
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self.waiting: dict[Any, Tuple] = {}
+
+    def execute(self, tuple: Tuple) -> None:
+        first = self.waiting.pop(tuple[0], None)
+        if first is None:
+            self.waiting[tuple[0]] = tuple
+            return
+        self.collector.emit([tuple[0]], anchors=[first, tuple])
+        self.collector.ack(first)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+
+
+class FailAll(Bolt):
+    def execute(self, tuple: Tuple) -> None:
+        sink("aggregated").append(tuple[0])
+        self.collector.fail(tuple)
+
+
+class HoldAll(Bolt):
+    def execute(self, tuple: Tuple) -> None:
+        sink("aggregated").append(tuple[0])  # never acked
+
+
+def _aggregation(last: Bolt) -> Topology:
+    b = TopologyBuilder("agg")
+    b.set_spout("src", ListSpout(["a"]))
+    b.set_bolt("twice", Twice()).shuffle_grouping("src")
+    b.set_bolt("pairs", Pairs()).global_grouping("twice")
+    b.set_bolt("last", last).shuffle_grouping("pairs")
+    return b.build()
+
+
+def test_a_tuple_anchored_twice_in_one_tree_is_tracked_and_its_fail_reaches_the_spout() -> None:
+    # Two anchors of one tree: with one shared edge id the parity rule cancels
+    # it, and the spout tuple is acked before the aggregate is even processed.
+    clock = FakeClock()
+    rt = runtime(_aggregation(FailAll()), clock)
+    rt.open()
+    for _ in range(4):
+        rt.step()
+    src = spout_task(rt).spout
+    assert sink("aggregated")[:1] == ["a"]
+    assert src.failed[:1] == [0]
+    assert src.acked == []
+    assert clock.now == 0  # failed at once, not by a timeout
+    rt.close()
+
+
+def test_a_tuple_anchored_twice_in_one_tree_keeps_the_tree_open_until_it_is_acked() -> None:
+    clock = FakeClock()
+    rt = runtime(_aggregation(HoldAll()), clock)
+    rt.open()
+    for _ in range(50):
+        rt.step()
+    src = spout_task(rt).spout
+    assert sink("aggregated") == ["a"]
+    assert src.acked == [], "the tree completed while the aggregate was unacked"
+    for _ in range(8):  # past 1.5x the timeout, a rotation per step
+        clock.advance(TIMEOUT / 4)
+        rt.step()
+    assert src.failed[:1] == [0]  # it times out instead
+    rt.close()

@@ -32,9 +32,10 @@ from statestream import (
 )
 from statestream._checkpoint import Action, CheckpointState, Phase
 from statestream._errors import ProviderUnavailableError
+from statestream._exactly_once import CHECKPOINT_KEY as CHECKPOINT_STATE_KEY
 from statestream._registry import open_provider
 from statestream._run import load_topology
-from statestream._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STATE_KEY
+from statestream._stateful import CHECKPOINT_SPOUT
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import FakeClock, ListSpout, sink
 
@@ -344,7 +345,7 @@ def test_a_checkpoint_is_acted_on_once_every_upstream_task_delivered_it() -> Non
     clock = FakeClock()
     rt = LocalRuntime(builder.build(), config, clock=clock)
     rt.open()
-    barrier = rt.tasks_of["count"][0].barrier  # type: ignore[attr-defined]
+    barrier = rt.tasks_of["count"][0].executor.barrier  # type: ignore[attr-defined]
     assert barrier is not None and len(barrier.upstream) == 2
     for _ in range(5000):
         busy = rt.step()

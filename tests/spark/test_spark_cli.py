@@ -2,8 +2,8 @@
 
 The killed run commits batch 0 (lines 0-29) and is killed once every task has
 prepared batch 1 (lines 30-59). The restart, with the default batch size,
-must roll batch 1 back and replay exactly its recorded range, then read the
-rest (lines 60-89) as batch 2.
+must roll batch 1 back and read on from the positions stored with batch 0
+(line 30): lines 30-89, each counted once.
 
 Each run is a process of its own with its own SparkSession (about 10 s each),
 so this file holds the one test that needs it.

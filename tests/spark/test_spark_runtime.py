@@ -30,8 +30,9 @@ from statestream import (
     Tuple,
 )
 from statestream._registry import open_provider
+from statestream._results import RunResult
 from statestream._routing import task_for_key
-from statestream.runtime.local import LocalRuntime, RunResult
+from statestream.runtime.local import LocalRuntime
 from statestream.runtime.spark import SparkRuntime
 from statestream.testing import ListSpout, SimulatedCrash
 
@@ -315,6 +316,90 @@ def test_driver_crash_then_restart_is_exact(
     assert word_counts(conf) == collections.Counter(corpus.read_text().split())
 
 
+class HookRecorder(Tally):
+    """Counts words and records its hook calls in a sqlite file (tasks run in other
+    processes); raises on ``boom`` its first ``fail_times`` times, failing that job."""
+
+    def __init__(self, log_path: str, flag: str, fail_times: int) -> None:
+        super().__init__("word")
+        self.log_path = log_path
+        self.flag = flag
+        self.fail_times = fail_times
+
+    def record(self, hook: str, txid: int | None) -> None:
+        import sqlite3
+
+        with sqlite3.connect(self.log_path, timeout=60) as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS hooks "
+                "(seq INTEGER PRIMARY KEY AUTOINCREMENT, task INTEGER, hook TEXT, txid INTEGER)"
+            )
+            db.execute(
+                "INSERT INTO hooks (task, hook, txid) VALUES (?, ?, ?)",
+                (self.context.task_index, hook, txid),
+            )
+
+    def execute(self, tuple: Tuple) -> None:
+        if tuple["word"] == "boom":
+            attempts = Path(self.flag)
+            seen = len(attempts.read_text()) if attempts.exists() else 0
+            if seen < self.fail_times:
+                with attempts.open("a") as f:
+                    f.write("x")
+                raise RuntimeError(f"injected failure {seen + 1}")
+        super().execute(tuple)
+
+    def pre_prepare(self, txid: int) -> None:
+        self.record("pre_prepare", txid)
+
+    def pre_commit(self, txid: int) -> None:
+        self.record("pre_commit", txid)
+
+    def pre_rollback(self) -> None:
+        self.record("pre_rollback", None)
+
+
+def test_hooks_run_in_order_with_a_rollback_on_a_failed_batch(
+    spark_session: Any, tmp_path: Path, provider_conf: dict[str, Any]
+) -> None:
+    """Each batch t: pre_prepare(t) (on the executor) then pre_commit(t) (on the
+    driver), in every task; batch 1 fails twice (Spark's task retry, then the job):
+    pre_rollback in every task, then batch 1 again."""
+    lines = [f"a{i % 5} b{i % 3}" for i in range(30)]
+    lines[15] += " boom"
+    corpus = write_lines(tmp_path / "in.txt", lines)
+    log = tmp_path / "hooks.db"
+    b = TopologyBuilder("hooks")
+    b.set_spout("lines", FileSpout(corpus))
+    b.set_bolt("split", Words(), 2).shuffle_grouping("lines")
+    recorder = HookRecorder(str(log), str(tmp_path / "attempts"), 2)
+    b.set_bolt("count", recorder, 2).fields_grouping("split", "word")
+    result = SparkRuntime(b.build(), provider_conf, spark=spark_session, batch_size=10).run(
+        until_idle=True
+    )
+    assert result.counters["replays"] == 1
+    assert word_counts(provider_conf) == collections.Counter(corpus.read_text().split())
+    import sqlite3
+
+    with sqlite3.connect(log) as db:
+        rows = db.execute("SELECT task, hook, txid FROM hooks ORDER BY seq").fetchall()
+    for task in range(2):
+        calls = [(hook, txid) for t, hook, txid in rows if t == task]
+        # The failed job's task that did not raise may have prepared 1 before the rollback.
+        rolled = calls.index(("pre_rollback", None))
+        if calls[rolled - 1] == ("pre_prepare", 1):
+            del calls[rolled - 1]
+        assert calls == [
+            ("pre_prepare", 0),
+            ("pre_commit", 0),
+            ("pre_rollback", None),
+            ("pre_prepare", 1),
+            ("pre_commit", 1),
+            ("pre_prepare", 2),
+            ("pre_commit", 2),
+        ], f"task {task}: {calls}"
+
+
 # --------------------------------------------------------------------------- configuration
 
 
@@ -344,11 +429,25 @@ def list_topology(items: list[str]) -> Topology:
     return b.build()
 
 
-def test_spout_without_replay_contract_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"(?s)'items' \(ListSpout\).*plan_batch.*at-most-once"):
-        SparkRuntime(list_topology(["a"]), {"statestream.state.exactly.once": True})
-    with pytest.raises(ConfigError, match=r"topology\.acker\.executors: 0"):
-        SparkRuntime(list_topology(["a"]), {})
+def test_spout_that_cannot_rewind_is_refused(tmp_path: Path) -> None:
+    """True, auto and false alike (the local runtime's at-least-once does not exist on
+    Spark): refused, naming the spout and the way out, unless ackers are off."""
+    for setting, why in [
+        (True, "is true"),
+        ("auto", "is auto.*no at-least-once mode"),
+        (False, "is false.*no at-least-once mode"),
+    ]:
+        with pytest.raises(
+            ConfigError,
+            match=rf"(?s)'items' \(ListSpout\) cannot rewind.*{why}.*Rewindable.*"
+            r"at-most-once.*topology\.acker\.executors: 0",
+        ):
+            SparkRuntime(list_topology(["a"]), {"statestream.state.exactly.once": setting})
+    with pytest.raises(ConfigError, match="is true"):
+        SparkRuntime(
+            list_topology(["a"]),
+            {"statestream.state.exactly.once": True, "topology.acker.executors": 0},
+        )
 
 
 def test_at_most_once_polls_the_spout_on_the_driver(
@@ -386,20 +485,23 @@ def test_crash_during_recovery_then_restart_is_exact(
     result = SparkRuntime(wordcount.topology(), conf, spark=spark_session, batch_size=45).run(
         until_idle=True
     )
-    # Batch 1 again with its recorded 30 lines, then the last 30 as one batch of up to 45.
+    # From the end of batch 0 (line 30): 45 lines, then the last 15.
     assert result.counters["batches"] == 2
     assert result.components["sentences"].emitted == 60
     assert word_counts(conf) == collections.Counter(corpus.read_text().split())
 
 
-def test_a_store_the_local_runtime_wrote_is_refused(spark_session: Any, tmp_path: Path) -> None:
+def test_a_store_without_spout_positions_is_refused(spark_session: Any, tmp_path: Path) -> None:
+    """A local run with at-least-once state stores no positions: Spark would read the
+    file from its beginning and count it again, so it refuses."""
     corpus = write_lines(tmp_path / "in.txt", sentences(10))
     conf = {
         "topology.state.provider": "sqlite",
         "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
         "topology.state.checkpoint.interval.ms": 50,
+        "statestream.state.exactly.once": False,
         "wordcount.input": str(corpus),
     }
     LocalRuntime(wordcount.topology(), conf).run(until_idle=True)
-    with pytest.raises(ConfigError, match="without the spark runtime's batch positions"):
+    with pytest.raises(ConfigError, match="no spout positions for it"):
         SparkRuntime(wordcount.topology(), conf, spark=spark_session).run(until_idle=True)

@@ -6,15 +6,28 @@ Every test passes ``env=`` explicitly so the real environment never leaks in.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_type_hints
 
 import pytest
 import yaml
 
-from statestream._config import _SPECS, Config, load_config, parse_set
+from statestream._config import (
+    _SCHEMA,
+    Config,
+    ConfigKey,
+    Settings,
+    _defaults_yaml_entry,
+    _Invalid,
+    _key,
+    _schema_of,
+    config_keys,
+    load_config,
+    parse_set,
+)
 from statestream._errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +48,7 @@ EXPECTED_DEFAULTS: dict[str, Any] = {
     "topology.debug": False,
     "topology.name": None,
     "statestream.progress.interval.secs": 5.0,
-    "statestream.state.exactly.once": False,
+    "statestream.state.exactly.once": "auto",
     "statestream.spark.batch.size": 50000,
     "statestream.spark.batch.attempts": 3,
     "spark.master": "local[2,2]",
@@ -66,60 +79,279 @@ def test_defaults_load_with_every_key_from_defaults() -> None:
     assert Config() == config
 
 
-def test_typed_properties_read_the_defaults() -> None:
+def test_settings_read_the_defaults() -> None:
     config = load_config(env={})
-    assert config.runner == "local"
-    assert config.message_timeout_secs == 30
-    assert config.enable_message_timeouts is True
-    assert config.acker_executors == 1
-    assert config.max_spout_pending is None
-    assert config.tick_freq_secs is None
-    assert config.state_provider == "memory"
-    assert config.state_provider_config == {}
-    assert config.checkpoint_interval_ms == 1000
-    assert config.receive_buffer_size == 1024
-    assert config.spout_wait_time_ms == 1
-    assert config.debug is False
-    assert config.topology_name is None
-    assert config.progress_interval_secs == 5.0
-    assert isinstance(config.progress_interval_secs, float)
-    assert config.exactly_once is False
-    assert config.spark_master == "local[2,2]"
+    settings = config.settings
+    assert settings.topology_runner == "local"
+    assert settings.topology_message_timeout_secs == 30
+    assert settings.topology_enable_message_timeouts is True
+    assert settings.topology_acker_executors == 1
+    assert settings.topology_max_spout_pending is None
+    assert settings.topology_tick_tuple_freq_secs is None
+    assert settings.topology_state_provider == "memory"
+    assert settings.topology_state_provider_config == {}
+    assert settings.topology_state_checkpoint_interval_ms == 1000
+    assert settings.topology_executor_receive_buffer_size == 1024
+    assert settings.topology_sleep_spout_wait_strategy_time_ms == 1
+    assert settings.topology_debug is False
+    assert settings.topology_name is None
+    assert settings.statestream_progress_interval_secs == 5.0
+    assert isinstance(settings.statestream_progress_interval_secs, float)
+    assert settings.statestream_state_exactly_once == "auto"
+    assert settings.spark_master == "local[2,2]"
     assert config.spark_conf == {"spark.master": "local[2,2]"}
+    assert Settings() == settings, "Settings() is the defaults"
 
 
-def _documented_keys() -> dict[str, list[str]]:
-    """Each top-level key of defaults.yaml with the comment block right above it."""
-    entries: dict[str, list[str]] = {}
+# --------------------------------------------------------------------------- schema
+
+
+def test_settings_has_one_attribute_per_key_holding_the_configs_value(tmp_path: Path) -> None:
+    path = write(tmp_path, "s.yaml", "topology.debug: true\ntopology.name: wc\n")
+    config = load_config(files=[path], env={}, sets=["topology.state.provider.config={a: 1}"])
+    settings = config.settings
+    names = [f.name for f in dataclasses.fields(settings)]
+    assert names == [key.name.replace(".", "_").replace("-", "_") for key in config_keys()]
+    for key in config_keys():
+        assert getattr(settings, key.attribute) == config[key.name], key.name
+    assert settings.topology_debug is True
+    assert settings.topology_name == "wc"
+    assert settings.topology_state_provider_config == {"a": 1}
+
+
+def test_settings_are_frozen_copies_that_follow_overrides() -> None:
+    config = Config({"topology.state.provider.config": {"db": {"path": "a"}}})
+    settings = config.settings
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.topology_debug = True  # type: ignore[misc]
+    settings.topology_state_provider_config["db"]["path"] = "mutated"
+    assert config.settings.topology_state_provider_config == {"db": {"path": "a"}}
+    assert config.with_overrides({"topology.debug": True}).settings.topology_debug is True
+    assert config.settings.topology_debug is False
+    assert pickle.loads(pickle.dumps(settings)) == settings
+
+
+def test_settings_are_not_for_pass_through_keys() -> None:
+    config = Config({"wc.limit": 3, "spark.driver.memory": "2g"}, topology_prefixes=["wc"])
+    attributes = {f.name for f in dataclasses.fields(config.settings)}
+    assert not attributes & {"wc_limit", "spark_driver_memory"}
+
+
+def test_every_key_is_set_by_its_environment_variable_as_named_today() -> None:
+    # The rule existing users' variables follow; generated for every key.
+    for key in config_keys():
+        assert key.env_var == "STATESTREAM_" + key.name.upper().replace(".", "_").replace("-", "_")
+        text = yaml.safe_dump(key.default, default_flow_style=True).removesuffix("\n...\n")
+        config = load_config(env={key.env_var: text.strip()})
+        assert config.source_of(key.name) == f"env {key.env_var}"
+        assert config[key.name] == key.default
+    # And a few spelled out, so a change to the rule cannot pass unnoticed.
+    env_vars = {key.name: key.env_var for key in config_keys()}
+    assert env_vars["topology.max.spout.pending"] == "STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING"
+    assert (
+        env_vars["statestream.state.exactly.once"] == "STATESTREAM_STATESTREAM_STATE_EXACTLY_ONCE"
+    )
+    assert env_vars["spark.master"] == "STATESTREAM_SPARK_MASTER"
+
+
+def test_config_keys_lists_every_key_with_its_doc_in_schema_order() -> None:
+    keys = config_keys()
+    assert [key.name for key in keys] == list(EXPECTED_DEFAULTS)
+    assert [key.name for key in keys] == list(_SCHEMA)
+    for key in keys:
+        assert isinstance(key, ConfigKey)
+        assert key.doc and "\n" not in key.doc and "  " not in key.doc, key.name
+        assert key.default == EXPECTED_DEFAULTS[key.name]
+        assert key.type
+    timeout = _SCHEMA["topology.message.timeout.secs"]
+    assert timeout.type == "a positive integer"
+    assert timeout.attribute == "topology_message_timeout_secs"
+    assert timeout.storm is not None
+    assert _SCHEMA["statestream.spark.batch.size"].storm is None
+
+
+def _declare(*keys: tuple[str, object, dict[str, Any]]) -> type:
+    """A schema class declared as Settings is: (attribute, annotation, _key arguments) each."""
+    declared = []
+    for attribute, annotation, key in keys:
+        key = {"doc": "A key.", "kind": _SCHEMA["topology.message.timeout.secs"].kind, **key}
+        declared.append((attribute, annotation, _key(**key)))
+    return dataclasses.make_dataclass("Declared", declared, frozen=True)
+
+
+@pytest.mark.parametrize(
+    ("attribute", "annotation", "key", "message"),
+    [
+        (
+            "topology_x",
+            int,
+            {"name": "topology.y"},
+            "attribute for 'topology.y' must be 'topology_y'",
+        ),
+        ("topology_x", str, {}, "declared as <class 'str'>, but 'topology.x' holds <class 'int'>"),
+        ("wordcount_x", int, {"name": "wordcount.x"}, "must be dotted and start with one of"),
+        ("topology_x", int, {"default": 0}, "default 0 is not a positive integer"),
+        ("topology_x", int, {"doc": " "}, "'topology.x' needs a doc"),
+        (
+            "topology_x",
+            float,
+            {"kind": _SCHEMA["statestream.progress.interval.secs"].kind},
+            "write the default as 1.0, as validation gives it",
+        ),
+    ],
+)
+def test_schema_declarations_are_checked(
+    attribute: str, annotation: object, key: dict[str, Any], message: str
+) -> None:
+    key = {"name": "topology.x", "default": 1, **key}
+    with pytest.raises(TypeError, match=re.escape(message)):
+        _schema_of(_declare((attribute, annotation, key)))
+
+
+def test_schema_keys_need_distinct_environment_variables() -> None:
+    cls = _declare(
+        ("topology_a", int, {"name": "topology.a", "default": 1}),
+        ("topology_A", int, {"name": "topology.A", "default": 1}),
+    )
+    with pytest.raises(TypeError, match="same environment variable STATESTREAM_TOPOLOGY_A"):
+        _schema_of(cls)
+    fine = _declare(("topology_a", int, {"name": "topology.a", "default": 1}))
+    assert list(_schema_of(fine)) == ["topology.a"]
+
+
+def test_settings_types_are_what_validation_returns() -> None:
+    hints = get_type_hints(Settings)
+    assert hints["topology_runner"] == Literal["local", "spark"]
+    assert hints["statestream_state_exactly_once"] == bool | Literal["auto"]
+    assert hints["topology_max_spout_pending"] == int | None
+    assert all(hints[key.attribute] == key.kind.annotation for key in config_keys())
+
+
+# --------------------------------------------------------------------------- defaults.yaml
+
+
+_LABELS = ("Storm", "Type", "Default")
+
+
+def _documented_keys(text: str) -> dict[str, dict[str, Any]]:
+    """Each top-level key of a defaults.yaml text: its value and its comment block, in parts.
+
+    A block is prose (what the key does), then an optional '# Storm:' note,
+    then '# Type:' and '# Default:'. Each part may wrap over several lines and
+    is joined into one paragraph, so the file may wrap as it likes; ``counts``
+    says how often each label appears.
+    """
+    entries: dict[str, dict[str, Any]] = {}
     comments: list[str] = []
-    for line in DEFAULTS_YAML.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         if line.startswith("#"):
-            comments.append(line.lstrip("#").strip())
+            comments.append(line.removeprefix("#").strip())
         elif not line.strip():
             comments = []
         else:
             assert not line[0].isspace(), f"defaults.yaml must stay flat: {line!r}"
-            key = line.split(":", 1)[0].strip()
-            entries[key] = comments
+            key, _, value = line.partition(":")
+            parts: dict[str, list[str]] = {"doc": [], **{label: [] for label in _LABELS}}
+            counts = dict.fromkeys(_LABELS, 0)
+            section = "doc"
+            for comment in comments:
+                label, sep, rest = comment.partition(": ")
+                if sep and label in _LABELS:
+                    section, comment = label, rest
+                    counts[label] += 1
+                parts[section].append(comment)
+            entries[key.strip()] = {
+                "value": yaml.safe_load(value),
+                "counts": counts,
+                **{name: " ".join(" ".join(lines).split()) for name, lines in parts.items()},
+            }
             comments = []
     return entries
 
 
-def test_every_default_key_is_documented_and_typed_and_vice_versa() -> None:
-    documented = _documented_keys()
-    parsed = yaml.safe_load(DEFAULTS_YAML.read_text(encoding="utf-8"))
-    assert set(documented) == set(parsed), "every key needs its own line in defaults.yaml"
-    assert set(documented) == set(_SPECS), "keys in defaults.yaml and _SPECS differ"
-    values = load_config(env={})
-    for key, comments in documented.items():
-        types = [c for c in comments if c.startswith("Type:")]
-        defaults = [c for c in comments if c.startswith("Default:")]
-        prose = [c for c in comments if not c.startswith(("Type:", "Default:"))]
-        assert prose, f"{key}: say what the key does in a comment above it"
-        assert types == [f"Type: {_SPECS[key].expected}"], f"{key}: '# Type:' line"
-        assert len(defaults) == 1, f"{key}: needs one '# Default:' line"
-        documented_default = yaml.safe_load(defaults[0].removeprefix("Default:").strip())
-        assert documented_default == values[key], f"{key}: '# Default:' disagrees with the value"
+def _defaults_yaml_differences(text: str) -> list[str]:
+    """How a defaults.yaml text differs from the schema; [] when it documents it exactly."""
+    documented = _documented_keys(text)
+    problems = []
+    if list(documented) != list(yaml.safe_load(text)):
+        problems.append("every key needs its own unindented line")
+    for name in documented.keys() - _SCHEMA.keys():
+        problems.append(f"{name}: not in the schema (declare it in Settings, or remove it)")
+    for key in config_keys():
+        entry = documented.get(key.name)
+        if entry is None:
+            problems.append(f"{key.name}: missing; add\n{_defaults_yaml_entry(key)}")
+            continue
+        expected_counts = {"Storm": int(key.storm is not None), "Type": 1, "Default": 1}
+        wrong = [
+            part
+            for part, ok in [
+                ("labels", entry["counts"] == expected_counts),
+                ("doc", entry["doc"] == key.doc),
+                ("Storm", entry["Storm"] == (key.storm or "")),
+                ("Type", entry["Type"] == key.type),
+                ("value", _is_default(key, entry["value"])),
+                ("Default", _is_default(key, yaml.safe_load(entry["Default"] or "~"))),
+            ]
+            if not ok
+        ]
+        if wrong:
+            problems.append(
+                f"{key.name}: {', '.join(wrong)} differ from the schema, which renders it as\n"
+                + _defaults_yaml_entry(key)
+            )
+    if [name for name in documented if name in _SCHEMA] != [
+        name for name in _SCHEMA if name in documented
+    ]:
+        problems.append("keys are not in schema order")
+    return problems
+
+
+def _is_default(key: ConfigKey, value: object) -> bool:
+    try:
+        normalised = key.kind.validate(value)
+    except _Invalid:
+        return False
+    return normalised == key.default and type(normalised) is type(key.default)
+
+
+def test_defaults_yaml_states_every_schema_key_with_its_doc_type_and_default() -> None:
+    problems = _defaults_yaml_differences(DEFAULTS_YAML.read_text(encoding="utf-8"))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("topology.debug: false\n", "topology.debug: true\n", "topology.debug: value differ"),
+        ("# Default: 30\n", "# Default: 31\n", "topology.message.timeout.secs: Default differ"),
+        ("# Type: a boolean\n", "# Type: a bool\n", ": Type differ"),
+        ("# Log every emitted", "# Log each emitted", "topology.debug: doc differ"),
+        ("# Storm: the same key and meaning.\n", "", ": labels, Storm differ"),
+        ("# Default: auto\n", "", "statestream.state.exactly.once: labels, Default differ"),
+        ("topology.debug: false\n", "topology.debugg: false\n", "topology.debugg: not in"),
+        ("spark.master: local[2,2]\n", "", "spark.master: missing; add\n# Spark master URL"),
+    ],
+)
+def test_defaults_yaml_check_catches_drift(old: str, new: str, problem: str) -> None:
+    text = DEFAULTS_YAML.read_text(encoding="utf-8")
+    assert old in text
+    problems = "\n".join(_defaults_yaml_differences(text.replace(old, new, 1)))
+    assert problem in problems
+
+
+def test_defaults_yaml_check_catches_keys_out_of_order() -> None:
+    text = DEFAULTS_YAML.read_text(encoding="utf-8")
+    blocks = text.split("\n\n")
+    blocks[-1], blocks[-2] = blocks[-2] + "\n", blocks[-1].removesuffix("\n")
+    assert _defaults_yaml_differences("\n\n".join(blocks)) == ["keys are not in schema order"]
+
+
+def test_the_rendered_defaults_yaml_entry_reads_back_as_the_schema() -> None:
+    for key in config_keys():
+        rendered = _defaults_yaml_entry(key)
+        assert all(len(line) <= 80 for line in rendered.splitlines()), key.name
+        assert yaml.safe_load(rendered) == {key.name: key.default}
 
 
 def test_config_defaults_yaml_is_a_symlink_to_the_package_file() -> None:
@@ -155,13 +387,13 @@ def test_layers_file_file_env_set_in_order_with_sources(tmp_path: Path) -> None:
         env=env,
         sets=["topology.name=from-set", "topology.name=last-set-wins"],
     )
-    assert config.acker_executors == 2
+    assert config.settings.topology_acker_executors == 2
     assert config.source_of("topology.acker.executors") == f"file {first}"
-    assert config.max_spout_pending == 20
+    assert config.settings.topology_max_spout_pending == 20
     assert config.source_of("topology.max.spout.pending") == f"file {second}"
-    assert config.debug is True
+    assert config.settings.topology_debug is True
     assert config.source_of("topology.debug") == "env STATESTREAM_TOPOLOGY_DEBUG"
-    assert config.topology_name == "last-set-wins"
+    assert config.settings.topology_name == "last-set-wins"
     assert config.source_of("topology.name") == "--set"
     assert config.source_of("topology.runner") == "defaults"
 
@@ -187,10 +419,13 @@ def test_nested_sections_flatten_but_mapping_values_stay_mappings(tmp_path: Path
         "  sql.shuffle.partitions: 4\n",
     )
     config = load_config(files=[path], env={})
-    assert config.message_timeout_secs == 5
-    assert config.state_provider == "redis"
-    assert config.state_provider_config == {"host": "example", "jedisPoolConfig": {"port": 6380}}
-    assert config.exactly_once is True
+    assert config.settings.topology_message_timeout_secs == 5
+    assert config.settings.topology_state_provider == "redis"
+    assert config.settings.topology_state_provider_config == {
+        "host": "example",
+        "jedisPoolConfig": {"port": 6380},
+    }
+    assert config.settings.statestream_state_exactly_once is True
     assert config["spark.sql.shuffle.partitions"] == 4
 
 
@@ -202,14 +437,14 @@ def test_empty_file_and_empty_sections_set_nothing(tmp_path: Path) -> None:
 
 def test_yaml_file_may_hold_json(tmp_path: Path) -> None:
     path = write(tmp_path, "json-in.yaml", '{"topology.acker.executors": 0}')
-    assert load_config(files=[path], env={}).acker_executors == 0
+    assert load_config(files=[path], env={}).settings.topology_acker_executors == 0
 
 
 def test_a_single_path_or_set_string_is_one_item(tmp_path: Path) -> None:
     path = write(tmp_path, "one.yml", "topology.acker.executors: 3\n")
     config = load_config(files=path, sets="topology.debug=true", env={})
-    assert config.acker_executors == 3
-    assert config.debug is True
+    assert config.settings.topology_acker_executors == 3
+    assert config.settings.topology_debug is True
 
 
 # --------------------------------------------------------------------------- coercion
@@ -255,8 +490,28 @@ def test_parse_set_usage_error_shows_the_form() -> None:
 def test_bool_keys_accept_words_and_digits_from_env_and_set(text: str, expected: bool) -> None:
     from_env = load_config(env={"STATESTREAM_TOPOLOGY_DEBUG": text})
     from_set = load_config(env={}, sets=[f"topology.debug={text}"])
-    assert from_env.debug is expected
-    assert from_set.debug is expected
+    assert from_env.settings.topology_debug is expected
+    assert from_set.settings.topology_debug is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("auto", "auto"), ("AUTO", "auto"), ("true", True), ("0", False)]
+)
+def test_exactly_once_is_true_false_or_auto_from_text(text: str, expected: object) -> None:
+    name = "STATESTREAM_STATESTREAM_STATE_EXACTLY_ONCE"
+    assert load_config(env={name: text}).settings.statestream_state_exactly_once == expected
+    config = load_config(env={}, sets=[f"statestream.state.exactly.once={text}"])
+    assert config.settings.statestream_state_exactly_once == expected
+    assert type(config.settings.statestream_state_exactly_once) is type(expected)
+
+
+def test_exactly_once_in_a_file(tmp_path: Path) -> None:
+    for text, expected in [("auto", "auto"), ("false", False), ("true", True)]:
+        path = write(tmp_path, "e.yaml", f"statestream.state.exactly.once: {text}\n")
+        value = load_config(files=[path], env={}).settings.statestream_state_exactly_once
+        assert value == expected and type(value) is type(expected)
+    path = write(tmp_path, "q.yaml", "statestream.state.exactly.once: 'true'\n")
+    assert "expected true, false or auto, got 'true' (str)" in config_error(files=[path])
 
 
 def test_text_numbers_are_coerced_for_number_keys() -> None:
@@ -264,28 +519,28 @@ def test_text_numbers_are_coerced_for_number_keys() -> None:
         env={"STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING": "10"},
         sets=["topology.tick.tuple.freq.secs=1e3", "statestream.progress.interval.secs=2"],
     )
-    assert config.max_spout_pending == 10
-    assert config.tick_freq_secs == 1000.0
-    assert config.progress_interval_secs == 2.0
+    assert config.settings.topology_max_spout_pending == 10
+    assert config.settings.topology_tick_tuple_freq_secs == 1000.0
+    assert config.settings.statestream_progress_interval_secs == 2.0
 
 
 def test_string_keys_keep_text_as_typed() -> None:
     config = load_config(
         env={"STATESTREAM_TOPOLOGY_NAME": "123"}, sets=["topology.state.provider=true"]
     )
-    assert config.topology_name == "123"
-    assert config.state_provider == "true"
-    assert load_config(env={}, sets=["topology.name=null"]).topology_name is None
+    assert config.settings.topology_name == "123"
+    assert config.settings.topology_state_provider == "true"
+    assert load_config(env={}, sets=["topology.name=null"]).settings.topology_name is None
 
 
 def test_nullable_keys_accept_null_from_every_layer(tmp_path: Path) -> None:
     path = write(tmp_path, "n.yaml", "topology.max.spout.pending: ~\n")
-    assert load_config(files=[path], env={}).max_spout_pending is None
+    assert load_config(files=[path], env={}).settings.topology_max_spout_pending is None
     config = load_config(
         env={"STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING": "5"},
         sets=["topology.max.spout.pending=null"],
     )
-    assert config.max_spout_pending is None
+    assert config.settings.topology_max_spout_pending is None
 
 
 # --------------------------------------------------------------------------- errors
@@ -371,7 +626,7 @@ def test_wrong_type_from_set() -> None:
         ("topology.state.provider=", "a non-empty string"),
         ("topology.name=''", "a non-empty string or null"),
         ("spark.master=", "a non-empty string"),
-        ("statestream.state.exactly.once=maybe", "a boolean"),
+        ("statestream.state.exactly.once=maybe", "true, false or auto"),
         ("topology.state.provider.config=[1, 2]", "a mapping or a JSON object string"),
     ],
 )
@@ -447,7 +702,7 @@ def test_checkpoint_interval_must_be_below_the_timeout(tmp_path: Path) -> None:
     assert f"'topology.message.timeout.secs' = 2 from file {path}" in message
     # Just below is fine.
     config = load_config(files=[path], sets=["topology.state.checkpoint.interval.ms=1999"], env={})
-    assert config.checkpoint_interval_ms == 1999
+    assert config.settings.topology_state_checkpoint_interval_ms == 1999
 
 
 def test_the_cross_key_rule_applies_to_with_overrides() -> None:
@@ -529,7 +784,7 @@ def test_spark_keys_pass_through_untouched(tmp_path: Path) -> None:
         env={"STATESTREAM_SPARK_UI_ENABLED": "false"},
         sets=["spark.driver.memory=2g"],
     )
-    assert config.spark_master == "local[4]"
+    assert config.settings.spark_master == "local[4]"
     assert config.spark_conf == {
         "spark.master": "local[4]",
         "spark.executor.memoryOverhead": "1g",
@@ -555,17 +810,17 @@ STORM_DICT = {
 
 def test_provider_config_json_string_is_normalized_to_a_dict(tmp_path: Path) -> None:
     path = write(tmp_path, "s.yaml", f"topology.state.provider.config: '{STORM_JSON}'\n")
-    assert load_config(files=[path], env={}).state_provider_config == STORM_DICT
+    assert load_config(files=[path], env={}).settings.topology_state_provider_config == STORM_DICT
     from_env = load_config(env={"STATESTREAM_TOPOLOGY_STATE_PROVIDER_CONFIG": STORM_JSON})
-    assert from_env.state_provider_config == STORM_DICT
+    assert from_env.settings.topology_state_provider_config == STORM_DICT
     from_set = load_config(env={}, sets=[f"topology.state.provider.config={STORM_JSON}"])
-    assert from_set.state_provider_config == STORM_DICT
+    assert from_set.settings.topology_state_provider_config == STORM_DICT
 
 
 @pytest.mark.parametrize("text", ["null", "''"])
 def test_provider_config_null_or_empty_string_is_an_empty_dict(tmp_path: Path, text: str) -> None:
     path = write(tmp_path, "e.yaml", f"topology.state.provider.config: {text}\n")
-    assert load_config(files=[path], env={}).state_provider_config == {}
+    assert load_config(files=[path], env={}).settings.topology_state_provider_config == {}
 
 
 def test_malformed_provider_config_json_string_is_an_error(tmp_path: Path) -> None:
@@ -588,9 +843,9 @@ def test_provider_config_keys_must_be_strings(tmp_path: Path) -> None:
 
 def test_provider_config_cannot_be_changed_through_the_config() -> None:
     config = Config({"topology.state.provider.config": {"db": {"path": "a"}}})
-    config.state_provider_config["db"]["path"] = "mutated"
+    config.settings.topology_state_provider_config["db"]["path"] = "mutated"
     config["topology.state.provider.config"]["db"] = {}
-    assert config.state_provider_config == {"db": {"path": "a"}}
+    assert config.settings.topology_state_provider_config == {"db": {"path": "a"}}
 
 
 # --------------------------------------------------------------------------- Config object
@@ -609,10 +864,10 @@ def test_with_overrides_validates_returns_new_and_keeps_the_original() -> None:
     derived = base.with_overrides(
         {"topology": {"max.spout.pending": 5}, "wc.limit": 3}, source="component 'count'"
     )
-    assert derived.max_spout_pending == 5
+    assert derived.settings.topology_max_spout_pending == 5
     assert derived["wc.limit"] == 3
     assert derived.source_of("topology.max.spout.pending") == "component 'count'"
-    assert base.max_spout_pending is None
+    assert base.settings.topology_max_spout_pending is None
     assert "wc.limit" not in base
     with pytest.raises(ConfigError, match=re.escape("got '5' (str)")):
         base.with_overrides({"topology.max.spout.pending": "5"})
@@ -624,7 +879,7 @@ def test_with_overrides_validates_returns_new_and_keeps_the_original() -> None:
 
 def test_config_constructor_applies_overrides_without_reading_env() -> None:
     config = Config({"topology.acker.executors": 0})
-    assert config.acker_executors == 0
+    assert config.settings.topology_acker_executors == 0
     assert config.source_of("topology.acker.executors") == "override"
     with pytest.raises(ConfigError):
         Config({"nope": 1})
@@ -658,8 +913,8 @@ def test_config_pickles_and_deep_copies() -> None:
 def test_env_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     # The one test that reads os.environ: it sets what it reads.
     monkeypatch.setenv("STATESTREAM_TOPOLOGY_ACKER_EXECUTORS", "4")
-    assert load_config().acker_executors == 4
-    assert load_config(env={}).acker_executors == 1
+    assert load_config().settings.topology_acker_executors == 4
+    assert load_config(env={}).settings.topology_acker_executors == 1
 
 
 # --------------------------------------------------------------------------- shipped files
@@ -667,15 +922,15 @@ def test_env_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch
 
 def test_shipped_local_config_loads() -> None:
     config = load_config(files=[REPO / "config" / "local.yaml"], env={})
-    assert config.runner == "local"
-    assert config.state_provider == "sqlite"
-    assert config.state_provider_config == {"path": "./statestream-data/state.db"}
+    assert config.settings.topology_runner == "local"
+    assert config.settings.topology_state_provider == "sqlite"
+    assert config.settings.topology_state_provider_config == {"path": "./statestream-data/state.db"}
 
 
 def test_shipped_redis_config_loads() -> None:
     config = load_config(files=[REPO / "config" / "redis.yaml"], env={})
-    assert config.state_provider == "redis"
-    assert config.state_provider_config == {"host": "127.0.0.1", "port": 6379}
+    assert config.settings.topology_state_provider == "redis"
+    assert config.settings.topology_state_provider_config == {"host": "127.0.0.1", "port": 6379}
 
 
 def test_shipped_storm_redis_config_loads_and_normalizes() -> None:
@@ -683,9 +938,12 @@ def test_shipped_storm_redis_config_loads_and_normalizes() -> None:
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert isinstance(raw["topology.state.provider.config"], str), "must stay Storm's JSON string"
     config = load_config(files=[path], env={})
-    assert config.state_provider == "org.apache.storm.redis.state.RedisKeyValueStateProvider"
-    assert config.state_provider_config == STORM_DICT
-    assert "password" not in config.state_provider_config["jedisPoolConfig"]
+    assert (
+        config.settings.topology_state_provider
+        == "org.apache.storm.redis.state.RedisKeyValueStateProvider"
+    )
+    assert config.settings.topology_state_provider_config == STORM_DICT
+    assert "password" not in config.settings.topology_state_provider_config["jedisPoolConfig"]
 
 
 def test_shipped_defaults_file_loads_as_a_config_file() -> None:

@@ -15,6 +15,7 @@ from statestream._registry import (
     installed_providers,
     open_provider,
     parse_provider_config,
+    provider_sharing,
     resolve_provider,
 )
 from statestream_providers.memory import MemoryStateProvider
@@ -127,3 +128,71 @@ def test_parse_provider_config(config: Any, expected: dict[str, Any]) -> None:
 def test_bad_provider_config(config: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         parse_provider_config(config)
+
+
+@pytest.mark.parametrize(
+    ("spec", "sharing"),
+    [
+        ("memory", "process"),
+        ("sqlite", "machine"),
+        ("redis", "network"),
+        ("org.apache.storm.redis.state.RedisKeyValueStateProvider", "network"),
+        ("org.apache.storm.state.InMemoryKeyValueStateProvider", "process"),
+        ("statestream_providers.sqlite:SQLiteStateProvider", "machine"),
+    ],
+)
+def test_provider_sharing_of_the_builtins(spec: str, sharing: str) -> None:
+    assert provider_sharing(spec) == sharing
+
+
+@pytest.fixture
+def sharing_module() -> Iterator[types.ModuleType]:
+    module = types.ModuleType("sharing_state")
+
+    class Undeclared:
+        """A provider written against the protocol alone, without ``sharing``."""
+
+        name = "undeclared"
+
+        @classmethod
+        def from_config(cls, config: Any) -> Any:
+            return cls()
+
+        def get_state(self, namespace: str) -> Any:
+            raise NotImplementedError
+
+        def close(self) -> None:
+            pass
+
+    class Networked(Undeclared):
+        sharing = "network"
+
+    class Misdeclared(Undeclared):
+        sharing = "cluster"
+
+    class Inherited(MemoryStateProvider):
+        name = "inherited"
+
+    module.Undeclared = Undeclared  # type: ignore[attr-defined]
+    module.Networked = Networked  # type: ignore[attr-defined]
+    module.Misdeclared = Misdeclared  # type: ignore[attr-defined]
+    module.Inherited = Inherited  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    yield module
+    del sys.modules[module.__name__]
+
+
+def test_provider_sharing_of_third_party_classes(sharing_module: Any) -> None:
+    assert provider_sharing("sharing_state:Undeclared") == "process"  # the narrowest
+    assert provider_sharing("sharing_state:Networked") == "network"
+    assert provider_sharing("sharing_state:Inherited") == "process"
+    with pytest.raises(ConfigError, match=r"sharing = 'cluster'.*'process', 'machine', 'network'"):
+        provider_sharing("sharing_state:Misdeclared")
+    with pytest.raises(ProviderNotFoundError):
+        provider_sharing("cassandra")
+
+
+def test_backend_state_provider_defaults_to_process_sharing() -> None:
+    from statestream.provider import SHARING_PROCESS, BackendStateProvider
+
+    assert BackendStateProvider.sharing == SHARING_PROCESS == "process"

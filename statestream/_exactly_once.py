@@ -1,0 +1,302 @@
+"""Exactly-once state, shared by every runtime: the rewindable-spout contract,
+the checkpoint record, the decision to turn it on, and the standstill.
+
+Storm's stateful bolts are at-least-once: after a failure the tuples since
+the last committed checkpoint are replayed and counted again. Exactly-once
+state removes the double count with two things:
+
+* **Sources that rewind.** A spout that implements :class:`Rewindable` tells
+  where it stands (:meth:`~Rewindable.position`) and goes back there
+  (:meth:`~Rewindable.seek`). Its position is stored in the same record as
+  the checkpoint phase (:class:`CheckpointRecord`), so restoring checkpoint
+  ``t`` and seeking every spout to the positions stored with ``t`` replays
+  exactly what ``t`` does not hold.
+* **A consistent cut.** The positions stored with ``t`` must mark exactly the
+  tuples whose effects ``t`` holds. The local runtime gets that from a
+  standstill (:class:`Standstill`): before ``PREPARE(t)`` the data spouts stop,
+  every queue drains, the positions are taken and the prepare goes out before
+  any spout emits again. The Spark runtime gets it from its batches: batch
+  ``t`` is read from the positions of ``t-1`` to the positions of ``t``.
+
+Within a run, any failure (a tuple failed or timed out, a checkpoint rolled
+back) goes back to the last committed checkpoint and rewinds the spouts, as
+Flink restarts from its last checkpoint; :class:`Standstill` then takes
+checkpoints after fewer spout tuples, so a bolt that fails now and then
+still makes progress.
+
+Pure: no threads, no I/O beyond the state object passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import orjson
+
+from ._checkpoint import CheckpointState, next_state
+from ._errors import ConfigError, SerializationError
+
+if TYPE_CHECKING:
+    from ._state import KeyValueState
+
+__all__ = [
+    "CHECKPOINT_KEY",
+    "POSITIONS_KEY",
+    "CheckpointRecord",
+    "Rewindable",
+    "Standstill",
+    "StandstillStep",
+    "can_rewind",
+    "check_position",
+    "resolve_exactly_once",
+]
+
+CHECKPOINT_KEY = "checkpoint"
+"""Key of the checkpoint phase ``{"txid", "phase"}`` in ``$checkpointspout-0``."""
+POSITIONS_KEY = "positions"
+"""Key of the spout positions ``{str(txid): {namespace: position}}`` beside it."""
+
+
+@runtime_checkable
+class Rewindable(Protocol):
+    """A spout whose source can go back: the contract of exactly-once state.
+
+    Lifecycle, on every runtime:
+
+    * ``open`` first, as for any spout.
+    * :meth:`seek` once, after ``open`` and before the first ``next_tuple``,
+      with the position stored with the checkpoint being restored, or
+      ``None`` when nothing was ever committed (start from the beginning).
+      After a failure within a run the spout is opened again and sought
+      again (a fresh instance, as after a restart).
+    * :meth:`position` whenever the runtime takes a cut: between two
+      ``next_tuple`` calls, never during one. The local runtime calls it at a
+      standstill (everything the spout emitted is processed); the Spark
+      driver calls it after reading a batch.
+
+    What a position must capture: where the *next* ``next_tuple`` continues,
+    plus every message that failed and waits to be emitted again (with what
+    is needed to emit it), because a failure before the cut belongs after
+    it. It need not (and must not) hold back for tuples merely in flight:
+    at a cut nothing is in flight. It must be JSON (a dict, list, str,
+    number, bool or None), since it is stored with the checkpoint and read
+    by either runtime. ``seek(position())`` on a fresh instance over the same
+    source must make it emit the same tuples it would have emitted next.
+    """
+
+    def position(self) -> Any:
+        """Where the spout stands now (JSON)."""
+        ...
+
+    def seek(self, position: Any) -> None:
+        """Continue from ``position`` (from :meth:`position`; None: from the beginning)."""
+        ...
+
+
+def can_rewind(spout: object) -> bool:
+    """Whether ``spout`` implements :class:`Rewindable`."""
+    return callable(getattr(spout, "position", None)) and callable(getattr(spout, "seek", None))
+
+
+def resolve_exactly_once(
+    setting: bool | str, stateful: bool, spouts: Mapping[str, object]
+) -> tuple[bool, str | None]:
+    """Decide whether a run keeps exactly-once state.
+
+    ``setting`` is ``statestream.state.exactly.once`` (True, False or
+    ``"auto"``), ``stateful`` whether the topology has stateful bolts, and
+    ``spouts`` maps each data spout's id to its object. Returns ``(on,
+    note)``: ``note`` is the line to log when ``auto`` falls back to
+    at-least-once. ``True`` with a spout that cannot rewind raises
+    :class:`ConfigError` naming it.
+    """
+    if not stateful or setting is False:
+        return False, None
+    cannot = [f"{cid!r} ({type(obj).__name__})" for cid, obj in spouts.items() if not can_rewind(obj)]
+    if not cannot:
+        return True, None
+    names = ", ".join(cannot)
+    if setting == "auto":
+        return False, (
+            f"exactly-once state is off: spout {names} cannot rewind (no position()/seek()); "
+            "stateful bolts are at-least-once (Storm's guarantee)"
+        )
+    raise ConfigError(
+        f"statestream.state.exactly.once is true, but spout {names} cannot rewind: give it "
+        "position() and seek(position) (see statestream.Rewindable and FileSpout), or set "
+        "statestream.state.exactly.once: auto (or false) for Storm's at-least-once"
+    )
+
+
+def check_position(component: str, position: Any) -> Any:
+    """``position`` if it is JSON; else a SerializationError naming the spout and the type."""
+    try:
+        orjson.dumps(position)
+    except TypeError as exc:
+        raise SerializationError(
+            f"spout {component!r} returned a position() that is not JSON "
+            f"({type(position).__name__}: {exc}); positions are stored with the checkpoint, "
+            "return dicts, lists, strings, numbers, booleans or None"
+        ) from exc
+    return position
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """The checkpoint spout's durable record, in one format for every runtime.
+
+    ``state`` is the phase ``(txid, phase)``; ``positions`` maps a txid to
+    the data spouts' positions (task namespace -> position) stored with the
+    prepare of that txid. At most two txids are kept: ``t``, being prepared
+    or committed, and ``t-1``, which a rollback of ``t`` restores.
+    """
+
+    state: CheckpointState
+    positions: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, kv: KeyValueState) -> CheckpointRecord:
+        """The record stored in ``kv`` (``COMMITTED(-1)`` and no positions on a fresh store)."""
+        raw = kv.get(CHECKPOINT_KEY)
+        state = CheckpointState.from_json(raw) if raw is not None else CheckpointState.initial()
+        stored = kv.get(POSITIONS_KEY) or {}
+        positions: dict[int, Mapping[str, Any]] = {}
+        if isinstance(stored, Mapping):
+            for txid, where in stored.items():
+                if isinstance(where, Mapping) and str(txid).lstrip("-").isdigit():
+                    positions[int(txid)] = dict(where)
+        return cls(state, positions)
+
+    def advance(
+        self, state: CheckpointState, positions: Mapping[str, Any] | None = None
+    ) -> CheckpointRecord:
+        """The record after moving to ``state``.
+
+        ``positions`` are the data spouts' positions for ``state.txid`` (given
+        with ``PREPARING(t)``); the positions of ``t`` and ``t-1`` are kept,
+        older ones dropped.
+        """
+        kept = {t: p for t, p in self.positions.items() if state.txid - 1 <= t <= state.txid}
+        if positions is not None:
+            kept[state.txid] = dict(positions)
+        return CheckpointRecord(state, kept)
+
+    def save(self, kv: KeyValueState) -> None:
+        """Store phase and positions in ``kv`` in one direct commit."""
+        kv.put(CHECKPOINT_KEY, self.state.to_json())
+        kv.put(POSITIONS_KEY, {str(t): dict(p) for t, p in self.positions.items()})
+        kv.commit(None)
+
+    def restore_point(self) -> tuple[int, Mapping[str, Any] | None]:
+        """``(txid, positions)`` a recovery from this record restores.
+
+        ``txid`` is the committed txid recovery ends at (``-1``: nothing was
+        ever committed, start from the beginning); ``positions`` were stored
+        with it (None if it was taken without exactly-once state).
+        """
+        state = self.state
+        while True:
+            nxt, _ = next_state(state, True)
+            if nxt == state:
+                break
+            state = nxt
+        if state.txid < 0:
+            return -1, None
+        return state.txid, self.positions.get(state.txid)
+
+
+class StandstillStep(Enum):
+    """What the local runtime does with its data spouts this step."""
+
+    POLL = "poll"
+    """Poll them as usual."""
+    DRAIN = "drain"
+    """Do not poll them (deliver their acks and fails only): a checkpoint is
+    due, or their budget is spent, and tuples are still queued."""
+    CUT = "cut"
+    """Nothing is queued: take their positions now and start the PREPARE
+    before any of them emits again."""
+
+
+@dataclass
+class Standstill:
+    """The local runtime's consistent cut, as a pure decider.
+
+    Each scheduler step the runtime calls :meth:`step` with whether a
+    ``PREPARE`` is due and whether any tuple is queued anywhere, and does
+    what the returned :class:`StandstillStep` says. ``budget`` bounds how many
+    spout tuples may be emitted between two cuts (``None``: no bound). After
+    a rewind (:meth:`on_rewind`) the budget is half of what got through
+    before the failure, so that checkpoints come sooner and a bolt failing
+    now and then cannot keep the topology from committing; each commit
+    (:meth:`on_commit`) doubles it again until it no longer binds.
+    """
+
+    budget: int | None = None
+    emitted: int = 0
+    """Spout tuples emitted since the last cut (the runtime adds to it)."""
+    quiescing: bool = False
+    rewind: bool = False
+    """A failure asked to go back to the last committed checkpoint (:meth:`fail`)."""
+    max_budget: int = 1 << 16
+
+    committed: int | None = None
+    """The last committed txid :meth:`step` was told of."""
+
+    def step(
+        self, prepare_due: bool, queued: bool, committed: int = -1, in_checkpoint: bool = False
+    ) -> StandstillStep:
+        """What to do with the data spouts now.
+
+        ``committed`` is the last committed txid (a new one counts as a commit
+        for the budget); ``in_checkpoint`` says a checkpoint round is in
+        flight. While a budget binds (after a rewind) the spouts wait for that
+        round to end: a failure of a tuple emitted meanwhile would roll the
+        round back with it, and a bolt that fails now and then could keep
+        every round from committing.
+        """
+        if self.committed is not None and committed > self.committed:
+            self.on_commit()
+        self.committed = committed
+        if self.budget is not None and in_checkpoint and not self.quiescing:
+            return StandstillStep.DRAIN
+        if not self.quiescing:
+            if not (prepare_due or self.spent()):
+                return StandstillStep.POLL
+            self.quiescing = True
+        if queued:
+            return StandstillStep.DRAIN
+        self.quiescing = False
+        self.emitted = 0
+        return StandstillStep.CUT
+
+    def allowance(self, most: int) -> int:
+        """How many more spout tuples may be emitted before the next cut (at most ``most``)."""
+        if self.budget is None:
+            return most
+        return max(0, min(most, self.budget - self.emitted))
+
+    def spent(self) -> bool:
+        """True when the spouts have emitted their budget since the last cut."""
+        return self.budget is not None and self.emitted >= self.budget
+
+    def fail(self) -> None:
+        """A tuple failed or timed out, or a checkpoint failed: rewind at the next step."""
+        self.rewind = True
+
+    def on_rewind(self) -> None:
+        """The runtime went back to the last committed checkpoint."""
+        self.budget = max(1, self.emitted // 2)
+        self.emitted = 0
+        self.quiescing = False
+        self.rewind = False
+
+    def on_commit(self) -> None:
+        if self.budget is not None:
+            self.budget *= 2
+            if self.budget > self.max_budget:
+                self.budget = None
+

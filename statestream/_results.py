@@ -1,0 +1,57 @@
+"""What a run returns, the same on every runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ErrorReport", "RunResult", "TaskMetrics"]
+
+
+@dataclass
+class ErrorReport:
+    """An exception raised by user code (or a batch), as the runtime recorded it."""
+
+    component: str
+    task_index: int
+    tuple: str
+    error: str
+    traceback: str
+
+
+@dataclass
+class TaskMetrics:
+    """Counts of one task, or of a whole component (``task_index`` -1)."""
+
+    component: str
+    task_index: int
+    emitted: int = 0
+    executed: int = 0
+    acked: int = 0
+    failed: int = 0
+    errors: int = 0
+    queued: int = 0
+
+    def add(self, other: TaskMetrics) -> None:
+        """Add ``other``'s counts into this one (``queued`` too)."""
+        self.emitted += other.emitted
+        self.executed += other.executed
+        self.acked += other.acked
+        self.failed += other.failed
+        self.errors += other.errors
+        self.queued += other.queued
+
+
+@dataclass
+class RunResult:
+    """What a run did: per-component totals, errors, and why it stopped.
+
+    ``reason`` is ``"idle"`` (``until_idle`` and everything done),
+    ``"duration"``, ``"stopped"`` (``stop()`` or Ctrl-C) or ``"fed"`` (Spark's
+    ``feed``). ``counters`` holds runtime counters (timeouts, rewinds, batches).
+    """
+
+    components: dict[str, TaskMetrics]
+    errors: list[ErrorReport]
+    elapsed: float
+    reason: str
+    counters: dict[str, int] = field(default_factory=dict)
