@@ -14,9 +14,11 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +36,19 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "statestream", *args]
 
 
+_COUNTING = re.compile(r"\bcount emitted=\d+ executed=([1-9]\d*)")
+
+
+def _watch(proc: subprocess.Popen[str], lines: list[str], counting: threading.Event) -> None:
+    """Drain the run's stderr, setting ``counting`` once the count bolt has executed."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(line)
+        if _COUNTING.search(line):
+            counting.set()
+    counting.set()
+
+
 def _kill_and_restart(tmp_path: Path, settings: list[str]) -> dict[str, int]:
     corpus = tmp_path / "corpus.txt"
     expected = random_text(corpus, 150_000)
@@ -48,17 +63,30 @@ def _kill_and_restart(tmp_path: Path, settings: list[str]) -> dict[str, int]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = 0
     for _ in range(KILLS):
+        # Progress lines (plain, stderr is a pipe) tell when counting has begun:
+        # the kill is timed from there, not from process start, so a slow start
+        # on a loaded machine cannot turn every kill into a kill before work.
         proc = subprocess.Popen(
-            _cli("run", WORDCOUNT, "--until-idle", "--no-progress", *common),
+            _cli("run", WORDCOUNT, "--until-idle", *common,
+                 "--set", "statestream.progress.interval.secs=0.05"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=env,
-        )
-        time.sleep(rng.uniform(0.5, 1.2))
+            text=True,
+        )  # fmt: skip
+        err_lines: list[str] = []
+        counting = threading.Event()
+        reader = threading.Thread(target=_watch, args=(proc, err_lines, counting), daemon=True)
+        reader.start()
+        counting.wait(timeout=60)
+        time.sleep(rng.uniform(0.1, 0.7))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode in (0, -signal.SIGKILL), err.decode()
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+        assert proc.returncode in (0, -signal.SIGKILL), "".join(err_lines)
         killed += proc.returncode == -signal.SIGKILL
     final = subprocess.run(
         _cli("run", WORDCOUNT, "--until-idle", "--no-progress", *common),
