@@ -20,7 +20,8 @@
 Control-flow signals are not errors and live apart: :class:`FailedException`
 (a bolt asks for its input to be failed and replayed) derives from
 ``Exception`` only so that it reads naturally in user code, and it is never
-reported as an error.
+reported as an error. :class:`SimulatedCrash` (``statestream.testing``) is
+a ``BaseException`` that a runtime treats as the death of its process.
 
 Messages name the thing that is wrong (component, key, file) and say how to
 fix it. Backend exceptions (redis, sqlite, py4j) are translated at the
@@ -38,6 +39,7 @@ __all__ = [
     "ReliabilityError",
     "RuntimeFailure",
     "SerializationError",
+    "SimulatedCrash",
     "StateCorruptError",
     "StateError",
     "StatestreamError",
@@ -99,4 +101,16 @@ class FailedException(Exception):
 
     This is a signal, not an error: the runtime fails the input without
     reporting a traceback.
+    """
+
+
+class SimulatedCrash(BaseException):
+    """A process death, raised on purpose by a test (see ``statestream.testing``).
+
+    A ``BaseException`` so that no ``except Exception`` in a runtime or a
+    component can swallow it. The local runtime treats it as a real crash: no
+    bolt's ``cleanup`` is called and nothing is committed. Unlike a real
+    crash, spouts' ``close`` is called so that their sources (an open file)
+    are released within the test process, and the store's connection is
+    closed, as the operating system would close it. Then it propagates.
     """

@@ -11,10 +11,12 @@ reads ``queue("q")``. Call :func:`reset` between tests (the pytest fixture in
 from __future__ import annotations
 
 import collections
+import copy
 import os
 import random
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ._clock import FakeClock
@@ -25,18 +27,30 @@ from ._components import (
     Spout,
     SpoutOutputCollector,
     TopologyContext,
+    task_namespace,
 )
+from ._errors import ConfigError, SimulatedCrash, StateError, TopologyError
+from ._results import ErrorReport, RunResult
+from ._topology import Topology
 from ._tuple import Tuple
+from .runtime.plan import as_config
 
 __all__ = [
     "CRASH",
     "EOF",
+    "CrashPoint",
+    "CrashPointNotReached",
+    "CrashRecovery",
     "FakeClock",
     "ListSpout",
     "QueueSpout",
     "ReplayingQueue",
     "SimulatedCrash",
     "SinkBolt",
+    "committed_state",
+    "crash_and_recover",
+    "crash_at_checkpoint",
+    "crash_at_tuple",
     "queue",
     "random_text",
     "reset",
@@ -64,14 +78,6 @@ def random_text(
             counter.update(words)
             f.write(" ".join(words) + "\n")
     return counter
-
-
-class SimulatedCrash(BaseException):
-    """Raised by :data:`CRASH` to kill a run as a process crash would.
-
-    A BaseException so that no ``except Exception`` in a runtime or a user
-    component can swallow it.
-    """
 
 
 class _Sentinel:
@@ -290,3 +296,237 @@ class SinkBolt(Bolt):
         else:
             self.out.append(tup)
         self.collector.ack(tup)
+
+
+# -- crash and recover ---------------------------------------------------------------
+
+_ARMED: dict[int, CrashPoint] = {}
+_HITS: collections.Counter[int] = collections.Counter()
+_TRIP_CLASSES: dict[type, type] = {}
+_CHECKPOINT_ACTIONS = ("prepare", "commit", "rollback", "initstate")
+
+
+class CrashPointNotReached(AssertionError):
+    """A run that was meant to crash ended without reaching its crash point."""
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Where :func:`crash_and_recover` kills the first run. Build one with
+    :func:`crash_at_tuple` or :func:`crash_at_checkpoint`."""
+
+    component: str
+    when: str
+    """``"tuple"``, or ``"before"``/``"after"`` a checkpoint action."""
+    n: int = 1
+    action: str | None = None
+    txid: int | None = None
+    task: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.component!r}" + (f" task {self.task}" if self.task is not None else "")
+        if self.when == "tuple":
+            return f"tuple {self.n} of {where}"
+        txid = f" {self.txid}" if self.txid is not None else ""
+        nth = f" (occurrence {self.n})" if self.n != 1 else ""
+        return f"{self.when} {(self.action or '').upper()}{txid} in {where}{nth}"
+
+
+def crash_at_tuple(component: str, n: int, *, task: int | None = None) -> CrashPoint:
+    """Crash when bolt ``component`` is handed its ``n``-th data tuple (counted over
+    its tasks, or in task index ``task`` only), before executing it. For a spout:
+    its ``n``-th ``next_tuple`` call."""
+    if n < 1:
+        raise ValueError(f"n counts from 1, got {n}")
+    return CrashPoint(component, "tuple", n, task=task)
+
+
+def crash_at_checkpoint(
+    component: str,
+    action: str,
+    *,
+    txid: int | None = None,
+    after: bool = False,
+    task: int | None = None,
+    n: int = 1,
+) -> CrashPoint:
+    """Crash when a task of bolt ``component`` acts on checkpoint ``action``
+    (``"prepare"``, ``"commit"``, ``"rollback"`` or ``"initstate"``), of ``txid``
+    or any. Before the action by default (nothing of it happened), or ``after``
+    it (this task did it, the tasks after it in the round did not: with
+    ``task=0`` and ``action="commit"``, a commit half done across tasks).
+    ``n`` picks the n-th matching occurrence."""
+    if action.lower() not in _CHECKPOINT_ACTIONS:
+        raise ValueError(f"action must be one of {_CHECKPOINT_ACTIONS}, got {action!r}")
+    if n < 1:
+        raise ValueError(f"n counts from 1, got {n}")
+    when = "after" if after else "before"
+    return CrashPoint(component, when, n, action.lower(), txid, task)
+
+
+def _trip(obj: Any, when: str, action: str | None = None, txid: int | None = None) -> None:
+    key: int = obj._crash_key
+    point = _ARMED.get(key)
+    if point is None or point.when != when:
+        return
+    if point.task is not None and obj.context.task_index != point.task:
+        return
+    if action is not None and (action.lower() != point.action):
+        return
+    if point.txid is not None and txid != point.txid:
+        return
+    _HITS[key] += 1
+    if _HITS[key] == point.n:
+        del _ARMED[key]
+        raise SimulatedCrash(f"crash point reached: {point}")
+
+
+def _trip_execute(self: Any, tuple: Tuple) -> None:
+    if tuple.origin.stream != "$checkpoint":
+        _trip(self, "tuple")
+    type(self)._crash_base.execute(self, tuple)
+
+
+def _trip_handle_checkpoint(self: Any, action: Any, txid: int) -> None:
+    _trip(self, "before", str(action), txid)
+    type(self)._crash_base.handle_checkpoint(self, action, txid)
+    _trip(self, "after", str(action), txid)
+
+
+def _trip_next_tuple(self: Any) -> None:
+    _trip(self, "tuple")
+    type(self)._crash_base.next_tuple(self)
+
+
+def _tripwire_class(base: type) -> type:
+    """``base`` with its tuple and checkpoint entry points checking the armed point.
+
+    The methods are module functions, so the class (copied per task with
+    cloudpickle, by value) reaches the one process-wide ``_ARMED`` registry.
+    """
+    cls = _TRIP_CLASSES.get(base)
+    if cls is None:
+        attrs: dict[str, Any] = {"_crash_base": base, "__module__": __name__}
+        if isinstance(base, type) and issubclass(base, Spout):
+            attrs["next_tuple"] = _trip_next_tuple
+        else:
+            attrs["execute"] = _trip_execute
+            if hasattr(base, "handle_checkpoint"):
+                attrs["handle_checkpoint"] = _trip_handle_checkpoint
+        cls = _TRIP_CLASSES[base] = type(f"CrashAt{base.__name__}", (base,), attrs)
+    return cls
+
+
+def _armed(topology: Topology, point: CrashPoint) -> tuple[Topology, int]:
+    spec = topology.components.get(point.component)
+    if spec is None:
+        names = sorted(c for c in topology.components if not c.startswith("$"))
+        raise TopologyError(f"crash point {point}: no component {point.component!r}; {names}")
+    if point.when != "tuple" and not hasattr(spec.obj, "handle_checkpoint"):
+        raise TopologyError(
+            f"crash point {point}: {point.component!r} takes no checkpoints (the topology "
+            "has no stateful bolt, or it is a spout); crash it at a tuple instead"
+        )
+    if point.task is not None and not 0 <= point.task < spec.parallelism:
+        raise TopologyError(
+            f"crash point {point}: {point.component!r} has tasks 0..{spec.parallelism - 1}"
+        )
+    obj = topology.instantiate(point.component)
+    obj.__class__ = _tripwire_class(type(obj))
+    key = id(obj)
+    obj._crash_key = key
+    _ARMED[key] = point
+    _HITS[key] = 0
+    components = {cid: copy.copy(s) for cid, s in topology.components.items()}
+    components[point.component].obj = obj
+    return Topology(topology.name, components), key
+
+
+@dataclass
+class CrashRecovery:
+    """What :func:`crash_and_recover` saw: the crash, then the recovering run."""
+
+    crash: SimulatedCrash
+    errors_before_crash: list[ErrorReport]
+    """Errors the first run reported before it crashed."""
+    result: RunResult
+    """The second run's result (it ran until idle)."""
+
+
+def crash_and_recover(
+    topology: Topology,
+    config: Mapping[str, Any] | None = None,
+    *,
+    at: CrashPoint,
+    clock: Any = None,
+    between: Callable[[], object] | None = None,
+) -> CrashRecovery:
+    """Run ``topology`` on the local runtime until it crashes at ``at``, then run it
+    again on the same config until idle, as a restart after a process death would.
+
+    The crash is a :class:`SimulatedCrash`: bolts get no ``cleanup`` and
+    nothing is committed, so the second run recovers from the last committed
+    checkpoint as after a ``kill -9``. State must outlive the first run's
+    runtime: sqlite, Redis, or the memory provider (its store is process-wide).
+    Raises :class:`CrashPointNotReached` if the first run ends without crashing:
+    the test would otherwise prove nothing. ``between`` is called after the
+    crash and before the restart (to look at the store, or to change the
+    world as an outage would). Read the outcome with :func:`committed_state`
+    and the test's own sinks.
+    """
+    conf = as_config(config, (topology.name,))
+    if conf["topology.runner"] != "local":
+        raise ConfigError(
+            f"crash_and_recover runs the local runtime; topology.runner is "
+            f"{conf['topology.runner']!r}. Set it to 'local' for this test"
+        )
+    from .runtime.local import LocalRuntime
+
+    armed, key = _armed(topology, at)
+    rt = LocalRuntime(armed, conf, clock=clock)
+    try:
+        rt.run(until_idle=True)
+    except SimulatedCrash as crash:
+        seen = crash
+    else:
+        raise CrashPointNotReached(
+            f"the run ended ({sum(m.executed for m in rt.metrics().values())} tuples "
+            f"executed) without reaching the crash point: {at}"
+        )
+    finally:
+        _ARMED.pop(key, None)
+    if between is not None:
+        between()
+    result = LocalRuntime(topology, conf, clock=clock).run(until_idle=True)
+    return CrashRecovery(seen, list(rt.errors), result)
+
+
+def committed_state(
+    topology: Topology, config: Mapping[str, Any] | None, component: str
+) -> dict[Any, Any]:
+    """The committed state of stateful bolt ``component``, all its tasks merged, read
+    from the store ``config`` names (as ``statestream state dump`` reads it)."""
+    from ._registry import open_provider
+
+    spec = topology.components.get(component)
+    if spec is None or not spec.is_stateful:
+        stateful = sorted(c for c, s in topology.components.items() if s.is_stateful)
+        raise TopologyError(
+            f"{component!r} is not a stateful bolt of {topology.name!r}; {stateful}"
+        )
+    conf = as_config(config, (topology.name,))
+    merged: dict[Any, Any] = {}
+    owner: dict[Any, int] = {}
+    with open_provider(
+        conf["topology.state.provider"], conf["topology.state.provider.config"]
+    ) as provider:
+        for task in range(spec.parallelism):
+            for key, value in provider.get_state(task_namespace(component, task)).items():
+                if key in owner:
+                    raise StateError(
+                        f"key {key!r} of {component!r} is stored by task {owner[key]} and "
+                        f"task {task}: the state was split (a parallelism change?)"
+                    )
+                owner[key] = task
+                merged[key] = value
+    return merged

@@ -29,7 +29,7 @@ import xxhash
 from .._acker import AckerLedger, acker_task_for, new_id
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
-from .._errors import ConfigError, FailedException, ReliabilityError, TupleError
+from .._errors import ConfigError, FailedException, ReliabilityError, SimulatedCrash, TupleError
 from .._exactly_once import Standstill, StandstillStep, check_position, resolve_exactly_once
 from .._executors import CheckpointTupleForwarder
 from .._results import ErrorReport, RunResult, TaskMetrics
@@ -926,11 +926,7 @@ class LocalRuntime:
         """
         assert self.standstill is not None
         self.rewinds += 1
-        for spout in self.spouts:
-            try:
-                spout.spout.close()
-            except Exception as exc:
-                spout.report(exc, "close()")
+        self._release_spouts()
         for tasks in self.tasks_of.values():
             for t in tasks:
                 m = t.metrics()
@@ -993,16 +989,29 @@ class LocalRuntime:
         """Ask the run loop to stop after the current step (safe from a signal handler)."""
         self._stop = True
 
-    def close(self) -> None:
-        """Call ``close``/``cleanup`` on every task; idempotent."""
-        if self._closed or not self._started:
-            return
-        self._closed = True
+    def _release_spouts(self) -> None:
         for spout in self.spouts:
             try:
                 spout.spout.close()
             except Exception as exc:
                 spout.report(exc, "close()")
+
+    def _abandon(self) -> None:
+        """Die as a process would, as far as one process can: bolts are dropped
+        without ``cleanup`` and nothing is committed; the spouts are closed only
+        to release their sources (an open file, say) and the store's connection
+        is dropped, which the operating system would do for a dead process."""
+        self._closed = True
+        self._release_spouts()
+        if self.provider is not None:
+            self.provider.close()
+
+    def close(self) -> None:
+        """Call ``close``/``cleanup`` on every task; idempotent."""
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        self._release_spouts()
         for bolt in self.bolts:
             try:
                 bolt.executor.cleanup()
@@ -1103,6 +1112,9 @@ class LocalRuntime:
                         continue
                     clock.sleep(self.idle_sleep)
             self._finish_queued()
+        except SimulatedCrash:
+            self._abandon()
+            raise
         finally:
             self.close()
         return RunResult(
