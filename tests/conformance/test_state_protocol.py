@@ -375,3 +375,100 @@ def test_rollback_discards_a_prepare_whose_reply_was_lost(
     state.prepare_commit(0)
     state.commit(0)
     assert dict(provider.get_state(namespace).items()) == {"kept": 2}
+
+
+def _backend_of(state: KeyValueState) -> Any:
+    """The StateBackend under a shipped provider's state (a third party's may have none)."""
+    backend = getattr(state, "_backend", None)
+    if backend is None:
+        pytest.skip("the provider's state is not a StoredKeyValueState over a backend")
+    return backend
+
+
+def test_commit_whose_reply_was_lost_succeeds_when_retried(
+    provider_factory: Any, namespace: str
+) -> None:
+    # The store applied commit(0) but the connection dropped before the reply:
+    # the checkpoint spout re-sends COMMIT(0), and the retry must succeed (the
+    # store answers "already committed") rather than refuse or re-apply.
+    state = provider_factory().get_state(namespace)
+    backend = _backend_of(state)
+
+    class AppliedThenLost:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(backend, name)
+
+        def apply_prepared(self, txid: int) -> Any:
+            backend.apply_prepared(txid)
+            raise ProviderUnavailableError("connection lost before the reply")
+
+    state.put("a", 1)
+    state.put("gone", 1)
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("a", 2)
+    state.delete("gone")
+    state.prepare_commit(1)
+    state._backend = AppliedThenLost()  # type: ignore[attr-defined]
+    with pytest.raises(ProviderUnavailableError):
+        state.commit(1)
+    # This object has not heard of the commit; the store has applied it.
+    assert (state.committed_txid, state.prepared_txid) == (0, 1)
+    assert provider_factory().get_state(namespace).committed_txid == 1
+    state._backend = backend  # type: ignore[attr-defined]
+    state.commit(1)
+    assert (state.committed_txid, state.prepared_txid) == (1, None)
+    assert dict(state.items()) == {"a": 2}
+    # The next round goes through as usual.
+    state.put("b", 3)
+    state.prepare_commit(2)
+    state.commit(2)
+    reopened = provider_factory().get_state(namespace)
+    assert reopened.committed_txid == 2
+    assert dict(reopened.items()) == {"a": 2, "b": 3}
+
+
+def test_commit_of_a_delta_the_store_lost_raises_and_commits_nothing(
+    provider_factory: Any, namespace: str
+) -> None:
+    # The prepared delta vanished from the store (Redis restarted without
+    # persistence, another writer rolled it back): commit(t) must raise, and
+    # nothing may be marked committed, here or in the store.
+    state = provider_factory().get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("a", 2)
+    state.prepare_commit(1)
+    provider_factory().get_state(namespace).rollback()  # another writer drops the delta
+    with pytest.raises(ProtocolViolation, match="holds no prepared delta"):
+        state.commit(1)
+    assert state.committed_txid == 0
+    reopened = provider_factory().get_state(namespace)
+    assert (reopened.committed_txid, reopened.prepared_txid) == (0, None)
+    assert reopened.get("a") == 1
+    # Recovery rolls back and prepares txid 1 again.
+    state.rollback()
+    assert state.get("a") == 1
+    state.put("a", 3)
+    state.prepare_commit(1)
+    state.commit(1)
+    assert provider_factory().get_state(namespace).get("a") == 3
+
+
+def test_commit_keeps_no_record_of_the_prepared_keys(
+    provider: StateProvider, namespace: str
+) -> None:
+    # What a state remembers of a prepared delta (to forget it on rollback) is
+    # dropped by the commit: otherwise it grows with every key ever written.
+    state = provider.get_state(namespace)
+    if getattr(state, "_prepared", None) is None:
+        pytest.skip("the provider's state is not a StoredKeyValueState")
+    for txid in range(3):
+        for n in range(50):
+            state.put(f"k{txid}-{n}", n)
+        state.prepare_commit(txid)
+        assert len(state._prepared) == 50  # type: ignore[attr-defined]
+        state.commit(txid)
+        assert len(state._prepared) == 0  # type: ignore[attr-defined]
+    assert sum(1 for _ in state.items()) == 150
