@@ -31,8 +31,9 @@ from ._components import (
 )
 from ._errors import ConfigError, SimulatedCrash, StateError, TopologyError
 from ._results import ErrorReport, RunResult
+from ._state import KeyValueState
 from ._topology import Topology
-from ._tuple import Tuple
+from ._tuple import Fields, Origin, Tuple
 from .runtime.plan import as_config
 
 __all__ = [
@@ -41,20 +42,29 @@ __all__ = [
     "CrashPoint",
     "CrashPointNotReached",
     "CrashRecovery",
+    "Emitted",
     "FakeClock",
     "ListSpout",
+    "MockBasicCollector",
+    "MockCollector",
     "QueueSpout",
     "ReplayingQueue",
+    "RewindableListSpout",
     "SimulatedCrash",
     "SinkBolt",
+    "SpoutRecord",
     "committed_state",
     "crash_and_recover",
     "crash_at_checkpoint",
     "crash_at_tuple",
+    "make_tuple",
+    "memory_state",
+    "mock_context",
     "queue",
     "random_text",
     "reset",
     "sink",
+    "spout_record",
 ]
 
 
@@ -101,9 +111,39 @@ _queues: dict[str, ReplayingQueue] = {}
 
 
 def reset() -> None:
-    """Forget every sink and queue."""
+    """Forget every sink, queue and spout record, and empty every store of the
+    ``memory`` provider (its state would otherwise leak from test to test).
+
+    The pytest fixture ``statestream_reset`` (``pytest_plugins =
+    ["statestream.pytest_plugin"]`` in a ``conftest.py``) calls it before and
+    after a test that asks for it.
+    """
+    from ._registry import resolve_provider
+
     _sinks.clear()
     _queues.clear()
+    _records.clear()
+    resolve_provider("memory").clear()  # type: ignore[attr-defined]
+
+
+@dataclass
+class SpoutRecord:
+    """What the tasks of a named :class:`ListSpout` were told, in order."""
+
+    acked: list[Any]
+    failed: list[Any]
+
+
+_records: dict[str, SpoutRecord] = {}
+
+
+def spout_record(name: str) -> SpoutRecord:
+    """The acks and fails ``ListSpout(..., name=name)`` received (its tasks are
+    copies of the spout you built, so their own lists are not yours to read)."""
+    record = _records.get(name)
+    if record is None:
+        record = _records[name] = SpoutRecord([], [])
+    return record
 
 
 def sink(name: str) -> list[Any]:
@@ -117,7 +157,8 @@ class ListSpout(Spout):
 
     A failed item is emitted again. :data:`CRASH` raises :class:`SimulatedCrash`,
     :data:`EOF` ends the list early. Exhausted once every item was emitted and
-    (when reliable) acked.
+    (when reliable) acked. With a ``name``, acks and fails are recorded in
+    :func:`spout_record` ``(name)`` where a test can read them.
     """
 
     def __init__(
@@ -127,11 +168,13 @@ class ListSpout(Spout):
         *,
         reliable: bool = True,
         stream: str = "default",
+        name: str | None = None,
     ) -> None:
         self.items = list(items)
         self.fields = list(fields)
         self.reliable = reliable
         self.stream = stream
+        self.name = name
         self._next = 0
         self._replay: deque[int] = deque()
         self._pending: set[int] = set()
@@ -168,15 +211,38 @@ class ListSpout(Spout):
     def ack(self, msg_id: Any) -> None:
         self._pending.discard(msg_id)
         self.acked.append(msg_id)
+        if self.name is not None:
+            spout_record(self.name).acked.append(msg_id)
 
     def fail(self, msg_id: Any) -> None:
         self.failed.append(msg_id)
+        if self.name is not None:
+            spout_record(self.name).failed.append(msg_id)
         if msg_id in self._pending:
             self._replay.append(msg_id)
 
     def exhausted(self) -> bool:
         at_end = self._next >= len(self.items) or self.items[self._next] is EOF
         return at_end and not self._replay and not self._pending
+
+
+class RewindableListSpout(ListSpout):
+    """A :class:`ListSpout` that can rewind (:class:`statestream.Rewindable`), so a
+    stateful topology reading it keeps exactly-once state.
+
+    Its position is the index of the next item plus the failed items waiting
+    to be emitted again; ``seek(None)`` starts from the first item.
+    """
+
+    def position(self) -> dict[str, Any]:
+        return {"next": self._next, "replay": list(self._replay)}
+
+    def seek(self, position: Any) -> None:
+        self._pending.clear()
+        if position is None:
+            self._next, self._replay = 0, deque()
+        else:
+            self._next, self._replay = int(position["next"]), deque(position["replay"])
 
 
 class ReplayingQueue:
@@ -530,3 +596,135 @@ def committed_state(
                 owner[key] = task
                 merged[key] = value
     return merged
+
+
+# -- one bolt, without a runtime -------------------------------------------------------
+
+
+def make_tuple(
+    values: Sequence[Any],
+    fields: Sequence[str] | None = None,
+    *,
+    component: str = "upstream",
+    stream: str = "default",
+    task_index: int = 0,
+) -> Tuple:
+    """A tuple as a bolt would receive it from ``component`` (fields default to
+    ``f0, f1, ...``), for unit tests of one bolt's ``execute``."""
+    names = list(fields) if fields is not None else [f"f{i}" for i in range(len(values))]
+    if len(names) != len(values):
+        raise ValueError(f"{len(values)} values {list(values)!r} for the fields {names}")
+    return Tuple(list(values), Origin(component, task_index, task_index, stream, Fields(names)))
+
+
+@dataclass
+class Emitted:
+    """One emit a :class:`MockCollector` saw."""
+
+    values: list[Any]
+    stream: str
+    anchors: list[Tuple]
+    task: int | None = None
+    """The target task of an ``emit_direct``."""
+
+
+class MockCollector:
+    """Records a bolt's emits, acks, fails and errors, for unit tests of ``execute``.
+
+    Serves as the ``OutputCollector`` of a :class:`~statestream.Bolt` (hand it
+    to ``prepare``); :class:`MockBasicCollector` is the one for a BasicBolt.
+    """
+
+    def __init__(self) -> None:
+        self.emitted: list[Emitted] = []
+        self.acked: list[Tuple] = []
+        self.failed: list[Tuple] = []
+        self.errors: list[BaseException] = []
+
+    @staticmethod
+    def _anchors(anchors: Tuple | Sequence[Tuple] | None) -> list[Tuple]:
+        if anchors is None:
+            return []
+        return [anchors] if isinstance(anchors, Tuple) else list(anchors)
+
+    def emit(
+        self,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        stream: str = "default",
+    ) -> None:
+        self.emitted.append(Emitted(list(values), stream, self._anchors(anchors)))
+
+    def emit_direct(
+        self,
+        task: int,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        stream: str = "default",
+    ) -> None:
+        self.emitted.append(Emitted(list(values), stream, self._anchors(anchors), task))
+
+    def ack(self, tuple: Tuple) -> None:
+        self.acked.append(tuple)
+
+    def fail(self, tuple: Tuple) -> None:
+        self.failed.append(tuple)
+
+    def reset_timeout(self, tuple: Tuple) -> None:
+        pass
+
+    def report_error(self, error: BaseException) -> None:
+        self.errors.append(error)
+
+    def values(self, stream: str = "default") -> list[list[Any]]:
+        """The values emitted on ``stream``, in order."""
+        return [e.values for e in self.emitted if e.stream == stream]
+
+
+class MockBasicCollector(MockCollector):
+    """The ``BasicOutputCollector`` of a BasicBolt's ``execute``: emits carry no anchors
+    (the runtime would anchor them to the input)."""
+
+    def emit(  # type: ignore[override]
+        self, values: Sequence[Any], stream: str = "default"
+    ) -> None:
+        self.emitted.append(Emitted(list(values), stream, []))
+
+    def emit_direct(  # type: ignore[override]
+        self, task: int, values: Sequence[Any], stream: str = "default"
+    ) -> None:
+        self.emitted.append(Emitted(list(values), stream, [], task))
+
+
+def mock_context(
+    component: str = "bolt",
+    *,
+    task_index: int = 0,
+    parallelism: int = 1,
+    topology: str = "test",
+    clock: Any = None,
+) -> TopologyContext:
+    """A :class:`~statestream.TopologyContext` for ``prepare``/``open`` outside a
+    runtime; :meth:`~statestream.TopologyContext.state` gives states of a fresh
+    in-memory store."""
+    from ._registry import open_provider
+
+    provider = open_provider("memory", {"name": f"mock-context-{id(object())}-{component}"})
+    tasks = list(range(parallelism))
+    return TopologyContext(
+        topology,
+        component,
+        task_index,
+        task_index,
+        {component: tasks},
+        {},
+        provider.get_state,
+        clock,
+    )
+
+
+def memory_state(name: str = "state") -> KeyValueState:
+    """An empty KeyValueState of a fresh in-memory store, for a stateful bolt's
+    ``init_state`` in a unit test (``put``, then ``prepare``/``commit`` as a
+    checkpoint would)."""
+    return mock_context(name).state()
