@@ -138,6 +138,7 @@ def restart(provider: str, keys: int) -> dict[str, Any]:
     import wordcount
 
     from statestream import TopologyBuilder
+    from statestream._executors import unwrap
     from statestream._registry import open_provider
     from statestream.runtime.local import LocalRuntime
     from statestream.testing import ListSpout
@@ -164,7 +165,7 @@ def restart(provider: str, keys: int) -> dict[str, Any]:
     while count.executed == 0:
         rt.step()
     elapsed = time.perf_counter() - t0
-    value = count.bolt.counts[f"k{keys - 1}"]
+    value = unwrap(count.executor).counts[f"k{keys - 1}"]
     rt.close()
     cleanup(conf)
     return {"provider": provider, "keys": keys, "elapsed": elapsed, "value_ok": value == keys}
