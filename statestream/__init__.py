@@ -6,6 +6,8 @@ Layers, top to bottom (see DESIGN.md)::
     topology     TopologyBuilder -> Topology, groupings         (_topology, _routing, _tuple)
     protocols    acker ledger, checkpoint state machine,        (_acker, _rotating, _checkpoint,
                  bolt executors, exactly-once                    _executors, _stateful, _exactly_once)
+    transactions TransactionalTopologyBuilder -> Topology,      (_transactional: api, spouts,
+                 batch bolts, coordinator protocol               builder, components, coordinator)
     state        State / KeyValueState / StateProvider          (_state, _serde, _registry;
                                                                  provider SDK: statestream.provider)
     runtimes     RuntimePlan; local (embedded) | spark          (runtime/plan, runtime/local, runtime/spark)
@@ -51,6 +53,20 @@ from ._run import load_topology, run
 from ._spouts import FileSpout
 from ._state import KeyValueState, State, StateProvider
 from ._topology import BoltDeclarer, Topology, TopologyBuilder
+from ._transactional import (
+    BatchBolt,
+    BatchOutputCollector,
+    Committer,
+    FilePartitionedTransactionalSpout,
+    MemoryTransactionalSpout,
+    OpaqueMemoryTransactionalSpout,
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+    TransactionalBolt,
+    TransactionalSpout,
+    TransactionalTopologyBuilder,
+    TransactionAttempt,
+)
 from ._tuple import DEFAULT_STREAM, Fields, Tuple, Values
 
 __version__ = "0.1.0"
@@ -60,20 +76,28 @@ __all__ = [
     "BasicBolt",
     "BasicBoltExecutor",
     "BasicOutputCollector",
+    "BatchBolt",
+    "BatchOutputCollector",
     "Bolt",
     "BoltDeclarer",
     "CheckpointTupleForwarder",
     "Clock",
+    "Committer",
     "Config",
     "ConfigError",
     "ErrorReport",
     "FailedException",
     "FakeClock",
     "Fields",
+    "FilePartitionedTransactionalSpout",
     "FileSpout",
     "KeyValueState",
+    "MemoryTransactionalSpout",
+    "OpaqueMemoryTransactionalSpout",
+    "OpaquePartitionedTransactionalSpout",
     "OutputCollector",
     "OutputFieldsDeclarer",
+    "PartitionedTransactionalSpout",
     "ProtocolViolation",
     "ProviderNotFoundError",
     "ProviderUnavailableError",
@@ -97,6 +121,10 @@ __all__ = [
     "TopologyBuilder",
     "TopologyContext",
     "TopologyError",
+    "TransactionAttempt",
+    "TransactionalBolt",
+    "TransactionalSpout",
+    "TransactionalTopologyBuilder",
     "Tuple",
     "TupleError",
     "Values",

@@ -20,6 +20,11 @@ PROMISED = {
     "TopologyContext", "OutputCollector", "BasicOutputCollector", "SpoutOutputCollector",
     "OutputFieldsDeclarer", "Fields", "Values", "Tuple", "DEFAULT_STREAM", "FileSpout",
     "Rewindable", "stable_hash",
+    # transactional topologies
+    "TransactionalTopologyBuilder", "TransactionAttempt", "BatchBolt", "TransactionalBolt",
+    "Committer", "BatchOutputCollector", "TransactionalSpout", "PartitionedTransactionalSpout",
+    "OpaquePartitionedTransactionalSpout", "MemoryTransactionalSpout",
+    "OpaqueMemoryTransactionalSpout", "FilePartitionedTransactionalSpout",
     # the executors the builder adds
     "BasicBoltExecutor", "CheckpointTupleForwarder", "StatefulBoltExecutor",
     # state
