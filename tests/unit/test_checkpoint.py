@@ -208,6 +208,31 @@ def test_without_an_ack_time_the_interval_counts_from_the_next_poll() -> None:
     assert h.poll(150) == Emission(PREPARE, 0)
 
 
+def test_poll_early_starts_a_prepare_before_the_interval_and_without_early_does_not() -> None:
+    h = Harness(cs(COMMITTED, 2), interval_ms=1000)
+    assert h.poll(0) == Emission(INITSTATE, 2)
+    h.ack(now=0)
+    assert h.coord.poll(1) is None  # the interval has not passed
+    assert h.coord.poll(999) is None
+    assert h.coord.poll(2, early=True) == Emission(PREPARE, 3)
+    h.ack()
+    assert h.coord.poll(3, early=True) == Emission(COMMIT, 3)
+    h.ack(now=10)
+    assert h.coord.poll(500) is None  # early is for one poll only: the interval again
+    assert h.coord.poll(1009) is None
+    assert h.coord.poll(1010) == Emission(PREPARE, 4)
+
+
+def test_poll_early_does_not_skip_recovery_or_a_checkpoint_in_flight() -> None:
+    h = Harness(cs(PREPARING, 5), interval_ms=1000)
+    assert h.coord.poll(0, early=True) == Emission(ROLLBACK, 5)
+    assert h.coord.poll(1, early=True) is None  # ROLLBACK in flight
+    h.ack()
+    assert h.coord.poll(2, early=True) == Emission(INITSTATE, 4)
+    h.ack(now=2)
+    assert h.coord.poll(3, early=True) == Emission(PREPARE, 5)
+
+
 def test_zero_interval_prepares_right_after_recovery() -> None:
     h = Harness(cs(COMMITTED, 7), interval_ms=0)
     assert h.poll(0) == Emission(INITSTATE, 7)
@@ -560,6 +585,26 @@ BARRIER_TABLE: list[tuple[str, frozenset[tuple[str, int]], list[Any], list[bool]
         frozenset({X, Y}),
         [(X, R1), (Y, P1), (Y, R1)],
         [False, False, True],
+    ),
+    # A round that fired and is re-sent (a re-sent COMMIT, ROLLBACK or
+    # INITSTATE) fires again only once every upstream task sent it again.
+    (
+        "a re-sent COMMIT waits for every source again",
+        frozenset({X, Y}),
+        [(X, C1), (Y, C1), (X, C1), (X, C1), (Y, C1)],
+        [False, True, False, False, True],
+    ),
+    (
+        "a re-sent ROLLBACK waits for every source again",
+        frozenset({X, Y, Z}),
+        [(Z, R1), (X, R1), (Y, R1), (Y, R1), (Z, R1), (X, R1)],
+        [False, False, True, False, False, True],
+    ),
+    (
+        "a re-sent INITSTATE waits for every source again",
+        frozenset({X, Y}),
+        [(Y, (INITSTATE, 0)), (X, (INITSTATE, 0)), (Y, (INITSTATE, 0)), (X, (INITSTATE, 0))],
+        [False, True, False, True],
     ),
     (
         "the same checkpoint again after others counts anew",

@@ -368,21 +368,40 @@ def test_forwarder_single_upstream_task_fires_at_once() -> None:
     assert collector.calls == [("emit", [0, "COMMIT"], [t1], CHECKPOINT_STREAM), ("ack", t1)]
 
 
-def test_forwarder_resent_round_fires_again_only_when_complete_again() -> None:
+@pytest.mark.parametrize("action", [COMMIT, ROLLBACK, INITSTATE])
+def test_forwarder_resent_round_fires_again_only_when_complete_again(action: Action) -> None:
+    # A re-sent COMMIT, ROLLBACK or INITSTATE (its first round failed elsewhere)
+    # must wait for every upstream task again, not fire on the first arrival.
     executor, _, collector = forwarder()
-    round_of(executor, COMMIT, 4)
+    round_of(executor, action, 4)
     assert len(collector.checkpoint_emits()) == 1
     collector.clear()
-    a1 = ckpt(1, COMMIT, 4)
+    a1 = ckpt(1, action, 4)
     executor.execute(a1)
     assert collector.calls == []  # the barrier started empty: a new round
-    a2 = ckpt(2, COMMIT, 4)
+    executor.execute(ckpt(1, action, 4))  # the same task again counts once
+    assert collector.checkpoint_emits() == []
+    a2 = ckpt(2, action, 4)
     executor.execute(a2)
-    assert collector.calls == [
-        ("emit", [4, "COMMIT"], [a1, a2], CHECKPOINT_STREAM),
-        ("ack", a1),
-        ("ack", a2),
-    ]
+    emits = collector.checkpoint_emits()
+    assert len(emits) == 1 and emits[0][1] == [4, action.value]
+    assert a1 in emits[0][2] and a2 in emits[0][2]
+    assert a1 in collector.acked() and a2 in collector.acked()
+
+
+def test_stateful_resent_commit_waits_for_every_upstream_task_and_commits_once() -> None:
+    executor, bolt, collector, _ = stateful()
+    round_of(executor, INITSTATE, -1)
+    executor.execute(data("a", 700, 1))
+    round_of(executor, PREPARE, 0)
+    round_of(executor, COMMIT, 0)
+    collector.clear()
+    executor.execute(ckpt(1, COMMIT, 0))
+    assert collector.checkpoint_emits() == []
+    assert bolt.calls.count("pre_commit 0") == 1  # not acted on yet
+    executor.execute(ckpt(2, COMMIT, 0))
+    assert len(collector.checkpoint_emits()) == 1
+    assert bolt.calls.count("pre_commit 0") == 2
 
 
 def test_forwarder_newer_checkpoint_supersedes_an_incomplete_round() -> None:
@@ -696,7 +715,7 @@ def test_stateful_stale_round_is_acked_at_once_and_not_acted_on() -> None:
 
 
 def test_stateful_commit_resent_after_commit_is_a_noop_that_completes_the_round() -> None:
-    executor, _, collector, state = stateful()
+    executor, bolt, collector, state = stateful()
     round_of(executor, INITSTATE, -1)
     round_of(executor, PREPARE, 0)
     round_of(executor, COMMIT, 0)
@@ -707,6 +726,32 @@ def test_stateful_commit_resent_after_commit_is_a_noop_that_completes_the_round(
     assert collector.acked() == rnd
     assert collector.failed() == [] and collector.of("report_error") == []
     assert state.committed_txid == 0 and state.prepared_txid is None
+    # No re-prepare: the hooks saw one prepare and the state still works on.
+    assert bolt.calls.count("pre_prepare 0") == 1
+    assert bolt.calls[-1] == "pre_commit 0"
+    executor.execute(data("b", 710, 1))
+    round_of(executor, PREPARE, 1)
+    round_of(executor, COMMIT, 1)
+    assert (state.committed_txid, state.get("b")) == (1, 1)
+    assert collector.sent()[710] == 1
+
+
+def test_stateful_acks_of_one_root_held_in_two_drains_combine_by_xor() -> None:
+    # Every completed round takes this task's acks from the runtime (a drain).
+    # Acks of one root taken in two drains before the same PREPARE must
+    # combine by XOR: one overwriting the other leaves the tree incomplete
+    # until it times out.
+    executor, _, collector, _ = stateful()
+    round_of(executor, INITSTATE, -1)
+    executor.execute(data("a", 902, 0b0110))
+    round_of(executor, INITSTATE, -1)  # re-sent (it failed elsewhere): drain 1
+    executor.execute(data("b", 902, 0b0011))
+    executor.execute(data("c", 903, 0b1000))
+    round_of(executor, PREPARE, 0)  # drain 2
+    assert 902 not in collector.sent()
+    round_of(executor, COMMIT, 0)
+    assert collector.sent()[902] == 0b0110 ^ 0b0011
+    assert collector.sent()[903] == 0b1000
 
 
 def test_stateful_state_txids_after_prepare_and_commit() -> None:

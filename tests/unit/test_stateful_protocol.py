@@ -109,3 +109,43 @@ def test_held_acks_hand_over_a_single_txid_without_mixing_later_acks() -> None:
     held.prepare(1)
     released[1] = 99  # the caller owns what was released
     assert held.commit(1) == {1: 2}
+
+
+def test_held_acks_of_one_root_in_two_holds_before_a_prepare_combine_by_xor() -> None:
+    held = HeldAcks()
+    held.hold({1: 0b0110, 2: 0b0001})
+    held.hold({1: 0b0011})  # a second drain before the same prepare
+    assert len(held) == 2
+    held.prepare(0)
+    assert held.commit(0) == {1: 0b0101, 2: 0b0001}
+
+
+def test_a_commit_resent_after_it_committed_is_a_noop_for_the_state(setup: Setup) -> None:
+    proto, bolt, state = setup
+    proto.act(state, Action.INITSTATE, -1)
+    state.put("a", 1)
+    proto.hold({1: 0b0101})
+    proto.act(state, Action.PREPARE, 0)
+    assert proto.act(state, Action.COMMIT, 0) == ({1: 0b0101}, set())
+    # The round is re-sent (it failed at another task): no re-prepare, no error.
+    assert proto.act(state, Action.COMMIT, 0) == ({}, set())
+    assert (state.committed_txid, state.prepared_txid) == (0, None)
+    assert bolt.calls == ["init_state", "pre_prepare 0", "pre_commit 0", "pre_commit 0"]
+    state.put("a", 2)
+    proto.act(state, Action.PREPARE, 1)
+    proto.act(state, Action.COMMIT, 1)
+    assert state.committed_txid == 1
+
+
+def test_a_commit_to_a_state_that_missed_the_prepare_joins_at_that_txid(setup: Setup) -> None:
+    # A task that was not in the topology for PREPARE(3) (added, or its state
+    # reset) gets COMMIT(3): it moves to 3, so that PREPARE(4) is accepted.
+    proto, _, state = setup
+    proto.act(state, Action.INITSTATE, 2)
+    state.put("a", 1)
+    assert proto.act(state, Action.COMMIT, 3) == ({}, set())
+    assert (state.committed_txid, state.prepared_txid) == (3, None)
+    assert state.get("a") == 1
+    proto.act(state, Action.PREPARE, 4)
+    proto.act(state, Action.COMMIT, 4)
+    assert state.committed_txid == 4

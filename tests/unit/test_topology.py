@@ -14,6 +14,7 @@ from statestream import (
     Bolt,
     OutputFieldsDeclarer,
     Spout,
+    StatefulBolt,
     Topology,
     TopologyBuilder,
     TopologyError,
@@ -295,6 +296,41 @@ def test_a_cycle_without_stateful_bolts_is_allowed() -> None:
     assert topo.find_cycle() in (["a", "b", "a"], ["b", "a", "b"])
     assert topo.upstream("a") == ["words", "b"]
     assert topo.downstream("a") == ["b"]
+
+
+class Tally(StatefulBolt):
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["word"])
+
+    def execute(self, tuple: Tuple) -> None:
+        self.collector.ack(tuple)
+
+
+@pytest.mark.parametrize("stateful", ["a", "b"])
+def test_a_cycle_through_a_stateful_bolt_is_rejected_at_build(stateful: str) -> None:
+    # Checkpoint barriers could never complete around the loop.
+    b = builder_with_spout()
+    b.set_bolt("a", Tally() if stateful == "a" else Relay()).shuffle_grouping(
+        "words"
+    ).shuffle_grouping("b")
+    b.set_bolt("b", Tally() if stateful == "b" else Relay()).shuffle_grouping("a")
+    msg = build_error(b)
+    assert "stateful bolts must be acyclic" in msg
+    assert "a -> b -> a" in msg or "b -> a -> b" in msg
+
+
+def test_a_stateful_topology_with_a_cycle_elsewhere_is_rejected_too() -> None:
+    b = builder_with_spout()
+    b.set_bolt("count", Tally()).shuffle_grouping("words")
+    b.set_bolt("loop", Relay()).shuffle_grouping("words").shuffle_grouping("loop")
+    assert "found the cycle loop -> loop" in build_error(b)
+
+
+def test_an_acyclic_stateful_topology_builds() -> None:
+    b = builder_with_spout()
+    b.set_bolt("a", Relay()).shuffle_grouping("words")
+    b.set_bolt("count", Tally()).shuffle_grouping("a").shuffle_grouping("words")
+    assert b.build().find_cycle() is None
 
 
 def test_a_self_loop_is_allowed() -> None:
