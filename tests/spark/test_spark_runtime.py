@@ -411,43 +411,11 @@ def test_memory_provider_is_refused(spark_session: Any, tmp_path: Path) -> None:
         rt.run(until_idle=True)
 
 
-def test_sqlite_on_a_multi_process_master_is_refused(tmp_path: Path) -> None:
-    conf = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "s.db")},
-        "spark.master": "local-cluster[2,1,1024]",
-    }
-    rt = SparkRuntime(wordcount.topology(), conf)
-    with pytest.raises(ConfigError, match="redis"):
-        rt.run(until_idle=True)
-
-
 def list_topology(items: list[str]) -> Topology:
     b = TopologyBuilder("listed")
     b.set_spout("items", ListSpout(items, ["word"]))
     b.set_bolt("count", Tally("word"), 2).fields_grouping("items", "word")
     return b.build()
-
-
-def test_spout_that_cannot_rewind_is_refused(tmp_path: Path) -> None:
-    """True, auto and false alike (the local runtime's at-least-once does not exist on
-    Spark): refused, naming the spout and the way out, unless ackers are off."""
-    for setting, why in [
-        (True, "is true"),
-        ("auto", "is auto.*no at-least-once mode"),
-        (False, "is false.*no at-least-once mode"),
-    ]:
-        with pytest.raises(
-            ConfigError,
-            match=rf"(?s)'items' \(ListSpout\) cannot rewind.*{why}.*Rewindable.*"
-            r"at-most-once.*topology\.acker\.executors: 0",
-        ):
-            SparkRuntime(list_topology(["a"]), {"statestream.state.exactly.once": setting})
-    with pytest.raises(ConfigError, match="is true"):
-        SparkRuntime(
-            list_topology(["a"]),
-            {"statestream.state.exactly.once": True, "topology.acker.executors": 0},
-        )
 
 
 def test_at_most_once_polls_the_spout_on_the_driver(

@@ -81,8 +81,3 @@ def test_refuses_a_checkpoint_behind_the_store(spark_session: Any, tmp_path: Pat
     with pytest.raises(ConfigError, match=r"checkpoint .* was lost or belongs to another query"):
         SparkRuntime(fed_topology(), conf).feed(df, checkpoint=str(tmp_path / "cp2"))
     assert counts(conf) == EXPECTED
-
-
-def test_run_refuses_a_dataframe_spout() -> None:
-    with pytest.raises(ConfigError, match=r"feed\("):
-        SparkRuntime(fed_topology(), {}).run(until_idle=True)
