@@ -25,7 +25,9 @@ from ._run import load_topology, make_runtime
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# 0 clean; 1 the run failed; 2 a usage or config mistake; 3 the run finished
+# but components reported errors; 130 aborted with a second Ctrl-C.
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_WITH_ERRORS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 _CONFIG_HELP = "A YAML or JSON config file; repeat to layer several (later wins)."
 _SET_HELP = "Set one config key, e.g. --set topology.max.spout.pending=1000; repeatable, wins over files and STATESTREAM_* variables."
@@ -108,7 +110,12 @@ def run(
     verbose: bool,
 ) -> None:
     """Run TOPOLOGY: a .py file (its `topology` attribute) or module:attribute,
-    naming a Topology or a function returning one."""
+    naming a Topology or a function returning one.
+
+    Exit codes: 0 finished cleanly; 1 the run failed; 2 a usage or config
+    mistake; 3 finished, but components reported errors (the summary says
+    how many; the log has the first tracebacks); 130 aborted.
+    """
     if until_idle and duration is not None:
         _fail("--until-idle and --duration exclude each other; pick one", EXIT_USAGE)
     logging.basicConfig(
@@ -144,11 +151,21 @@ def run(
     except Exception as exc:
         if verbose:
             traceback.print_exc()
-        _fail(f"the run failed: {exc!r} (run with -v for the traceback)", EXIT_FAILURE)
+        _fail(
+            f"the run failed: {type(exc).__name__}: {_cut(str(exc))} "
+            "(run with -v for the traceback)",
+            EXIT_FAILURE,
+        )
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
     _print_summary(result)
+    if result.errors:
+        sys.exit(EXIT_WITH_ERRORS)
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def _rows(metrics: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -177,9 +194,13 @@ def _print_summary(result: Any) -> None:
     for row in _rows(result.components):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     click.echo("\n".join(lines), err=True)
+    errors = sum(m.errors for m in result.components.values())
+    first = ""
+    if result.errors:
+        e = result.errors[0]
+        first = f" (the first: {e.component}[{e.task_index}] {_cut(e.error)})"
     click.echo(
-        f"statestream: {result.reason} after {result.elapsed:.2f} s, "
-        f"{sum(m.errors for m in result.components.values())} errors",
+        f"statestream: {result.reason} after {result.elapsed:.2f} s, {errors} errors{first}",
         err=True,
     )
 

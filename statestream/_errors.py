@@ -16,6 +16,8 @@
     │   ├── StateCorruptError           a store that exists but cannot be read
     │   └── ProviderUnavailableError(ConnectionError)  the store cannot be reached
     └── RuntimeFailure(RuntimeError)    a runtime could not keep running
+        └── SourceError                 a spout's input cannot be read on (an undecodable
+                                        byte): the run stops instead of skipping it
 
 Control-flow signals are not errors and live apart: :class:`FailedException`
 (a bolt asks for its input to be failed and replayed) derives from
@@ -40,6 +42,7 @@ __all__ = [
     "RuntimeFailure",
     "SerializationError",
     "SimulatedCrash",
+    "SourceError",
     "StateCorruptError",
     "StateError",
     "StatestreamError",
@@ -94,6 +97,12 @@ class ProviderUnavailableError(StateError, ConnectionError):
 
 class RuntimeFailure(StatestreamError, RuntimeError):
     """A runtime stopped because it could not go on."""
+
+
+class SourceError(RuntimeFailure):
+    """A spout's input cannot be read on. Raised from ``next_tuple``, it stops the
+    run (exit 1) rather than being reported and skipped, which would end the
+    input early without anyone noticing."""
 
 
 class FailedException(Exception):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import codecs
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from ._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
-from ._errors import ConfigError
+from ._errors import ConfigError, SourceError
 
 __all__ = ["FileSpout"]
 
@@ -22,6 +23,10 @@ class FileSpout(Spout):
 
     ``path`` may be given directly or read from the config key ``path_key``
     (so a topology can take its input from ``--set wordcount.input=...``).
+    Lines are decoded with ``encoding`` (UTF-8) and ``errors``: with
+    ``"strict"`` (the default) a line that does not decode stops the run with a
+    :class:`~statestream.SourceError` naming the file, the line and the byte
+    offset; ``"replace"`` reads it with U+FFFD in place of each bad byte.
 
     With ``resume=True`` the spout stores the acked prefix of line numbers (how
     many lines from the start are fully processed) in the state provider, as a
@@ -49,12 +54,17 @@ class FileSpout(Spout):
         strip: bool = True,
         resume: bool = False,
         save_interval: float | None = None,
+        encoding: str = "utf-8",
+        errors: str = "strict",
     ) -> None:
         self.path = str(path) if path is not None else None
         self.path_key = path_key
         self.default_path = str(default_path) if default_path is not None else None
         self.strip = strip
-        self._file: IO[str] | None = None
+        self.encoding = encoding
+        self.errors = errors
+        self._file: IO[bytes] | None = None
+        self._offset = 0  # byte offset of the next line
         self._next_line = 0
         self._eof = False
         self._in_flight: dict[int, str] = {}
@@ -91,7 +101,15 @@ class FileSpout(Spout):
             )
         path = self.resolve_path(conf)
         try:
-            self._file = open(path, encoding="utf-8")  # noqa: SIM115 - closed in close()
+            codecs.lookup(self.encoding)
+            codecs.lookup_error(self.errors)
+        except LookupError as exc:
+            raise ConfigError(
+                f"FileSpout {context.component_id!r}: {exc} (encoding={self.encoding!r}, "
+                f"errors={self.errors!r}); errors is 'strict', 'replace', 'ignore', ..."
+            ) from None
+        try:
+            self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         except OSError as exc:
             key = f" (set by {self.path_key})" if self.path_key else ""
             raise ConfigError(f"cannot read the input file {path!r}{key}: {exc.strerror}") from exc
@@ -101,9 +119,7 @@ class FileSpout(Spout):
             stored = self._position.get("position")
             if stored and stored.get("path") == self._path:
                 skip = int(stored["line"])
-                for _ in range(skip):
-                    if not self._file.readline():
-                        break
+                self._skip_lines(skip)
                 self._next_line = self._prefix = self._saved = skip
             self._last_save = context.clock.monotonic()
             if self.save_interval is None:
@@ -125,16 +141,40 @@ class FileSpout(Spout):
             return
         if self._eof or self._file is None:
             return
-        line = self._file.readline()
-        if not line:
+        raw = self._file.readline()
+        if not raw:
             self._eof = True
             return
         n = self._next_line
+        line = self._decode(raw, n)
         self._next_line = n + 1
+        self._offset += len(raw)
         if self.strip:
-            line = line.rstrip("\n")
+            line = line.rstrip("\r\n")
+        elif line.endswith("\r\n"):
+            line = line[:-2] + "\n"
         self._in_flight[n] = line
         self.collector.emit([n, line], msg_id=n)
+
+    def _decode(self, raw: bytes, n: int) -> str:
+        try:
+            return raw.decode(self.encoding, self.errors)
+        except UnicodeDecodeError as exc:
+            bad = raw[exc.start : exc.end]
+            raise SourceError(
+                f"FileSpout {self.context.component_id!r}: line {n + 1} of {self._path} is not "
+                f"{self.encoding} (byte offset {self._offset + exc.start}, {bad!r}: "
+                f"{exc.reason}); pass the file's encoding (FileSpout(..., encoding=...)) or "
+                "errors='replace' to read bad bytes as U+FFFD"
+            ) from None
+
+    def _skip_lines(self, count: int) -> None:
+        assert self._file is not None
+        for _ in range(count):
+            raw = self._file.readline()
+            if not raw:
+                break
+            self._offset += len(raw)
 
     # -- exactly-once positions (statestream.Rewindable) ---------------------------------
     def position(self) -> Any:
@@ -164,9 +204,8 @@ class FileSpout(Spout):
                 )
             line, replay = int(position["line"]), position.get("replay") or []
         self._file.seek(0)
-        for _ in range(line):
-            if not self._file.readline():
-                break
+        self._offset = 0
+        self._skip_lines(line)
         self._next_line = line
         self._eof = False
         self._in_flight = {int(n): text for n, text in replay}

@@ -17,11 +17,12 @@ The runtime is a transport and a scheduler only. Acking lives in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import xxhash
@@ -29,7 +30,15 @@ import xxhash
 from .._acker import AckerLedger, acker_task_for, new_id
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
-from .._errors import ConfigError, FailedException, ReliabilityError, SimulatedCrash, TupleError
+from .._errors import (
+    ConfigError,
+    FailedException,
+    ReliabilityError,
+    RuntimeFailure,
+    SimulatedCrash,
+    StatestreamError,
+    TupleError,
+)
 from .._exactly_once import Standstill, StandstillStep, check_position, resolve_exactly_once
 from .._executors import CheckpointTupleForwarder
 from .._results import ErrorReport, RunResult, TaskMetrics
@@ -192,7 +201,12 @@ class _Task:
                     inboxes[i].append(Tuple(values, origin))
 
     def deliver_spout(
-        self, origin: Origin, routes: list[_Route], values: Sequence[Any], direct: int | None, root: int
+        self,
+        origin: Origin,
+        routes: list[_Route],
+        values: Sequence[Any],
+        direct: int | None,
+        root: int,
     ) -> int:
         """Deliver a new tree's root tuple, one per target task with a fresh edge id.
 
@@ -342,7 +356,9 @@ class SpoutTask(_Task):
         else:
             root = new_id()
             self.pending.put(root, msg_id)
-            acking.init(root, self.task_id, self.deliver_spout(origin, routes, values, direct, root))
+            acking.init(
+                root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
+            )
 
     # -- scheduling ---------------------------------------------------------
     def _expired(self, root: int, msg_id: Any) -> None:
@@ -404,6 +420,8 @@ class SpoutTask(_Task):
             before = self.emitted
             try:
                 next_tuple()
+            except RuntimeFailure:
+                raise
             except Exception as exc:
                 self.report(exc, "next_tuple()")
                 break
@@ -416,6 +434,29 @@ class SpoutTask(_Task):
 
 
 _MISSING = object()
+
+
+@contextlib.contextmanager
+def _naming(task: _Task, method: str) -> Iterator[None]:
+    """Let a user's exception out of ``method`` as a RuntimeFailure naming the task;
+    our own errors already name what is wrong."""
+    try:
+        yield
+    except StatestreamError:
+        raise
+    except Exception as exc:
+        raise RuntimeFailure(
+            f"component {task.component!r} task {task.task_index}: {method} raised "
+            f"{type(exc).__name__}: {_cut(str(exc))}"
+        ) from exc
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """``text`` cut to about ``limit`` characters: a tuple holding a whole read
+    buffer must not fill the log."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class BoltTask(_Task):
@@ -750,9 +791,7 @@ class LocalRuntime:
 
     def _build(self) -> None:
         """Make every task and its routes (at start, and again after a rewind)."""
-        self.acking: _Acking | None = (
-            _Acking(self, self.n_ackers) if self.n_ackers > 0 else None
-        )
+        self.acking: _Acking | None = _Acking(self, self.n_ackers) if self.n_ackers > 0 else None
         self.spouts: list[SpoutTask] = []
         self.bolts: list[BoltTask] = []
         self.spout_by_task: dict[int, SpoutTask] = {}
@@ -823,7 +862,11 @@ class LocalRuntime:
                 if not control:  # checkpoints are never held back by backpressure
                     outs.extend(q for q in inboxes if all(q is not o for o in outs))
             origin = Origin(
-                spec.id, task.task_id, task.task_index, stream, self.plan.output_fields[spec.id][stream]
+                spec.id,
+                task.task_id,
+                task.task_index,
+                stream,
+                self.plan.output_fields[spec.id][stream],
             )
             task.streams[stream] = (origin, len(origin.fields), routes, direct)
         task.out_queues = outs
@@ -868,14 +911,14 @@ class LocalRuntime:
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: _Task, exc: BaseException, tup: Any) -> None:
         tb = "".join(traceback.format_exception(exc))
-        report = ErrorReport(task.component, task.task_index, repr(tup), repr(exc), tb)
+        report = ErrorReport(task.component, task.task_index, _cut(repr(tup)), _cut(repr(exc)), tb)
         self.errors.append(report)
         if task.errors <= 3:
             log.error(
-                "%s[%d] raised %r while processing %s\n%s",
+                "%s[%d] raised %s while processing %s\n%s",
                 task.component,
                 task.task_index,
-                exc,
+                report.error,
                 report.tuple,
                 tb,
             )
@@ -891,11 +934,13 @@ class LocalRuntime:
             return
         self._started = True
         for spout in self.spouts:
-            spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)
+            with _naming(spout, "open()"):
+                spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)
         if self.exactly_once:
             self._seek_data_spouts()
         for bolt in self.bolts:
-            bolt.executor.prepare(self.conf_for(bolt.spec), self._context(bolt), bolt)
+            with _naming(bolt, "prepare()"):
+                bolt.executor.prepare(self.conf_for(bolt.spec), self._context(bolt), bolt)
         self._setup_timers()
 
     def _seek_data_spouts(self) -> None:
@@ -930,7 +975,9 @@ class LocalRuntime:
         for tasks in self.tasks_of.values():
             for t in tasks:
                 m = t.metrics()
-                past = self._past.setdefault((t.component, t.task_index), TaskMetrics(t.component, t.task_index))
+                past = self._past.setdefault(
+                    (t.component, t.task_index), TaskMetrics(t.component, t.task_index)
+                )
                 m.queued = 0
                 past.add(m)
         for key, value in self.counters().items():

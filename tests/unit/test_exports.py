@@ -35,7 +35,7 @@ PROMISED = {
     # errors
     "StatestreamError", "ConfigError", "TopologyError", "TupleError", "ReliabilityError",
     "StateError", "StateCorruptError", "SerializationError", "ProviderNotFoundError",
-    "ProviderUnavailableError", "ProtocolViolation", "RuntimeFailure", "FailedException",
+    "ProviderUnavailableError", "ProtocolViolation", "RuntimeFailure", "SourceError", "FailedException",
 }  # fmt: skip
 
 
