@@ -26,7 +26,7 @@ from ._components import (
     StatefulBolt,
     TopologyContext,
 )
-from ._errors import ProtocolViolation, StateError
+from ._errors import ProtocolViolation
 from ._exactly_once import CheckpointRecord
 from ._tuple import Fields
 
@@ -261,10 +261,12 @@ class CheckpointSpout(Spout):
         action, txid = msg_id
         try:
             self.coordinator.on_ack(Action(action), txid, self._now_ms())
-        except StateError as exc:
+        except Exception as exc:
             # The next phase could not be stored: treat the round as failed so
             # the coordinator recovers from what is stored, instead of waiting
-            # for an ack that has already come.
+            # for an ack that has already come. Any exception, not only a
+            # StateError: a provider that lets an OSError through must not stop
+            # checkpointing for good (the runtime would only report the error).
             self.collector.report_error(exc)
             self.coordinator.on_fail(Action(action), txid)
 

@@ -48,11 +48,12 @@ class Collector:
 
 
 class FlakyState:
-    """A state whose ``commit`` raises while ``failing`` (the store went away)."""
+    """A state whose ``commit`` raises ``error`` while ``failing`` (the store went away)."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
         self.failing = False
+        self.error: Exception = ProviderUnavailableError("the store cannot be reached")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.state, name)
@@ -60,7 +61,7 @@ class FlakyState:
     def commit(self, txid: int | None = None) -> None:
         if self.failing:
             self.state.rollback()  # the pending writes never reached the store
-            raise ProviderUnavailableError("the store cannot be reached")
+            raise self.error
         self.state.commit(txid)
 
 
@@ -124,14 +125,27 @@ def test_a_fresh_start_recovers_then_prepares_after_the_interval_and_commits() -
     assert s.collector.errors == []
 
 
-def test_a_phase_that_cannot_be_saved_on_a_prepare_ack_fails_the_round_and_recovers() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        ProviderUnavailableError("the store cannot be reached"),
+        # A third-party provider's untranslated error must not stop checkpoints either.
+        OSError("disk full"),
+        RuntimeError("a bug in a provider"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_phase_that_cannot_be_saved_on_a_prepare_ack_fails_the_round_and_recovers(
+    error: Exception,
+) -> None:
     s = Setup()
     s.start()
     s.clock.advance(INTERVAL_MS / 1000)
     assert s.poll() == [("PREPARE", 0)]
     s.state.failing = True
+    s.state.error = error
     s.ack("PREPARE", 0)  # COMMITTING(0) cannot be stored
-    assert [type(e) for e in s.collector.errors] == [ProviderUnavailableError]
+    assert s.collector.errors == [error]
     assert s.stored().state == CheckpointState(0, Phase.PREPARING)
     assert s.spout.coordinator.recovering
     # The next poll starts the recovery at once: ROLLBACK of the round.
