@@ -1,6 +1,6 @@
 """statestream: Storm's stateful-bolt model in Python.
 
-Layers, top to bottom (see DESIGN.md)::
+Layers, top to bottom::
 
     user code    Spout, Bolt, BasicBolt, StatefulBolt           (_components)
     topology     TopologyBuilder -> Topology, groupings         (_topology, _routing, _tuple)

@@ -18,7 +18,7 @@ changes, made since the last prepare or commit, live in memory only. Reads
 see pending over prepared over committed; a deletion is a *tombstone* that
 hides the layers below it until it is committed.
 
-Transaction ids follow the checkpoint protocol (DESIGN.md §4):
+Transaction ids follow the checkpoint protocol (``statestream._checkpoint``):
 
 * ``prepare_commit(t)`` needs ``t == committed_txid + 1``, or ``t`` equal to
   the txid already prepared, whose delta the new changes are then merged
@@ -96,7 +96,7 @@ SHARING_SCOPES: Final = (SHARING_PROCESS, SHARING_MACHINE, SHARING_NETWORK)
 class State(Protocol):
     """Checkpointed state of one task, driven by the checkpoint protocol.
 
-    Call order (DESIGN.md §4): ``prepare_commit(t)`` then ``commit(t)``, or
+    Call order (the checkpoint protocol): ``prepare_commit(t)`` then ``commit(t)``, or
     ``rollback()`` instead of the commit. A state is owned by one task and is
     not safe to use from several threads at once.
     """

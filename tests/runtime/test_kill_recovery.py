@@ -13,17 +13,12 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
-import re
-import signal
 import subprocess
-import sys
-import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from kill_loop import cli, seeded_rng, sigkill_runs
 
 from statestream.testing import random_text
 
@@ -32,71 +27,28 @@ WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
 KILLS = 10
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "statestream", *args]
-
-
-_COUNTING = re.compile(r"\bcount emitted=\d+ executed=([1-9]\d*)")
-
-
-def _watch(proc: subprocess.Popen[str], lines: list[str], counting: threading.Event) -> None:
-    """Drain the run's stderr, setting ``counting`` once the count bolt has executed."""
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        lines.append(line)
-        if _COUNTING.search(line):
-            counting.set()
-    counting.set()
-
-
 def _kill_and_restart(tmp_path: Path, settings: list[str]) -> dict[str, int]:
     corpus = tmp_path / "corpus.txt"
-    expected = random_text(corpus, 150_000)
+    expected = random_text(corpus, 100_000)
     common = [
         "--set", f"wordcount.input={corpus}",
         "--set", "topology.state.checkpoint.interval.ms=100",
         *settings,
     ]  # fmt: skip
-    seed = int(os.environ.get("SSTREAM_TEST_SEED") or int.from_bytes(os.urandom(4), "big"))
-    print(f"\nkill timing seed {seed} (rerun with SSTREAM_TEST_SEED={seed})")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    killed = 0
-    for _ in range(KILLS):
-        # Progress lines (plain, stderr is a pipe) tell when counting has begun:
-        # the kill is timed from there, not from process start, so a slow start
-        # on a loaded machine cannot turn every kill into a kill before work.
-        proc = subprocess.Popen(
-            _cli("run", WORDCOUNT, "--until-idle", *common,
-                 "--set", "statestream.progress.interval.secs=0.05"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            text=True,
-        )  # fmt: skip
-        err_lines: list[str] = []
-        counting = threading.Event()
-        reader = threading.Thread(target=_watch, args=(proc, err_lines, counting), daemon=True)
-        reader.start()
-        counting.wait(timeout=60)
-        time.sleep(rng.uniform(0.1, 0.7))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        reader.join(timeout=30)
-        assert proc.stderr is not None
-        proc.stderr.close()
-        assert proc.returncode in (0, -signal.SIGKILL), "".join(err_lines)
-        killed += proc.returncode == -signal.SIGKILL
+    killed = sigkill_runs(
+        [WORDCOUNT, "--until-idle", *common], kills=KILLS, component="count", rng=rng
+    )
     final = subprocess.run(
-        _cli("run", WORDCOUNT, "--until-idle", "--no-progress", *common),
+        cli("run", WORDCOUNT, "--until-idle", "--no-progress", *common),
         capture_output=True,
         timeout=120,
         env=env,
     )
     assert final.returncode == 0, final.stderr.decode()
     dump = subprocess.run(
-        _cli("state", "dump", "--component", "count", *settings),
+        cli("state", "dump", "--component", "count", *settings),
         capture_output=True,
         timeout=60,
         env=env,
