@@ -29,6 +29,7 @@ Pure: no threads, no I/O beyond the state object passed in.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -58,6 +59,7 @@ CHECKPOINT_KEY = "checkpoint"
 """Key of the checkpoint phase ``{"txid", "phase"}`` in ``$checkpointspout-0``."""
 POSITIONS_KEY = "positions"
 """Key of the spout positions ``{str(txid): {namespace: position}}`` beside it."""
+_TXID_KEY = re.compile(r"-?[0-9]+")
 
 
 @runtime_checkable
@@ -115,7 +117,9 @@ def resolve_exactly_once(
     """
     if not stateful or setting is False:
         return False, None
-    cannot = [f"{cid!r} ({type(obj).__name__})" for cid, obj in spouts.items() if not can_rewind(obj)]
+    cannot = [
+        f"{cid!r} ({type(obj).__name__})" for cid, obj in spouts.items() if not can_rewind(obj)
+    ]
     if not cannot:
         return True, None
     names = ", ".join(cannot)
@@ -166,7 +170,9 @@ class CheckpointRecord:
         positions: dict[int, Mapping[str, Any]] = {}
         if isinstance(stored, Mapping):
             for txid, where in stored.items():
-                if isinstance(where, Mapping) and str(txid).lstrip("-").isdigit():
+                # A malformed key is skipped, never fatal: "--1" or "²" pass
+                # str.isdigit() after lstrip("-") but int() refuses them.
+                if isinstance(where, Mapping) and _TXID_KEY.fullmatch(str(txid)):
                     positions[int(txid)] = dict(where)
         return cls(state, positions)
 
@@ -299,4 +305,3 @@ class Standstill:
             self.budget *= 2
             if self.budget > self.max_budget:
                 self.budget = None
-

@@ -226,6 +226,19 @@ TIMEOUT_TABLE: list[tuple[str, list[tuple[Step, object]], int]] = [
         0,
     ),
     (
+        "reset_timeout of an entry in a middle bucket moves it to the newest",
+        [
+            *[(("init", R, S, A), None), (T, []), (("reset", R), None)],
+            *[(T, []), (T, []), (T, TIMEOUT)],
+        ],
+        0,
+    ),
+    (
+        "a fail before the init waits a full timeout for it",
+        [(("fail", R), None), (T, []), (T, []), (("init", R, S, A), Outcome("fail", R, S))],
+        0,
+    ),
+    (
         "reset_timeout of the newest entry keeps it",
         [(("init", R, S, A), None), (("reset", R), None), (T, []), (T, []), (T, TIMEOUT)],
         0,
@@ -293,6 +306,20 @@ def test_fewer_than_two_timeout_buckets_is_rejected(buckets: int) -> None:
         AckerLedger(timeout_buckets=buckets)
 
 
+def test_late_acks_counts_every_expired_orphan() -> None:
+    ledger = AckerLedger(timeout_buckets=2)
+    ledger.ack(1, A)
+    ledger.fail(2)
+    ledger.ack(3, B)
+    ledger.tick()
+    assert ledger.tick() == []
+    assert ledger.late_acks == 3
+    ledger.ack(4, A)
+    ledger.tick()
+    ledger.tick()
+    assert ledger.late_acks == 4
+
+
 def test_tick_reports_every_expired_root_in_write_order() -> None:
     ledger = AckerLedger(timeout_buckets=2)
     ledger.init(30, 3, A)
@@ -351,26 +378,34 @@ def test_acker_task_for(root: int, n: int, task: int) -> None:
 
 @pytest.mark.parametrize("n", [0, -1])
 def test_acker_task_for_needs_an_acker(n: int) -> None:
-    with pytest.raises(ValueError, match=r"n_ackers >= 1, got"):
+    with pytest.raises(
+        ValueError,
+        match=rf"n_ackers >= 1, got {n}; with topology\.acker\.executors: 0 tuples are "
+        "not tracked at all$",
+    ):
         acker_task_for(5, n)
 
 
 class _ZerosFirst(random.Random):
-    """A generator whose first two 64-bit draws are 0."""
+    """A generator whose first two draws are 0; records how many bits each asked for."""
 
     def __init__(self) -> None:
         super().__init__(0)
-        self.draws = 0
+        self.draws: list[int] = []
 
     def getrandbits(self, k: int) -> int:
-        self.draws += 1
-        return 0 if self.draws <= 2 else 42
+        self.draws.append(k)
+        return 0 if len(self.draws) <= 2 else 42
 
 
 def test_new_id_retries_on_zero() -> None:
     rng = _ZerosFirst()
     assert new_id(rng) == 42
-    assert rng.draws == 3
+    assert rng.draws == [64, 64, 64]
+
+
+def test_new_id_is_one_64_bit_draw_of_the_generator() -> None:
+    assert new_id(random.Random(99)) == random.Random(99).getrandbits(64)
 
 
 def test_new_id_is_a_nonzero_64_bit_value() -> None:

@@ -81,6 +81,43 @@ def test_standstill_step_table(
     assert s.emitted == (0 if reset else (4 if spent else 3))
 
 
+def test_standstill_without_budget_polls_during_a_checkpoint_round() -> None:
+    s = Standstill()
+    assert s.step(prepare_due=False, queued=True, in_checkpoint=True) is POLL
+    assert s.step(prepare_due=False, queued=False, in_checkpoint=True) is POLL
+
+
+def test_standstill_with_a_budget_waits_for_the_checkpoint_round_to_end() -> None:
+    s = Standstill(budget=8, emitted=1)
+    assert s.step(prepare_due=False, queued=False, in_checkpoint=True) is DRAIN
+    assert s.quiescing is False and s.emitted == 1
+    assert s.step(prepare_due=False, queued=False, in_checkpoint=False) is POLL
+    # Once quiescing, a round in flight does not stop the cut.
+    s = Standstill(budget=8, emitted=8)
+    assert s.step(prepare_due=False, queued=True) is DRAIN
+    assert s.quiescing is True
+    assert s.step(prepare_due=False, queued=False, in_checkpoint=True) is CUT
+
+
+# (budget, emitted, most) -> allowance
+ALLOWANCE_TABLE = [
+    (None, 0, 10, 10),
+    (None, 10**6, 7, 7),
+    (8, 0, 10, 8),
+    (8, 3, 10, 5),
+    (8, 3, 4, 4),
+    (8, 8, 10, 0),
+    (8, 9, 10, 0),  # overshot: never negative
+    (1, 0, 10, 1),
+]
+
+
+@pytest.mark.parametrize(("budget", "emitted", "most", "allowed"), ALLOWANCE_TABLE)
+def test_standstill_allowance(budget: int | None, emitted: int, most: int, allowed: int) -> None:
+    s = Standstill(budget=budget, emitted=emitted)
+    assert s.allowance(most) == allowed
+
+
 def test_standstill_without_budget_is_never_spent() -> None:
     s = Standstill(emitted=10**9)
     assert not s.spent()
@@ -108,8 +145,8 @@ def test_standstill_on_rewind_halves_the_emitted_count_into_the_budget(
     s.on_rewind()
     assert s.budget == budget
     assert s.emitted == 0
-    assert not s.quiescing
-    assert not s.rewind
+    assert s.quiescing is False
+    assert s.rewind is False
 
 
 def test_standstill_fail_sets_rewind_and_on_rewind_clears_it() -> None:
@@ -232,6 +269,15 @@ def test_record_load_ignores_malformed_positions() -> None:
     assert CheckpointRecord.load(kv).positions == {1: {"a": 1}}
 
 
+def test_record_load_reads_every_integer_txid_key_and_skips_malformed_ones() -> None:
+    kv = new_kv()
+    kv.put(CHECKPOINT_KEY, {"txid": 0, "phase": "PREPARING"})
+    bad = {"1-": {"a": 9}, "--1": {"a": 9}, "\u00b2": {"a": 9}, " 1": {"a": 9}, "": {"a": 9}}
+    kv.put(POSITIONS_KEY, {"-1": {"a": 0}, "0": {"a": 4}, **bad})
+    kv.commit(None)
+    assert CheckpointRecord.load(kv).positions == {-1: {"a": 0}, 0: {"a": 4}}
+
+
 def test_record_load_of_a_corrupt_phase_raises() -> None:
     kv = new_kv()
     kv.put(CHECKPOINT_KEY, {"txid": 1, "phase": "DONE"})
@@ -289,10 +335,15 @@ class HalfSpout:
         pass
 
 
+class NoSeekSpout:
+    def position(self) -> Any:
+        return 0
+
+
 @pytest.mark.parametrize(
     ("spout", "ok"),
-    [(RewindSpout(), True), (PlainSpout(), False), (HalfSpout(), False)],
-    ids=["rewindable", "plain", "position-not-callable"],
+    [(RewindSpout(), True), (PlainSpout(), False), (HalfSpout(), False), (NoSeekSpout(), False)],
+    ids=["rewindable", "plain", "position-not-callable", "no-seek"],
 )
 def test_can_rewind(spout: object, ok: bool) -> None:
     assert can_rewind(spout) is ok
@@ -336,8 +387,23 @@ def test_resolve_exactly_once(
 
 
 def test_resolve_exactly_once_true_with_a_spout_that_cannot_rewind_raises() -> None:
-    with pytest.raises(ConfigError, match=r"'lines' \(PlainSpout\) cannot rewind"):
+    with pytest.raises(ConfigError) as info:
         resolve_exactly_once(True, True, ONE_NOT)
+    assert str(info.value) == (
+        "statestream.state.exactly.once is true, but spout 'lines' (PlainSpout) cannot "
+        "rewind: give it position() and seek(position) (see statestream.Rewindable and "
+        "FileSpout), or set statestream.state.exactly.once: auto (or false) for Storm's "
+        "at-least-once"
+    )
+
+
+def test_resolve_exactly_once_auto_note_says_what_happens() -> None:
+    spouts = {"x": PlainSpout(), "y": HalfSpout()}
+    assert resolve_exactly_once("auto", True, spouts) == (
+        False,
+        "exactly-once state is off: spout 'x' (PlainSpout), 'y' (HalfSpout) cannot rewind "
+        "(no position()/seek()); stateful bolts are at-least-once (Storm's guarantee)",
+    )
 
 
 def test_resolve_exactly_once_names_every_spout_that_cannot_rewind() -> None:
@@ -368,3 +434,7 @@ def test_check_position_not_json_raises_naming_the_spout(position: Any, type_nam
     with pytest.raises(SerializationError, match=rf"spout 'reader'.*\({type_name}:") as info:
         check_position("reader", position)
     assert isinstance(info.value.__cause__, TypeError)
+    assert str(info.value).endswith(
+        "positions are stored with the checkpoint, return dicts, lists, strings, numbers, "
+        "booleans or None"
+    )
