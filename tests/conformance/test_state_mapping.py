@@ -322,3 +322,46 @@ def test_enum_keys_are_the_plain_keys_they_encode_to(provider_factory: Any, name
     reopened = provider_factory().get_state(namespace)
     assert dict(reopened.items()) == {"red": "plain", 3: "enum"}
     assert reopened.get(Level.HIGH) == "enum"
+
+
+def test_delete_returns_the_committed_value_on_a_state_that_never_read_it(
+    provider_factory: Any, namespace: str
+) -> None:
+    writer = provider_factory().get_state(namespace)
+    writer.put("a", 1)
+    writer.put("b", [2])
+    writer.put(None, "null key")
+    writer.prepare_commit(0)
+    writer.commit(0)
+    fresh = provider_factory().get_state(namespace)
+    assert fresh.delete("a") == 1  # the first thing this state does
+    assert fresh.get("a") is None and fresh.get(None) == "null key"
+    assert fresh.delete("a") is None
+    assert fresh.delete("missing") is None
+    # A delta left prepared by a crashed writer: the state answers from the store.
+    writer.put("c", 3)
+    writer.prepare_commit(1)
+    after_crash = provider_factory().get_state(namespace)
+    assert after_crash.prepared_txid == 1
+    assert after_crash.delete("b") == [2]
+    assert after_crash.get(None) == "null key"
+    assert after_crash.delete("c") is None  # prepared, not committed
+
+
+def test_rollback_of_a_key_both_prepared_and_pending(
+    provider: StateProvider, namespace: str
+) -> None:
+    state = provider.get_state(namespace)
+    state.put("a", 1)
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("a", 2)
+    state.prepare_commit(1)
+    state.put("a", 3)  # pending over prepared
+    state.delete("b")
+    state.rollback()
+    assert state.get("a") == 1
+    assert _visible(state) == {"a": 1}
+    state.prepare_commit(1)
+    state.commit(1)
+    assert _visible(state) == {"a": 1}

@@ -103,24 +103,31 @@ def test_json_shape_and_str() -> None:
     ],
 )
 def test_from_json_rejects_corrupt_data(data: Any) -> None:
-    with pytest.raises(StateCorruptError, match=r"stored checkpoint state .* is not valid"):
+    with pytest.raises(StateCorruptError, match=r"stored checkpoint state .* is not valid") as info:
         CheckpointState.from_json(data)
+    assert str(info.value).endswith(
+        '; expected e.g. {"txid": 4, "phase": "COMMITTED"} '
+        "(phases: COMMITTED, PREPARING, COMMITTING)"
+    )
 
 
 @pytest.mark.parametrize(
-    ("txid", "phase", "error"),
+    ("txid", "phase", "error", "message"),
     [
-        (-1, PREPARING, ValueError),
-        (-1, COMMITTING, ValueError),
-        (-2, COMMITTED, ValueError),
-        ("3", COMMITTED, TypeError),
-        (False, COMMITTED, TypeError),
-        (3, "COMMITTED", TypeError),
+        (-1, PREPARING, ValueError, "CheckpointState(-1, PREPARING): txid must be >= 0 in phase PREPARING"),
+        (-1, COMMITTING, ValueError, "CheckpointState(-1, COMMITTING): txid must be >= 0 in phase COMMITTING"),
+        (-2, COMMITTED, ValueError, "CheckpointState(-2, COMMITTED): txid must be >= -1 in phase COMMITTED"),
+        ("3", COMMITTED, TypeError, "CheckpointState.txid must be an int, got '3'"),
+        (False, COMMITTED, TypeError, "CheckpointState.txid must be an int, got False"),
+        (3, "COMMITTED", TypeError, "CheckpointState.phase must be a Phase, got 'COMMITTED'"),
     ],
-)
-def test_state_validates_its_fields(txid: Any, phase: Any, error: type[Exception]) -> None:
-    with pytest.raises(error):
+)  # fmt: skip
+def test_state_validates_its_fields(
+    txid: Any, phase: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
         CheckpointState(txid, phase)
+    assert str(info.value) == message
 
 
 # -- the coordinator: scripted sequences --------------------------------------
@@ -665,5 +672,9 @@ def test_barrier_rejects_an_unknown_source() -> None:
 
 
 def test_barrier_needs_an_upstream() -> None:
-    with pytest.raises(ValueError, match="at least one upstream"):
+    with pytest.raises(ValueError) as info:
         Barrier(frozenset())
+    assert str(info.value) == (
+        "Barrier needs at least one upstream (component, task); a bolt receives "
+        "checkpoint tuples from the checkpoint spout or from its upstream bolts"
+    )

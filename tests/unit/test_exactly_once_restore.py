@@ -34,7 +34,6 @@ from statestream import (
 )
 from statestream._checkpoint import CheckpointState, Phase
 from statestream._exactly_once import CheckpointRecord
-from statestream._registry import open_provider
 from statestream._stateful import CHECKPOINT_SPOUT
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import (
@@ -98,8 +97,9 @@ class Numbers(Spout):
 
 
 class Count(StatefulBolt):
-    """Counts keys; with ``fail_prepare_of`` set, ``pre_prepare`` of that txid raises
-    once, after noting the checkpoint record as it stands then."""
+    """Counts keys. ``pre_prepare`` notes the checkpoint record as stored then (read
+    through the runtime, as the checkpoint spout reads it) in ``sink("records")``;
+    with ``fail_prepare_of`` set, ``pre_prepare`` of that txid raises, once."""
 
     def __init__(self, fail_prepare_of: int | None = None) -> None:
         self.fail_prepare_of = fail_prepare_of
@@ -116,10 +116,11 @@ class Count(StatefulBolt):
         self.collector.ack(tuple)
 
     def pre_prepare(self, txid: int) -> None:
+        record = CheckpointRecord.load(self.context.state(CHECKPOINT_NS))
+        sink("records").append((txid, self.context.task_index, record))
         failed = sink("failed prepares")
         if txid == self.fail_prepare_of and not failed:
-            record = CheckpointRecord.load(self.context.state(CHECKPOINT_NS))
-            failed.append(record)
+            failed.append(txid)
             raise RuntimeError(f"pre_prepare({txid}) fails once")
 
 
@@ -144,9 +145,9 @@ def _expected() -> dict[str, int]:
     return dict(collections.Counter(f"k{i % KEYS}" for i in range(N)))
 
 
-def _stored_record(config: Mapping[str, Any]) -> CheckpointRecord:
-    with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
-        return CheckpointRecord.load(provider.get_state(CHECKPOINT_NS))
+def _record_at_prepare(txid: int) -> CheckpointRecord:
+    """The checkpoint record task 0 of "count" read when PREPARE(txid) first reached it."""
+    return next(r for t, task, r in sink("records") if (t, task) == (txid, 0))
 
 
 @pytest.mark.parametrize("txid", [1, 3])
@@ -154,21 +155,22 @@ def test_a_crash_while_preparing_t_restores_t_minus_1_and_seeks_to_its_positions
     tmp_path: Path, txid: int
 ) -> None:
     topo, config = _topology(), _config(tmp_path)
-    seen: list[CheckpointRecord] = []
     seeks = sink("seeks")
     first_run_seeks: list[Any] = []
+    records = sink("records")
 
     def between() -> None:
         first_run_seeks.extend(seeks)
         seeks.clear()
-        seen.append(_stored_record(config))
+        records.append(("crash", 0, None))
 
     point = crash_at_checkpoint("count", "prepare", txid=txid, after=True, task=0)
     outcome = crash_and_recover(topo, config, at=point, clock=FakeClock(), between=between)
     assert outcome.result.errors == []
 
-    # The crash left PREPARING(t) stored, with the positions of t and of t-1.
-    (record,) = seen
+    # The crash came while PREPARING(t) was stored, with the positions of t and of t-1.
+    record = _record_at_prepare(txid)
+    assert records.index((txid, 0, record)) < records.index(("crash", 0, None))
     assert record.state == CheckpointState(txid, Phase.PREPARING)
     assert set(record.positions) == {txid - 1, txid}
     before, at_cut = record.positions[txid - 1][SPOUT_NS], record.positions[txid][SPOUT_NS]
@@ -189,7 +191,8 @@ def test_a_prepare_rolled_back_within_a_run_seeks_to_the_positions_of_t_minus_1(
     rt = LocalRuntime(topo, config, clock=FakeClock())
     result = rt.run(until_idle=True)
 
-    (record,) = sink("failed prepares")  # as stored when PREPARE(2) was being handled
+    assert sink("failed prepares") == [txid]
+    record = _record_at_prepare(txid)  # as stored when PREPARE(2) was being handled
     assert record.state == CheckpointState(txid, Phase.PREPARING)
     before = record.positions[txid - 1][SPOUT_NS]
     assert before < record.positions[txid][SPOUT_NS]

@@ -850,3 +850,106 @@ def test_wrapper_delegates_streams_and_config() -> None:
 
     wrapped = wrap(Configured(), checkpointed=True)
     assert wrapped.component_configuration() == {"topology.tick.tuple.freq.secs": 1}
+
+
+# -- found by mutation testing -------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [Doubler, Recorder, RecordingBolt])
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_every_wrapper_passes_conf_and_context_through(make: Any, checkpointed: bool) -> None:
+    conf = {"topology.name": "topo", "mine": 1}
+    context = make_context()
+    collector = FakeCollector()
+    bolt = make()
+    executor = wrap(bolt, checkpointed)
+    executor.prepare(conf, context, collector)
+    # The wrapper is a Bolt like any other: it holds what it was prepared with...
+    assert (executor.conf, executor.context, executor.collector) == (conf, context, collector)
+    # ...and so does the user's bolt it wraps.
+    assert bolt.conf is conf and bolt.context is context
+    inner = getattr(executor, "bolt", None)
+    inner = inner if isinstance(inner, BasicBoltExecutor) else None
+    if inner is not None:
+        assert (inner.conf, inner.context) == (conf, context)
+
+
+def test_forwarder_barrier_hears_only_the_checkpoint_stream_sources() -> None:
+    # "count" gets data from "up" and checkpoints from the checkpoint spout:
+    # a barrier waiting for "up" would never complete.
+    context = TopologyContext(
+        "topo",
+        "count",
+        0,
+        SELF_TASK,
+        {UP: UP_TASKS, "$checkpointspout": [0], "count": [SELF_TASK]},
+        {UP: {"default": Fields("word")}},
+        state_opener=lambda namespace: new_state(),
+        sources=[("$checkpointspout", CHECKPOINT_STREAM), (UP, "default")],
+    )
+    executor = CheckpointTupleForwarder(RecordingBolt())
+    executor.prepare({}, context, FakeCollector())
+    assert executor.barrier.upstream == frozenset({("$checkpointspout", 0)})
+
+
+def test_basic_emit_direct_defaults_to_the_default_stream() -> None:
+    class Direct(BasicBolt):
+        def execute(self, tuple: Tuple, collector: Any) -> None:
+            collector.emit_direct(7, ["x"])
+
+    executor = BasicBoltExecutor(Direct())
+    collector = FakeCollector()
+    executor.prepare({}, make_context(), collector)
+    t = data("ab", 7, 3)
+    executor.execute(t)
+    assert collector.calls == [("emit_direct", 7, ["x"], [t], "default"), ("ack", t)]
+
+
+def test_forwarder_a_newer_txid_of_the_same_action_supersedes_the_round() -> None:
+    executor, _, collector = forwarder()
+    stale = ckpt(1, PREPARE, 1)
+    executor.execute(stale)
+    new2 = ckpt(2, PREPARE, 2)
+    executor.execute(new2)
+    assert collector.checkpoint_emits() == []  # task 1 has not sent PREPARE(2) yet
+    new1 = ckpt(1, PREPARE, 2)
+    executor.execute(new1)
+    assert collector.checkpoint_emits() == [
+        ("emit", [2, "PREPARE"], [new2, new1], CHECKPOINT_STREAM)
+    ]
+    assert collector.acked() == [stale, new2, new1]
+
+
+class Reentrant(Bolt):
+    """Executes data and, on the word "cut", is handed a checkpoint tuple from inside
+    ``execute`` (as a runtime delivering inline would do)."""
+
+    def __init__(self) -> None:
+        self.executed: list[str] = []
+        self.executor: CheckpointTupleForwarder | None = None
+
+    def execute(self, tuple: Tuple) -> None:
+        self.executed.append(tuple.values[0])
+        self.collector.ack(tuple)
+        if tuple.values[0] == "cut":
+            assert self.executor is not None
+            self.executor.execute(ckpt(2, PREPARE, 1))
+
+
+def test_forwarder_a_prepare_arriving_while_it_runs_buffered_data_pauses_it_again() -> None:
+    bolt = Reentrant()
+    executor = CheckpointTupleForwarder(bolt)
+    bolt.executor = executor
+    executor.prepare({}, make_context(2, exactly_once=True), FakeCollector())
+    executor.execute(ckpt(1, PREPARE, 0))  # paused: data is buffered
+    for word in ["a", "cut", "b", "c"]:
+        executor.execute(data(word, 1, 1))
+    assert bolt.executed == []
+    executor.execute(ckpt(2, PREPARE, 0))  # the round completes: buffered data runs...
+    # ...until "cut" brings PREPARE(1) from task 2: paused again, "b" and "c" wait.
+    assert bolt.executed == ["a", "cut"]
+    assert executor.paused
+    executor.execute(data("d", 1, 1))
+    executor.execute(ckpt(1, PREPARE, 1))
+    assert bolt.executed == ["a", "cut", "b", "c", "d"]
+    assert not executor.paused

@@ -13,8 +13,12 @@ from statestream._rotating import RotatingMap
 
 @pytest.mark.parametrize("num_buckets", [0, 1, -3])
 def test_rejects_fewer_than_two_buckets(num_buckets: int) -> None:
-    with pytest.raises(ValueError, match=r"num_buckets >= 2, got"):
+    with pytest.raises(ValueError) as info:
         RotatingMap(num_buckets)
+    assert str(info.value) == (
+        f"RotatingMap needs num_buckets >= 2, got {num_buckets}; "
+        "with n buckets an entry lives between (n-1) and n tick periods"
+    )
 
 
 def test_default_has_three_buckets() -> None:

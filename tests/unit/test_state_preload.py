@@ -77,3 +77,46 @@ def test_after_a_rollback_overwritten_keys_show_their_committed_value_again(
     state.rollback()
     assert state.get("k0") == 0
     assert state.get("fresh") is None
+
+
+def test_a_rollback_of_a_foreign_prepare_reads_the_small_state_whole_again(
+    provider: MemoryStateProvider,
+) -> None:
+    # A delta left prepared by a crashed incarnation keeps the state lazy (its
+    # keys are not in this object's view); once rolled back, the state is
+    # small and whole again: misses cost no store round trip.
+    _committed(provider, 3)
+    crashed = type(provider).from_config({"name": provider.store_name}).get_state("ns")
+    crashed.put("k0", 99)
+    crashed.prepare_commit(0)
+    state, loads = _reopen(provider)
+    assert state.prepared_txid == 0  # a foreign delta
+    assert state.get("k1") == 1
+    assert loads  # lazy while the foreign delta stands
+    state.rollback()
+    loads.clear()
+    assert state.get("k0") == 0
+    assert [state.get(f"new{i}", 0) for i in range(20)] == [0] * 20
+    assert loads == []
+    state.put("k1", 10)
+    state.prepare_commit(0)
+    state.commit(0)
+    assert dict(state.items()) == {"k0": 0, "k1": 10, "k2": 2}
+
+
+def test_a_rollback_after_a_preload_reads_the_store_whole_again(
+    provider: MemoryStateProvider,
+) -> None:
+    _committed(provider, 3)
+    state, loads = _reopen(provider)
+    assert state.get("k0") == 0  # preloads
+    state.put("k0", 5)
+    state.prepare_commit(0)
+    state.rollback()
+    assert [state.get(f"new{i}", 0) for i in range(20)] == [0] * 20
+    assert state.get("k0") == 0
+    assert loads == []
+
+
+def test_sentinels_have_names() -> None:
+    assert (repr(_state._MISSING), repr(_state._ABSENT)) == ("<missing>", "<absent>")

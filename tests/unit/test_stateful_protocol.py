@@ -10,7 +10,7 @@ import pytest
 from statestream import StatefulBolt
 from statestream._checkpoint import Action
 from statestream._errors import ProtocolViolation
-from statestream._stateful import HeldAcks, StatefulTaskProtocol
+from statestream._stateful import HeldAcks, StatefulTaskProtocol, apply_action
 from statestream_providers.memory import MemoryStateProvider
 
 
@@ -67,7 +67,7 @@ def test_a_rollback_fails_every_held_root_and_waits_for_initstate(setup: Setup) 
     proto.act(state, Action.PREPARE, 0)
     proto.hold({2: 6})
     assert proto.act(state, Action.ROLLBACK, 0) == ({}, {1, 2})
-    assert not proto.ready
+    assert proto.ready is False
     assert len(proto.held) == 0
     proto.act(state, Action.INITSTATE, -1)
     assert proto.ready
@@ -149,3 +149,27 @@ def test_a_commit_to_a_state_that_missed_the_prepare_joins_at_that_txid(setup: S
     proto.act(state, Action.PREPARE, 4)
     proto.act(state, Action.COMMIT, 4)
     assert state.committed_txid == 4
+
+
+def test_a_new_protocol_is_not_ready_until_initstate(setup: Setup) -> None:
+    proto, _, state = setup
+    assert proto.ready is False
+    proto.act(state, Action.INITSTATE, -1)
+    assert proto.ready is True
+
+
+def test_held_acks_of_one_root_in_several_committed_txids_combine_by_xor() -> None:
+    held = HeldAcks()
+    held.hold({1: 0b0011, 2: 0b0100})
+    held.prepare(4)
+    held.hold({1: 0b0101})
+    held.prepare(5)
+    # COMMIT 4 was lost; COMMIT 5 releases both txids, root 1 XOR-combined.
+    assert held.commit(5) == {1: 0b0110, 2: 0b0100}
+
+
+def test_apply_action_refuses_an_unknown_action(setup: Setup) -> None:
+    _, bolt, state = setup
+    with pytest.raises(ProtocolViolation, match=r"^unknown checkpoint action 'RESET'$"):
+        apply_action(bolt, state, "RESET", 0, True)  # type: ignore[arg-type]
+    assert bolt.calls == []
