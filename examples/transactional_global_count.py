@@ -29,6 +29,7 @@ Keys under ``global-count.``:
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -68,6 +69,7 @@ def database(conf: Mapping[str, Any]) -> sqlite3.Connection:
     return conn
 
 
+@functools.cache
 def words(n: int) -> dict[int, list[list[str]]]:
     """``n`` words spread over the partitions (the same words for the same ``n``)."""
     data: dict[int, list[list[str]]] = {p: [] for p in range(PARTITIONS)}

@@ -30,6 +30,7 @@ Keys under ``words.``:
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections import Counter
 from collections.abc import Mapping
@@ -72,6 +73,7 @@ def database(conf: Mapping[str, Any]) -> sqlite3.Connection:
     return conn
 
 
+@functools.cache
 def words(n: int) -> dict[int, list[list[str]]]:
     """``n`` words over the partitions, skewed so the counts spread over many buckets."""
     data: dict[int, list[list[str]]] = {p: [] for p in range(PARTITIONS)}

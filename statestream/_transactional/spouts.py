@@ -35,7 +35,7 @@ class _Memory:
             )
         if type(take) is not int or take < 1:
             raise ConfigError(f"take_per_batch must be a positive integer, got {take!r}")
-        self.data = {p: [list(v) for v in rows] for p, rows in data.items()}
+        self.data = {p: list(rows) for p, rows in data.items()}
         self.fields = list(fields)
         self.take = take
 
