@@ -133,7 +133,7 @@ from .._results import ErrorReport, RunResult, TaskMetrics
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
 from .._topology import Topology
-from .._tuple import Origin, Tuple, check_emit
+from .._tuple import Fields, Origin, Tuple, check_emit
 from .plan import RouteSpec, RuntimePlan
 
 try:
@@ -173,8 +173,11 @@ _SPARK_DEFAULTS: Mapping[str, str] = {
     "spark.default.parallelism": "2",
 }
 
-#: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token).
-_Ack = tuple[str, int, int, int, int, str | None]
+#: An error a task reported for one tuple: (the tuple's repr, the error's repr, traceback).
+_Error = tuple[str, str, str]
+#: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token,
+#: errors).
+_Ack = tuple[str, int, int, int, int, str | None, list[_Error]]
 _ACK = "$ack"  # first element of an acknowledgement record (no component id can be it)
 _SEQ_BITS = 40  # sort key: producer task id << 40 | emit sequence
 
@@ -296,15 +299,21 @@ def _provider_key(conf: Mapping[str, Any]) -> str:
     ).decode()
 
 
-def _shared_provider(conf: Mapping[str, Any]) -> Any:
-    """The provider of this process (Python workers are reused, so connections are too)."""
-    key = _provider_key(conf)
+def _store_key(plan: RuntimePlan) -> str:
+    """One topology's state in one store: two topologies on one store never share it."""
+    return f"{plan.topology.name}\0{_provider_key(plan.config)}"
+
+
+def _shared_provider(conf: Mapping[str, Any], scope: str) -> Any:
+    """The provider of this process for topology ``scope`` (Python workers are reused,
+    so connections are too)."""
+    key = f"{scope}\0{_provider_key(conf)}"
     provider = _PROVIDERS.get(key)
     if provider is None or getattr(provider, "closed", False):
         from .._registry import open_provider
 
         provider = _PROVIDERS[key] = open_provider(
-            conf["topology.state.provider"], conf["topology.state.provider.config"]
+            conf["topology.state.provider"], conf["topology.state.provider.config"], scope=scope
         )
     return provider
 
@@ -520,7 +529,7 @@ def _read_partition(
         producer = _Producer(shipped, cid, index)
         for stream, values, direct in records:
             producer._route(stream, values, direct)
-        producer.finish((cid, index, 0, producer.emitted, 0, None), ())
+        producer.finish((cid, index, 0, producer.emitted, 0, None, []), ())
         yield from producer.out
 
 
@@ -543,6 +552,58 @@ def _task_state(provider: Any, pkey: str, namespace: str, valid: Mapping[str, st
             state.commit(prepared)
         return state
     return fresh_state(provider, namespace)
+
+
+_ABSENT = object()
+
+
+class _TupleJournal:
+    """The state a stateful bolt sees on Spark: its own, with the changes of the
+    tuple being executed journaled so that a failed tuple leaves no effect.
+
+    In exactly-once mode a failed tuple must not count: the local runtime goes
+    back to the last checkpoint; here the tuple is executed again within its
+    batch, so the puts and deletes its failed attempt made are undone first
+    (what the bolt keeps in its own fields is its business, as ``pre_rollback``
+    is on the local runtime).
+    """
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+        self._before: dict[Any, Any] = {}
+
+    def begin(self) -> None:
+        self._before.clear()
+
+    def undo(self) -> None:
+        state = self._state
+        for key, value in self._before.items():
+            if value is _ABSENT:
+                state.delete(key)
+            else:
+                state.put(key, value)
+        self._before.clear()
+
+    def _remember(self, key: Any) -> None:
+        if key not in self._before:
+            self._before[key] = self._state.get(key, _ABSENT)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._remember(key)
+        self._state.put(key, value)
+
+    def delete(self, key: Any) -> Any:
+        self._remember(key)
+        return self._state.delete(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._state)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._state
 
 
 def _run_bolt(
@@ -569,9 +630,10 @@ def _run_bolt(
     bolt: Bolt | BasicBolt = _user_bolt(plan.topology, cid)
     producer = _Producer(shipped, cid, index)
     conf = plan.conf_for(cid)
-    provider = _shared_provider(plan.config) if spec.is_stateful else None
+    provider = _shared_provider(plan.config, plan.topology.name) if spec.is_stateful else None
     context = shipped.context(cid, index, provider)
     state: Any = None
+    journal: _TupleJournal | None = None
     if isinstance(bolt, BasicBolt):
         bolt.prepare(conf, context)
         basic = _BasicCollector(producer)
@@ -585,13 +647,15 @@ def _run_bolt(
     if isinstance(bolt, StatefulBolt):
         assert provider is not None
         namespace = task_namespace(cid, index)
-        state = _task_state(provider, _provider_key(plan.config), namespace, valid)
+        state = _task_state(provider, _store_key(plan), namespace, valid)
         state.rollback()  # a prepare left by a failed attempt of this batch
-        apply_action(bolt, state, Action.INITSTATE, txid, False)
+        journal = _TupleJournal(state) if shipped.exactly_once else None
+        apply_action(bolt, state if journal is None else journal, Action.INITSTATE, txid, False)
     origins: dict[tuple[int, str], Origin] = {}
     owner = plan.owner
     fields_of = plan.output_fields
     executed = failures = 0
+    errors: list[_Error] = []
     queue = records
     failed_counts: dict[int, int] = {}
     out = producer.out
@@ -613,13 +677,27 @@ def _run_bolt(
                     )
             mark, seq = len(out), producer.seq
             producer.failed_current = False
+            if journal is not None:
+                journal.begin()
+            tup = Tuple(values, origin)  # type: ignore[arg-type]
             try:
-                execute(Tuple(values, origin))  # type: ignore[arg-type]
+                execute(tup)
             except FailedException:
                 producer.failed_current = True
+            except TupleError as exc:
+                # A wrong emit (arity, stream, direct task): reported for this
+                # tuple, which fails and is executed again, as on the local
+                # runtime. Other exceptions fail the Spark task (retried by
+                # Spark, then by a replay of the batch).
+                producer.failed_current = True
+                errors.append(
+                    (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
+                )
             executed += 1
             if producer.failed_current:
                 failures += 1
+                if journal is not None:
+                    journal.undo()  # nor is what it changed in the state kept
                 del out[mark:]  # what the failed attempt emitted is not sent
                 producer.seq = seq
                 n = failed_counts[key] = failed_counts.get(key, 0) + 1
@@ -634,8 +712,8 @@ def _run_bolt(
     if state is not None:
         apply_action(bolt, state, Action.PREPARE, txid, True)  # type: ignore[arg-type]
         prepared = uuid.uuid4().hex
-        _STATE_CACHE[_provider_key(plan.config), task_namespace(cid, index)] = (prepared, state)
-    producer.finish((cid, index, executed, producer.emitted, failures, prepared), forwarded)
+        _STATE_CACHE[_store_key(plan), task_namespace(cid, index)] = (prepared, state)
+    producer.finish((cid, index, executed, producer.emitted, failures, prepared, errors), forwarded)
     yield from producer.out
 
 
@@ -653,7 +731,7 @@ def _rows_partition(
     columns = shipped.plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
     for row in rows:
         producer._route("default", [row[c] for c in columns], None)
-    producer.finish((cid, part, 0, producer.emitted, 0, None), ())
+    producer.finish((cid, part, 0, producer.emitted, 0, None, []), ())
     yield from producer.out
 
 
@@ -705,11 +783,24 @@ def spark_checkpoint_batches(location: str) -> tuple[int, int]:
 class _PollCollector:
     """What a spout task emits on the driver while a batch is read."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        cid: str,
+        index: int,
+        outputs: Mapping[str, tuple[Fields, bool]],
+        report: Callable[[BaseException, Any], None],
+    ) -> None:
+        self.cid = cid
+        self.index = index
+        self.outputs = outputs
+        self.report = report
         self.items: list[tuple[str, list[Any], int | None]] = []
         self.msg_ids: list[Any] = []
 
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
+        # Checked here, as the local runtime checks it in the spout's emit: the
+        # error belongs to next_tuple(), not to the job that would route it.
+        check_emit(self.cid, self.index, stream, values, self.outputs, False)
         self.items.append((stream, list(values), None))
         if msg_id is not None:
             self.msg_ids.append(msg_id)
@@ -717,12 +808,13 @@ class _PollCollector:
     def emit_direct(
         self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = "default"
     ) -> None:
+        check_emit(self.cid, self.index, stream, values, self.outputs, True)
         self.items.append((stream, list(values), task))
         if msg_id is not None:
             self.msg_ids.append(msg_id)
 
     def report_error(self, error: BaseException) -> None:
-        log.error("spout reported %r", error)
+        self.report(error, None)
 
 
 class _NullCollector:
@@ -908,6 +1000,7 @@ class SparkRuntime:
             self.provider = open_provider(
                 self.config["topology.state.provider"],
                 self.config["topology.state.provider.config"],
+                scope=self.topology.name,
             )
         return self.provider
 
@@ -1025,12 +1118,20 @@ class SparkRuntime:
                 )
                 self._driver_bolts[task_namespace(spec.id, i)] = bolt
 
+    def _report(self, cid: str, index: int, exc: BaseException, what: Any) -> None:
+        """Record an error of a component on the driver (a spout's, say)."""
+        self._metrics[cid].errors += 1
+        self.errors.append(
+            ErrorReport(cid, index, repr(what), repr(exc), "".join(traceback.format_exception(exc)))
+        )
+
     # -- the spouts -------------------------------------------------------------------
     def _open_spouts(self) -> None:
         for spec in self.spouts:
             for i in range(spec.parallelism):
                 spout: Spout = self.topology.instantiate(spec.id)
-                collector = _PollCollector()
+                outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
+                collector = _PollCollector(spec.id, i, outputs, partial(self._report, spec.id, i))
                 spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
                 self._spout_tasks.append(
                     _SpoutTask(spec.id, i, task_namespace(spec.id, i), spout, collector)
@@ -1058,7 +1159,11 @@ class SparkRuntime:
             items = collector.items
             while len(items) < self.batch_size:
                 before = len(items)
-                next_tuple()
+                try:
+                    next_tuple()
+                except Exception as exc:  # reported; the spout keeps going (as on local)
+                    self._report(task.cid, task.index, exc, "next_tuple()")
+                    break
                 if len(items) == before:
                     break
             batch.records[task.cid, task.index] = items
@@ -1218,14 +1323,18 @@ class SparkRuntime:
         self.counters["batches"] += 1
         # The prepares just committed: executors may keep using those state objects.
         self._tokens = {
-            task_namespace(cid, index): tok for cid, index, *_, tok in acks if tok is not None
+            task_namespace(cid, index): tok
+            for cid, index, _x, _e, _f, tok, _errors in acks
+            if tok is not None
         }
-        for cid, _index, executed, emitted, failed, _ in acks:
+        for cid, index, executed, emitted, failed, _, errors in acks:
             m = self._metrics[cid]
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
             m.failed += failed
+            m.errors += len(errors)
+            self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
 
     def feed(
         self,

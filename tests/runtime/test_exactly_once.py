@@ -1,4 +1,5 @@
-"""Exactly-once state on the local runtime (``statestream.state.exactly.once``).
+"""Exactly-once state (``statestream.state.exactly.once``), on the local runtime and,
+where the test takes ``runner``, on Spark.
 
 Before each PREPARE the data spouts stop and the queues drain; their
 positions are stored with the prepare; a restart restores the last committed
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_harness import Runner
 
 from statestream import FileSpout, TopologyBuilder, TopologyContext, Tuple
 from statestream._errors import ConfigError
 from statestream._registry import open_provider
 from statestream.runtime.local import LocalRuntime
-from statestream.testing import ListSpout, SimulatedCrash, random_text
+from statestream.testing import FakeClock, ListSpout, SimulatedCrash, random_text
 
 
 def _wordcount_module() -> Any:
@@ -77,7 +79,7 @@ def _topology(corpus: Path) -> Any:
 def _committed(config: Mapping[str, Any]) -> collections.Counter[str]:
     got: collections.Counter[str] = collections.Counter()
     with open_provider(
-        config["topology.state.provider"], config["topology.state.provider.config"]
+        config["topology.state.provider"], config["topology.state.provider.config"], scope="eo"
     ) as provider:
         for task in (0, 1):
             for word, n in provider.get_state(f"count-{task}").items():
@@ -97,16 +99,35 @@ def _config(tmp_path: Path, exactly_once: bool, **extra: Any) -> dict[str, Any]:
     }
 
 
+class StepClock(FakeClock):
+    """A fake clock that moves ``step`` seconds at every reading: a run on it takes
+    its checkpoints at the same points every time (the system clock would place
+    them, and so what a crash at a given tuple finds committed, by load)."""
+
+    def __init__(self, step: float) -> None:
+        super().__init__()
+        self.step = step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
 def _run_with_crashes(
     corpus: Path, config: Mapping[str, Any], crash_points: tuple[int, ...]
 ) -> tuple[list[Any], int]:
     """One run per crash point (0: run to the end); returns the errors the runs
-    reported and the highest txid count-0 had committed after any of them."""
+    reported and the highest txid count-0 had committed after any of them.
+
+    Local-only: the crash is a SimulatedCrash raised inside the local loop at a
+    chosen tuple count, on a StepClock, so every crash lands at the same point."""
     errors: list[Any] = []
     restored = 0
     for crash_at in crash_points:
         _SEEN.clear()
-        rt = LocalRuntime(_topology(corpus), {**config, "eo.crash.at": crash_at})
+        rt = LocalRuntime(
+            _topology(corpus), {**config, "eo.crash.at": crash_at}, clock=StepClock(0.0003)
+        )
         try:
             rt.run(until_idle=True)
         except SimulatedCrash:
@@ -114,7 +135,9 @@ def _run_with_crashes(
         else:
             assert not crash_at
         errors.extend(rt.errors)
-        with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
+        with open_provider(
+            "sqlite", config["topology.state.provider.config"], scope="eo"
+        ) as provider:
             restored = max(restored, provider.get_state("count-0").committed_txid)
     return errors, restored
 
@@ -149,6 +172,7 @@ def test_without_exactly_once_the_same_crashes_lose_nothing(tmp_path: Path) -> N
 
 
 def test_a_spout_that_cannot_rewind_is_refused_by_name() -> None:
+    # Local-only: the local runtime's refusal (Spark's, which differs, is in tests/spark).
     b = TopologyBuilder("eo")
     b.set_spout("items", ListSpout(["a"]))
     b.set_bolt("count", WC.WordCount()).fields_grouping("items", ["value"])
@@ -157,6 +181,7 @@ def test_a_spout_that_cannot_rewind_is_refused_by_name() -> None:
 
 
 def test_file_spout_position_and_seek_replay_the_same_lines(tmp_path: Path) -> None:
+    # Local-only: drives a FileSpout by hand, no runtime.
     path = tmp_path / "in.txt"
     path.write_text("".join(f"line {i}\n" for i in range(10)))
     other = tmp_path / "other.txt"
@@ -217,6 +242,7 @@ def _drain(spout: Any) -> list[int]:
 def test_checkpoints_rolled_back_within_a_run_count_exactly_once(
     tmp_path: Path, exactly_once: bool
 ) -> None:
+    # Local-only: SimulatedCrash and failing prepares inside the local loop.
     # Every third PREPARE of a count task fails, so the checkpoint rolls back
     # to the last commit and the tuples since are replayed.
     corpus = tmp_path / "corpus.txt"
@@ -240,6 +266,7 @@ def test_checkpoints_rolled_back_within_a_run_count_exactly_once(
 
 
 def test_a_gated_checkpoint_spout_prepares_only_with_positions_from_a_standstill() -> None:
+    # Local-only: the local runtime's checkpoint spout and standstill.
     # The race the gate closes: a PREPARE falling due between the runtime's
     # check and the spout's poll must wait for the runtime's standstill.
     import uuid
@@ -324,6 +351,7 @@ def _flaky_topology(corpus: Path) -> Any:
 def test_a_bolt_failing_one_percent_after_its_put_counts_exactly_once(
     tmp_path: Path, provider: str, exactly_once: bool
 ) -> None:
+    # Local-only: the at-least-once control and the Redis variant; the exactly-once case runs on both below.
     import uuid
 
     corpus = tmp_path / "corpus.txt"
@@ -352,3 +380,20 @@ def test_a_bolt_failing_one_percent_after_its_put_counts_exactly_once(
         assert got == expected
     else:
         assert over > 0, "at-least-once replay counted nothing twice: the control proves nothing"
+
+
+def test_a_failed_tuple_leaves_no_effect_in_the_state_on_every_runtime(
+    runner: Runner, tmp_path: Path
+) -> None:
+    # FlakyCount puts, then fails 1% of its tuples: in exactly-once mode the
+    # failed attempt's put must not stay in the committed state (the local
+    # runtime rewinds to the last checkpoint; Spark must not keep it either).
+    corpus = tmp_path / "corpus.txt"
+    expected = random_text(corpus, 300, words_per_line=8, vocabulary=100, seed=3)
+    config = runner.config({"topology.state.checkpoint.interval.ms": 50})
+    rt = runner.runtime(_flaky_topology(corpus), config)
+    assert rt.exactly_once
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    assert result.components["count"].failed >= 10, "too few failures to test anything"
+    assert _committed(config) == expected

@@ -1,6 +1,8 @@
-"""Groupings, streams, per-component config, ticks and emit errors on the local runtime.
+"""Groupings, streams, per-component config, ticks and emit errors, on every runtime.
 
-Every run uses a FakeClock, so idle waits and tick periods cost no real time.
+Tests that take ``runner`` run on the local runtime (on a FakeClock, so idle
+waits cost no real time) and on Spark; what bolts see is collected in
+:class:`~runtime_harness.Records`, which Spark's worker processes can append to.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from runtime_harness import Items, Records, Runner, Sink, records
 
 from statestream import (
     BasicBolt,
@@ -25,15 +28,18 @@ from statestream import (
     TopologyContext,
     Tuple,
 )
+from statestream._results import RunResult
 from statestream._routing import task_for_key
-from statestream.runtime.local import LocalRuntime, RunResult
-from statestream.testing import ListSpout, SinkBolt, sink
+from statestream.runtime.local import LocalRuntime
+from statestream.testing import ListSpout, sink
 
 WORDS = [f"w{i % 37}" for i in range(500)]
 
 
-def run_idle(topology: Topology, config: Mapping[str, Any] | None = None) -> RunResult:
-    result = LocalRuntime(topology, config or {}, clock=FakeClock()).run(until_idle=True)
+def run_idle(
+    runner: Runner, topology: Topology, config: Mapping[str, Any] | None = None
+) -> RunResult:
+    result = runner.run(topology, config)
     assert result.reason == "idle"
     return result
 
@@ -75,6 +81,13 @@ class Numbers(Spout):
     def exhausted(self) -> bool:
         return self.next >= self.count and not self.pending
 
+    def position(self) -> Any:
+        return self.next
+
+    def seek(self, position: Any) -> None:
+        self.next = position or 0
+        self.pending = set()
+
 
 class Relay(BasicBolt):
     """Re-emits its input, anchored (a basic bolt)."""
@@ -89,6 +102,10 @@ class Relay(BasicBolt):
         collector.emit(list(tuple.values))
 
 
+def sink_of(name: str) -> list[Any]:
+    return records(name)
+
+
 def by_task(records: list[tuple[int, tuple[Any, ...]]]) -> dict[int, list[tuple[Any, ...]]]:
     out: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for task, values in records:
@@ -101,12 +118,12 @@ def by_task(records: list[tuple[int, tuple[Any, ...]]]) -> dict[int, list[tuple[
 
 @pytest.mark.parametrize("grouping", ["shuffle_grouping", "none_grouping"])
 @pytest.mark.parametrize("reliable", [True, False], ids=["tracked", "untracked"])
-def test_shuffle_is_round_robin_per_emitter(grouping: str, reliable: bool) -> None:
+def test_shuffle_is_round_robin_per_emitter(runner: Runner, grouping: str, reliable: bool) -> None:
     b = TopologyBuilder("t")
     b.set_spout("nums", Numbers(100, reliable=reliable), 2)
-    getattr(b.set_bolt("out", SinkBolt("out", record="task"), 3), grouping)("nums")
-    result = run_idle(b.build())
-    records = sink("out")
+    getattr(b.set_bolt("out", Sink("out", record="task"), 3), grouping)("nums")
+    result = run_idle(runner, b.build())
+    records = sink_of("out")
     assert sorted(v for _, v in records) == [(s, i) for s in (0, 1) for i in range(100)]
     for src in (0, 1):
         counts = Counter(task for task, (s, _) in records if s == src)
@@ -116,30 +133,32 @@ def test_shuffle_is_round_robin_per_emitter(grouping: str, reliable: bool) -> No
     assert result.errors == []
 
 
-def test_shuffle_from_a_bolt_anchored_is_round_robin() -> None:
+def test_shuffle_from_a_bolt_anchored_is_round_robin(runner: Runner) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(10)))
+    b.set_spout("nums", Items(range(10)))
     b.set_bolt("relay", Relay()).shuffle_grouping("nums")
-    b.set_bolt("out", SinkBolt("out", record="task"), 4).shuffle_grouping("relay")
-    run_idle(b.build())
+    b.set_bolt("out", Sink("out", record="task"), 4).shuffle_grouping("relay")
+    run_idle(runner, b.build())
     # One emitter, strict rotation: tuple i goes to task i % 4.
-    assert sorted(sink("out")) == sorted((i % 4, (i,)) for i in range(10))
+    assert sorted(records("out")) == sorted((i % 4, (i,)) for i in range(10))
 
 
 # -- fields ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", ["spout-untracked", "spout-tracked", "bolt-anchored"])
-def test_fields_grouping_sends_equal_keys_to_the_task_of_task_for_key(path: str) -> None:
+def test_fields_grouping_sends_equal_keys_to_the_task_of_task_for_key(
+    runner: Runner, path: str
+) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("words", ListSpout(WORDS, fields=["word"], reliable=path != "spout-untracked"))
+    b.set_spout("words", Items(WORDS, fields=["word"], reliable=path != "spout-untracked"))
     source = "words"
     if path == "bolt-anchored":
         b.set_bolt("relay", Relay(["word"]), 2).shuffle_grouping("words")
         source = "relay"
-    b.set_bolt("out", SinkBolt("out", record="task"), 4).fields_grouping(source, ["word"])
-    run_idle(b.build())
-    records = sink("out")
+    b.set_bolt("out", Sink("out", record="task"), 4).fields_grouping(source, ["word"])
+    run_idle(runner, b.build())
+    records = sink_of("out")
     assert Counter(v[0] for _, v in records) == Counter(WORDS)
     tasks_of_word: dict[str, set[int]] = defaultdict(set)
     for task, (word,) in records:
@@ -150,48 +169,48 @@ def test_fields_grouping_sends_equal_keys_to_the_task_of_task_for_key(path: str)
     assert len({task for task, _ in records}) == 4  # 37 keys do reach every task
 
 
-def test_fields_grouping_on_several_fields_and_non_string_keys() -> None:
+def test_fields_grouping_on_several_fields_and_non_string_keys(runner: Runner) -> None:
     items = [(i % 5, f"k{i % 3}") for i in range(60)]
     b = TopologyBuilder("t")
-    b.set_spout("pairs", ListSpout(items, fields=["n", "k"]))
-    b.set_bolt("both", SinkBolt("both", record="task"), 3).fields_grouping("pairs", ["k", "n"])
-    b.set_bolt("num", SinkBolt("num", record="task"), 3).fields_grouping("pairs", "n")
-    run_idle(b.build())
-    assert sorted(sink("both")) == sorted((task_for_key([k, n], 3), (n, k)) for n, k in items)
-    assert sorted(sink("num")) == sorted((task_for_key(n, 3), (n, k)) for n, k in items)
+    b.set_spout("pairs", Items(items, fields=["n", "k"]))
+    b.set_bolt("both", Sink("both", record="task"), 3).fields_grouping("pairs", ["k", "n"])
+    b.set_bolt("num", Sink("num", record="task"), 3).fields_grouping("pairs", "n")
+    run_idle(runner, b.build())
+    assert sorted(records("both")) == sorted((task_for_key([k, n], 3), (n, k)) for n, k in items)
+    assert sorted(records("num")) == sorted((task_for_key(n, 3), (n, k)) for n, k in items)
 
 
 # -- global / all ---------------------------------------------------------------------
 
 
-def test_global_grouping_goes_to_task_0_only() -> None:
+def test_global_grouping_goes_to_task_0_only(runner: Runner) -> None:
     b = TopologyBuilder("t")
     b.set_spout("nums", Numbers(50), 2)
-    b.set_bolt("out", SinkBolt("out", record="task"), 3).global_grouping("nums")
-    run_idle(b.build())
-    assert {task for task, _ in sink("out")} == {0}
-    assert len(sink("out")) == 100
+    b.set_bolt("out", Sink("out", record="task"), 3).global_grouping("nums")
+    run_idle(runner, b.build())
+    assert {task for task, _ in records("out")} == {0}
+    assert len(records("out")) == 100
 
 
 @pytest.mark.parametrize("reliable", [True, False], ids=["tracked", "untracked"])
-def test_all_grouping_replicates_to_every_task(reliable: bool) -> None:
+def test_all_grouping_replicates_to_every_task(runner: Runner, reliable: bool) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(20), reliable=reliable))
-    b.set_bolt("out", SinkBolt("out", record="task"), 3).all_grouping("nums")
-    result = run_idle(b.build())
-    assert by_task(sink("out")) == {t: [(i,) for i in range(20)] for t in range(3)}
+    b.set_spout("nums", Items(range(20), reliable=reliable))
+    b.set_bolt("out", Sink("out", record="task"), 3).all_grouping("nums")
+    result = run_idle(runner, b.build())
+    assert by_task(records("out")) == {t: [(i,) for i in range(20)] for t in range(3)}
     # Every task acks its own copy: no copy is shared, so no "acked twice".
     assert result.errors == []
     assert result.components["out"].acked == 60
 
 
-def test_two_subscribers_of_one_stream_each_get_and_ack_every_tuple() -> None:
+def test_two_subscribers_of_one_stream_each_get_and_ack_every_tuple(runner: Runner) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(10), reliable=False))
-    b.set_bolt("a", SinkBolt("a")).shuffle_grouping("nums")
-    b.set_bolt("b", SinkBolt("b")).shuffle_grouping("nums")
-    result = run_idle(b.build(), {"topology.acker.executors": 0})
-    assert sink("a") == sink("b") == [(i,) for i in range(10)]
+    b.set_spout("nums", Items(range(10), reliable=False))
+    b.set_bolt("a", Sink("a")).shuffle_grouping("nums")
+    b.set_bolt("b", Sink("b")).shuffle_grouping("nums")
+    result = run_idle(runner, b.build(), {"topology.acker.executors": 0})
+    assert records("a") == records("b") == [(i,) for i in range(10)]
     assert result.errors == []
 
 
@@ -249,23 +268,29 @@ class DirectSpout(Spout):
     def exhausted(self) -> bool:
         return len(self.acked) == self.count
 
+    def position(self) -> Any:
+        return self.next
 
-def test_direct_grouping_goes_exactly_to_the_chosen_task() -> None:
+    def seek(self, position: Any) -> None:
+        self.next = position or 0
+
+
+def test_direct_grouping_goes_exactly_to_the_chosen_task(runner: Runner) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(30)))
+    b.set_spout("nums", Items(range(30)))
     b.set_bolt("router", DirectRouter("out"), 2).shuffle_grouping("nums")
-    b.set_bolt("out", SinkBolt("out", record="task"), 3).direct_grouping("router", "direct")
-    result = run_idle(b.build())
-    assert sorted(sink("out")) == sorted((v % 3, (v,)) for v in range(30))
+    b.set_bolt("out", Sink("out", record="task"), 3).direct_grouping("router", "direct")
+    result = run_idle(runner, b.build())
+    assert sorted(records("out")) == sorted((v % 3, (v,)) for v in range(30))
     assert result.errors == []
 
 
-def test_direct_emit_from_a_spout() -> None:
+def test_direct_emit_from_a_spout(runner: Runner) -> None:
     b = TopologyBuilder("t")
     b.set_spout("nums", DirectSpout("out", 12))
-    b.set_bolt("out", SinkBolt("out", record="task"), 4).direct_grouping("nums")
-    run_idle(b.build())
-    assert sorted(sink("out")) == sorted(((v * 2) % 4, (v,)) for v in range(12))
+    b.set_bolt("out", Sink("out", record="task"), 4).direct_grouping("nums")
+    run_idle(runner, b.build())
+    assert sorted(records("out")) == sorted(((v * 2) % 4, (v,)) for v in range(12))
 
 
 # -- custom ----------------------------------------------------------------------------------
@@ -279,12 +304,12 @@ class EvensAndEdges:
 
 
 @pytest.mark.parametrize("reliable", [True, False], ids=["tracked", "untracked"])
-def test_custom_grouping(reliable: bool) -> None:
+def test_custom_grouping(runner: Runner, reliable: bool) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(10), reliable=reliable))
-    b.set_bolt("out", SinkBolt("out", record="task"), 3).custom_grouping("nums", EvensAndEdges())
-    result = run_idle(b.build())
-    assert by_task(sink("out")) == {
+    b.set_spout("nums", Items(range(10), reliable=reliable))
+    b.set_bolt("out", Sink("out", record="task"), 3).custom_grouping("nums", EvensAndEdges())
+    result = run_idle(runner, b.build())
+    assert by_task(records("out")) == {
         0: [(v,) for v in range(0, 10, 2)],
         1: [(v,) for v in range(1, 10, 2)],
         2: [(v,) for v in range(0, 10, 2)],
@@ -308,28 +333,23 @@ class Parity(BasicBolt):
             collector.emit([n], stream="even")
 
 
-class StreamSink(Bolt):
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def execute(self, tuple: Tuple) -> None:
-        sink(self.name).append((tuple.source_component, tuple.source_stream, tuple.as_dict()))
-        self.collector.ack(tuple)
+def StreamSink(name: str) -> Sink:
+    return Sink(name, record="dict")
 
 
-def test_named_streams_reach_only_their_subscribers() -> None:
+def test_named_streams_reach_only_their_subscribers(runner: Runner) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(6)))
+    b.set_spout("nums", Items(range(6)))
     b.set_bolt("parity", Parity()).shuffle_grouping("nums")
     b.set_bolt("evens", StreamSink("evens")).shuffle_grouping("parity", "even")
     b.set_bolt("odds", StreamSink("odds")).shuffle_grouping("parity", "odd")
     b.set_bolt("both", StreamSink("both")).shuffle_grouping("parity", "even").shuffle_grouping(
         "parity", "odd"
     )
-    run_idle(b.build())
-    assert sink("evens") == [("parity", "even", {"n": n}) for n in (0, 2, 4)]
-    assert sink("odds") == [("parity", "odd", {"n": n, "half": n // 2}) for n in (1, 3, 5)]
-    assert sorted(sink("both"), key=lambda r: r[2]["n"]) == [
+    run_idle(runner, b.build())
+    assert records("evens") == [("parity", "even", {"n": n}) for n in (0, 2, 4)]
+    assert records("odds") == [("parity", "odd", {"n": n, "half": n // 2}) for n in (1, 3, 5)]
+    assert sorted(records("both"), key=lambda r: r[2]["n"]) == [
         ("parity", "odd" if n % 2 else "even", {"n": n, "half": n // 2} if n % 2 else {"n": n})
         for n in range(6)
     ]
@@ -340,13 +360,13 @@ def test_named_streams_reach_only_their_subscribers() -> None:
 
 class ConfRecorder(Bolt):
     def __init__(self, name: str) -> None:
-        self.name = name
+        self.out = Records(name)
 
     def prepare(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
     ) -> None:
         super().prepare(conf, context, collector)
-        sink(self.name).append(
+        self.out.append(
             (
                 context.task_index,
                 conf.get("t.greeting"),
@@ -359,16 +379,23 @@ class ConfRecorder(Bolt):
         self.collector.ack(tuple)
 
 
-def test_component_config_is_visible_in_prepare_of_that_component_only() -> None:
+def test_component_config_is_visible_in_prepare_of_that_component_only(runner: Runner) -> None:
     b = TopologyBuilder("t")
-    b.set_spout("nums", ListSpout(range(3)))
+    b.set_spout("nums", Items(range(3)))
     b.set_bolt("a", ConfRecorder("a"), 2).shuffle_grouping("nums").add_configuration(
         "t.greeting", "hello"
     ).add_configuration("topology.tick.tuple.freq.secs", 7)
     b.set_bolt("b", ConfRecorder("b")).shuffle_grouping("nums")
-    run_idle(b.build(), {"t.greeting": "topology-wide", "topology.message.timeout.secs": 12})
-    assert sorted(sink("a")) == [(0, "hello", 7, 12), (1, "hello", 7, 12)]
-    assert sink("b") == [(0, "topology-wide", None, 12)]
+    run_idle(
+        runner, b.build(), {"t.greeting": "topology-wide", "topology.message.timeout.secs": 12}
+    )
+    a, b_ = records("a"), records("b")
+    if not runner.local:
+        # On Spark a bolt instance lives for one batch attempt (prepare per batch,
+        # and once more on the driver for cleanup): every prepare saw the same.
+        a, b_ = sorted(set(a)), sorted(set(b_))
+    assert sorted(a) == [(0, "hello", 7, 12), (1, "hello", 7, 12)]
+    assert b_ == [(0, "topology-wide", None, 12)]
 
 
 class TickCounter(Bolt):
@@ -398,6 +425,10 @@ class Forever(Spout):
 
     def next_tuple(self) -> None:
         pass
+
+
+# The tick tests are local-only: ticks are timed by the local loop's clock (the
+# Spark runtime has no tick tuples; a batch is its unit of time).
 
 
 def test_ticks_arrive_at_the_component_frequency_on_simulated_time() -> None:
@@ -494,17 +525,16 @@ EMIT_ERRORS = {
 }
 
 
-@pytest.mark.parametrize("reliable", [True, False], ids=["tracked", "untracked"])
-def test_emit_errors_are_reported_for_the_component_and_tuple(reliable: bool) -> None:
-    mistakes = [*EMIT_ERRORS, "none"]
+def emit_errors_topology(reliable: bool) -> Topology:
     b = TopologyBuilder("t")
-    b.set_spout("src", ListSpout(mistakes, reliable=reliable))
+    b.set_spout("src", Items([*EMIT_ERRORS, "none"], reliable=reliable))
     b.set_bolt("bad", BadEmitter()).shuffle_grouping("src")
-    b.set_bolt("out", SinkBolt("out")).shuffle_grouping("bad")
-    b.set_bolt("direct", SinkBolt("direct")).direct_grouping("bad", "direct")
-    rt = LocalRuntime(b.build(), {}, clock=FakeClock())
-    assert rt.component_tasks["direct"] == [3]  # the message above names it
-    result = rt.run(until_idle=True)
+    b.set_bolt("out", Sink("out")).shuffle_grouping("bad")
+    b.set_bolt("direct", Sink("direct")).direct_grouping("bad", "direct")
+    return b.build()
+
+
+def check_emit_errors(result: RunResult) -> None:
     assert result.reason == "idle"
     assert [(r.component, r.task_index, r.tuple) for r in result.errors] == [
         ("bad", 0, f"Tuple(src[0]:default [{m!r}])") for m in EMIT_ERRORS
@@ -514,18 +544,30 @@ def test_emit_errors_are_reported_for_the_component_and_tuple(reliable: bool) ->
         assert "TupleError" in report.traceback
     assert result.components["bad"].errors == len(EMIT_ERRORS)
     # The topology kept running: the tuple without a mistake went through ...
-    assert ("ok none",) in sink("out")
-    assert sink("direct") == []
-    spout = rt.tasks_of["src"][0].spout
-    if reliable:
-        # ... and each failed input was replayed, and then went through too.
-        assert spout.failed == [0, 1, 2, 3, 4]
-        assert sorted(sink("out")) == sorted(
-            [("ok none",)] + [(f"ok replayed {m}",) for m in EMIT_ERRORS]
-        )
-    else:
-        assert spout.failed == []
-        assert sink("out") == [("ok none",)]
+    assert ("ok none",) in records("out")
+    assert records("direct") == []
+
+
+def test_emit_errors_are_reported_for_the_component_and_tuple(runner: Runner) -> None:
+    rt = runner.runtime(emit_errors_topology(reliable=True))
+    assert rt.component_tasks["direct"] == [3]  # the message above names it
+    result = rt.run(until_idle=True)
+    check_emit_errors(result)
+    # ... and each failed input was replayed, and then went through too.
+    assert sorted(records("out")) == sorted(
+        [("ok none",)] + [(f"ok replayed {m}",) for m in EMIT_ERRORS]
+    )
+    if runner.local:  # the spout hears of each failed tuple (on Spark: of failed batches)
+        assert rt.tasks_of["src"][0].spout.failed == [0, 1, 2, 3, 4]
+
+
+def test_emit_errors_of_untracked_tuples_are_reported_and_not_replayed() -> None:
+    # Local only: an untracked tuple that fails is dropped; the Spark runtime
+    # re-executes any failed tuple within its batch, tracked or not.
+    rt = LocalRuntime(emit_errors_topology(reliable=False), {}, clock=FakeClock())
+    check_emit_errors(rt.run(until_idle=True))
+    assert rt.tasks_of["src"][0].spout.failed == []
+    assert records("out") == [("ok none",)]
 
 
 class BadSpout(Spout):
@@ -548,14 +590,20 @@ class BadSpout(Spout):
     def exhausted(self) -> bool:
         return self.calls >= 2
 
+    def position(self) -> Any:
+        return self.calls
 
-def test_a_spout_emit_error_is_reported_and_the_spout_keeps_going() -> None:
+    def seek(self, position: Any) -> None:
+        self.calls = position or 0
+
+
+def test_a_spout_emit_error_is_reported_and_the_spout_keeps_going(runner: Runner) -> None:
     b = TopologyBuilder("t")
     b.set_spout("src", BadSpout())
-    b.set_bolt("out", SinkBolt("out")).shuffle_grouping("src")
-    result = run_idle(b.build())
+    b.set_bolt("out", Sink("out")).shuffle_grouping("src")
+    result = run_idle(runner, b.build())
     (report,) = result.errors
     assert (report.component, report.task_index, report.tuple) == ("src", 0, "'next_tuple()'")
     assert report.error.startswith("TupleError(\"component 'src' emitted 1 values ['only one']")
-    assert sink("out") == [("x", "y")]
+    assert records("out") == [("x", "y")]
     assert result.components["src"].errors == 1

@@ -4,6 +4,12 @@ at-most-once, max.spout.pending, reset_timeout, misuse, late acks.
 
 Time is a FakeClock everywhere: the runtime's idle sleeps move it, and the
 tests move it by hand between ``rt.step()`` calls. Nothing sleeps.
+
+Local-only, every test: they check Storm's per-tuple ack tree (acker ledgers,
+timeouts, multi-anchoring, per-tuple fail/ack reaching the spout, max.spout.pending,
+a crash over a replaying queue), which the local runtime runs; the Spark runtime
+replaces it by whole-batch replay (its batch semantics are tested with ``runner``
+in test_groupings, test_stateful, test_exactly_once and test_runtime).
 """
 
 from __future__ import annotations

@@ -1,33 +1,3 @@
-"""One SparkSession for the whole test session (a start costs ~6 s, a stop ~1 s).
-
-The master is ``local[2,2]``: two cores, and a failed task is retried once,
-which the fault tests rely on. Spark's test settings follow
-/work/shared/reference/spark-notes.md §4.
-"""
-
-from __future__ import annotations
-
-import os
-import sys
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-
-@pytest.fixture(scope="session")
-def spark_session() -> Iterator[Any]:
-    pytest.importorskip("pyspark", reason="the spark tests need pip install 'statestream[spark]'")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from statestream.runtime.spark import _SPARK_DEFAULTS
-
-    builder = SparkSession.builder.master("local[2,2]").appName("statestream-tests")
-    for key, value in _SPARK_DEFAULTS.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+"""The Spark tests share the session-scoped ``spark_session`` fixture of
+``tests/conftest.py`` with the Spark legs of ``tests/runtime/``: one
+SparkSession (master ``local[2,2]``) for the whole test session."""

@@ -1,0 +1,25 @@
+"""The ``runner`` fixture: every behaviour test meant to hold on both runtimes runs
+once on the local runtime and once on Spark (marked ``spark``), as bytewax runs
+its flows through one parametrized fixture. See ``runtime_harness.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runtime_harness import RECORDS_ENV, Runner, use_records_dir
+
+
+@pytest.fixture(autouse=True)
+def _records_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's Records (cross-process sinks) live under its own tmp_path."""
+    monkeypatch.setenv(RECORDS_ENV, "")
+    use_records_dir(tmp_path / "records")
+
+
+@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
+    """A :class:`Runner` for the local runtime, or for Spark on the session's SparkSession."""
+    if request.param == "spark":
+        return Runner("spark", tmp_path, request.getfixturevalue("spark_session"))
+    return Runner("local", tmp_path)
