@@ -58,7 +58,7 @@ def read_counts(conf: Mapping[str, Any]) -> dict[str, int]:
 
     counts: dict[str, int] = {}
     with open_provider(
-        conf["topology.state.provider"], conf["topology.state.provider.config"]
+        conf["topology.state.provider"], conf["topology.state.provider.config"], scope="wordcount"
     ) as provider:
         for i in range(2):
             counts.update(provider.get_state(f"count-{i}").items())

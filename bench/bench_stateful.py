@@ -146,7 +146,7 @@ def restart(provider: str, keys: int) -> dict[str, Any]:
     workdir = tempfile.mkdtemp()
     conf = provider_conf(provider, workdir)
     with open_provider(
-        conf["topology.state.provider"], conf["topology.state.provider.config"]
+        conf["topology.state.provider"], conf["topology.state.provider.config"], scope="wordcount"
     ) as p:
         state = p.get_state("count-0")
         for i in range(keys):

@@ -203,6 +203,10 @@ class SQLiteStateProvider(BackendStateProvider):
     def __repr__(self) -> str:
         return f"SQLiteStateProvider(path={str(self.path)!r})"
 
+    def missing_store(self) -> str | None:
+        """The database file if it does not exist (opening would create it)."""
+        return None if self.path.exists() else str(self.path)
+
     def __getstate__(self) -> dict[str, Any]:
         # Ship the configuration, never the connection or the lock.
         state = self.__dict__.copy()

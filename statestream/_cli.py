@@ -15,10 +15,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
+from ._components import task_namespace
 from ._config import Config, load_config
 from ._errors import ConfigError, StatestreamError, TopologyError
 from ._run import load_topology, make_runtime
@@ -274,23 +276,104 @@ class _Progress:
 
 @main.group()
 def state() -> None:
-    """Inspect committed state, with the same config the topology ran with."""
+    """Inspect or clear committed state, with the config the topology ran with.
+
+    A store may hold several topologies; each one's state is kept apart under
+    its name. --topology picks one (its name, or its .py file or
+    module:attribute); without it, the store's only topology is used.
+    """
 
 
-def _open_provider(configs: Sequence[str], sets: Sequence[str], prefixes: Sequence[str]) -> Any:
-    from ._registry import open_provider
-
-    conf = load_config(files=configs, sets=sets, topology_prefixes=prefixes)
-    return open_provider(conf["topology.state.provider"], conf["topology.state.provider.config"])
+_OWN_PREFIXES = frozenset({"topology", "statestream", "spark"})
 
 
-_prefix_option = click.option(
-    "--prefix",
-    "prefixes",
-    multiple=True,
-    default=("wordcount",),
-    show_default=True,
-    help="A topology prefix whose keys may appear in the config files (e.g. wordcount).",
+def _file_prefixes(configs: Sequence[str]) -> set[str]:
+    """The topology prefixes the config files use (``clicks.input`` -> ``clicks``), so
+    that a config written for any topology can be read to find its store."""
+    from ._config import _file_settings
+
+    found: set[str] = set()
+    for path in configs:
+        for setting in _file_settings(Path(path)):
+            head = setting.key.split(".", 1)[0]
+            if head not in _OWN_PREFIXES:
+                found.add(head)
+    return found
+
+
+class _Store:
+    """The store a `state` command reads: the provider (unscoped) and the topologies in it."""
+
+    def __init__(self, configs: Sequence[str], sets: Sequence[str], topology: str | None) -> None:
+        from ._registry import open_provider, stored_topologies
+
+        name = topology
+        prefixes = _file_prefixes(configs)
+        if topology is not None and (topology.endswith(".py") or ":" in topology):
+            name = load_topology(topology).name
+        if name:
+            prefixes.add(name)
+        conf = load_config(files=configs, sets=sets, topology_prefixes=sorted(prefixes))
+        spec = conf["topology.state.provider"]
+        provider_conf = conf["topology.state.provider.config"]
+        self.provider = open_provider(spec, provider_conf)
+        missing = getattr(self.provider, "missing_store", None)
+        where = missing() if missing is not None else None
+        if where:
+            self.provider.close()
+            _fail(
+                f"no state store at {where} (topology.state.provider {spec!r}); nothing was "
+                "ever checkpointed there. Is it the config the topology ran with?",
+                EXIT_USAGE,
+            )
+        self.topologies = stored_topologies(self.provider.namespaces())
+        self.name = name
+
+    def pick(self) -> str:
+        """The topology to act on: --topology, or the only one in the store."""
+        found = self.topologies
+        if self.name is not None:
+            if self.name not in found:
+                _fail(
+                    f"the store holds no state of topology {self.name!r}; {self._listing()}",
+                    EXIT_USAGE,
+                )
+            return self.name
+        if len(found) == 1:
+            return next(iter(found))
+        if not found:
+            _fail(
+                "the store holds no committed state (is it the config the topology ran with?)",
+                EXIT_USAGE,
+            )
+        _fail(
+            f"the store holds several topologies; pick one with --topology: {self._listing()}",
+            EXIT_USAGE,
+        )
+
+    def _listing(self) -> str:
+        names = [
+            repr(t) if t else "(unscoped: written before state was kept by topology)"
+            for t in self.topologies
+        ]
+        return "topologies with state: " + (", ".join(names) or "none")
+
+    def namespace(self, topology: str, namespace: str) -> str:
+        from ._registry import SCOPE_SEPARATOR
+
+        return f"{topology}{SCOPE_SEPARATOR}{namespace}" if topology else namespace
+
+    def __enter__(self) -> _Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.provider.close()
+
+
+_topology_option = click.option(
+    "--topology",
+    help="The topology: its name in the store, or its .py file or module:attribute "
+    "(default: the only topology the store holds).",
 )
 
 
@@ -309,10 +392,7 @@ def _no_state(stored: dict[str, list[int]]) -> str:
     # $checkpointspout and friends are the runtime's, not bolts one would dump.
     bolts = [name for name in stored if not name.startswith("$")]
     if not bolts:
-        return (
-            "has no committed state, and no component has any with this config "
-            "(is it the config the topology ran with?)"
-        )
+        return "has no committed state, and no component of this topology has any"
     return "has no committed state; components with state: " + ", ".join(map(repr, bolts))
 
 
@@ -320,59 +400,110 @@ def _no_state(stored: dict[str, list[int]]) -> str:
 @_config_options
 @click.option("--component", required=True, help="The stateful bolt whose state to print.")
 @click.option("--task", type=click.IntRange(min=0), help="Only this task (default: every task).")
-@_prefix_option
+@_topology_option
 def state_dump(
     configs: tuple[str, ...],
     sets: tuple[str, ...],
     component: str,
     task: int | None,
-    prefixes: tuple[str, ...],
+    topology: str | None,
 ) -> None:
     """Print the committed entries of COMPONENT as JSON lines
-    {"component", "task", "key", "value"}."""
+    {"topology", "component", "task", "key", "value"}."""
     import orjson
 
-    with _errors(), _open_provider(configs, sets, prefixes) as provider:
-        stored = _tasks_with_state(provider.namespaces())
+    with _errors(), _Store(configs, sets, topology) as store:
+        name = store.pick()
+        stored = _tasks_with_state(store.topologies[name])
         have = stored.get(component)
         if not have:
             # Printing nothing would read as "an empty state": say what is there.
-            _fail(f"component {component!r} {_no_state(stored)}", EXIT_USAGE)
+            _fail(f"component {component!r} of {name!r} {_no_state(stored)}", EXIT_USAGE)
         if task is not None and task not in have:
             _fail(
                 f"task {task} of component {component!r} has no committed state; "
                 f"tasks with state: {', '.join(map(str, have))}",
                 EXIT_USAGE,
             )
-        tasks = have if task is None else [task]
         out = sys.stdout.buffer
-        for t in tasks:
-            for key, value in provider.get_state(f"{component}-{t}").items():
-                out.write(
-                    orjson.dumps({"component": component, "task": t, "key": key, "value": value})
-                    + b"\n"
-                )
+        for t in have if task is None else [task]:
+            kv = store.provider.get_state(store.namespace(name, task_namespace(component, t)))
+            for key, value in kv.items():
+                entry = {"topology": name, "component": component, "task": t}
+                out.write(orjson.dumps({**entry, "key": key, "value": value}) + b"\n")
         out.flush()
 
 
 @state.command("info")
 @_config_options
-@_prefix_option
-def state_info(configs: tuple[str, ...], sets: tuple[str, ...], prefixes: tuple[str, ...]) -> None:
-    """Print the checkpoint's txid and phase, and the namespaces that hold state."""
+@_topology_option
+def state_info(configs: tuple[str, ...], sets: tuple[str, ...], topology: str | None) -> None:
+    """Print, per topology in the store, the checkpoint's txid and phase and the
+    namespaces that hold state."""
     from ._checkpoint import CheckpointState
     from ._exactly_once import CHECKPOINT_KEY as CHECKPOINT_STATE_KEY
     from ._stateful import CHECKPOINT_SPOUT
 
-    with _errors(), _open_provider(configs, sets, prefixes) as provider:
-        raw = provider.get_state(f"{CHECKPOINT_SPOUT}-0").get(CHECKPOINT_STATE_KEY)
-        if raw is None:
-            click.echo("checkpoint: none (nothing was ever checkpointed with this config)")
-        else:
-            cs = CheckpointState.from_json(raw)
-            click.echo(f"checkpoint: txid {cs.txid} phase {cs.phase.value}")
-        for ns in sorted(provider.namespaces()):
-            click.echo(f"namespace: {ns}")
+    with _errors(), _Store(configs, sets, topology) as store:
+        names = [store.pick()] if topology is not None else list(store.topologies)
+        if not names:
+            click.echo("no committed state in this store (is it the config the topology ran with?)")
+        for name in names:
+            click.echo(
+                f"topology: {name}"
+                if name
+                else "topology: (unscoped: written before state was kept by topology)"
+            )
+            kv = store.provider.get_state(
+                store.namespace(name, task_namespace(CHECKPOINT_SPOUT, 0))
+            )
+            raw = kv.get(CHECKPOINT_STATE_KEY)
+            if raw is None:
+                click.echo("  checkpoint: none")
+            else:
+                cs = CheckpointState.from_json(raw)
+                click.echo(f"  checkpoint: txid {cs.txid} phase {cs.phase.value}")
+            for ns in store.topologies[name]:
+                click.echo(f"  namespace: {ns}")
+
+
+@state.command("clear")
+@_config_options
+@click.option(
+    "--topology",
+    required=True,
+    help="The topology whose state to delete (its name, or its .py file).",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, yes: bool) -> None:
+    """Delete every committed entry of one topology: its bolts' state, its spouts'
+    positions; the next run starts from the beginning. Other topologies in the
+    store are untouched."""
+    with _errors(), _Store(configs, sets, topology) as store:
+        name = store.pick()
+        namespaces = store.topologies[name]
+        if not yes:
+            click.confirm(
+                f"delete the state of topology {name!r} ({len(namespaces)} namespaces: "
+                f"{', '.join(namespaces[:5])}{', ...' if len(namespaces) > 5 else ''})?",
+                abort=True,
+            )
+        for ns in namespaces:
+            _clear_namespace(store.provider.get_state(store.namespace(name, ns)))
+        click.echo(f"cleared {len(namespaces)} namespaces of topology {name!r}")
+
+
+def _clear_namespace(kv: Any) -> None:
+    """Delete every committed entry, keeping the txids: the checkpoint spout's
+    record keeps its txid so the bolts' states (still at that txid) and the
+    next checkpoint agree, while the positions stored with it go."""
+    from ._exactly_once import CHECKPOINT_KEY as CHECKPOINT_STATE_KEY
+
+    kv.rollback()
+    for key in list(kv.keys()):
+        if key != CHECKPOINT_STATE_KEY:
+            kv.delete(key)
+    kv.commit()
 
 
 @main.command()

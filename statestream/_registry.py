@@ -18,9 +18,9 @@ Storm passes ``topology.state.provider.config`` as a JSON string, so
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import orjson
 
@@ -154,10 +154,75 @@ def parse_provider_config(config: Mapping[str, Any] | str | bytes | None) -> dic
 
 
 def open_provider(
-    spec: str = DEFAULT_PROVIDER, config: Mapping[str, Any] | str | bytes | None = None
+    spec: str = DEFAULT_PROVIDER,
+    config: Mapping[str, Any] | str | bytes | None = None,
+    *,
+    scope: str | None = None,
 ) -> StateProvider:
     """Resolve ``spec`` and build the provider from ``config`` (mapping or JSON text).
 
+    With ``scope`` (a topology's name, as every runtime passes it) the
+    provider only sees that topology's namespaces: see :class:`ScopedProvider`.
     Nothing connects yet: providers open their store on first use.
     """
-    return resolve_provider(spec).from_config(parse_provider_config(config))
+    provider = resolve_provider(spec).from_config(parse_provider_config(config))
+    return provider if scope is None else cast(StateProvider, ScopedProvider(provider, scope))
+
+
+SCOPE_SEPARATOR = "/"
+"""Between a topology's name and a namespace in the store: ``wordcount/count-0``."""
+
+
+class ScopedProvider:
+    """One topology's view of a provider: namespace ``N`` is stored as ``<scope>/N``.
+
+    Two topologies on one store then never share state or a checkpoint,
+    whatever their components are called. Wraps any provider, so providers
+    know nothing of topologies.
+    """
+
+    def __init__(self, provider: StateProvider, scope: str) -> None:
+        self.provider = provider
+        self.scope = scope
+        self._prefix = scope + SCOPE_SEPARATOR
+        self.name = provider.name
+        self.sharing = provider.sharing
+
+    def get_state(self, namespace: str) -> Any:
+        return self.provider.get_state(self._prefix + namespace)
+
+    def namespaces(self) -> list[str]:
+        n = len(self._prefix)
+        return [ns[n:] for ns in self.provider.namespaces() if ns.startswith(self._prefix)]
+
+    def close(self) -> None:
+        self.provider.close()
+
+    def __enter__(self) -> ScopedProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Provider-specific extras (the memory provider's clear, say); never
+        # "provider" itself, which an unpickled instance may not have yet.
+        if name == "provider":
+            raise AttributeError(name)
+        return getattr(self.provider, name)
+
+    def __repr__(self) -> str:
+        return f"ScopedProvider({self.provider!r}, scope={self.scope!r})"
+
+
+def stored_topologies(namespaces: Iterable[str]) -> dict[str, list[str]]:
+    """``{topology: its namespaces}`` of a store's namespaces; namespaces written
+    before state was scoped by topology are listed under ``""``."""
+    found: dict[str, list[str]] = {}
+    for ns in namespaces:
+        scope, sep, rest = ns.partition(SCOPE_SEPARATOR)
+        if sep:
+            found.setdefault(scope, []).append(rest)
+        else:
+            found.setdefault("", []).append(ns)
+    return {t: sorted(nss) for t, nss in sorted(found.items())}

@@ -767,6 +767,15 @@ class BackendStateProvider(ABC):
     def _open_backend(self, namespace: str) -> StateBackend:
         """Return the backend of ``namespace``; it should not touch the store yet."""
 
+    def missing_store(self) -> str | None:
+        """Where the store would be if it does not exist yet, else None.
+
+        Readers that must never create a store (``statestream state``) ask
+        first; a provider whose store is a file returns its path when the
+        file is absent. Default: None (the store exists, or cannot tell).
+        """
+        return None
+
     @abstractmethod
     def namespaces(self) -> list[str]:
         """Namespaces that have committed entries, sorted."""

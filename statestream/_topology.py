@@ -68,6 +68,23 @@ class ComponentSpec:
         return self.outputs[stream][0]
 
 
+def _check_topology_name(name: object) -> str:
+    # The name scopes the topology's state in the store ("<name>/<namespace>")
+    # and its config keys ("<name>.input"), hence the characters refused.
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith(RESERVED_PREFIXES)
+        or any(c in name for c in "/. \t\n")
+    ):
+        raise TopologyError(
+            f"a topology's name is a non-empty string without '/', '.' or spaces, not "
+            f"starting with '$' or '__' (it names the topology's state and config keys); "
+            f"got {name!r}"
+        )
+    return name
+
+
 def _check_id(kind: str, cid: object) -> str:
     if not isinstance(cid, str) or not cid:
         raise TopologyError(f"{kind} ids are non-empty strings, got {cid!r}")
@@ -183,7 +200,7 @@ class TopologyBuilder:
     """
 
     def __init__(self, name: str = "topology") -> None:
-        self.name = name
+        self.name = _check_topology_name(name)
         self._components: dict[str, ComponentSpec] = {}
 
     def _add(self, kind: str, cid: str, obj: Any, parallelism: int) -> ComponentSpec:

@@ -584,7 +584,9 @@ def committed_state(
     merged: dict[Any, Any] = {}
     owner: dict[Any, int] = {}
     with open_provider(
-        conf["topology.state.provider"], conf["topology.state.provider.config"]
+        conf["topology.state.provider"],
+        conf["topology.state.provider.config"],
+        scope=topology.name,
     ) as provider:
         for task in range(spec.parallelism):
             for key, value in provider.get_state(task_namespace(component, task)).items():

@@ -904,6 +904,7 @@ class LocalRuntime:
                 self.provider = open_provider(
                     self.config["topology.state.provider"],
                     self.config["topology.state.provider.config"],
+                    scope=self.topology.name,
                 )
             state = self._states[namespace] = self.provider.get_state(namespace)
         return state

@@ -242,23 +242,25 @@ def test_state_info_and_dump_after_a_sqlite_run(tmp_path: Path) -> None:
     runner = CliRunner()
     info = runner.invoke(main, ["state", "info", "--config", str(conf)])
     assert info.exit_code == 0, info.output
-    first = info.stdout.splitlines()[0]
-    assert first.startswith("checkpoint: txid ")
+    heading, first = info.stdout.splitlines()[:2]
+    assert heading == "topology: wordcount"
+    assert first.startswith("  checkpoint: txid ")
     assert first.endswith("phase COMMITTED")
     # The txid shown is the one stored, and every count task committed it.
-    with open_provider("sqlite", {"path": str(tmp_path / "data" / "state.db")}) as provider:
+    db = {"path": str(tmp_path / "data" / "state.db")}
+    with open_provider("sqlite", db, scope="wordcount") as provider:
         stored = CheckpointRecord.load(provider.get_state("$checkpointspout-0")).state
         committed = {provider.get_state(f"count-{t}").committed_txid for t in (0, 1)}
     assert stored.phase is Phase.COMMITTED and stored.txid >= 0  # the run ended on a commit
-    assert first == f"checkpoint: txid {stored.txid} phase COMMITTED"
+    assert first == f"  checkpoint: txid {stored.txid} phase COMMITTED"
     assert committed == {stored.txid}
-    assert "namespace: count-0" in info.stdout
-    assert "namespace: count-1" in info.stdout
+    assert "  namespace: count-0" in info.stdout
+    assert "  namespace: count-1" in info.stdout
 
     dump = runner.invoke(main, ["state", "dump", "--config", str(conf), "--component", "count"])
     assert dump.exit_code == 0, dump.output
     rows = [orjson.loads(line) for line in dump.stdout.splitlines()]
-    assert {r["component"] for r in rows} == {"count"}
+    assert {(r["topology"], r["component"]) for r in rows} == {("wordcount", "count")}
     assert {r["task"] for r in rows} == {0, 1}
     assert sum(r["value"] for r in rows) == sum(expected.values())
     assert {r["key"]: r["value"] for r in rows} == dict(expected)
@@ -288,22 +290,22 @@ def test_topology_prints_the_components() -> None:
     assert "<- split:default fields" in out
 
 
-def _sqlite_config_with_state(tmp_path: Path, namespaces: dict[str, dict[str, int]]) -> Path:
-    """A config file for a sqlite store holding ``namespaces`` (committed)."""
-    from statestream.provider import StateProvider
-    from statestream_providers.sqlite import SQLiteStateProvider
-
+def _sqlite_config_with_state(
+    tmp_path: Path, topologies: dict[str, dict[str, dict[str, int]]], extra: str = ""
+) -> Path:
+    """A config file for a sqlite store holding, per topology, ``namespaces`` (committed)."""
     db = tmp_path / "data" / "state.db"
-    provider: StateProvider = SQLiteStateProvider(db)
-    with provider:
-        for namespace, entries in namespaces.items():
-            state = provider.get_state(namespace)
-            for key, value in entries.items():
-                state.put(key, value)
-            state.commit()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for topology, namespaces in topologies.items():
+        with open_provider("sqlite", {"path": str(db)}, scope=topology or None) as provider:
+            for namespace, entries in namespaces.items():
+                state = provider.get_state(namespace)
+                for key, value in entries.items():
+                    state.put(key, value)
+                state.commit()
     conf = tmp_path / "local.yaml"
     conf.write_text(
-        f"topology.state.provider: sqlite\ntopology.state.provider.config:\n  path: {db}\n"
+        f"topology.state.provider: sqlite\ntopology.state.provider.config:\n  path: {db}\n{extra}"
     )
     return conf
 
@@ -314,10 +316,12 @@ def test_state_dump_of_a_component_without_state_exits_2_naming_those_with_state
     conf = _sqlite_config_with_state(
         tmp_path,
         {
-            "count-0": {"a": 1},
-            "count-1": {"b": 2},
-            "sum-0": {"s": 3},
-            "$checkpointspout-0": {"phase": 1},
+            "t": {
+                "count-0": {"a": 1},
+                "count-1": {"b": 2},
+                "sum-0": {"s": 3},
+                "$checkpointspout-0": {"phase": 1},
+            }
         },
     )
     runner = CliRunner()
@@ -325,7 +329,7 @@ def test_state_dump_of_a_component_without_state_exits_2_naming_those_with_state
     assert dump.exit_code == 2, dump.output
     assert dump.stdout == ""
     line = one_error_line(dump.stderr)
-    assert "component 'cnt' has no committed state" in line
+    assert "component 'cnt' of 't' has no committed state" in line
     assert "components with state: 'count', 'sum'" in line
     assert "$checkpointspout" not in line
 
@@ -341,13 +345,91 @@ def test_state_dump_of_a_component_without_state_exits_2_naming_those_with_state
     assert ok.exit_code == 0, ok.output
     rows = [orjson.loads(line) for line in ok.stdout.splitlines()]
     assert rows == [
-        {"component": "count", "task": 0, "key": "a", "value": 1},
-        {"component": "count", "task": 1, "key": "b", "value": 2},
+        {"topology": "t", "component": "count", "task": 0, "key": "a", "value": 1},
+        {"topology": "t", "component": "count", "task": 1, "key": "b", "value": 2},
     ]
 
 
 def test_state_dump_of_an_empty_store_exits_2(tmp_path: Path) -> None:
-    conf = _sqlite_config_with_state(tmp_path, {})
+    conf = _sqlite_config_with_state(tmp_path, {"t": {"count-0": {}}})  # the file, no entries
     dump = CliRunner().invoke(main, ["state", "dump", "-c", str(conf), "--component", "count"])
     assert dump.exit_code == 2, dump.output
-    assert "no component has any with this config" in one_error_line(dump.stderr)
+    assert "the store holds no committed state" in one_error_line(dump.stderr)
+
+
+def test_state_commands_list_and_select_the_topologies_of_a_store(tmp_path: Path) -> None:
+    # clicks.input in the file: a config written for another topology still reads.
+    conf = _sqlite_config_with_state(
+        tmp_path,
+        {
+            "clicks": {"count-0": {"/home": 4}},
+            "wordcount": {"count-0": {"a": 1}, "count-1": {"b": 2}},
+        },
+        extra="clicks.input: clicks.jsonl\n",
+    )
+    runner = CliRunner()
+    info = runner.invoke(main, ["state", "info", "-c", str(conf)])
+    assert info.exit_code == 0, info.output
+    assert info.stdout.splitlines() == [
+        "topology: clicks",
+        "  checkpoint: none",
+        "  namespace: count-0",
+        "topology: wordcount",
+        "  checkpoint: none",
+        "  namespace: count-0",
+        "  namespace: count-1",
+    ]
+    both = runner.invoke(main, ["state", "dump", "-c", str(conf), "--component", "count"])
+    assert both.exit_code == 2
+    assert "several topologies; pick one with --topology: topologies with state: 'clicks', " \
+        "'wordcount'" in one_error_line(both.stderr)  # fmt: skip
+    clicks = runner.invoke(
+        main, ["state", "dump", "-c", str(conf), "--component", "count", "--topology", "clicks"]
+    )
+    assert clicks.exit_code == 0, clicks.output
+    assert [orjson.loads(x)["key"] for x in clicks.stdout.splitlines()] == ["/home"]
+    by_file = runner.invoke(
+        main, ["state", "dump", "-c", str(conf), "--component", "count", "--topology", WORDCOUNT]
+    )
+    assert by_file.exit_code == 0, by_file.output
+    assert {orjson.loads(x)["key"] for x in by_file.stdout.splitlines()} == {"a", "b"}
+    other = runner.invoke(main, ["state", "info", "-c", str(conf), "--topology", "orders"])
+    assert other.exit_code == 2
+    assert "no state of topology 'orders'" in one_error_line(other.stderr)
+
+
+def test_state_commands_never_create_a_store(tmp_path: Path) -> None:
+    db = tmp_path / "typo" / "state.db"
+    runner = CliRunner()
+    for command in (["info"], ["dump", "--component", "count"]):
+        done = runner.invoke(
+            main,
+            ["state", *command, "--set", "topology.state.provider=sqlite",
+             "--set", f"topology.state.provider.config={{path: {db}}}"],
+        )  # fmt: skip
+        assert done.exit_code == 2, done.output
+        assert f"no state store at {db}" in one_error_line(done.stderr)
+    assert not db.parent.exists()
+
+
+def test_state_clear_deletes_one_topology_after_a_confirmation(tmp_path: Path) -> None:
+    conf = _sqlite_config_with_state(
+        tmp_path,
+        {"clicks": {"count-0": {"/home": 4}}, "wordcount": {"count-0": {"a": 1}}},
+    )
+    runner = CliRunner()
+    refused = runner.invoke(
+        main, ["state", "clear", "-c", str(conf), "--topology", "wordcount"], input="n\n"
+    )
+    assert refused.exit_code == 1  # click's Abort
+    done = runner.invoke(
+        main, ["state", "clear", "-c", str(conf), "--topology", "wordcount"], input="y\n"
+    )
+    assert done.exit_code == 0, done.output
+    assert "cleared 1 namespaces of topology 'wordcount'" in done.stdout
+    info = runner.invoke(main, ["state", "info", "-c", str(conf)])
+    assert "topology: wordcount" not in info.stdout
+    assert "topology: clicks" in info.stdout
+    db = {"path": str(tmp_path / "data" / "state.db")}
+    with open_provider("sqlite", db, scope="clicks") as provider:
+        assert dict(provider.get_state("count-0").items()) == {"/home": 4}

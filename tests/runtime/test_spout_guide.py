@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kill_loop import cli, seeded_rng, sigkill_runs
 
-from statestream import Topology, TopologyBuilder
+from statestream import Topology
 from statestream.testing import (
     committed_state,
     crash_and_recover,

@@ -123,7 +123,8 @@ def run(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess[st
 
 def counts(prefix: str) -> dict[str, Any]:
     got: dict[str, Any] = {}
-    with open_provider("redis", {"url": REDIS_URL, "key_prefix": prefix}) as provider:
+    config = {"url": REDIS_URL, "key_prefix": prefix}
+    with open_provider("redis", config, scope="wordcount") as provider:
         for i in range(2):
             part = dict(provider.get_state(f"count-{i}").items())
             assert not set(part) & set(got), "a word counted by two tasks"

@@ -64,7 +64,7 @@ SCRIPT = textwrap.dedent(
     }
     result = SparkRuntime(b.build(), conf, spark=spark, batch_size=100).run(until_idle=True)
     counts = {}
-    with open_provider("redis", conf["topology.state.provider.config"]) as provider:
+    with open_provider("redis", conf["topology.state.provider.config"], scope="wordcount") as provider:
         for i in range(2):
             counts.update(provider.get_state(f"count-{i}").items())
     print(json.dumps({"counts": counts, "counters": result.counters}))

@@ -29,7 +29,7 @@ from statestream import (
     TopologyContext,
     Tuple,
 )
-from statestream._registry import open_provider
+from statestream._registry import open_provider, stored_topologies
 from statestream._results import RunResult
 from statestream._routing import task_for_key
 from statestream.runtime.local import LocalRuntime
@@ -74,10 +74,15 @@ def provider_conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[di
 
 
 def read_state(conf: Mapping[str, Any], namespace: str) -> dict[Any, Any]:
+    """The committed entries of ``namespace`` of the one topology the store holds."""
     with open_provider(
         conf["topology.state.provider"], conf["topology.state.provider.config"]
     ) as provider:
-        return dict(provider.get_state(namespace).items())
+        found = stored_topologies(provider.namespaces())
+        if not found:
+            return {}
+        (topology,) = found
+        return dict(provider.get_state(f"{topology}/{namespace}").items())
 
 
 # --------------------------------------------------------------------------- runners

@@ -136,7 +136,9 @@ def test_a_commit_half_done_across_tasks_is_what_the_restart_meets(
     seen: list[int] = []
 
     def committed_txids() -> None:
-        with open_provider("sqlite", config["topology.state.provider.config"]) as provider:
+        with open_provider(
+            "sqlite", config["topology.state.provider.config"], scope="crashes"
+        ) as provider:
             seen.extend(provider.get_state(f"count-{t}").committed_txid for t in (0, 1))
 
     point = crash_at_checkpoint("count", "commit", after=True, task=0, n=3)
