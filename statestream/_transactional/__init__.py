@@ -1,4 +1,4 @@
-"""Transactional topologies (DESIGN.md §6): batches processed in parallel, committed in order.
+"""Transactional topologies: batches processed in parallel, committed in order.
 
 Modules, top to bottom::
 

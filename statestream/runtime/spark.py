@@ -3,7 +3,7 @@
 Imported only when ``topology.runner`` is ``spark`` (PySpark is an optional
 dependency: ``pip install 'statestream[spark]'``).
 
-How a run goes (DESIGN.md §4 and §7)::
+How a run goes::
 
     driver                                          executors (Python workers)
     ------                                          --------------------------
@@ -1041,7 +1041,7 @@ class SparkRuntime:
     def _start_checkpoints(self, *, positions_needed: bool) -> None:
         """Load the record, check it can be continued, and recover from it.
 
-        Every start is a recovery (DESIGN.md §4): the coordinator rolls back a
+        Every start is a recovery: the coordinator rolls back a
         prepare that may not have finished, finishes a decided commit, and
         ends with ``INITSTATE``.
         """
