@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from statestream import ProviderUnavailableError, TopologyContext
+from statestream import OutputFieldsDeclarer, ProviderUnavailableError, TopologyContext
 from statestream._checkpoint import CheckpointState, Phase
 from statestream._exactly_once import CheckpointRecord
 from statestream._stateful import CHECKPOINT_FIELDS, CHECKPOINT_SPOUT, CHECKPOINT_STREAM
@@ -85,8 +85,9 @@ class Setup:
             exactly_once=exactly_once,
         )
         self.spout = Spout()
-        conf: Mapping[str, Any] = {"topology.state.checkpoint.interval.ms": INTERVAL_MS}
-        self.spout.open(conf, context, self.collector)
+        self.conf: Mapping[str, Any] = {"topology.state.checkpoint.interval.ms": INTERVAL_MS}
+        self.context = context
+        self.spout.open(self.conf, context, self.collector)
 
     def poll(self) -> list[tuple[str, int]]:
         self.spout.next_tuple()
@@ -114,6 +115,7 @@ def test_a_fresh_start_recovers_then_prepares_after_the_interval_and_commits() -
     s.clock.advance(0.001)
     assert s.poll() == [("PREPARE", 0)]
     assert s.stored().state == CheckpointState(0, Phase.PREPARING)  # stored before the emit
+    assert s.stored().positions == {}  # not exactly-once: no positions
     assert s.spout.committed_txid == -1
     s.ack("PREPARE", 0)
     assert s.stored().state == CheckpointState(0, Phase.COMMITTING)
@@ -185,9 +187,9 @@ def test_the_interval_counts_from_the_ack_time_on_the_spout_clock() -> None:
     assert s.poll() == [("COMMIT", 0)]
     s.clock.advance(0.5)
     s.ack("COMMIT", 0)  # the cycle completes now: the next interval starts here
-    s.clock.advance(INTERVAL_MS / 1000 - 0.001)
+    s.clock.advance(INTERVAL_MS / 1000 - 0.0005)  # milliseconds are seconds * 1000
     assert s.poll() == []
-    s.clock.advance(0.001)
+    s.clock.advance(0.0005)
     assert s.poll() == [("PREPARE", 1)]
 
 
@@ -276,3 +278,33 @@ def test_stale_acks_and_fails_change_nothing(msg_id: tuple[str, int]) -> None:
     assert s.spout.coordinator.stale_replies == 2
     assert s.stored().state == CheckpointState(0, Phase.PREPARING)
     assert s.poll() == []
+
+
+def test_the_spout_declares_the_checkpoint_stream_and_keeps_its_context() -> None:
+    s = Setup()
+    declarer = OutputFieldsDeclarer()
+    s.spout.declare_output_fields(declarer)
+    assert declarer.streams == {CHECKPOINT_STREAM: (CHECKPOINT_FIELDS, False)}
+    assert (s.spout.conf, s.spout.context) == (s.conf, s.context)
+
+
+def test_exactly_once_an_early_request_still_waits_for_the_cut() -> None:
+    # request_early must not let next_tuple start a PREPARE without positions.
+    s = Setup(exactly_once=True)
+    s.start()
+    s.spout.request_early()
+    assert s.poll() == []
+    assert s.stored().state == CheckpointState(-1, Phase.COMMITTED)
+    assert s.spout.prepare_due()
+    s.spout.start_prepare({"nums-0": 4})
+    assert s.collector.take() == [("PREPARE", 0)]
+    assert s.stored().positions == {0: {"nums-0": 4}}
+
+
+def test_positions_given_to_a_start_prepare_that_did_not_prepare_are_not_kept() -> None:
+    s = Setup()
+    s.start()
+    s.spout.start_prepare({"nums-0": 3})  # not due: nothing emitted
+    s.clock.advance(INTERVAL_MS / 1000)
+    assert s.poll() == [("PREPARE", 0)]
+    assert s.stored().positions == {}

@@ -16,6 +16,7 @@ from statestream import (
     BasicBolt,
     Bolt,
     FailedException,
+    OutputFieldsDeclarer,
     ProtocolViolation,
     StatefulBolt,
     TopologyContext,
@@ -850,6 +851,42 @@ def test_wrapper_delegates_streams_and_config() -> None:
 
     wrapped = wrap(Configured(), checkpointed=True)
     assert wrapped.component_configuration() == {"topology.tick.tuple.freq.secs": 1}
+
+
+def test_wrapper_declares_the_streams_of_the_bolt() -> None:
+    class Declaring(BasicBolt):
+        def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+            declarer.declare(["word"])
+            declarer.declare_stream("lengths", ["n"], direct=True)
+
+    declarer = OutputFieldsDeclarer()
+    wrap(Declaring(), checkpointed=True).declare_output_fields(declarer)
+    assert declarer.streams == {
+        "default": (Fields("word"), False),
+        "lengths": (Fields("n"), True),
+    }
+
+
+def test_wrapper_repr_shows_the_chain() -> None:
+    bolt = Doubler()
+    assert repr(wrap(bolt, checkpointed=True)) == (
+        f"CheckpointTupleForwarder(BasicBoltExecutor({bolt!r}))"
+    )
+
+
+def test_basic_report_error_reaches_the_runtime() -> None:
+    error = ValueError("odd input")
+
+    class Reporting(BasicBolt):
+        def execute(self, tuple: Tuple, collector: Any) -> None:
+            collector.report_error(error)
+
+    executor = BasicBoltExecutor(Reporting())
+    collector = FakeCollector()
+    executor.prepare({}, make_context(), collector)
+    t = data("ab", 7, 3)
+    executor.execute(t)
+    assert collector.calls == [("report_error", error), ("ack", t)]
 
 
 # -- found by mutation testing -------------------------------------------------

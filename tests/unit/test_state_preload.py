@@ -118,5 +118,15 @@ def test_a_rollback_after_a_preload_reads_the_store_whole_again(
     assert loads == []
 
 
-def test_sentinels_have_names() -> None:
+def test_sentinels_and_states_have_readable_reprs(provider: MemoryStateProvider) -> None:
+    assert repr(_state._Sentinel("<gone>")) == "<gone>"
     assert (repr(_state._MISSING), repr(_state._ABSENT)) == ("<missing>", "<absent>")
+    assert repr(provider.get_state("count-3")) == "<StoredKeyValueState 'count-3'>"
+
+
+def test_keys_are_the_visible_keys(provider: MemoryStateProvider) -> None:
+    _committed(provider, 3)
+    state, _ = _reopen(provider)
+    state.delete("k0")
+    state.put("new", 1)
+    assert sorted(state.keys()) == sorted(state) == ["k1", "k2", "new"]
