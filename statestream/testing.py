@@ -526,6 +526,7 @@ def crash_and_recover(
     at: CrashPoint,
     clock: Any = None,
     between: Callable[[], object] | None = None,
+    then: Topology | None = None,
 ) -> CrashRecovery:
     """Run ``topology`` on the local runtime until it crashes at ``at``, then run it
     again on the same config until idle, as a restart after a process death would.
@@ -537,8 +538,9 @@ def crash_and_recover(
     Raises :class:`CrashPointNotReached` if the first run ends without crashing:
     the test would otherwise prove nothing. ``between`` is called after the
     crash and before the restart (to look at the store, or to change the
-    world as an outage would). Read the outcome with :func:`committed_state`
-    and the test's own sinks.
+    world as an outage would). ``then`` is the topology the restart runs
+    (default: the same one), e.g. the same topology with another parallelism.
+    Read the outcome with :func:`committed_state` and the test's own sinks.
     """
     conf = as_config(config, (topology.name,))
     if conf["topology.runner"] != "local":
@@ -563,7 +565,7 @@ def crash_and_recover(
         _ARMED.pop(key, None)
     if between is not None:
         between()
-    result = LocalRuntime(topology, conf, clock=clock).run(until_idle=True)
+    result = LocalRuntime(then or topology, conf, clock=clock).run(until_idle=True)
     return CrashRecovery(seen, list(rt.errors), result)
 
 

@@ -41,6 +41,7 @@ from .._errors import (
 )
 from .._exactly_once import Standstill, StandstillStep, check_position, resolve_exactly_once
 from .._executors import CheckpointTupleForwarder
+from .._rescale import LAYOUT_NAMESPACE, rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
@@ -934,6 +935,11 @@ class LocalRuntime:
         if self._started:
             return
         self._started = True
+        if self.topology.has_stateful_bolts:
+            # Before any task reads its state: a bolt whose parallelism
+            # changed since the last run gets its keys re-partitioned.
+            self.open_state(LAYOUT_NAMESPACE)
+            rescale_state(self.provider, self.topology)
         for spout in self.spouts:
             with _naming(spout, "open()"):
                 spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)

@@ -1,0 +1,219 @@
+"""Rescale: keep every key's state when a stateful bolt's parallelism changes.
+
+A stateful bolt's state lives in one namespace per task (``count-0``,
+``count-1``...), and a fields grouping decides which task sees which key.
+When the parallelism changes between runs (2 -> 3 tasks), each key must move
+to the task the grouping now sends it to, or the new owner starts from zero
+while the old value sits, unread, in the old task's namespace.
+
+At every start, before any task opens, :func:`rescale_state` compares each
+stateful bolt's parallelism with the one recorded in the topology's
+``$layout`` namespace (or, in a store written before that record existed,
+with the task namespaces found) and re-partitions the state of every bolt
+whose parallelism changed:
+
+1. Settle what the last run left in flight, as recovery would: a delta
+   prepared for a txid the checkpoint record counts as committed is
+   committed, any other is rolled back. The state is then the state of the
+   checkpoint a recovery restores, on every task, even after a crash in the
+   middle of a commit.
+2. Move every key whose owner changed (:func:`owner`: the grouping's
+   ``task_for_key``, or the bolt's own ``rescale_task`` hook) to its new
+   task's namespace: put there and committed first, then deleted from the
+   old one and committed. A crash in between leaves the key in both, with
+   one value, and a journal in ``$layout`` says a re-partition was under
+   way, so the next start re-partitions again (to whatever parallelism it
+   has) and every copy lands with the key's owner. Keys that stay put are
+   only read.
+
+Entries move with ``commit()`` without a txid, which keeps each namespace's
+txids: the checkpoint protocol continues at the next txid, and a namespace
+new to the layout joins it as a bolt added to a running topology does.
+The cost is a read of every entry of the rescaled bolt, and a write and a
+delete of each one that moves (``bench/bench_rescale.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ._components import task_namespace
+from ._errors import ConfigError
+from ._exactly_once import CheckpointRecord
+from ._routing import task_for_key
+from ._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM
+from ._topology import ComponentSpec, Topology
+
+__all__ = ["LAYOUT_NAMESPACE", "RescaleReport", "owner", "rescale_state"]
+
+log = logging.getLogger("statestream")
+
+LAYOUT_NAMESPACE = "$layout"
+"""The topology's record of its stateful bolts' parallelism (and a rescale in progress)."""
+
+_PARALLELISM = "parallelism"
+_JOURNAL = "rescaling"  # the bolts whose re-partition has not finished
+_CHUNK = 20_000  # entries per direct commit: bounds the memory a move holds
+
+
+@dataclass(frozen=True)
+class RescaleReport:
+    """One bolt's state moved from ``old`` tasks to ``new`` tasks."""
+
+    component: str
+    old: int
+    new: int
+    moved: int
+    kept: int
+
+
+def owner(spec: ComponentSpec, key: Any, n_tasks: int) -> int:
+    """The task of ``spec`` (with ``n_tasks`` tasks) that owns state key ``key``.
+
+    The bolt's ``rescale_task(key, n_tasks)`` decides if it has one; otherwise
+    the fields grouping does: a key is the grouping field's value (one field)
+    or the list of the fields' values (several), as a ``state.put(word, ...)``
+    under ``fields_grouping(..., ["word"])`` is.
+    """
+    hook = getattr(spec.user_obj, "rescale_task", None)
+    if hook is not None:
+        task = hook(key, n_tasks)
+        if type(task) is not int or not 0 <= task < n_tasks:
+            raise ConfigError(
+                f"bolt {spec.id!r}: rescale_task({key!r}, {n_tasks}) returned {task!r}; "
+                f"it must return a task index 0..{n_tasks - 1}"
+            )
+        return task
+    return task_for_key(key, n_tasks)
+
+
+def _check_partitioned(spec: ComponentSpec) -> None:
+    """A bolt's state can be re-partitioned only if its keys follow its grouping."""
+    if hasattr(spec.user_obj, "rescale_task"):
+        return
+    data = [s for s in spec.inputs if s.stream != CHECKPOINT_STREAM]
+    if data and all(s.grouping.kind == "fields" for s in data):
+        return
+    kinds = sorted({s.grouping.describe() for s in data})
+    raise ConfigError(
+        f"stateful bolt {spec.id!r} changed parallelism, but its input is not only fields "
+        f"grouped ({', '.join(kinds)}), so no rule says which task owns each stored key. "
+        "Keep its previous parallelism, define rescale_task(key, n_tasks) on the bolt, or "
+        "clear its state (statestream state clear)"
+    )
+
+
+def _stored_tasks(namespaces: list[str], component: str) -> list[int]:
+    tasks = []
+    for ns in namespaces:
+        name, _, task = ns.rpartition("-")
+        if name == component and task.isdigit():
+            tasks.append(int(task))
+    return sorted(tasks)
+
+
+def _entries(kv: Any) -> Iterator[tuple[Any, Any]]:
+    # Read whole before anything is written: a store's cursor need not
+    # survive writes and commits on the same connection (sqlite's does not).
+    yield from list(kv.items())
+
+
+def _settle(provider: Any, namespaces: list[str]) -> None:
+    """Finish or undo what was prepared, as a recovery would (step 1)."""
+    record = CheckpointRecord.load(provider.get_state(task_namespace(CHECKPOINT_SPOUT, 0)))
+    restored, _ = record.restore_point()
+    for ns in namespaces:
+        kv = provider.get_state(ns)
+        prepared = kv.prepared_txid
+        if prepared is not None and prepared <= restored:
+            kv.commit(prepared)
+        elif prepared is not None:
+            kv.rollback()
+
+
+def rescale_state(provider: Any, topology: Topology) -> list[RescaleReport]:
+    """Re-partition the state of every stateful bolt whose parallelism changed.
+
+    ``provider`` is the topology's (scoped) provider. Returns what moved;
+    records the current parallelism either way. Idempotent, crash-safe.
+    """
+    layout_kv = provider.get_state(LAYOUT_NAMESPACE)
+    recorded: dict[str, int] = dict(layout_kv.get(_PARALLELISM) or {})
+    unfinished: list[str] = list(layout_kv.get(_JOURNAL) or [])
+    namespaces = provider.namespaces()
+    reports = []
+    for cid, spec in topology.components.items():
+        if not spec.is_stateful:
+            continue
+        n = spec.parallelism
+        stored = _stored_tasks(namespaces, cid)
+        old = recorded.get(cid, max(stored, default=n - 1) + 1)
+        if cid not in unfinished:
+            if old == n and all(t < n for t in stored):
+                continue
+            _check_partitioned(spec)
+            layout_kv.put(_JOURNAL, [*unfinished, cid])
+            layout_kv.commit()
+        reports.append(_repartition(provider, topology.name, spec, stored, old))
+    current = {cid: s.parallelism for cid, s in topology.components.items() if s.is_stateful}
+    if current != recorded or unfinished or reports:
+        layout_kv.put(_PARALLELISM, current)
+        layout_kv.delete(_JOURNAL)
+        layout_kv.commit()
+    return reports
+
+
+def _repartition(
+    provider: Any, topology: str, spec: ComponentSpec, stored: list[int], old: int
+) -> RescaleReport:
+    cid, n = spec.id, spec.parallelism
+    # A task whose state was only ever prepared is not among the namespaces
+    # with committed entries, yet its delta may belong to the restored
+    # checkpoint: every task of the old and the new layout is settled.
+    stored = sorted(set(stored) | set(range(old)))
+    _settle(provider, [task_namespace(cid, t) for t in sorted(set(stored) | set(range(n)))])
+    targets = [provider.get_state(task_namespace(cid, t)) for t in range(n)]
+    moved = kept = 0
+    pending = set(stored)  # tasks not scanned yet; keys moved into them are not "kept"
+    arrived: dict[int, set[Any]] = {t: set() for t in stored}
+    for task in stored:
+        pending.discard(task)
+        source = provider.get_state(task_namespace(cid, task))
+        came = arrived.pop(task)
+        leaving = []
+        for key, value in _entries(source):
+            new = owner(spec, key, n)
+            if new != task:
+                leaving.append((key, value, new))
+            elif key not in came:
+                kept += 1
+        for i in range(0, len(leaving), _CHUNK):
+            chunk = leaving[i : i + _CHUNK]
+            touched = set()
+            for key, value, new in chunk:
+                targets[new].put(key, value)
+                touched.add(new)
+                if new in pending:
+                    arrived[new].add(key)
+            for t in sorted(touched):
+                targets[t].commit()
+            # Only once the new owners hold them: a crash before this leaves
+            # two equal copies, which the next start's re-partition merges.
+            for key, _, _ in chunk:
+                source.delete(key)
+            source.commit()
+        moved += len(leaving)
+    log.warning(
+        "%s: bolt %r went from %d to %d tasks; its state was re-partitioned "
+        "(%d keys moved, %d stayed)",
+        topology,
+        cid,
+        old,
+        n,
+        moved,
+        kept,
+    )
+    return RescaleReport(cid, old, n, moved, kept)
