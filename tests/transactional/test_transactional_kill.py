@@ -14,19 +14,16 @@ from __future__ import annotations
 import collections
 import os
 import random
-import re
-import signal
 import sqlite3
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kill_loop import cli, sigkill_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 10
@@ -37,18 +34,6 @@ EXAMPLES = {
     "global-count": ("transactional_global_count.py", "global-count", "sum", 150_000),
     "words": ("transactional_words.py", "words", "buckets", 90_000),
 }
-
-
-def _watch(
-    proc: subprocess.Popen[str], lines: list[str], working: threading.Event, bolt: str
-) -> None:
-    pattern = re.compile(rf"\b{re.escape(bolt)} emitted=\d+ executed=[1-9]")
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        lines.append(line)
-        if pattern.search(line):
-            working.set()
-    working.set()
 
 
 def _kill_and_restart(example: str, opaque: bool, provider: list[str], db: Path, seed: int) -> int:
@@ -62,41 +47,20 @@ def _kill_and_restart(example: str, opaque: bool, provider: list[str], db: Path,
         "--set", "topology.max.spout.pending=5",
         *provider,
     ]  # fmt: skip
-    cmd = [
-        sys.executable,
-        "-m",
-        "statestream",
-        "run",
-        str(ROOT / "examples" / file),
-        "--until-idle",
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     rng = random.Random(seed)
-    killed = 0
-    for _ in range(KILLS):
-        proc = subprocess.Popen(
-            [*cmd, *common, "--set", "statestream.progress.interval.secs=0.03"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            text=True,
-        )
-        lines: list[str] = []
-        working = threading.Event()
-        reader = threading.Thread(target=_watch, args=(proc, lines, working, bolt), daemon=True)
-        reader.start()
-        working.wait(timeout=60)
-        time.sleep(rng.uniform(0.0, 0.4))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        reader.join(timeout=30)
-        assert proc.stderr is not None
-        proc.stderr.close()
-        assert proc.returncode in (0, -signal.SIGKILL), "".join(lines[-20:])
-        killed += proc.returncode == -signal.SIGKILL
+    killed = sigkill_runs(
+        [str(ROOT / "examples" / file), "--until-idle", *common],
+        kills=KILLS,
+        component=bolt,
+        rng=rng,
+        delay=(0.0, 0.4),
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     final = subprocess.run(
-        [*cmd, "--no-progress", *common], capture_output=True, timeout=120, env=env
+        cli("run", str(ROOT / "examples" / file), "--until-idle", "--no-progress", *common),
+        capture_output=True,
+        timeout=120,
+        env=env,
     )
     assert final.returncode == 0, final.stderr.decode()
     return killed
