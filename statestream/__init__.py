@@ -5,7 +5,8 @@ Layers, top to bottom::
     user code    Spout, Bolt, BasicBolt, StatefulBolt           (_components)
     topology     TopologyBuilder -> Topology, groupings         (_topology, _routing, _tuple)
     protocols    acker ledger, checkpoint state machine,        (_acker, _rotating, _checkpoint,
-                 bolt executors, exactly-once                    _executors, _stateful, _exactly_once)
+                 bolt executors, exactly-once,                   _executors, _stateful, _exactly_once,
+                 retry policy, dead letters                      _retry, _deadletter)
     transactions TransactionalTopologyBuilder -> Topology,      (_transactional: api, spouts,
                  batch bolts, coordinator protocol               builder, components, coordinator)
     state        State / KeyValueState / StateProvider          (_state, _serde, _registry;
@@ -30,6 +31,7 @@ from ._components import (
     TopologyContext,
 )
 from ._config import Config, load_config
+from ._deadletter import DeadLetter, DeadLetterFile
 from ._errors import (
     ConfigError,
     FailedException,
@@ -49,6 +51,7 @@ from ._errors import (
 from ._exactly_once import Rewindable
 from ._executors import BasicBoltExecutor, CheckpointTupleForwarder, StatefulBoltExecutor
 from ._results import ErrorReport, RunResult, TaskMetrics
+from ._retry import RetryPolicy
 from ._routing import stable_hash
 from ._run import load_topology, run
 from ._spouts import FileSpout
@@ -86,6 +89,8 @@ __all__ = [
     "Committer",
     "Config",
     "ConfigError",
+    "DeadLetter",
+    "DeadLetterFile",
     "ErrorReport",
     "FailedException",
     "FakeClock",
@@ -103,6 +108,7 @@ __all__ = [
     "ProviderNotFoundError",
     "ProviderUnavailableError",
     "ReliabilityError",
+    "RetryPolicy",
     "Rewindable",
     "RunResult",
     "RuntimeFailure",

@@ -146,6 +146,7 @@ def run(
     reporter = _Progress(rt, conf, live=show_live and (progress is not False))
     try:
         with reporter, _errors(verbose):
+            _start_line(rt, topo.name, conf)
             result = rt.run(until_idle=until_idle, duration=duration)
     except KeyboardInterrupt:
         click.echo("statestream: aborted", err=True)
@@ -166,6 +167,20 @@ def run(
         sys.exit(EXIT_WITH_ERRORS)
 
 
+def _start_line(rt: Any, name: str, conf: Config) -> None:
+    """Open the runtime's tasks, then say where the run's dead letters go (after the
+    open, so that a run refused at open shows its one error line only)."""
+    dead_letters = getattr(rt, "deadletter_path", None)
+    if dead_letters is None:
+        return
+    rt.open()  # as run() does: a failed open is reported, not cleaned up
+    click.echo(
+        f"statestream: running {name!r} on {conf['topology.runner']}; "
+        f"dead letters go to {dead_letters}",
+        err=True,
+    )
+
+
 def _cut(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
@@ -180,12 +195,28 @@ def _rows(metrics: dict[str, Any]) -> list[tuple[str, ...]]:
             f"{m.failed:,}",
             f"{m.errors:,}",
             f"{m.queued:,}",
+            f"{getattr(m, 'retrying', 0):,}",
+            f"{getattr(m, 'dead_lettered', 0):,}",
+            _cut(getattr(m, "last_error", ""), 60),
         )
         for cid, m in metrics.items()
     ]
 
 
-_HEADERS = ("component", "emitted", "executed", "acked", "failed", "errors", "queued")
+# retrying: a spout's tuples waiting for their retry; dead: those it gave up
+# on (in the dead-letter file); last error: a component's, on one line.
+_HEADERS = (
+    "component",
+    "emitted",
+    "executed",
+    "acked",
+    "failed",
+    "errors",
+    "queued",
+    "retrying",
+    "dead",
+    "last error",
+)
 
 
 def _print_summary(result: Any) -> None:
@@ -240,7 +271,7 @@ class _Progress:
 
         table = Table(title="statestream", expand=False)
         for h in (*_HEADERS, "rate"):
-            table.add_column(h, justify="left" if h == "component" else "right")
+            table.add_column(h, justify="left" if h in ("component", "last error") else "right")
         for row in self._rates():
             table.add_row(*row)
         return table
@@ -257,7 +288,9 @@ class _Progress:
     def _run_plain(self) -> None:
         while not self._done.wait(self.interval):
             parts = [
-                f"{r[0]} emitted={r[1]} executed={r[2]} failed={r[4]} errors={r[5]} rate={r[7]}"
+                f"{r[0]} emitted={r[1]} executed={r[2]} failed={r[4]} errors={r[5]} "
+                f"retrying={r[7]} dead={r[8]} rate={r[10]}"
+                + (f" last_error={r[9]!r}" if r[9] else "")
                 for r in self._rates()
             ]
             click.echo("statestream: " + "; ".join(parts), err=True)
@@ -529,3 +562,155 @@ def show_topology(topology: str) -> None:
             click.echo(f"    emits {stream}{' (direct)' if direct else ''}: {list(fields)}")
         for sub in spec.inputs:
             click.echo(f"    <- {sub.source}:{sub.stream} {sub.grouping.describe()}")
+
+
+# --------------------------------------------------------------------------- deadletter
+
+
+@main.group()
+def deadletter() -> None:
+    """Show the dead-letter file, or feed its messages back into the next run.
+
+    The file is statestream.deadletter.path, or deadletter.jsonl beside the
+    state of the run (the start-up line of `statestream run` names it): give
+    the same --config/--set as the run, or --path.
+    """
+
+
+def _deadletter_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--topology", "topology", metavar="NAME", help="Only this topology's dead letters."
+    )(f)
+    f = click.option(
+        "--path",
+        "path",
+        metavar="FILE",
+        help="The dead-letter file (default: from the config, as the run finds it).",
+    )(f)
+    return _config_options(f)
+
+
+def _config_prefixes(configs: Sequence[str]) -> list[str]:
+    """First segments of the keys in the config files that may be a topology's own."""
+    import yaml
+
+    found = set()
+    for path in configs:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue  # load_config names the problem
+        if isinstance(data, dict):
+            for key in data:
+                head = str(key).split(".", 1)[0]
+                if head not in ("topology", "statestream", "spark"):
+                    found.add(head)
+    return sorted(found)
+
+
+def _deadletter_file(
+    configs: Sequence[str], sets: Sequence[str], path: str | None, topology: str | None
+) -> Any:
+    from ._deadletter import DeadLetterFile, default_path
+
+    if path is None:
+        prefixes = _config_prefixes(configs) + ([topology] if topology else [])
+        conf = load_config(files=configs, sets=sets, topology_prefixes=prefixes)
+        configured = conf["statestream.deadletter.path"]
+        where = (
+            Path(configured)
+            if configured
+            else default_path(
+                conf["topology.state.provider"], conf["topology.state.provider.config"]
+            )
+        )
+    else:
+        where = Path(path)
+    return DeadLetterFile(where)
+
+
+@deadletter.command("show")
+@_deadletter_options
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, as in the file.")
+def deadletter_show(
+    configs: tuple[str, ...],
+    sets: tuple[str, ...],
+    path: str | None,
+    topology: str | None,
+    as_json: bool,
+) -> None:
+    """Print the dead-letter file: a table, or JSON lines with --json."""
+    with _errors():
+        dl = _deadletter_file(configs, sets, path, topology)
+        if not dl.path.exists():
+            _fail(f"no dead-letter file at {dl.path} (nothing was ever dead-lettered)", EXIT_USAGE)
+        records = [r for r in dl.records() if topology is None or r.topology == topology]
+    if as_json:
+        out = sys.stdout.buffer
+        for r in records:
+            out.write(r.to_json() + b"\n")
+        out.flush()
+        return
+    headers = ("topology", "spout", "msg id", "status", "attempts", "failed in", "error", "values")
+    rows = [
+        (
+            r.topology,
+            r.namespace,
+            _cut(str(r.msg_id), 20),
+            r.status,
+            str(r.attempts),
+            r.component,
+            _cut(f"{r.error_type}: {r.error}", 60),
+            _cut(", ".join(map(str, r.values)), 60),
+        )
+        for r in records
+    ]
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    click.echo("\n".join(lines))
+    click.echo(f"{len(records)} dead letters in {dl.path}", err=True)
+
+
+@deadletter.command("replay")
+@_deadletter_options
+@click.option("--spout", metavar="COMPONENT", help="Only this spout's dead letters.")
+def deadletter_replay(
+    configs: tuple[str, ...],
+    sets: tuple[str, ...],
+    path: str | None,
+    topology: str | None,
+    spout: str | None,
+) -> None:
+    """Mark the dead letters for replay: the next `statestream run` of their topology
+    emits them again (once you fixed the bolt), through the spout that emitted them,
+    and marks them replayed when they went through; one that fails to its last
+    attempt again is dead again. Run it while the topology is not running."""
+    from ._deadletter import DEAD, REPLAY, DeadLetter
+
+    def mark(r: DeadLetter) -> bool:
+        if r.status != DEAD or (topology is not None and r.topology != topology):
+            return False
+        if (spout is not None and r.spout != spout) or not r.exact:
+            return False
+        r.status = REPLAY
+        return True
+
+    with _errors():
+        dl = _deadletter_file(configs, sets, path, topology)
+        if not dl.path.exists():
+            _fail(f"no dead-letter file at {dl.path} (nothing was ever dead-lettered)", EXIT_USAGE)
+        inexact = sum(1 for r in dl.records() if r.status == DEAD and not r.exact)
+        n = dl.update(mark)
+    click.echo(
+        f"statestream: {n} dead letters marked for replay in {dl.path}; the next run of "
+        "their topology feeds them back"
+    )
+    if inexact:
+        click.echo(
+            f"statestream: {inexact} dead letters hold values written as their repr and "
+            "cannot be replayed",
+            err=True,
+        )

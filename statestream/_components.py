@@ -211,7 +211,24 @@ class Spout(_Component):
         """The tuple tree of ``msg_id`` was fully processed."""
 
     def fail(self, msg_id: Any) -> None:
-        """The tuple tree of ``msg_id`` failed or timed out; replay it if you can."""
+        """The tuple tree of ``msg_id`` failed or timed out; replay it if you can.
+
+        The runtime calls it once the retry policy's delay has passed
+        (``statestream.retry.*``), not at the moment of the failure, and not
+        after the last attempt (then :meth:`dead_lettered` is called instead).
+        """
+
+    def dead_lettered(self, msg_id: Any) -> None:
+        """``msg_id`` had its last attempt and is in the dead-letter file: it is
+        settled, never replay it. Called instead of ``ack``/``fail``, once per
+        message, on the task that emitted it; also for a message this task
+        emits again that the dead-letter file already holds (after a restart,
+        or a rewind of exactly-once state), which the runtime does not deliver.
+
+        Default: treat it as acked (``self.ack(msg_id)``), so a spout written
+        before this hook moves past the message.
+        """
+        self.ack(msg_id)
 
     def close(self) -> None:
         """Called once at shutdown."""

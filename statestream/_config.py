@@ -210,6 +210,20 @@ def _positive_number(*, nullable: bool = False) -> Callable[[object], object]:
     return validate
 
 
+def _number_at_least(minimum: float) -> Callable[[object], object]:
+    def validate(value: object) -> object:
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= minimum
+        ):
+            return float(value)
+        raise _Invalid
+
+    return validate
+
+
 def _boolean(value: object) -> object:
     if isinstance(value, bool):
         return value
@@ -310,6 +324,7 @@ _NON_EMPTY_STR: Final = _Kind("a non-empty string", _non_empty_str(), _text_as_s
 _NON_EMPTY_STR_OR_NULL: Final = _Kind(
     "a non-empty string or null", _non_empty_str(nullable=True), _text_as_str, str | None
 )
+_NUMBER_AT_LEAST_1: Final = _Kind("a number >= 1", _number_at_least(1), _text_as_number, float)
 _PROVIDER_CONFIG: Final = _Kind(
     "a mapping or a JSON object string", _provider_config, _scalar, dict[str, Any]
 )
@@ -529,6 +544,46 @@ class Settings:
         can rewind, otherwise Storm's at-least-once with one line at start naming
         the spout that cannot. true: refuse a spout that cannot rewind. false:
         Storm's at-least-once state.""",
+    )
+    statestream_retry_initial_ms: int = _key(
+        "statestream.retry.initial.ms",
+        _NON_NEGATIVE_INT,
+        100,
+        """Milliseconds a failed or timed-out spout tuple waits before it is handed
+        back to its spout (Spout.fail) for the second attempt; other tuples keep
+        flowing meanwhile. In exactly-once state the data spouts pause this long
+        after the rewind a failure causes. 0 retries at once, as Storm does.""",
+    )
+    statestream_retry_multiplier: float = _key(
+        "statestream.retry.multiplier",
+        _NUMBER_AT_LEAST_1,
+        2.0,
+        """Factor by which the wait grows after each further failure of the same
+        message (1: a constant wait).""",
+    )
+    statestream_retry_max_ms: int = _key(
+        "statestream.retry.max.ms",
+        _NON_NEGATIVE_INT,
+        10000,
+        "The longest wait between two attempts of a message, in milliseconds.",
+    )
+    statestream_retry_max_attempts: int = _key(
+        "statestream.retry.max.attempts",
+        _NON_NEGATIVE_INT,
+        5,
+        """How many times a spout tuple is processed in all, the first time
+        included, before it is given up: it goes to the dead-letter file and its
+        spout is told it is settled (Spout.dead_lettered). 0 retries forever, as
+        Storm does.""",
+    )
+    statestream_deadletter_path: str | None = _key(
+        "statestream.deadletter.path",
+        _NON_EMPTY_STR_OR_NULL,
+        None,
+        """The dead-letter file: one JSON line per message given up on (see
+        statestream deadletter show). null: deadletter.jsonl beside the state of
+        the run (in the directory of the provider's path, as sqlite's; else in
+        the working directory). Created at the first message.""",
     )
     statestream_spark_batch_size: int = _key(
         "statestream.spark.batch.size",

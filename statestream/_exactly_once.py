@@ -24,6 +24,19 @@ Flink restarts from its last checkpoint; :class:`Standstill` then takes
 checkpoints after fewer spout tuples, so a bolt that fails now and then
 still makes progress.
 
+A poison record would roll the topology back forever, so the retry policy
+(:mod:`statestream._retry`) holds here too: the failure that causes a
+rewind counts as an attempt of its message (attempts count *consecutive*
+failures: a cut taken after the message went through clears them), the data
+spouts wait out the policy's delay after the rewind, and after the last
+attempt the message is written to the dead-letter file and the rewind
+replays without it. The settled set is the dead-letter file itself, not
+this record: the runtime skips, at emit, a message the file holds (the
+same spout task, message id and values) and tells the spout it is settled
+(``Spout.dead_lettered``); the next cut's positions are then past it. A
+restart reads the file again, so a message dead-lettered after the last
+commit is skipped after a crash too.
+
 Pure: no threads, no I/O beyond the state object passed in.
 """
 

@@ -20,7 +20,15 @@ class ErrorReport:
 
 @dataclass
 class TaskMetrics:
-    """Counts of one task, or of a whole component (``task_index`` -1)."""
+    """Counts of one task, or of a whole component (``task_index`` -1).
+
+    ``failed`` counts every failure a spout heard of (or a bolt made), a
+    message retried four times counting four; ``retrying`` is a spout's
+    messages waiting for their retry (``statestream.retry.*``) and
+    ``dead_lettered`` those it gave up on (in the dead-letter file).
+    ``last_error`` is the last error a task reported, on one line
+    (``Type: message``), and ``last_error_at`` when (the runtime's clock).
+    """
 
     component: str
     task_index: int
@@ -30,15 +38,25 @@ class TaskMetrics:
     failed: int = 0
     errors: int = 0
     queued: int = 0
+    retrying: int = 0
+    dead_lettered: int = 0
+    last_error: str = ""
+    last_error_at: float = 0.0
 
     def add(self, other: TaskMetrics) -> None:
-        """Add ``other``'s counts into this one (``queued`` too)."""
+        """Add ``other``'s counts into this one (``queued`` and ``retrying`` too); the
+        later ``last_error`` of the two wins."""
         self.emitted += other.emitted
         self.executed += other.executed
         self.acked += other.acked
         self.failed += other.failed
         self.errors += other.errors
         self.queued += other.queued
+        self.retrying += other.retrying
+        self.dead_lettered += other.dead_lettered
+        if other.last_error and (not self.last_error or other.last_error_at >= self.last_error_at):
+            self.last_error = other.last_error
+            self.last_error_at = other.last_error_at
 
 
 @dataclass

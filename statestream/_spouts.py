@@ -19,7 +19,9 @@ class FileSpout(Spout):
 
     Reliable: a failed line is re-read from memory and emitted again; the
     spout is exhausted once it has reached the end of the file and every line
-    it emitted has been acked. Only one task may read a file (parallelism 1).
+    it emitted has been acked or dead-lettered (a line given up on after the
+    retry policy's last attempt is settled as if acked: the acked prefix, and
+    a restart, move past it). Only one task may read a file (parallelism 1).
 
     ``path`` may be given directly or read from the config key ``path_key``
     (so a topology can take its input from ``--set wordcount.input=...``).

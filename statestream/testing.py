@@ -16,7 +16,7 @@ import os
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._clock import FakeClock
@@ -128,10 +128,12 @@ def reset() -> None:
 
 @dataclass
 class SpoutRecord:
-    """What the tasks of a named :class:`ListSpout` were told, in order."""
+    """What the tasks of a named :class:`ListSpout` were told, in order
+    (``dead_lettered``: the items given up on, in the dead-letter file)."""
 
     acked: list[Any]
     failed: list[Any]
+    dead_lettered: list[Any] = field(default_factory=list)
 
 
 _records: dict[str, SpoutRecord] = {}
@@ -155,10 +157,13 @@ class ListSpout(Spout):
     """Emits each item of a list as a one-field tuple (or the item itself if it is a
     list/tuple matching ``fields``), with its index as message id when ``reliable``.
 
-    A failed item is emitted again. :data:`CRASH` raises :class:`SimulatedCrash`,
+    A failed item is emitted again (when the runtime hands it back, after the
+    retry policy's delay). An item given up on (``dead_lettered``) is settled
+    and never emitted again. :data:`CRASH` raises :class:`SimulatedCrash`,
     :data:`EOF` ends the list early. Exhausted once every item was emitted and
-    (when reliable) acked. With a ``name``, acks and fails are recorded in
-    :func:`spout_record` ``(name)`` where a test can read them.
+    (when reliable) acked or dead-lettered. With a ``name``, acks, fails and
+    dead letters are recorded in :func:`spout_record` ``(name)`` where a test
+    can read them.
     """
 
     def __init__(
@@ -180,6 +185,7 @@ class ListSpout(Spout):
         self._pending: set[int] = set()
         self.acked: list[int] = []
         self.failed: list[int] = []
+        self.dead: list[int] = []
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare_stream(self.stream, self.fields)
@@ -220,6 +226,12 @@ class ListSpout(Spout):
             spout_record(self.name).failed.append(msg_id)
         if msg_id in self._pending:
             self._replay.append(msg_id)
+
+    def dead_lettered(self, msg_id: Any) -> None:
+        self._pending.discard(msg_id)
+        self.dead.append(msg_id)
+        if self.name is not None:
+            spout_record(self.name).dead_lettered.append(msg_id)
 
     def exhausted(self) -> bool:
         at_end = self._next >= len(self.items) or self.items[self._next] is EOF

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
+import signal
+import sys
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import xxhash
@@ -30,6 +34,7 @@ import xxhash
 from .._acker import AckerLedger, acker_task_for, new_id
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
+from .._deadletter import REPLAY, REPLAYED, DeadLetter, DeadLetterFile, default_path, identity
 from .._errors import (
     ConfigError,
     FailedException,
@@ -43,6 +48,7 @@ from .._exactly_once import Standstill, StandstillStep, check_position, resolve_
 from .._executors import CheckpointTupleForwarder
 from .._rescale import LAYOUT_NAMESPACE, rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
+from .._retry import Retries, RetryPolicy, VerdictKind, msg_id_key_fast
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout
@@ -136,6 +142,8 @@ class _Task:
         self.acked = 0
         self.failed = 0
         self.errors = 0
+        self.last_error = ""
+        self.last_error_at = 0.0
         self.tracking = rt.acking is not None  # acking on: anchored tuples get edge ids
         # stream -> (origin, arity, routes, is_direct)
         self.streams: dict[str, tuple[Origin, int, list[_Route], bool]] = {}
@@ -157,6 +165,8 @@ class _Task:
             self.failed,
             self.errors,
             len(inbox) if inbox is not None else 0,
+            last_error=self.last_error,
+            last_error_at=self.last_error_at,
         )
 
     def blocked(self) -> bool:
@@ -165,6 +175,8 @@ class _Task:
 
     def report(self, exc: BaseException, tup: Any = None) -> None:
         self.errors += 1
+        self.last_error = _one_line(f"{type(exc).__name__}: {exc}")
+        self.last_error_at = self.rt.clock.monotonic()
         self.rt.report_error(self, exc, tup)
 
     def _stream_entry(self, stream: str, values: Sequence[Any], direct: bool) -> Any:
@@ -309,16 +321,42 @@ class _Acking:
 
 
 class SpoutTask(_Task):
-    """Runs one spout task: polls ``next_tuple``, tracks its message ids."""
+    """Runs one spout task: polls ``next_tuple``, tracks its message ids.
+
+    A failed or timed-out message goes through the retry policy
+    (:mod:`statestream._retry`): handed back with ``Spout.fail`` once its
+    delay has passed, or, after its last attempt, written to the dead-letter
+    file and settled with ``Spout.dead_lettered``. With exactly-once state a
+    failure rewinds the topology instead (:meth:`LocalRuntime._rewind`), and
+    counts as an attempt of the message that caused it.
+    """
 
     def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
         super().__init__(rt, spec, task_index, task_id)
         self.spout: Spout = rt.topology.instantiate(spec.id)
         self.system = spec.id == CHECKPOINT_SPOUT  # the checkpoint spout: not a data source
         self.completions: deque[tuple[int, bool]] = deque()
+        # root -> (msg_id, values, origin): what a dead-letter record names.
         self.pending: RotatingMap[int, Any] = RotatingMap(_TIMEOUT_BUCKETS, self._expired)
         self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
         self.timed_out = 0
+        self.dead_lettered = 0
+        # Kept by the runtime per task namespace, so that they outlive a rewind.
+        self.retries: Retries = rt.retries_for(self.namespace)
+        self.failures = self.retries.failures  # the same dict: a cheap test at emit
+        self.settled: dict[Hashable, bytes] = rt.settled_for(self.namespace)
+        self.settles: deque[Any] = deque()  # message ids to tell dead_lettered() at the next poll
+        self.replays: deque[_Replay] = rt.replays_for(self.namespace)
+
+    def metrics(self) -> TaskMetrics:
+        m = super().metrics()
+        if not self.system:
+            # Exactly-once hands nothing back: what waits is each failed message
+            # until the topology has replayed it through a commit.
+            retries = self.retries
+            m.retrying = len(retries.failures) if self.rt.exactly_once else retries.waiting
+        m.dead_lettered = self.dead_lettered
+        return m
 
     # -- the collector the spout sees ------------------------------------
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
@@ -345,72 +383,187 @@ class SpoutTask(_Task):
         msg_id: Any,
         direct: int | None,
     ) -> None:
-        self.emitted += 1
         acking = self.rt.acking
         if msg_id is None:
+            self.emitted += 1
             self.deliver_untracked(origin, routes, values, direct)
         elif acking is None:
             # At-most-once: nothing is tracked, the spout hears "ack" at once.
+            self.emitted += 1
             self.deliver_untracked(origin, routes, values, direct)
             self.completions.append((msg_id, True))
             self.rt.untracked_acks += 1
         else:
+            if self.settled and self._settled_already(msg_id, values):
+                return
+            if self.failures and self.rt.exactly_once:
+                self.retries.emitted_again(msg_id)
+            self.emitted += 1
             root = new_id()
-            self.pending.put(root, msg_id)
+            self.pending.put(root, (msg_id, values, origin))
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
             )
 
-    # -- scheduling ---------------------------------------------------------
-    def _expired(self, root: int, msg_id: Any) -> None:
+    def _settled_already(self, msg_id: Any, values: Sequence[Any]) -> bool:
+        """True if the dead-letter file holds this very message: it is not delivered,
+        and the spout is told it is settled at the next poll."""
+        key = msg_id_key_fast(msg_id)
+        known = self.settled.get(key)
+        if known is None:
+            key, vals = identity(msg_id, values)
+            known = self.settled.get(key)
+            if known is None or known != vals:
+                return False
+        elif known != identity(msg_id, values)[1]:
+            return False
+        self.settles.append(msg_id)
+        self.rt.skipped_settled += 1
+        return True
+
+    # -- failures -------------------------------------------------------------
+    def _expired(self, root: int, entry: Any) -> None:
         self.timed_out += 1
-        if self.rt.standstill is not None:
-            self.failed += 1
-            self.rt.standstill.fail()
-        else:
-            self._call_fail(msg_id)
+        timeout = self.rt.config["topology.message.timeout.secs"]
+        self.rt.fail_causes.pop(root, None)
+        self._failed(
+            entry, ("(timeout)", None, f"tuple tree not completed within {timeout} s (timed out)")
+        )
+
+    def _failed(self, entry: Any, cause: Any) -> None:
+        """A message's tree failed or timed out. ``entry`` is its pending entry
+        (message id, values, origin), ``cause`` who failed it, the exception,
+        and a text for when there is none."""
+        msg_id = entry[0]
+        self.failed += 1
+        rt = self.rt
+        standstill = rt.standstill
+        if self.system:
+            if standstill is not None:
+                standstill.fail()
+            else:
+                self._call_fail(msg_id)
+            return
+        now = rt.clock.monotonic()
+        if standstill is not None:
+            # Exactly-once: no Storm-style replay, the topology goes back to
+            # its last committed checkpoint instead. The first failure since
+            # the last rewind caused it and counts as an attempt of its
+            # message; later ones would be replayed by that rewind anyway.
+            if not standstill.rewind:
+                verdict = self.retries.failed(msg_id, now, schedule=False)
+                if verdict.kind is VerdictKind.GIVE_UP:
+                    # The rewind replays without it (settled, see _settled_already).
+                    self._dead_letter(entry, cause, verdict.failures)
+                elif verdict.at is not None:
+                    rt.hold_spouts_until(verdict.at)
+            standstill.fail()
+            return
+        verdict = self.retries.failed(msg_id, now)
+        if verdict.kind is VerdictKind.GIVE_UP:
+            self._dead_letter(entry, cause, verdict.failures)
+            if type(msg_id) is not _Replay:
+                self._call_dead_lettered(msg_id)
+
+    def _dead_letter(self, entry: Any, cause: Any, attempts: int) -> None:
+        msg_id, values, origin = entry
+        component, exc, text = cause
+        if type(msg_id) is _Replay:
+            self.rt.replay_given_up(msg_id, component, exc, text, attempts)
+            self.dead_lettered += 1
+            return
+        record = DeadLetter.of(
+            self.rt.topology.name,
+            self.component,
+            self.task_index,
+            msg_id,
+            values,
+            component,
+            exc,
+            attempts,
+            text,
+            stream=origin.stream if origin is not None else "default",
+        )
+        self.rt.write_dead_letter(record)
+        self.dead_lettered += 1
+        key, vals = identity(msg_id, values)
+        self.settled[key] = vals
 
     def _call_fail(self, msg_id: Any) -> None:
-        self.failed += 1
         try:
             self.spout.fail(msg_id)
         except Exception as exc:
             self.report(exc, f"fail({msg_id!r})")
 
+    def _call_dead_lettered(self, msg_id: Any) -> None:
+        try:
+            self.spout.dead_lettered(msg_id)
+        except Exception as exc:
+            self.report(exc, f"dead_lettered({msg_id!r})")
+
+    # -- scheduling ---------------------------------------------------------
     def _drain_completions(self) -> None:
         completions = self.completions
         spout = self.spout
         untracked = self.rt.acking is None
+        failures = self.retries.failures
+        replaying = bool(self.rt.replaying)
         while completions:
             key, ok = completions.popleft()
             msg_id: Any
+            entry: Any = (key, (), None)
             if untracked:
                 msg_id = key
             else:
-                msg_id = self.pending.pop(key, _MISSING)
-                if msg_id is _MISSING:
+                entry = self.pending.pop(key, _MISSING)
+                if entry is _MISSING:
                     continue  # already timed out and failed
+                msg_id = entry[0]
             if ok:
+                if replaying and type(msg_id) is _Replay:
+                    self.rt.replay_acked(msg_id)
+                    continue
                 self.acked += 1
+                if failures:
+                    failures.pop(msg_id_key_fast(msg_id), None)
                 try:
                     spout.ack(msg_id)
                 except Exception as exc:
                     self.report(exc, f"ack({msg_id!r})")
-            elif self.rt.standstill is not None:
-                # Exactly-once: no Storm-style replay, the topology goes back
-                # to its last committed checkpoint instead.
-                self.failed += 1
-                self.rt.standstill.fail()
             else:
-                self._call_fail(msg_id)
+                cause = self.rt.fail_causes.pop(key, None) or ("(unknown)", None, None)
+                self._failed(entry, cause)
+
+    def _due(self) -> bool:
+        """Deliver what the retry policy and the dead-letter file decided: retries
+        whose delay has passed (``fail``), settled messages (``dead_lettered``)."""
+        busy = False
+        retries = self.retries
+        if retries.heap:
+            due = retries.due(self.rt.clock.monotonic())
+            for msg_id in due:
+                if type(msg_id) is _Replay:
+                    self.replays.append(msg_id)
+                else:
+                    self._call_fail(msg_id)
+            busy = bool(due)
+        settles = self.settles
+        while settles:
+            self._call_dead_lettered(settles.popleft())
+            busy = True
+        return busy
 
     def poll(self, limit: int = _SPOUT_BATCH) -> bool:
-        """Deliver completions, then call ``next_tuple`` (at most ``limit`` times)
-        while there is room."""
+        """Deliver completions and due retries, then call ``next_tuple`` (at most
+        ``limit`` times) while there is room."""
         busy = bool(self.completions)
         if busy:
             self._drain_completions()
+        if self.settles or self.retries.heap:
+            busy = self._due() or busy
         max_pending = self.max_pending
+        if self.replays:
+            busy = self.rt.emit_replays(self, limit) or busy
         next_tuple = self.spout.next_tuple
         start = self.emitted
         for _ in range(limit):
@@ -426,15 +579,41 @@ class SpoutTask(_Task):
             except Exception as exc:
                 self.report(exc, "next_tuple()")
                 break
-            if self.emitted == before:
+            if self.emitted == before and not self.settles:
                 break
         return busy or self.emitted != start
 
     def idle(self) -> bool:
-        return not self.completions and not len(self.pending) and self.spout.exhausted()
+        return (
+            not self.completions
+            and not len(self.pending)
+            and not self.retries.waiting
+            and not self.settles
+            and not self.replays
+            and self.spout.exhausted()
+        )
+
+
+class _Replay:
+    """The message id of a dead letter fed back by ``statestream deadletter replay``:
+    the runtime emits it for its spout, which never hears of it."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: DeadLetter) -> None:
+        self.record = record
+
+    def __repr__(self) -> str:
+        return f"replay of {self.record.msg_id!r}"
 
 
 _MISSING = object()
+_NEVER = float("-inf")
+
+# Test-only: kill this process right before or after a dead letter is written
+# ("before-write" / "after-write"), to test that the message is then in the
+# file once or retried after the restart.
+_KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
 
 
 @contextlib.contextmanager
@@ -450,6 +629,24 @@ def _naming(task: _Task, method: str) -> Iterator[None]:
             f"component {task.component!r} task {task.task_index}: {method} raised "
             f"{type(exc).__name__}: {_cut(str(exc))}"
         ) from exc
+
+
+def _error_signature(task: _Task, exc: BaseException) -> tuple[str, int, str, Any]:
+    """What makes two errors "the same": task, type, and where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    where = tuple((f.filename, f.lineno) for f in frames[-3:])
+    return (task.component, task.task_index, type(exc).__name__, where)
+
+
+def _is_power_of_ten(n: int) -> bool:
+    while n >= 10 and n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to about ``limit`` characters (a table cell)."""
+    return _cut(" ".join(text.split()), limit)
 
 
 def _cut(text: str, limit: int = 200) -> str:
@@ -637,7 +834,9 @@ class BoltTask(_Task):
     def fail_roots(self, roots: Iterable[int]) -> None:
         acking = self.rt.acking
         if acking is not None:
+            causes = self.rt.fail_causes
             for root in roots:
+                causes.setdefault(root, (self.component, None, "rolled back with its checkpoint"))
                 acking.fail(root)
 
     def fail(self, tup: Tuple) -> None:
@@ -650,6 +849,10 @@ class BoltTask(_Task):
         if anchors and acking is not None:
             if self.ack_buf:
                 self.flush_acks()
+            # Called from an except clause (a bolt that raised, FailedException),
+            # the exception being handled is why: the dead-letter record says so.
+            cause = (self.component, sys.exc_info()[1], "failed by collector.fail()")
+            self.rt.note_failure(anchors, cause)
             for root in anchors:
                 acking.fail(root)
 
@@ -771,6 +974,31 @@ class LocalRuntime:
         # Counts of the tasks a rewind replaced, so metrics cover the whole run.
         self._past: dict[tuple[str, int], TaskMetrics] = {}
         self._past_counters: dict[str, int] = {}
+        # Poison tuples (statestream._retry, statestream._deadletter): per spout
+        # task namespace, its failed messages, the messages the dead-letter file
+        # settles, and dead letters fed back by `statestream deadletter replay`;
+        # all outlive a rewind. fail_causes: root -> (component, exception,
+        # text) of the failure the acker is about to report.
+        self.retry_policy = RetryPolicy.from_config(self.config)
+        path = self.config["statestream.deadletter.path"]
+        self.deadletter_path = (
+            Path(path)
+            if path
+            else default_path(
+                self.config["topology.state.provider"],
+                self.config["topology.state.provider.config"],
+            )
+        )
+        self.deadletters = DeadLetterFile(self.deadletter_path)
+        self._retries: dict[str, Retries] = {}
+        self._settled: dict[str, dict[Hashable, bytes]] = {}
+        self._replays: dict[str, deque[_Replay]] = {}
+        self.replaying: set[_Replay] = set()  # fed back and emitted, not yet acked or given up
+        self._deadletters_loaded = False
+        self.fail_causes: dict[int, Any] = {}
+        self.skipped_settled = 0
+        self._resume_at = _NEVER  # exactly-once: data spouts wait until then
+        self._error_seen: dict[Any, int] = {}  # error signature -> times reported
         if topology.has_stateful_bolts and self.n_ackers == 0:
             raise ConfigError(
                 f"topology {topology.name!r} has stateful bolts, which need acking to know when "
@@ -910,12 +1138,178 @@ class LocalRuntime:
             state = self._states[namespace] = self.provider.get_state(namespace)
         return state
 
+    # -- poison tuples: retries and the dead-letter file ---------------------------
+    def retries_for(self, namespace: str) -> Retries:
+        """The failed messages of the spout task ``namespace`` (kept across rewinds)."""
+        r = self._retries.get(namespace)
+        if r is None:
+            r = self._retries[namespace] = Retries(self.retry_policy)
+        return r
+
+    def settled_for(self, namespace: str) -> dict[Hashable, bytes]:
+        """Message key -> values JSON of the messages of ``namespace`` dead-lettered
+        in this run: not delivered again when the spout emits them (a rewind of
+        exactly-once state replays them)."""
+        return self._settled.setdefault(namespace, {})
+
+    def replays_for(self, namespace: str) -> deque[_Replay]:
+        """Dead letters of ``namespace`` fed back for this run, not yet emitted."""
+        return self._replays.setdefault(namespace, deque())
+
+    def _load_deadletters(self) -> None:
+        """Read the dead-letter file once per run: the messages of this topology
+        marked for replay are fed back.
+
+        The file's other messages are not skipped when a spout emits them
+        again: message ids repeat across runs (a file spout's line numbers, a
+        new input, a fresh store), and skipping a message because an unrelated
+        run gave up on an identical one would lose it silently. A message given
+        up on just before a crash is therefore retried after the restart, and
+        not written twice (:meth:`DeadLetterFile.append`)."""
+        if self._deadletters_loaded:
+            return
+        self._deadletters_loaded = True
+        try:
+            records = self.deadletters.records()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the dead-letter file {str(self.deadletter_path)!r} "
+                f"(statestream.deadletter.path): {exc.strerror}"
+            ) from exc
+        name = self.topology.name
+        spouts = {s.namespace for s in self.data_spouts}
+        for r in records:
+            if r.topology != name or r.namespace not in spouts:
+                continue
+            if r.status == REPLAY:
+                if r.exact:
+                    self.replays_for(r.namespace).append(_Replay(r))
+                else:
+                    log.warning(
+                        "dead letter %r of spout %s cannot be replayed: its values were "
+                        "written as their repr",
+                        r.msg_id,
+                        r.namespace,
+                    )
+
+    def note_failure(self, roots: Iterable[int], cause: Any) -> None:
+        """A bolt failed these trees: remember why, for a dead-letter record."""
+        causes = self.fail_causes
+        if len(causes) > 65536:
+            # Causes whose tree had failed before (its spout heard it already)
+            # are never collected; forget the oldest.
+            for key in list(causes)[:32768]:
+                del causes[key]
+        for root in roots:
+            causes[root] = cause
+
+    def hold_spouts_until(self, when: float) -> None:
+        """Exactly-once: poll no data spout before ``when`` (the retry policy's delay)."""
+        self._resume_at = max(self._resume_at, when)
+
+    def write_dead_letter(self, record: DeadLetter) -> None:
+        """Write ``record`` to the dead-letter file, durably, before the message is settled."""
+        if _KILL_AT == "before-write":
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            written = self.deadletters.append(record)
+        except OSError as exc:
+            raise RuntimeFailure(
+                f"cannot write the dead-letter file {str(self.deadletter_path)!r} "
+                f"(statestream.deadletter.path): {exc.strerror}; message {record.msg_id!r} "
+                f"of spout {record.namespace} stays unsettled"
+            ) from exc
+        if _KILL_AT == "after-write":
+            os.kill(os.getpid(), signal.SIGKILL)
+        log.warning(
+            "%s[%d] gave up on message %r after %d attempts (%s: %s); %s to %s",
+            record.spout,
+            record.task,
+            record.msg_id,
+            record.attempts,
+            record.error_type,
+            _cut(record.error),
+            "dead-lettered" if written else "already in",
+            self.deadletter_path,
+        )
+
+    def emit_replays(self, task: SpoutTask, limit: int) -> bool:
+        """Emit up to ``limit`` dead letters fed back for ``task``; True if any went out."""
+        replays = task.replays
+        n = 0
+        while replays and n < limit:
+            if task.max_pending is not None and len(task.pending) >= task.max_pending:
+                break
+            if task.out_queues and task.blocked():
+                break
+            rid = replays.popleft()
+            record = rid.record
+            entry = task.streams.get(record.stream)
+            if entry is None or entry[3] or len(record.values) != entry[1]:
+                log.warning(
+                    "dead letter %r of spout %s cannot be replayed: its stream %r is gone, "
+                    "direct, or has other fields now",
+                    record.msg_id,
+                    record.namespace,
+                    record.stream,
+                )
+                continue
+            n += 1
+            task.emitted += 1
+            origin, _, routes, _ = entry
+            if self.acking is None:
+                task.deliver_untracked(origin, routes, record.values, None)
+                self.replay_acked(rid)
+                continue
+            self.replaying.add(rid)
+            root = new_id()
+            task.pending.put(root, (rid, record.values, origin))
+            self.acking.init(
+                root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)
+            )
+        return n > 0
+
+    def replay_acked(self, rid: _Replay) -> None:
+        """A fed-back dead letter went through: mark it replayed in the file."""
+        self.replaying.discard(rid)
+        key = rid.record.key()
+
+        def done(r: DeadLetter) -> bool:
+            if r.status == REPLAY and r.key() == key:
+                r.status = REPLAYED
+                return True
+            return False
+
+        self.deadletters.update(done)
+
+    def replay_given_up(
+        self, rid: _Replay, component: str, exc: BaseException | None, text: str, attempts: int
+    ) -> None:
+        """A fed-back dead letter failed to its last attempt again: back to ``dead``."""
+        self.replaying.discard(rid)
+        again = DeadLetter.of(self.topology.name, "", 0, None, (), component, exc, attempts, text)
+        key = rid.record.key()
+
+        def dead(r: DeadLetter) -> bool:
+            if r.status == REPLAY and r.key() == key:
+                r.status = "dead"
+                r.component, r.error_type, r.error = again.component, again.error_type, again.error
+                r.attempts, r.timestamp = attempts, again.timestamp
+                return True
+            return False
+
+        self.deadletters.update(dead)
+
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: _Task, exc: BaseException, tup: Any) -> None:
         tb = "".join(traceback.format_exception(exc))
         report = ErrorReport(task.component, task.task_index, _cut(repr(tup)), _cut(repr(exc)), tb)
         self.errors.append(report)
-        if task.errors <= 3:
+        # A given error (the same task, type and place) shows its traceback
+        # once; repeats are counted, logged at 10, 100, 1000... and at the end.
+        sig = _error_signature(task, exc)
+        seen = self._error_seen[sig] = self._error_seen.get(sig, 0) + 1
+        if seen == 1:
             log.error(
                 "%s[%d] raised %s while processing %s\n%s",
                 task.component,
@@ -924,10 +1318,26 @@ class LocalRuntime:
                 report.tuple,
                 tb,
             )
-        elif task.errors in (10, 100, 1000, 10000):
+        elif _is_power_of_ten(seen):
             log.error(
-                "%s[%d] has now raised %d errors", task.component, task.task_index, task.errors
+                "%s[%d] raised %s again: %d times so far (traceback above)",
+                task.component,
+                task.task_index,
+                type(exc).__name__,
+                seen,
             )
+
+    def _log_repeats(self) -> None:
+        for (component, task_index, type_name, _), seen in self._error_seen.items():
+            if seen > 1 and not _is_power_of_ten(seen):
+                log.error(
+                    "%s[%d] raised %s %d times in all (traceback above)",
+                    component,
+                    task_index,
+                    type_name,
+                    seen,
+                )
+        self._error_seen.clear()
 
     # -- lifecycle -------------------------------------------------------------
     def open(self) -> None:
@@ -945,6 +1355,7 @@ class LocalRuntime:
                 spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)
         if self.exactly_once:
             self._seek_data_spouts()
+        self._load_deadletters()
         for bolt in self.bolts:
             with _naming(bolt, "prepare()"):
                 bolt.executor.prepare(self.conf_for(bolt.spec), self._context(bolt), bolt)
@@ -978,6 +1389,23 @@ class LocalRuntime:
         """
         assert self.standstill is not None
         self.rewinds += 1
+        # Acks already delivered to a data spout belong to committed trees (a
+        # fed-back dead letter among them is done); fails only ask for this
+        # rewind again. Not the checkpoint spout's: an ack of the PREPARE in
+        # flight would store COMMITTING and commit a cut this failure undoes.
+        for spout in self.data_spouts:
+            if spout.completions:
+                spout._drain_completions()
+        # What was emitted and not acked is replayed: the sources seek back,
+        # and the dead letters fed back go out again.
+        for rid in self.replaying:
+            self.replays_for(rid.record.namespace).appendleft(rid)
+        self.replaying.clear()
+        self.fail_causes.clear()
+        for retries in self._retries.values():
+            retries.rewound()
+        for spout in self.spouts:
+            spout.settles.clear()  # the new instances hear of them when they emit them
         self._release_spouts()
         for tasks in self.tasks_of.values():
             for t in tasks:
@@ -985,9 +1413,9 @@ class LocalRuntime:
                 past = self._past.setdefault(
                     (t.component, t.task_index), TaskMetrics(t.component, t.task_index)
                 )
-                m.queued = 0
+                m.queued = m.retrying = 0
                 past.add(m)
-        for key, value in self.counters().items():
+        for key, value in self._live_counters().items():
             if key in ("timed_out", "acker_expired", "late_acks"):
                 self._past_counters[key] = self._past_counters.get(key, 0) + value
         self._timers = []
@@ -1105,11 +1533,30 @@ class LocalRuntime:
         """Exactly-once: poll the spouts as the standstill decides."""
         cp = self._checkpoint_spout
         assert cp is not None
-        queued = any(b.inbox or b.control for b in self.bolts)
-        decision = standstill.step(
-            cp.prepare_due(), queued, cp.committed_txid, cp.coordinator.pending is not None
-        )
+        # After a rewind the data spouts wait out the retry policy's delay, and
+        # no checkpoint is taken meanwhile: an empty commit would count as
+        # progress and lift the standstill's budget.
+        hold = False
+        if self._resume_at != _NEVER:
+            hold = self._resume_at > self.clock.monotonic()
+            if not hold:
+                self._resume_at = _NEVER
+        if hold:
+            decision = StandstillStep.DRAIN
+        else:
+            queued = any(b.inbox or b.control for b in self.bolts)
+            decision = standstill.step(
+                cp.prepare_due(), queued, cp.committed_txid, cp.coordinator.pending is not None
+            )
         if decision is StandstillStep.CUT:
+            # A failure of a tuple before the cut undoes it: hear of them first.
+            for s in self.data_spouts:
+                if s.completions:
+                    s._drain_completions()
+            if standstill.rewind:
+                return True
+            for s in self.data_spouts:
+                s.retries.passed_cut()
             # Nothing is queued: the positions mark exactly what the states hold.
             positions = {
                 s.namespace: check_position(s.component, s.spout.position())  # type: ignore[attr-defined]
@@ -1171,6 +1618,7 @@ class LocalRuntime:
             raise
         finally:
             self.close()
+            self._log_repeats()
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
@@ -1205,19 +1653,27 @@ class LocalRuntime:
 
     # -- observation -----------------------------------------------------------
     def counters(self) -> dict[str, int]:
+        c = self._live_counters()
+        for key, value in self._past_counters.items():
+            c[key] = c.get(key, 0) + value
+        c["dead_lettered"] = sum(m.dead_lettered for m in self.task_metrics())
+        if self.exactly_once:
+            c["rewinds"] = self.rewinds
+        return c
+
+    def _live_counters(self) -> dict[str, int]:
+        """The counters of the tasks built last (a rewind builds new ones)."""
         c = {
             "untracked_acks": self.untracked_acks,
             "timed_out": sum(s.timed_out for s in self.spouts),
             "pending": sum(len(s.pending) for s in self.spouts),
+            "retrying": sum(s.retries.waiting for s in self.data_spouts),
+            "skipped_dead_letters": self.skipped_settled,
         }
         if self.acking is not None:
             c["acker_pending"] = self.acking.pending()
             c["acker_expired"] = self.acking.timeouts
             c["late_acks"] = sum(getattr(led, "late_acks", 0) for led in self.acking.ledgers)
-        for key, value in self._past_counters.items():
-            c[key] = c.get(key, 0) + value
-        if self.exactly_once:
-            c["rewinds"] = self.rewinds
         return c
 
     def metrics(self) -> dict[str, TaskMetrics]:

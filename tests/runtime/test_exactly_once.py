@@ -366,6 +366,12 @@ def test_a_bolt_failing_one_percent_after_its_put_counts_exactly_once(
         "statestream.state.exactly.once": exactly_once,
         "topology.state.checkpoint.interval.ms": 50,
         "topology.executor.receive.buffer.size": 64,
+        # Transient failures only: rewind at once and never give a line up, as
+        # before issue 12's retry policy (a rewind counts an attempt of the
+        # first failing line only; see the report of issue 12 for the gap).
+        "statestream.retry.max.attempts": 0,
+        "statestream.retry.initial.ms": 0,
+        "statestream.deadletter.path": str(tmp_path / "deadletter.jsonl"),
     }
     result = LocalRuntime(_flaky_topology(corpus), config).run(until_idle=True)
     assert result.reason == "idle"
@@ -390,7 +396,14 @@ def test_a_failed_tuple_leaves_no_effect_in_the_state_on_every_runtime(
     # runtime rewinds to the last checkpoint; Spark must not keep it either).
     corpus = tmp_path / "corpus.txt"
     expected = random_text(corpus, 300, words_per_line=8, vocabulary=100, seed=3)
-    config = runner.config({"topology.state.checkpoint.interval.ms": 50})
+    config = runner.config(
+        {
+            "topology.state.checkpoint.interval.ms": 50,
+            # Transient failures only: rewind at once, never give a line up.
+            "statestream.retry.max.attempts": 0,
+            "statestream.retry.initial.ms": 0,
+        }
+    )
     rt = runner.runtime(_flaky_topology(corpus), config)
     assert rt.exactly_once
     result = rt.run(until_idle=True)

@@ -146,7 +146,13 @@ class Hold(Bolt):
 
 
 def runtime(topology: Topology, clock: FakeClock | None = None, **config: Any) -> LocalRuntime:
-    conf = {"topology.message.timeout.secs": TIMEOUT}
+    # Storm's replay: at once and forever (statestream's default waits 100 ms,
+    # x2 per failure, for at most 5 attempts; tests/runtime/test_poison_tuples.py).
+    conf: dict[str, Any] = {
+        "topology.message.timeout.secs": TIMEOUT,
+        "statestream.retry.initial.ms": 0,
+        "statestream.retry.max.attempts": 0,
+    }
     conf.update({k.replace("_", "."): v for k, v in config.items()})
     return LocalRuntime(topology, conf, clock=clock or FakeClock())
 
@@ -219,8 +225,9 @@ def test_an_acker_that_loses_its_ledger_times_out_its_roots_and_nothing_is_lost(
     src = spout_task(rt)
     assert len(src.pending) == n  # all emitted, all held by the bolt
     assert rt.acking is not None
-    lost = sorted(msg for root, msg in src.pending.items() if root % 2 == 0)
-    kept = sorted(msg for root, msg in src.pending.items() if root % 2 == 1)
+    # A pending entry is (message id, values, origin).
+    lost = sorted(entry[0] for root, entry in src.pending.items() if root % 2 == 0)
+    kept = sorted(entry[0] for root, entry in src.pending.items() if root % 2 == 1)
     assert len(rt.acking.ledgers[0]) == len(lost) > 0
     assert len(rt.acking.ledgers[1]) == len(kept) > 0
 
@@ -501,7 +508,14 @@ def test_without_ackers_spouts_are_acked_right_after_emit_and_nothing_is_tracked
     assert [i for i, _ in events("ack")] == list(range(25))
     assert events("fail") == []
     assert sorted(sink("blackhole")) == list(range(25))
-    assert result.counters == {"untracked_acks": 25, "timed_out": 0, "pending": 0}
+    assert result.counters == {
+        "untracked_acks": 25,
+        "timed_out": 0,
+        "pending": 0,
+        "retrying": 0,
+        "dead_lettered": 0,
+        "skipped_dead_letters": 0,
+    }
 
 
 # -- max.spout.pending --------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ PROMISED = {
     # running
     "run", "load_topology", "Config", "load_config", "RunResult", "TaskMetrics", "ErrorReport",
     "Clock", "SystemClock", "FakeClock",
+    # poison tuples: the retry policy, the dead-letter file
+    "RetryPolicy", "DeadLetter", "DeadLetterFile",
     # errors
     "StatestreamError", "ConfigError", "TopologyError", "TupleError", "ReliabilityError",
     "StateError", "StateCorruptError", "SerializationError", "ProviderNotFoundError",

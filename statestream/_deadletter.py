@@ -1,0 +1,261 @@
+"""The dead-letter file: messages a spout gave up on, one JSON line per message.
+
+A record (:class:`DeadLetter`) says which message (topology, spout, task,
+message id, the spout tuple's values), why (the component that failed it,
+the last exception's type and message, the attempts) and when. Values the
+JSON encoder cannot carry are written as their ``repr`` and their indexes
+listed in ``repr_values`` (such a record cannot be replayed exactly).
+
+Lifecycle of a record, in its ``status`` field::
+
+    dead ── statestream deadletter replay ──> replay ── the next run re-emits it,
+     ^                                                   its tree is acked ──> replayed
+     └───────────── it fails again, to its last attempt ─────┘
+
+Durability: :meth:`DeadLetterFile.append` writes the line, flushes and
+fsyncs it before it returns, and only then does the runtime tell the spout
+the message is settled. A process killed in between leaves the message
+either in the file or not yet settled (it is retried after the restart);
+a record equal to one already in the file and not replayed (same topology,
+spout task, message id and values) is not written again, so it is never
+there twice. The runtime does not skip the file's messages when a spout
+emits them again (ids repeat across runs): after a restart the message is
+processed again, and if it fails to its last attempt again, it is not
+written a second time.
+
+Writers and rewriters take an exclusive ``flock`` on ``<path>.lock``; a
+rewrite (a status change) goes through a temporary file and a rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._retry import msg_key
+
+__all__ = ["DeadLetter", "DeadLetterFile", "default_path", "encode_values", "identity"]
+
+DEFAULT_NAME = "deadletter.jsonl"
+
+DEAD, REPLAY, REPLAYED = "dead", "replay", "replayed"
+
+
+def default_path(provider: str, provider_config: Any) -> Path:
+    """``deadletter.jsonl`` beside the state of the run: in the directory of a
+    provider's ``path`` (sqlite's database file), else in the working directory."""
+    where = provider_config.get("path") if hasattr(provider_config, "get") else None
+    if where and provider != "memory":
+        return Path(str(where)).expanduser().parent / DEFAULT_NAME
+    return Path(DEFAULT_NAME)
+
+
+def _json_or_repr(value: Any) -> tuple[Any, bool]:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return repr(value), True
+    return value, False
+
+
+def encode_values(values: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """``values`` as JSON can carry them, and the indexes written as their repr."""
+    out, lossy = [], []
+    for i, v in enumerate(values):
+        enc, was_repr = _json_or_repr(v)
+        out.append(enc)
+        if was_repr:
+            lossy.append(i)
+    return out, lossy
+
+
+def _freeze(value: Any) -> Hashable:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return msg_key(value)
+
+
+def identity(msg_id: Any, values: Sequence[Any]) -> tuple[Hashable, bytes]:
+    """How a message is recognised in the file: its id's key and its values' JSON."""
+    enc, _ = _json_or_repr(msg_id)
+    return _freeze(orjson.loads(orjson.dumps(enc))), orjson.dumps(encode_values(values)[0])
+
+
+@dataclass
+class DeadLetter:
+    """One message given up on (one line of the file)."""
+
+    topology: str
+    spout: str
+    task: int
+    msg_id: Any
+    values: list[Any]
+    component: str
+    error_type: str
+    error: str
+    attempts: int
+    timestamp: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    stream: str = "default"
+    status: str = DEAD
+    repr_values: list[int] = field(default_factory=list)
+    msg_id_repr: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        topology: str,
+        spout: str,
+        task: int,
+        msg_id: Any,
+        values: Sequence[Any],
+        component: str,
+        exc: BaseException | None,
+        attempts: int,
+        error: str | None = None,
+        *,
+        stream: str = "default",
+    ) -> DeadLetter:
+        """A record, with the values and message id made JSON (repr where needed)."""
+        enc_values, lossy = encode_values(values)
+        enc_id, id_repr = _json_or_repr(msg_id)
+        if exc is not None:
+            error_type, message = type(exc).__name__, _one_line(str(exc))
+        else:
+            error_type, message = "Failed", error or f"{component} failed the tuple"
+        return cls(
+            topology,
+            spout,
+            task,
+            enc_id,
+            enc_values,
+            component,
+            error_type,
+            message,
+            attempts,
+            stream=stream,
+            repr_values=lossy,
+            msg_id_repr=id_repr,
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeadLetter:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.spout}-{self.task}"
+
+    def key(self) -> tuple[str, str, Hashable, bytes]:
+        """(topology, spout task namespace, message id key, values JSON): equal records
+        are one message."""
+        return (self.topology, self.namespace, _freeze(self.msg_id), orjson.dumps(self.values))
+
+    @property
+    def exact(self) -> bool:
+        """Whether the values and id are the originals (none written as a repr)."""
+        return not self.repr_values and not self.msg_id_repr
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+class DeadLetterFile:
+    """The JSON-lines file at ``path`` (created on the first record)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._keys: set[tuple[str, str, Hashable, bytes]] | None = None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def records(self) -> list[DeadLetter]:
+        """Every record in the file, in order (none if it does not exist)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in raw.splitlines():
+            if not line.strip():
+                continue
+            try:
+                out.append(DeadLetter.from_json(orjson.loads(line)))
+            except (orjson.JSONDecodeError, TypeError):
+                continue  # a line torn by a crash mid-write: never settled, so retried
+        return out
+
+    def append(self, record: DeadLetter) -> bool:
+        """Write ``record`` durably (write, flush, fsync); False if the file already
+        holds it (the same message, written before a crash)."""
+        with self._locked():
+            if self._keys is None:
+                self._keys = _unsettled(self.records())
+            key = record.key()
+            if key in self._keys:
+                return False
+            existed = self.path.exists()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, record.to_json() + b"\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if not existed:
+                _fsync_dir(self.path.parent)
+            self._keys.add(key)
+            return True
+
+    def update(self, change: Callable[[DeadLetter], bool]) -> int:
+        """Rewrite the file with ``change`` applied to each record (it returns True
+        when it changed the record); returns how many changed."""
+        with self._locked():
+            records = self.records()
+            changed = sum(1 for r in records if change(r))
+            if changed:
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                with open(tmp, "wb") as f:
+                    f.write(b"".join(r.to_json() + b"\n" for r in records))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+                _fsync_dir(self.path.parent)
+            self._keys = _unsettled(records)
+            return changed
+
+
+def _unsettled(records: list[DeadLetter]) -> set[tuple[str, str, Hashable, bytes]]:
+    """Keys of the records a new one would repeat: those not replayed yet."""
+    return {r.key() for r in records if r.status != REPLAYED}
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
