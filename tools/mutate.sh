@@ -20,7 +20,9 @@ if [[ "${1:-}" == "--fresh" ]]; then
 fi
 jobs="${MUTATE_JOBS:-$(nproc)}"
 start=$(date +%s)
-python3 -m mutmut run --max-children "$jobs" "$@" | tr '\r' '\n' | tail -n 1
+python3 -m mutmut run --max-children "$jobs" "$@" | tr '\r' '\n' | grep -v "^\s*$" | tail -n 2
 echo "mutation run took $(( $(date +%s) - start )) s"
-echo "surviving mutants (and any without tests / timed out):"
+echo "mutants by outcome:"
+python3 -m mutmut results --all true | awk -F': ' '{print $NF}' | sort | uniq -c
+echo "not killed (README.md lists the equivalent ones):"
 python3 -m mutmut results

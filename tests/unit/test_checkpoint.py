@@ -655,9 +655,11 @@ def test_barrier_exposes_the_open_round() -> None:
 
 def test_barrier_reset_drops_the_incomplete_round() -> None:
     barrier = Barrier(frozenset({X, Y}))
+    assert repr(barrier) == "Barrier(current=None, arrived=0/2)"
     assert barrier.arrive(X, COMMIT, 3) is False
     barrier.reset()
     assert barrier.current is None
+    assert repr(barrier) == "Barrier(current=None, arrived=0/2)"
     assert barrier.arrive(Y, COMMIT, 3) is False  # X's delivery was forgotten
     assert barrier.arrive(X, COMMIT, 3) is True
 
