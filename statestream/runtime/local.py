@@ -996,6 +996,11 @@ class LocalRuntime:
         self.replaying: set[_Replay] = set()  # fed back and emitted, not yet acked or given up
         self._deadletters_loaded = False
         self.fail_causes: dict[int, Any] = {}
+        # --until-idle diagnosis (_explain_wait): what moved, since when, last said
+        self._wait_check_at = 0.0
+        self._wait_moved: tuple[Any, ...] = ()
+        self._quiet_since = 0.0
+        self._wait_said_at = float("-inf")
         self.skipped_settled = 0
         self._resume_at = _NEVER  # exactly-once: data spouts wait until then
         self._error_seen: dict[Any, int] = {}  # error signature -> times reported
@@ -1606,9 +1611,11 @@ class LocalRuntime:
                     reason = "duration"
                     break
                 if not busy:
-                    if until_idle and self.idle():
-                        reason = "idle"
-                        break
+                    if until_idle:
+                        if self.idle():
+                            reason = "idle"
+                            break
+                        self._explain_wait()
                     if self._waiting_for_commit():
                         continue
                     clock.sleep(self.idle_sleep)
@@ -1622,6 +1629,64 @@ class LocalRuntime:
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
+
+    def _explain_wait(self) -> None:
+        """``until_idle``: once no data has moved for a message timeout, say why the
+        run is not done (then again every timeout), instead of waiting in silence."""
+        now = self.clock.monotonic()
+        if now < self._wait_check_at:
+            return
+        self._wait_check_at = now + 1.0
+        moved = tuple((s.emitted, s.acked, s.failed, s.retries.waiting) for s in self.data_spouts)
+        if moved != self._wait_moved:
+            self._wait_moved, self._quiet_since = moved, now
+            return
+        timeout = float(self.config["topology.message.timeout.secs"])
+        if now - self._quiet_since < timeout or now - self._wait_said_at < timeout:
+            return
+        self._wait_said_at = now
+        log.warning(
+            "%s: --until-idle has seen no progress for %.0f s and is not done: %s",
+            self.topology.name,
+            now - self._quiet_since,
+            "; ".join(self.waiting_for()) or "nothing known holds it (a bug: please report)",
+        )
+
+    def waiting_for(self) -> list[str]:
+        """Why the run is not idle: the spouts not exhausted, the tuple trees and
+        retries they wait for, the bolts holding input."""
+        reasons = []
+        for s in self.data_spouts:
+            name = f"spout {s.component!r}" + (
+                f" task {s.task_index}" if s.spec.parallelism > 1 else ""
+            )
+            try:
+                exhausted = s.spout.exhausted()
+            except Exception:  # reported where it is called for idleness
+                exhausted = False
+            if not exhausted:
+                reasons.append(
+                    f"{name} has not reported exhausted() (emitted {s.emitted:,}, "
+                    f"acked {s.acked:,}); a finite spout must return True once it is done"
+                )
+            if len(s.pending):
+                reasons.append(f"{name} waits for {len(s.pending):,} tuple trees to complete")
+            failing = s.retries.failures
+            if failing:
+                worst = sorted(failing.items(), key=lambda kv: -kv[1])[:5]
+                ids = ", ".join(f"{k!r} ({n} failures)" for k, n in worst)
+                reasons.append(f"{name} has messages failing again and again: {ids}")
+        for b in self.bolts:
+            if b.inbox:
+                reasons.append(
+                    f"bolt {b.component!r} task {b.task_index} has {len(b.inbox):,} tuples queued"
+                )
+            if b.ack_buf:
+                reasons.append(
+                    f"bolt {b.component!r} task {b.task_index} holds acks of {len(b.ack_buf):,} "
+                    "tuple trees until its next commit"
+                )
+        return reasons
 
     def _waiting_for_commit(self) -> bool:
         """If nothing moves but stateful tasks hold acks, ask for a checkpoint now.
