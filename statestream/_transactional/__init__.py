@@ -8,6 +8,7 @@ Modules, top to bottom::
                  FilePartitionedTransactionalSpout
     builder      TransactionalTopologyBuilder: build() gives an ordinary Topology
     components   the coordinator spout, emitter and batch-bolt executors it is made of
+    driver       what a runtime that plays the coordinator itself (Spark) needs
     coordinator  the coordinator's protocol (pure, table-tested)
     completion   count-based batch completion and routing (pure)
 """

@@ -3,7 +3,7 @@
 Lifecycle contracts:
 
 * A :class:`BatchBolt` prototype is copied for every batch a task sees
-  (pickled, as components are per task): ``prepare(conf, context,
+  (deep-copied, as components are per task): ``prepare(conf, context,
   collector, id)`` once on the copy, ``execute`` per tuple of that batch,
   then ``finish_batch`` once the task has the whole batch; the copy is then
   dropped. A batch bolt never acks or anchors: the executor does.

@@ -31,11 +31,9 @@ trees carries the attempt as its first value.
 
 from __future__ import annotations
 
-import pickle
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import cloudpickle
 
 from .._components import (
     BasicBolt,
@@ -67,6 +65,7 @@ __all__ = [
     "COORD_FIELDS",
     "COORD_STREAM",
     "BatchBoltExecutor",
+    "CoordinatorStore",
     "EmitterExecutor",
     "TransactionalCoordinatorSpout",
     "adapt_spout",
@@ -82,12 +81,35 @@ BATCH_FIELDS = Fields("attempt", "metadata", "committed")
 COMMIT_FIELDS = Fields("attempt")
 COORD_FIELDS = Fields("attempt", "count")
 
-_STATE_KEY = "transactions"
-
 
 def coordinator_namespace(topology: str) -> str:
     """Where the coordinator of transactional topology ``topology`` keeps its state."""
     return f"$transactional-{topology}"
+
+
+class CoordinatorStore:
+    """The coordinator's :class:`StoredTransactions` in ``state`` (a KeyValueState of
+    namespace :func:`coordinator_namespace`), as JSON under one key.
+
+    The one stored format: the ``$coordinator`` spout and a runtime whose
+    driver plays the coordinator (Spark) both use it, so a store one left
+    behind, killed or not, is continued by the other.
+    """
+
+    KEY = "transactions"
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def load(self) -> StoredTransactions | None:
+        """What was stored last (None on a fresh store); StateCorruptError if unreadable."""
+        raw = self.state.get(self.KEY)
+        return StoredTransactions.from_json(raw) if raw is not None else None
+
+    def save(self, stored: StoredTransactions) -> None:
+        """Store ``stored`` durably before returning (the coordinator's ``save``)."""
+        self.state.put(self.KEY, stored.to_json())
+        self.state.commit()
 
 
 def partitions_namespace(topology: str, spout_id: str) -> str:
@@ -363,22 +385,19 @@ class TransactionalCoordinatorSpout(Spout):
                 "processed or committed from the acker; set topology.acker.executors to 1 or more"
             )
         self.clock = context.clock
-        self.state = context.state(coordinator_namespace(context.topology_name))
-        raw = self.state.get(_STATE_KEY)
-        stored = StoredTransactions.from_json(raw) if raw is not None else None
+        self.store = CoordinatorStore(context.state(coordinator_namespace(context.topology_name)))
         timeout_ms = (
             float(conf["topology.message.timeout.secs"]) * 1000.0
             if conf["topology.enable.message.timeouts"]
             else None
         )
         self.protocol = TransactionCoordinator(
-            stored, conf.get("topology.max.spout.pending") or 1, timeout_ms, self._save
+            self.store.load(),
+            conf.get("topology.max.spout.pending") or 1,
+            timeout_ms,
+            self.store.save,
         )
         self.coordinator = self.spout.get_coordinator(conf, context)
-
-    def _save(self, stored: StoredTransactions) -> None:
-        self.state.put(_STATE_KEY, stored.to_json())
-        self.state.commit()
 
     def next_tuple(self) -> None:
         emissions = self.protocol.poll(
@@ -458,10 +477,16 @@ class EmitterExecutor(_Executor):
     ) -> None:
         super().prepare(conf, context, collector)
         self.emitter = self.user.get_emitter(conf, context)
+        #: txid -> attempt id of the attempts this task emitted (see ``_remember``).
+        self.finished: dict[int, int] = {}
 
     def execute(self, tuple: Tuple) -> None:
         attempt, metadata, committed = tuple.values
         out = self._collector(attempt, tuple)
+        if committed:
+            # Before emitting: a task that lives for one batch (Spark) must
+            # know it when it stores its partitions' metadata.
+            self.emitter.cleanup_before(committed)
         try:
             self.emitter.emit_batch(attempt, metadata, out)
         except FailedException:
@@ -473,13 +498,21 @@ class EmitterExecutor(_Executor):
             return
         out.send_counts(self.count_targets)
         self.collector.ack(tuple)
-        if committed:
-            self.emitter.cleanup_before(committed)
+        _remember(self.finished, attempt)
 
     def cleanup(self) -> None:
         emitter = getattr(self, "emitter", None)
         if emitter is not None:
             emitter.close()
+
+
+def _remember(finished: dict[int, int], attempt: TransactionAttempt) -> None:
+    """Record that a task finished ``attempt``: what a runtime without an acker
+    (Spark) asks a task at the end of a phase. Bounded as ``done`` is."""
+    finished[attempt.transaction_id] = attempt.attempt_id
+    if len(finished) > 4096:
+        for old in sorted(finished)[:2048]:
+            del finished[old]
 
 
 class _Batch:
@@ -533,10 +566,15 @@ class BatchBoltExecutor(_Executor):
         if self.basic:
             self.user.prepare(conf, context)
         else:
-            self._prototype = cloudpickle.dumps(self.user)
+            # Copied, not pickled: a class shipped by value would carry its
+            # module's globals along (a connection a committer opened, say).
+            self._prototype = copy.deepcopy(self.user)
         self.batches: dict[int, _Batch] = {}
         # txid -> the newest attempt finished or failed here: older tuples are stale.
         self.done: dict[int, int] = {}
+        #: txid -> attempt id of the attempts whose batch this task finished
+        #: (``finish_batch`` ran and the counts went out); see ``_remember``.
+        self.finished: dict[int, int] = {}
 
     def _batch(self, attempt: TransactionAttempt) -> _Batch | None:
         txid, aid = attempt.transaction_id, attempt.attempt_id
@@ -558,7 +596,7 @@ class BatchBoltExecutor(_Executor):
         if self.basic:
             b.bolt = self.user
         else:
-            b.bolt = pickle.loads(self._prototype)
+            b.bolt = copy.deepcopy(self._prototype)
             b.bolt.prepare(self.conf, self.context, b.out, attempt)
         self.batches[txid] = b
         return b
@@ -618,6 +656,7 @@ class BatchBoltExecutor(_Executor):
         b.out.send_counts(self.count_targets)
         for t in b.held:
             self.collector.ack(t)
+        _remember(self.finished, b.attempt)
         self._retire(b)
 
     def _fail(self, b: _Batch, tuple: Tuple | None) -> None:

@@ -103,9 +103,11 @@ that still fails is rolled back and read again, up to ``attempts`` times.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
+import sysconfig
 import time
 import traceback
 import uuid
@@ -133,6 +135,17 @@ from .._results import ErrorReport, RunResult, TaskMetrics
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
 from .._topology import Topology
+from .._transactional.components import (
+    BATCH_STREAM,
+    COMMIT_STREAM,
+    COORDINATOR,
+    CoordinatorStore,
+    coordinator_namespace,
+)
+from .._transactional.coordinator import Emission as TxEmission
+from .._transactional.coordinator import TransactionAttempt, TransactionCoordinator, TxPhase
+from .._transactional.driver import TransactionalLayout, settle
+from .._transactional.driver import layout as transactional_layout
 from .._tuple import Fields, Origin, Tuple, check_emit
 from .plan import RouteSpec, RuntimePlan
 
@@ -216,6 +229,28 @@ def check_provider(conf: Mapping[str, Any], master: str) -> None:
         )
 
 
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+
+
+def _user_objects(obj: Any, depth: int = 4) -> Iterator[Any]:
+    """``obj``, and the objects statestream's own components hold (the user's
+    batch bolt inside the executor a transactional builder made, the user's
+    spout inside the coordinator, custom groupings in routes)."""
+    yield obj
+    if depth == 0 or type(obj).__module__.partition(".")[0] != "statestream":
+        return
+    values: Iterable[Any]
+    if isinstance(obj, dict):
+        values = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        values = obj
+    else:
+        values = getattr(obj, "__dict__", {}).values()
+    for value in values:
+        if value is not None and not isinstance(value, (str, bytes, int, float, bool)):
+            yield from _user_objects(value, depth - 1)
+
+
 def ship_user_modules(topology: Topology) -> list[str]:
     """Make the modules that define the topology's classes travel by value.
 
@@ -227,7 +262,7 @@ def ship_user_modules(topology: Topology) -> list[str]:
     shipped = []
     objs: list[Any] = []
     for spec in topology.components.values():
-        objs.append(_unwrap(spec.obj))
+        objs.extend(_user_objects(_unwrap(spec.obj)))
         objs.extend(sub.grouping.custom for sub in spec.inputs if sub.grouping.custom is not None)
     for obj in objs:
         for cls in type(obj).__mro__:
@@ -239,6 +274,8 @@ def ship_user_modules(topology: Topology) -> list[str]:
             path = getattr(module, "__file__", None) or ""
             if name == "__main__" or "site-packages" in path or "dist-packages" in path:
                 continue
+            if path.startswith(_STDLIB):
+                continue  # typing (Generic), abc and friends: every Python has them
             if name not in shipped:
                 cloudpickle.register_pickle_by_value(module)
                 shipped.append(name)
@@ -326,10 +363,39 @@ def fresh_state(provider: Any, namespace: str) -> Any:
     prepared on an executor and committed by the driver, so each side drops
     the cached object and takes a new one before acting.
     """
-    states = getattr(provider, "_states", None)
+    from .._registry import ScopedProvider
+
+    inner, stored_as = provider, namespace
+    while isinstance(inner, ScopedProvider):
+        # The wrapped provider caches its states under the scoped name.
+        stored_as = inner._prefix + stored_as
+        inner = inner.provider
+    states = getattr(inner, "_states", None)
     if isinstance(states, dict):
-        states.pop(namespace, None)
+        states.pop(stored_as, None)
     return provider.get_state(namespace)
+
+
+class _ReadThrough:
+    """A namespace the executors write and the driver only reads: every call
+    reads the store afresh (a cached state object would keep what it read
+    first). The driver's transactional spout coordinator reads the
+    partitions' metadata, which the emitters store, through it."""
+
+    def __init__(self, provider: Any, namespace: str) -> None:
+        self._provider = provider
+        self._namespace = namespace
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(fresh_state(self._provider, self._namespace), name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(fresh_state(self._provider, self._namespace))
+
+    def __contains__(self, key: object) -> bool:
+        return key in fresh_state(self._provider, self._namespace)
 
 
 def _opener(provider: Any) -> Callable[[str], Any] | None:
@@ -371,8 +437,47 @@ def _shipped(token: str, payload: Any) -> _Shipped:
     if shipped is None:
         if len(_SHIPPED) > 4:
             _SHIPPED.clear()
-        shipped = _SHIPPED[token] = cloudpickle.loads(payload.value)
+        sources, data = payload.value
+        shipped = _SHIPPED[token] = _loads(data, sources)
     return shipped
+
+
+def _loads(data: bytes, sources: Mapping[str, tuple[str, str]]) -> Any:
+    """Unpickle ``data``; a shipped user module it names by reference is made
+    importable from its source first.
+
+    User modules travel by value, but an object pickle cannot copy (a
+    ``functools.cache`` wrapper, say) is pickled by its module's name, which
+    an executor cannot import: a module loaded from a path (``examples/``).
+    """
+    tried: set[str] = set()
+    while True:
+        try:
+            return cloudpickle.loads(data)
+        except ModuleNotFoundError as exc:
+            name = exc.name or ""
+            if name not in sources or name in tried:
+                raise
+            tried.add(name)
+            _import_source(name, *sources[name])
+
+
+def _import_source(name: str, path: str, source: str) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = path
+    sys.modules[name] = module
+    folder = os.path.dirname(path)
+    if folder and os.path.isdir(folder) and folder not in sys.path:
+        sys.path.append(folder)  # its siblings, as the driver imported them
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
 
 
 class _Route:
@@ -426,6 +531,8 @@ class _Producer:
         self.emitted = 0
         self.failed_current = False
         self.acked = 0
+        #: Where report_error keeps errors for the driver (None: logged only).
+        self.errors: list[_Error] | None = None
         spec = plan.topology.components[cid]
         self.streams: dict[str, tuple[int, list[_Route], bool]] = {}
         self.outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
@@ -494,6 +601,9 @@ class _Producer:
         """Nothing times out inside a batch."""
 
     def report_error(self, error: BaseException) -> None:
+        if self.errors is not None:
+            tb = "".join(traceback.format_exception(error))[-20000:]
+            self.errors.append((f"{self.cid}[{self.index}]", repr(error), tb))
         log.error("%s[%d] reported %r", self.cid, self.index, error)
 
 
@@ -735,6 +845,86 @@ def _rows_partition(
     yield from producer.out
 
 
+# --------------------------------------------------------------------------- transactional
+
+
+def _tx_source(
+    token: str, payload: Any, parts: Iterable[list[tuple[str, list[Any]]]]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """The coordinator's tuples of one job (batch tuples, or one commit tuple),
+    routed as task 0 of ``$coordinator`` routes them on the local runtime."""
+    shipped = _shipped(token, payload)
+    producer = _Producer(shipped, COORDINATOR, 0)
+    for records in parts:
+        for stream, values in records:
+            producer._route(stream, values, None)
+    yield from producer.out
+
+
+def _run_tx_task(
+    token: str, payload: Any, cid: str, index: int, items: Iterable[tuple[int, Any]]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """One task of a transactional topology for one job (a Spark partition).
+
+    The task is the component the builder made (an emitter, or a batch bolt
+    wrapped for count-based completion), fresh for the job; its input is
+    sorted by (producer task, emit sequence), so each producer's count tuple
+    follows its data, as on the local runtime. It ends with its report:
+    which attempts it finished (:func:`statestream._transactional.driver.settle`
+    reads them), counts and errors.
+    """
+    shipped = _shipped(token, payload)
+    plan = shipped.plan
+    records = sorted((rec for _, rec in items), key=_sort_key)
+    # Copied, not unpickled from a fresh pickle: user classes travel by value,
+    # and pickling one again here would take its module's globals as they are
+    # in this worker now (a connection a committer opened in an earlier job).
+    task: Any = copy.deepcopy(plan.topology.components[cid].obj)
+    producer = _Producer(shipped, cid, index)
+    errors: list[_Error] = []
+    producer.errors = errors
+
+    def open_state(namespace: str) -> Any:
+        # A fresh object: another worker may have written the namespace since.
+        return fresh_state(_shared_provider(plan.config, plan.topology.name), namespace)
+
+    context = plan.context(cid, index, state_opener=open_state, clock=SystemClock())
+    task.prepare(plan.conf_for(cid), context, producer)
+    origins: dict[tuple[int, str], Origin] = {}
+    failed = 0
+    try:
+        for key, stream, values in records:
+            src_task = key >> _SEQ_BITS
+            origin = origins.get((src_task, stream))
+            if origin is None:
+                src, src_index = plan.owner[src_task]
+                origin = origins[src_task, stream] = Origin(
+                    src, src_task, src_index, stream, plan.output_fields[src][stream]
+                )
+            producer.failed_current = False
+            # The task catches what the user's code raises and fails the
+            # attempt; anything else is a fault of this Spark task.
+            task.execute(Tuple(values, origin))
+            failed += producer.failed_current
+    finally:
+        task.cleanup()
+    yield from producer.out
+    yield (
+        _ACK,
+        0,
+        (cid, index, dict(task.finished), len(records), producer.emitted, failed, errors),
+    )
+
+
+def _tx_commit_input(
+    targets: frozenset[str], attempt: Any, items: Iterable[tuple[str, int, Any]]
+) -> Iterator[tuple[str, int, Any]]:
+    """What the processing job sent the commit-phase bolts for ``attempt``."""
+    for item in items:
+        if item[0] in targets and item[2][2][0] == attempt:
+            yield item
+
+
 class DataFrameSpout(Spout):
     """A spout that Spark feeds: each micro-batch of a streaming DataFrame is one transaction.
 
@@ -914,9 +1104,17 @@ class SparkRuntime:
         self.spouts = self.plan.data_spouts
         self.bolts = [b for b in self.plan.bolts if not b.id.startswith("$")]
         self.namespaces = self.plan.stateful_namespaces
-        ship_user_modules(topology)
+        self._sources: dict[str, tuple[str, str]] = {}
+        for name in ship_user_modules(topology):
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if path and path.endswith(".py") and os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    self._sources[name] = (path, f.read())
         self.fed = [s.id for s in self.spouts if isinstance(s.obj, DataFrameSpout)]
-        self.at_most_once = self._at_most_once()
+        #: The shape of a transactional topology (None for any other): the
+        #: driver plays its coordinator (see :meth:`_run_transactional`).
+        self.transactional: TransactionalLayout | None = transactional_layout(topology)
+        self.at_most_once = False if self.transactional else self._at_most_once()
         #: What bolts are told through ``context.exactly_once``.
         self.exactly_once = not self.at_most_once and self.plan.checkpointed
         self._metrics = {
@@ -927,6 +1125,8 @@ class SparkRuntime:
         self._cut: dict[str, Any] | None = None
         self._spout_tasks: list[_SpoutTask] = []
         self._driver_bolts: dict[str, StatefulBolt] = {}
+        self._tx_jobs: list[_TxJob] = []
+        self._tx_failures: dict[int, int] = {}
 
     def _at_most_once(self) -> bool:
         """Whether batches are read at-most-once (a spout cannot rewind and the
@@ -960,6 +1160,12 @@ class SparkRuntime:
             "at-most-once processing with topology.acker.executors: 0 (and "
             "statestream.state.exactly.once auto or false)"
         )
+
+    def _payload(self, sc: Any, exactly_once: bool) -> Any:
+        """The broadcast executors unpickle once per worker: the plan, and the
+        sources of the user modules it travels with (see :func:`_loads`)."""
+        data = cloudpickle.dumps(_Shipped(self.plan, exactly_once))
+        return sc.broadcast((self._sources, data))
 
     # -- session and provider ---------------------------------------------------
     @property
@@ -1211,12 +1417,14 @@ class SparkRuntime:
             )
         check_provider(self.config, self.master)
         check_spark_conf(self.config.spark_conf)
+        if self.transactional is not None:
+            return self._run_transactional(self.transactional, until_idle, duration)
         start_time = time.monotonic()
         spark = self._session()
         check_provider(self.config, self.master)  # the session's master may differ
         sc = spark.sparkContext
         token = uuid.uuid4().hex
-        payload = sc.broadcast(cloudpickle.dumps(_Shipped(self.plan, self.exactly_once)))
+        payload = self._payload(sc, self.exactly_once)
         reason = "stopped"
         clean = False
         try:
@@ -1359,6 +1567,11 @@ class SparkRuntime:
         ``available_now``: process what is available, then stop; otherwise run
         until :meth:`stop` or ``timeout`` seconds.
         """
+        if self.transactional is not None:
+            raise ConfigError(
+                f"topology {self.topology.name!r} is transactional: its coordinator decides the "
+                "batches, so it runs with run(), not feed()"
+            )
         if len(self.spouts) != 1 or self.fed != [self.spouts[0].id]:
             raise ConfigError(
                 "feed() needs a topology whose only spout is a DataFrameSpout (found: "
@@ -1387,7 +1600,7 @@ class SparkRuntime:
             )
         sc = self._spark.sparkContext
         token = uuid.uuid4().hex
-        payload = sc.broadcast(cloudpickle.dumps(_Shipped(self.plan, self.exactly_once)))
+        payload = self._payload(sc, self.exactly_once)
         query = None
         try:
             # Spark's offset log replays batches: no spout positions are stored.
@@ -1535,6 +1748,313 @@ class SparkRuntime:
                     self.errors.append(
                         ErrorReport(spec.id, i, "cleanup()", repr(exc), traceback.format_exc())
                     )
+
+    # -- transactional topologies -------------------------------------------------------
+    def _run_transactional(
+        self, tx: TransactionalLayout, until_idle: bool, duration: float | None
+    ) -> RunResult:
+        """Run a transactional topology: the driver plays the coordinator.
+
+        The loop polls the pure :class:`TransactionCoordinator` (whose state
+        is stored, before every emission, where the ``$coordinator`` spout of
+        the local runtime stores it). Batch emissions are gathered up to
+        ``topology.max.spout.pending`` and processed by one Spark job
+        (:meth:`_tx_process`); a commit emission is carried out by a job of
+        its own (:meth:`_tx_commit`), one txid at a time, so commits go
+        strictly in txid order. No new batch starts while a processed one
+        waits for its commit, so the batches of one processing job commit
+        back to back.
+        """
+        start_time = time.monotonic()
+        spark = self._session()
+        check_provider(self.config, self.master)  # the session's master may differ
+        sc = spark.sparkContext
+        token = uuid.uuid4().hex
+        payload = self._payload(sc, False)
+        reason = "stopped"
+        spout_coordinator: Any = None
+        clean = False
+        try:
+            provider = self._open_provider()
+            store = CoordinatorStore(
+                fresh_state(provider, coordinator_namespace(self.topology.name))
+            )
+            protocol = TransactionCoordinator(
+                store.load(),
+                self.config.get("topology.max.spout.pending") or 1,
+                None,  # a job returns or fails; nothing of it can time out unheard
+                store.save,
+            )
+            if protocol.active:
+                self.counters["recovered"] += 1
+                log.warning(
+                    "spark runtime: transactions %s were active when the last run ended; "
+                    "emitting them again",
+                    list(protocol.active),
+                )
+            context = self.plan.context(
+                COORDINATOR,
+                0,
+                state_opener=partial(_ReadThrough, provider),
+                clock=SystemClock(),
+            )
+            spout_coordinator = tx.spout.get_coordinator(self.plan.conf_for(COORDINATOR), context)
+            if self.fault_hook is not None:
+                self.fault_hook("recovered", protocol.committed)
+
+            def ready() -> bool:
+                if any(p is TxPhase.PROCESSED for p in protocol.active.values()):
+                    return False  # commit what is processed first
+                return bool(spout_coordinator.is_ready())
+
+            interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
+            batches: list[TxEmission] = []
+            while not self._stop:
+                if duration is not None and time.monotonic() - start_time >= duration:
+                    reason = "duration"
+                    break
+                emissions = protocol.poll(
+                    self._now_ms(),
+                    ready=ready,
+                    initialize=spout_coordinator.initialize_transaction,
+                )
+                for e in emissions:
+                    if e.kind == "commit":
+                        self._tx_commit(sc, token, payload, tx, protocol, e)
+                    else:
+                        batches.append(e)
+                if any(e.kind == "batch" for e in emissions):
+                    continue  # more may start, up to max.spout.pending
+                if batches:
+                    # A failed commit sends later transactions back to PENDING.
+                    current = [
+                        b
+                        for b in batches
+                        if protocol.attempt(b.attempt.transaction_id) == b.attempt
+                    ]
+                    batches = []
+                    if current:
+                        self._tx_process(sc, token, payload, tx, protocol, current)
+                    continue
+                if emissions:
+                    continue
+                # Nothing is active (it would have been emitted) and the spout is not ready.
+                if until_idle:
+                    reason = "idle"
+                    break
+                time.sleep(interval)
+            clean = True
+        finally:
+            try:
+                for job in self._tx_jobs:
+                    job.release()
+                self._tx_jobs = []
+                if spout_coordinator is not None:
+                    try:
+                        spout_coordinator.close()
+                    except Exception as exc:
+                        if clean:
+                            self._report(tx.emitter, -1, exc, "coordinator close()")
+                payload.unpersist()
+            finally:
+                if self._own_session:
+                    spark.stop()
+                    self._spark = None
+                if self.provider is not None:
+                    self.provider.close()
+                    self.provider = None
+        return RunResult(
+            self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
+        )
+
+    def _tx_stages(
+        self, sc: Any, token: str, payload: Any, cids: Sequence[str], outs: dict[str, Any]
+    ) -> list[Any]:
+        """One stage per component of ``cids`` (in topological order): its input
+        is what every upstream stage in ``outs`` addressed to it, one partition
+        per task; each output is persisted, as several stages and the driver's
+        collect read it."""
+        from pyspark import StorageLevel
+
+        built = []
+        for cid in cids:
+            parents = list(
+                {
+                    id(outs[up]): outs[up] for up in self.topology.upstream(cid) if up in outs
+                }.values()
+            )
+            inputs = parents[0] if len(parents) == 1 else sc.union(parents)
+            out = (
+                inputs.mapPartitions(partial(_addressed_to, cid))
+                .partitionBy(self.topology.components[cid].parallelism, _identity)
+                .mapPartitionsWithIndex(partial(_run_tx_task, token, payload, cid))
+            )
+            out.persist(StorageLevel.MEMORY_AND_DISK)
+            outs[cid] = out
+            built.append(out)
+        return built
+
+    def _tx_reports(self, sc: Any, stages: list[Any], cids: Sequence[str]) -> dict[Any, Any]:
+        """Collect the tasks' reports (nothing else) and add them to the metrics."""
+        reports = sc.union(stages).mapPartitions(_acks).collect() if stages else []
+        out = {}
+        for cid, index, finished, executed, emitted, failed, errors in reports:
+            out[cid, index] = finished
+            m = self._metrics[cid]
+            m.executed += executed
+            m.emitted += emitted
+            m.acked += executed - failed
+            m.failed += failed
+            m.errors += len(errors)
+            self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
+        missing = [
+            f"{cid}[{i}]"
+            for cid in cids
+            for i in range(self.topology.components[cid].parallelism)
+            if (cid, i) not in out
+        ]
+        if missing:
+            raise RuntimeFailure(f"tasks {', '.join(missing)} sent no report")
+        return out
+
+    def _tasks(self, cids: Sequence[str]) -> list[tuple[str, int]]:
+        return [(c, i) for c in cids for i in range(self.topology.components[c].parallelism)]
+
+    def _tx_job_failed(self, what: str, exc: BaseException) -> None:
+        self.errors.append(
+            ErrorReport(
+                "$batch",
+                -1,
+                what,
+                repr(exc)[:2000],
+                "".join(traceback.format_exception(exc))[-20000:],
+            )
+        )
+        log.warning("spark runtime: %s failed (%s)", what, _root_cause(exc))
+
+    def _tx_process(
+        self,
+        sc: Any,
+        token: str,
+        payload: Any,
+        tx: TransactionalLayout,
+        protocol: TransactionCoordinator,
+        batches: list[TxEmission],
+    ) -> None:
+        """The processing phase of ``batches``, one Spark job: the coordinator's batch
+        tuples go to every emitter task, then each processing-phase bolt is a stage.
+        What the job sends to commit-phase bolts stays persisted for their commit."""
+        attempts = [e.attempt for e in batches]
+        records = [(BATCH_STREAM, [e.attempt, e.metadata, e.committed]) for e in batches]
+        source = sc.parallelize([records], 1).mapPartitions(partial(_tx_source, token, payload))
+        stages: list[Any] = []
+        try:
+            stages = self._tx_stages(sc, token, payload, tx.processing, {COORDINATOR: source})
+            reports = self._tx_reports(sc, stages, tx.processing)
+            processed = settle(attempts, self._tasks(tx.processing), reports)
+        except Exception as exc:
+            txids = ", ".join(str(a.transaction_id) for a in attempts)
+            self._tx_job_failed(f"processing job of transactions {txids}", exc)
+            processed = {a.transaction_id: False for a in attempts}
+        job = _TxJob(stages, attempts)
+        self._tx_jobs.append(job)
+        for e in sorted(batches, key=lambda e: e.attempt):
+            txid = e.attempt.transaction_id
+            if processed[txid]:
+                protocol.on_ack(e.msg_id)
+                if self.fault_hook is not None:
+                    self.fault_hook("prepared", txid)
+            else:
+                # Every later one goes back to PENDING with it: emitted again after it.
+                self._tx_failed(txid, "processing")
+                protocol.on_fail(e.msg_id)
+        self._tx_release(protocol)
+
+    def _tx_commit(
+        self,
+        sc: Any,
+        token: str,
+        payload: Any,
+        tx: TransactionalLayout,
+        protocol: TransactionCoordinator,
+        emission: TxEmission,
+    ) -> None:
+        """The commit phase of one transaction, one Spark job: the commit-phase bolts
+        get what the processing job sent them and the commit tuple (committers)."""
+        attempt = emission.attempt
+        txid = attempt.transaction_id
+        job = next((j for j in self._tx_jobs if attempt in j.attempts), None)
+        if job is None:
+            raise RuntimeFailure(f"no processing job holds {attempt!r}, whose commit is due")
+        ok = True
+        if tx.commit:
+            commit = [(COMMIT_STREAM, [attempt])]
+            source = sc.parallelize([commit], 1).mapPartitions(partial(_tx_source, token, payload))
+            kept = sc.union(job.stages).mapPartitions(
+                partial(_tx_commit_input, frozenset(tx.commit), attempt)
+            )
+            base = sc.union([kept, source])
+            outs = {cid: base for cid in self.topology.components if cid not in tx.commit}
+            stages: list[Any] = []
+            try:
+                stages = self._tx_stages(sc, token, payload, tx.commit, outs)
+                reports = self._tx_reports(sc, stages, tx.commit)
+                ok = settle([attempt], self._tasks(tx.commit), reports)[txid]
+            except Exception as exc:
+                self._tx_job_failed(f"commit job of transaction {txid}", exc)
+                ok = False
+            finally:
+                for rdd in stages:
+                    rdd.unpersist()
+        if ok:
+            protocol.on_ack(emission.msg_id)  # stores txid as the last committed one
+            self._tx_failures.pop(txid, None)
+            self.counters["batches"] += 1
+            if self.fault_hook is not None:
+                self.fault_hook("committed", txid)
+        else:
+            self._tx_failed(txid, "commit")
+            protocol.on_fail(emission.msg_id)
+        self._tx_release(protocol)
+
+    def _tx_failed(self, txid: int, phase: str) -> None:
+        """Count a failure of ``txid``; give up after ``statestream.spark.batch.attempts``."""
+        self.counters["replays"] += 1
+        n = self._tx_failures[txid] = self._tx_failures.get(txid, 0) + 1
+        if n >= self.attempts:
+            raise RuntimeFailure(
+                f"transaction {txid} failed {n} times (the last time in its {phase} phase); "
+                "the next run emits it again from its stored metadata"
+            )
+        log.warning("transaction %d failed in its %s phase; emitting it again", txid, phase)
+
+    def _tx_release(self, protocol: TransactionCoordinator) -> None:
+        """Unpersist the processing jobs none of whose attempts waits for its commit."""
+        live = {
+            protocol.attempt(t)
+            for t, phase in protocol.active.items()
+            if phase in (TxPhase.PROCESSED, TxPhase.COMMITTING)
+        }
+        keep = []
+        for job in self._tx_jobs:
+            if live.intersection(job.attempts):
+                keep.append(job)
+            else:
+                job.release()
+        self._tx_jobs = keep
+
+
+@dataclass
+class _TxJob:
+    """A processing job whose outputs are kept until its attempts commit or fail."""
+
+    stages: list[Any]
+    attempts: list[TransactionAttempt]
+
+    def release(self) -> None:
+        for rdd in self.stages:
+            rdd.unpersist()
+        self.stages = []
 
 
 def _same_batch(batch: _Batch) -> _Batch:
