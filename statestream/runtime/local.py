@@ -668,6 +668,9 @@ class BoltTask(_Task):
         self.executor: Bolt = rt.topology.instantiate(spec.id)
         self.execute: Callable[[Tuple], None] = self.executor.execute
         self.pausable = isinstance(self.executor, CheckpointTupleForwarder)
+        self.execute_data: Callable[[Tuple], None] = (
+            self.executor.data_entry() if self.pausable else self.execute
+        )
         self.ack_buf: dict[int, int] = {}  # root -> XOR of acks not yet sent to the acker
         self.holding = False  # hold_acks(): acks stay in ack_buf for take_acks()
         # Checkpoint tuples take a priority lane: they must get through while
@@ -901,7 +904,9 @@ class BoltTask(_Task):
 
     def _drain(self) -> None:
         inbox = self.inbox
-        execute = self.execute
+        # The inbox holds data only (checkpoints take the control lane) and
+        # drain() calls this only while the executor is not paused.
+        execute = self.execute_data
         outs = self.out_queues
         cap = self.rt.capacity
         n = 0
