@@ -268,20 +268,57 @@ def test_max_pending_must_be_positive() -> None:
         TransactionCoordinator(None, 0, None, lambda s: None)
 
 
+NOT_INTEGERS = "committed and next_attempt must be integers"
+OUT_OF_RANGE = "committed must be >= 0 and next_attempt >= 1"
+EXPECTED = '{"committed": 3, "next_attempt": 9, "metadata": {"3": ..., "4": ...}}'
+
+
+# (stored JSON, what the message says is wrong)
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({}, "'committed'"),
+        ({"committed": "1", "next_attempt": 1, "metadata": {}}, NOT_INTEGERS),
+        ({"committed": 1, "next_attempt": "1", "metadata": {}}, NOT_INTEGERS),
+        ({"committed": 1.0, "next_attempt": 1, "metadata": {}}, NOT_INTEGERS),
+        ({"committed": 1, "next_attempt": True, "metadata": {}}, NOT_INTEGERS),
+        ({"committed": 1, "next_attempt": 0, "metadata": {}}, OUT_OF_RANGE),
+        ({"committed": -1, "next_attempt": 1, "metadata": {}}, OUT_OF_RANGE),
+        (
+            {"committed": 1, "next_attempt": 3, "metadata": {"x": 1}},
+            "invalid literal for int() with base 10: 'x'",
+        ),
+        (None, "'NoneType' object is not subscriptable"),
+    ],
+)
+def test_corrupt_stored_state_is_refused(data: Any, reason: str) -> None:
+    with pytest.raises(StateCorruptError) as info:
+        StoredTransactions.from_json(data)
+    assert str(info.value) == (
+        f"stored transaction coordinator state {data!r} is not valid: {reason}; expected {EXPECTED}"
+    )
+
+
+def test_stored_state_with_a_gap_is_refused() -> None:
+    with pytest.raises(StateCorruptError, match="not contiguous after the committed txid 1"):
+        StoredTransactions.from_json(
+            {"committed": 1, "next_attempt": 3, "metadata": {"2": 1, "4": 1}}
+        )
+
+
+# The smallest valid values: nothing committed yet, the first attempt next.
 @pytest.mark.parametrize(
     "data",
     [
-        {},
-        {"committed": "1", "next_attempt": 1, "metadata": {}},
-        {"committed": 1, "next_attempt": 0, "metadata": {}},
-        {"committed": 1, "next_attempt": 3, "metadata": {"2": 1, "4": 1}},  # a gap
-        {"committed": 1, "next_attempt": 3, "metadata": {"x": 1}},
-        None,
+        {"committed": 0, "next_attempt": 1, "metadata": {}},
+        {"committed": 0, "next_attempt": 1, "metadata": {"1": "m"}},
+        {"committed": 1, "next_attempt": 1, "metadata": {"1": "m"}},
+        {"committed": 0, "next_attempt": 2, "metadata": {"1": "m"}},
     ],
 )
-def test_corrupt_stored_state_is_refused(data: Any) -> None:
-    with pytest.raises(StateCorruptError, match="stored transaction"):
-        StoredTransactions.from_json(data)
+def test_stored_state_accepts_the_lower_bounds(data: Any) -> None:
+    s = StoredTransactions.from_json(data)
+    assert s.to_json() == data
 
 
 def test_stored_state_round_trips_through_json() -> None:
@@ -289,3 +326,92 @@ def test_stored_state_round_trips_through_json() -> None:
     assert StoredTransactions.from_json(s.to_json()) == s
     assert s.to_json()["metadata"] == {"3": {"n": 3}, "4": [1, 2], "5": None}
     assert s.active == [4, 5]
+
+
+def test_attempt_is_the_current_one_and_none_when_not_emitted() -> None:
+    h = Harness(max_pending=2)
+    assert h.c.attempt(1) is None  # not active
+    b1, b2 = h.poll_all()
+    assert h.c.attempt(1) == TransactionAttempt(1, 1)
+    assert h.c.attempt(2) == TransactionAttempt(2, 2)
+    assert h.c.attempt(3) is None  # not active
+    h.c.on_fail(b1.msg_id)  # 1 fails, and 2 with it: both wait to be emitted again
+    assert h.c.attempt(1) is None and h.c.attempt(2) is None
+    assert kinds(h.poll()) == [("batch", 1), ("batch", 2)]
+    assert h.c.attempt(1) == TransactionAttempt(1, 3)
+    assert h.c.attempt(2) == TransactionAttempt(2, 4)
+    # A commit is emitted with the current attempt; a committed txid has none.
+    h.c.on_ack(("batch", 1, 3))
+    (c1,) = h.poll()
+    assert c1.attempt == h.c.attempt(1) == TransactionAttempt(1, 3)
+    h.c.on_ack(c1.msg_id)
+    assert h.c.attempt(1) is None
+    assert b2.attempt != h.c.attempt(2)
+
+
+def test_replies_to_the_old_attempts_of_failed_transactions_are_stale() -> None:
+    h = Harness(max_pending=3)
+    b1, b2, b3 = h.poll_all()
+    h.c.on_ack(b3.msg_id)  # 3 processed
+    h.c.on_fail(b1.msg_id)  # 1, 2 and 3 go back to PENDING, without an attempt
+    assert h.c.active == {1: P.PENDING, 2: P.PENDING, 3: P.PENDING}
+    for b in (b1, b2, b3):
+        h.c.on_ack(b.msg_id)
+        h.c.on_fail(b.msg_id)
+    assert h.c.stale_replies == 6
+    assert h.c.active == {1: P.PENDING, 2: P.PENDING, 3: P.PENDING}
+    assert kinds(h.poll()) == [("batch", 1), ("batch", 2), ("batch", 3)]
+
+
+def test_every_reply_that_does_not_apply_is_counted() -> None:
+    h = Harness()
+    (b1,) = h.poll()
+    # Replies to the current attempt that the phase does not take.
+    h.c.on_ack(("commit", 1, 1))
+    h.c.on_fail(("commit", 1, 1))
+    assert h.c.stale_replies == 2
+    h.c.on_ack(b1.msg_id)
+    h.c.on_ack(b1.msg_id)  # a second ack of the processed batch
+    h.c.on_fail(b1.msg_id)  # a fail after the ack
+    assert h.c.stale_replies == 4 and h.c.active == {1: P.PROCESSED}
+
+
+def test_a_commit_carries_the_previous_committed_txid() -> None:
+    h = Harness(max_pending=2)
+    b1, b2 = h.poll_all()
+    h.c.on_ack(b1.msg_id)
+    h.c.on_ack(b2.msg_id)
+    (c1,) = h.poll()
+    h.c.on_ack(c1.msg_id)
+    out = h.poll()
+    assert out[0] == Emission("commit", b2.attempt, None, 1)
+
+
+def test_stored_is_what_the_last_save_wrote() -> None:
+    h = Harness(max_pending=2)
+    assert h.c.stored() == StoredTransactions()
+    b1, _b2 = h.poll_all()
+    assert h.c.stored() == h.saved[-1]
+    assert h.c.stored().metadata == {
+        1: {"batch": 1, "after": None},
+        2: {"batch": 2, "after": {"batch": 1, "after": None}},
+    }
+    h.c.on_ack(b1.msg_id)
+    (c1,) = h.poll()
+    h.c.on_ack(c1.msg_id)
+    assert h.c.stored() == h.saved[-1] and h.c.stored().active == [2]
+    # A copy: changing it does not change the coordinator.
+    metadata = h.c.stored().metadata
+    assert isinstance(metadata, dict)
+    metadata.clear()
+    assert h.c.stored() == h.saved[-1]
+
+
+def test_repr_shows_committed_and_every_active_phase() -> None:
+    h = Harness(max_pending=3)
+    assert repr(h.c) == "TransactionCoordinator(committed=0, active={})"
+    b1, _b2, _b3 = h.poll_all()
+    h.c.on_ack(b1.msg_id)
+    (c1,) = h.poll()
+    h.c.on_ack(c1.msg_id)
+    assert repr(h.c) == "TransactionCoordinator(committed=1, active={2:PROCESSING, 3:PROCESSING})"
