@@ -458,8 +458,14 @@ class Topology:
                 ) from exc
 
     def instantiate(self, cid: str) -> Any:
-        """A fresh copy of component ``cid``'s prototype for one task."""
-        return cloudpickle.loads(cloudpickle.dumps(self.components[cid].obj))
+        """A fresh copy of component ``cid``'s prototype for one task.
+
+        A deep copy, not a pickle round trip: while a Spark run ships user
+        modules by value, cloudpickle unpickling a class in the process that
+        defined it rebinds the class's methods to copies of their module's
+        globals, and the user's module-level state would be cut off.
+        """
+        return copy.deepcopy(self.components[cid].obj)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{s.id}x{s.parallelism}" for s in self.components.values())

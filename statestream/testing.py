@@ -465,6 +465,16 @@ def _trip_execute(self: Any, tuple: Tuple) -> None:
     type(self)._crash_base.execute(self, tuple)
 
 
+def _trip_data_entry(self: Any) -> Callable[[Tuple], None]:
+    inner = type(self)._crash_base.data_entry(self)
+
+    def execute(tuple: Tuple) -> None:
+        _trip(self, "tuple")
+        inner(tuple)
+
+    return execute
+
+
 def _trip_handle_checkpoint(self: Any, action: Any, txid: int) -> None:
     _trip(self, "before", str(action), txid)
     type(self)._crash_base.handle_checkpoint(self, action, txid)
@@ -491,6 +501,8 @@ def _tripwire_class(base: type) -> type:
             attrs["execute"] = _trip_execute
             if hasattr(base, "handle_checkpoint"):
                 attrs["handle_checkpoint"] = _trip_handle_checkpoint
+            if hasattr(base, "data_entry"):
+                attrs["data_entry"] = _trip_data_entry
         cls = _TRIP_CLASSES[base] = type(f"CrashAt{base.__name__}", (base,), attrs)
     return cls
 

@@ -1105,7 +1105,11 @@ class SparkRuntime:
         self.bolts = [b for b in self.plan.bolts if not b.id.startswith("$")]
         self.namespaces = self.plan.stateful_namespaces
         self._sources: dict[str, tuple[str, str]] = {}
-        for name in ship_user_modules(topology):
+        already = set(cloudpickle.list_registry_pickle_by_value())
+        shipped = ship_user_modules(topology)
+        #: Modules this runtime made travel by value, to be let go after the run.
+        self._by_value = [name for name in shipped if name not in already]
+        for name in shipped:
             path = getattr(sys.modules.get(name), "__file__", None)
             if path and path.endswith(".py") and os.path.isfile(path):
                 with open(path, encoding="utf-8") as f:
@@ -1410,6 +1414,19 @@ class SparkRuntime:
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run batches until stopped, ``duration`` seconds, or (``until_idle``) every
         spout is exhausted. Recovers first from the stored checkpoint record."""
+        try:
+            return self._run(until_idle, duration)
+        finally:
+            # Shipping by value is process-wide in cloudpickle: left on, it would
+            # make every later copy of these classes in this process (a local
+            # runtime's per-task copies, say) copy their module's globals too.
+            for name in self._by_value:
+                module = sys.modules.get(name)
+                if module is not None:
+                    cloudpickle.unregister_pickle_by_value(module)
+            self._by_value = []
+
+    def _run(self, until_idle: bool, duration: float | None) -> RunResult:
         if self.fed:
             raise ConfigError(
                 f"spout {self.fed[0]!r} is a DataFrameSpout: Spark feeds it; start the topology "
