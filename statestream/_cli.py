@@ -320,18 +320,14 @@ def state() -> None:
 _OWN_PREFIXES = frozenset({"topology", "statestream", "spark"})
 
 
-def _file_prefixes(configs: Sequence[str]) -> set[str]:
-    """The topology prefixes the config files use (``clicks.input`` -> ``clicks``), so
-    that a config written for any topology can be read to find its store."""
+def _used_prefixes(configs: Sequence[str], sets: Sequence[str]) -> set[str]:
+    """The topology prefixes the config files and --set use (``clicks.input`` ->
+    ``clicks``), so that the config a topology ran with reads here too."""
     from ._config import _file_settings
 
-    found: set[str] = set()
-    for path in configs:
-        for setting in _file_settings(Path(path)):
-            head = setting.key.split(".", 1)[0]
-            if head not in _OWN_PREFIXES:
-                found.add(head)
-    return found
+    keys = [s.key for path in configs for s in _file_settings(Path(path))]
+    keys += [item.partition("=")[0].strip() for item in sets]
+    return {k.split(".", 1)[0] for k in keys if "." in k} - _OWN_PREFIXES
 
 
 class _Store:
@@ -341,7 +337,7 @@ class _Store:
         from ._registry import open_provider, stored_topologies
 
         name = topology
-        prefixes = _file_prefixes(configs)
+        prefixes = _used_prefixes(configs, sets)
         if topology is not None and (topology.endswith(".py") or ":" in topology):
             name = load_topology(topology).name
         if name:

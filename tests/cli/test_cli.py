@@ -384,8 +384,10 @@ def test_state_commands_list_and_select_the_topologies_of_a_store(tmp_path: Path
     assert "several topologies; pick one with --topology: topologies with state: 'clicks', " \
         "'wordcount'" in one_error_line(both.stderr)  # fmt: skip
     clicks = runner.invoke(
-        main, ["state", "dump", "-c", str(conf), "--component", "count", "--topology", "clicks"]
-    )
+        main,
+        ["state", "dump", "-c", str(conf), "--component", "count", "--topology", "clicks",
+         "--set", "orders.input=orders.csv"],  # the --set a run used reads here too
+    )  # fmt: skip
     assert clicks.exit_code == 0, clicks.output
     assert [orjson.loads(x)["key"] for x in clicks.stdout.splitlines()] == ["/home"]
     by_file = runner.invoke(
