@@ -131,6 +131,7 @@ from .._components import (
 from .._config import Config
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
+from .._rescale import rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
@@ -1255,6 +1256,10 @@ class SparkRuntime:
         prepare that may not have finished, finishes a decided commit, and
         ends with ``INITSTATE``.
         """
+        if self.topology.has_stateful_bolts:
+            # Before any job: a bolt whose parallelism changed since the last
+            # run gets its keys re-partitioned (statestream._rescale).
+            rescale_state(self._open_provider(), self.topology)
         record = self._load()
         txid, positions = record.restore_point()
         if positions_needed and txid >= 0 and positions is None:

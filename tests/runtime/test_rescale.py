@@ -254,3 +254,23 @@ def test_a_bolt_with_rescale_task_decides_the_owners(tmp_path: Path) -> None:
         assert all(task_for_key(w, 3) == task for w in entries)
     merged = {w: c for entries in stored.values() for w, c in entries.items()}
     assert merged == dict(collections.Counter(words))
+
+
+@pytest.mark.spark
+def test_spark_rescales_what_the_local_runtime_left(spark_session: Any, tmp_path: Path) -> None:
+    from statestream.runtime.spark import SparkRuntime
+
+    corpus = tmp_path / "corpus.txt"
+    expected = random_text(corpus, 300, words_per_line=6, vocabulary=80, seed=6)
+    config = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "topology.state.checkpoint.interval.ms": 5,
+    }
+    # The local runtime with 2 tasks dies mid-way; Spark, with 3, rescales the
+    # state before its first job and finishes the input.
+    with pytest.raises(SimulatedCrash):
+        _run_until_crash(_wordcount(corpus, 2), config, 900)
+    result = SparkRuntime(_wordcount(corpus, 3), config, spark=spark_session).run(until_idle=True)
+    assert result.errors == []
+    _check_layout(config, 3, expected)
