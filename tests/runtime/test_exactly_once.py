@@ -348,7 +348,7 @@ def _flaky_topology(corpus: Path) -> Any:
 
 @pytest.mark.parametrize("provider", ["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 @pytest.mark.parametrize("exactly_once", [True, False])
-def test_a_bolt_failing_one_percent_after_its_put_counts_exactly_once(
+def test_a_bolt_failing_one_percent_after_its_put_is_exact_once_and_overcounts_at_least_once(
     tmp_path: Path, provider: str, exactly_once: bool
 ) -> None:
     # Local-only: the at-least-once control and the Redis variant; the exactly-once case runs on both below.
