@@ -106,6 +106,26 @@ def _check_partitioned(spec: ComponentSpec) -> None:
     )
 
 
+def _check_same_topology(topology: Topology, recorded: dict[str, int]) -> None:
+    """Refuse a store that holds another topology under this name.
+
+    Components come and go between runs (a bolt added or renamed keeps the
+    rest of the state), but when none of the stateful bolts the store
+    recorded is a stateful bolt of this topology, nothing of it would be
+    read: it is another topology that happens to share the name.
+    """
+    stateful = {cid for cid, s in topology.components.items() if s.is_stateful}
+    if not recorded or not stateful or stateful & set(recorded):
+        return
+    raise ConfigError(
+        f"the state store holds a topology named {topology.name!r} with the stateful bolts "
+        f"{sorted(recorded)}, and this one has {sorted(stateful)}: none in common, so it is "
+        "another topology under the same name. Give this one another name "
+        "(TopologyBuilder(name)), or delete the stored one with "
+        f"`statestream state clear --topology {topology.name}`"
+    )
+
+
 def _stored_tasks(namespaces: list[str], component: str) -> list[int]:
     tasks = []
     for ns in namespaces:
@@ -143,6 +163,7 @@ def rescale_state(provider: Any, topology: Topology) -> list[RescaleReport]:
     layout_kv = provider.get_state(LAYOUT_NAMESPACE)
     recorded: dict[str, int] = dict(layout_kv.get(_PARALLELISM) or {})
     unfinished: list[str] = list(layout_kv.get(_JOURNAL) or [])
+    _check_same_topology(topology, recorded)
     namespaces = provider.namespaces()
     reports = []
     for cid, spec in topology.components.items():

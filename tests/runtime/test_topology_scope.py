@@ -14,6 +14,7 @@ import pytest
 from statestream import (
     BasicBolt,
     BasicOutputCollector,
+    ConfigError,
     FileSpout,
     KeyValueState,
     OutputFieldsDeclarer,
@@ -124,3 +125,31 @@ def test_a_new_topology_with_the_same_bolt_name_starts_from_zero(
 def test_a_name_that_cannot_scope_state_is_refused(name: str) -> None:
     with pytest.raises(TopologyError, match="a topology's name is a non-empty string"):
         TopologyBuilder(name)
+
+
+def test_another_topology_under_the_same_name_is_refused(tmp_path: Path) -> None:
+    config = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+    }
+    text = tmp_path / "text.txt"
+    random_text(text, 20, vocabulary=10, seed=4)
+    run(_topology("shared", text), config, until_idle=True)
+
+    b = TopologyBuilder("shared")
+    b.set_spout("lines", FileSpout(text))
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("tally", Count(), 2).fields_grouping("split", ["word"])
+    with pytest.raises(
+        ConfigError,
+        match=r"stateful bolts \['count'\], and this one has "
+        r"\['tally'\]: none in common.*state clear --topology shared",
+    ):
+        run(b.build(), config, until_idle=True)
+    # A bolt added beside the stored one is the same topology grown: accepted.
+    b = TopologyBuilder("shared")
+    b.set_spout("lines", FileSpout(text))
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("tally", Count(), 2).fields_grouping("split", ["word"])
+    assert run(b.build(), config, until_idle=True).errors == []
