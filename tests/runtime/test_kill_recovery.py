@@ -27,9 +27,11 @@ WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
 KILLS = 10
 
 
-def _kill_and_restart(tmp_path: Path, settings: list[str]) -> dict[str, int]:
+def _kill_and_restart(
+    tmp_path: Path, settings: list[str], kills: int = KILLS, lines: int = 100_000
+) -> dict[str, int]:
     corpus = tmp_path / "corpus.txt"
-    expected = random_text(corpus, 100_000)
+    expected = random_text(corpus, lines)
     common = [
         "--set", f"wordcount.input={corpus}",
         "--set", "topology.state.checkpoint.interval.ms=100",
@@ -38,7 +40,7 @@ def _kill_and_restart(tmp_path: Path, settings: list[str]) -> dict[str, int]:
     rng = seeded_rng()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = sigkill_runs(
-        [WORDCOUNT, "--until-idle", *common], kills=KILLS, component="count", rng=rng
+        [WORDCOUNT, "--until-idle", *common], kills=kills, component="count", rng=rng
     )
     final = subprocess.run(
         cli("run", WORDCOUNT, "--until-idle", "--no-progress", *common),
@@ -70,7 +72,7 @@ def _kill_and_restart(tmp_path: Path, settings: list[str]) -> dict[str, int]:
     over = sum(got.values()) - sum(expected.values())
     print(f"\novercount after {killed} SIGKILLs: {over} of {sum(expected.values())} words")
     # Most runs must die mid-way, or the test would prove nothing.
-    assert killed >= KILLS // 2, f"only {killed} of {KILLS} runs were killed before they ended"
+    assert killed >= kills // 2, f"only {killed} of {kills} runs were killed before they ended"
     return {"over": over}
 
 
@@ -92,7 +94,10 @@ def test_sqlite_with_the_defaults_counts_exactly_after_sigkills(tmp_path: Path) 
 @pytest.mark.slow
 def test_sqlite_at_least_once_loses_nothing_and_does_replay(tmp_path: Path) -> None:
     # The control: without exactly-once the same kills count replayed lines
-    # twice, so the zero above means something.
+    # twice, so the zero above means something. A kill overcounts only when it
+    # lands between a commit and the spout's saving of its acked prefix (about
+    # a quarter of the time), so 10 kills all miss now and then (seen: seed
+    # 1075898317); 25 kills over a longer input all miss about once in 1,000.
     db = tmp_path / "state.db"
     result = _kill_and_restart(
         tmp_path,
@@ -101,6 +106,8 @@ def test_sqlite_at_least_once_loses_nothing_and_does_replay(tmp_path: Path) -> N
             "--set", f"topology.state.provider.config={{path: {db}}}",
             "--set", "statestream.state.exactly.once=false",
         ],
+        kills=25,
+        lines=200_000,
     )  # fmt: skip
     assert result["over"] > 0
 
