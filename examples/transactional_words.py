@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -58,13 +59,28 @@ BUCKET_SIZE = 10
 _connections: dict[str, sqlite3.Connection] = {}
 
 
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL once. The switch needs the file to itself and is not
+    retried by sqlite's busy timeout, so tasks opening it at once (Spark's
+    workers) retry here; WAL then stays with the file."""
+    for attempt in range(50):
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            if attempt == 49:
+                raise
+            time.sleep(0.1)
+
+
 def database(conf: Mapping[str, Any]) -> sqlite3.Connection:
     """The process's connection to the two tables (one per file)."""
     path = str(conf.get(f"{PREFIX}.database") or "transactional_words.db")
     conn = _connections.get(path)
     if conn is None:
         conn = _connections[path] = sqlite3.connect(path, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(conn)
         for table in ("words", "buckets"):
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {table} (key PRIMARY KEY, count INTEGER NOT NULL, "
