@@ -228,19 +228,8 @@ class OpaquePartitionedTransactionalSpout(_Declares):
     and, on a txid already stored, recompute from the previous value.
     """
 
-    class Coordinator:
-        def number_of_partitions(self) -> int:
-            raise NotImplementedError
-
-        def is_ready(self) -> bool:
-            return True
-
-        def partition_exhausted(self, partition: int, last_metadata: Any) -> bool:
-            """As :meth:`PartitionedTransactionalSpout.Coordinator.partition_exhausted`."""
-            return False
-
-        def close(self) -> None:
-            """Called once at shutdown."""
+    class Coordinator(PartitionedTransactionalSpout.Coordinator):
+        """The same as a transactional partitioned spout's coordinator part."""
 
     class Emitter:
         def emit_partition_batch(

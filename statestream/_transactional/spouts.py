@@ -66,7 +66,9 @@ class _Memory:
         return end >= len(self.data[p])
 
 
-class _MemoryCoordinator(PartitionedTransactionalSpout.Coordinator):
+class _MemoryCoordinator(OpaquePartitionedTransactionalSpout.Coordinator):
+    """The coordinator part of both memory spouts (the opaque kind's is the same)."""
+
     def __init__(self, memory: _Memory) -> None:
         self.memory = memory
 
@@ -132,17 +134,6 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
         return _MemoryEmitter(self.memory)
 
 
-class _OpaqueMemoryCoordinator(OpaquePartitionedTransactionalSpout.Coordinator):
-    def __init__(self, memory: _Memory) -> None:
-        self.memory = memory
-
-    def number_of_partitions(self) -> int:
-        return len(self.memory.data)
-
-    def partition_exhausted(self, partition: int, last_metadata: Any) -> bool:
-        return self.memory.exhausted(partition, last_metadata)
-
-
 class _OpaqueMemoryEmitter(OpaquePartitionedTransactionalSpout.Emitter):
     def __init__(self, memory: _Memory) -> None:
         self.memory = memory
@@ -176,7 +167,7 @@ class OpaqueMemoryTransactionalSpout(OpaquePartitionedTransactionalSpout):
     def get_coordinator(
         self, conf: Mapping[str, Any], context: TopologyContext
     ) -> OpaquePartitionedTransactionalSpout.Coordinator:
-        return _OpaqueMemoryCoordinator(self.memory)
+        return _MemoryCoordinator(self.memory)
 
     def get_emitter(
         self, conf: Mapping[str, Any], context: TopologyContext

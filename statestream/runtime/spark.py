@@ -1501,12 +1501,19 @@ class SparkRuntime:
                 self._close_spouts()
                 payload.unpersist()
             finally:
-                if self._own_session:
-                    spark.stop()
-                    self._spark = None
-                if self.provider is not None:
-                    self.provider.close()
-                    self.provider = None
+                self._release(spark)
+        return self._result(start_time, reason)
+
+    def _release(self, spark: Any) -> None:
+        """The end of every run: stop a session this runtime started, close the store."""
+        if self._own_session:
+            spark.stop()
+            self._spark = None
+        if self.provider is not None:
+            self.provider.close()
+            self.provider = None
+
+    def _result(self, start_time: float, reason: str) -> RunResult:
         return RunResult(
             self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
         )
@@ -1702,9 +1709,7 @@ class SparkRuntime:
                 if self.provider is not None:
                     self.provider.close()
                     self.provider = None
-        return RunResult(
-            self.metrics(), list(self.errors), time.monotonic() - start_time, "fed", self.counters
-        )
+        return self._result(start_time, "fed")
 
     def _job(self, sc: Any, token: str, payload: Any, txid: int, batch: _Batch) -> list[_Ack]:
         """Run batch ``txid``: every bolt task executes its tuples and prepares ``txid``."""
@@ -1906,15 +1911,8 @@ class SparkRuntime:
                             self._report(tx.emitter, -1, exc, "coordinator close()")
                 payload.unpersist()
             finally:
-                if self._own_session:
-                    spark.stop()
-                    self._spark = None
-                if self.provider is not None:
-                    self.provider.close()
-                    self.provider = None
-        return RunResult(
-            self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
-        )
+                self._release(spark)
+        return self._result(start_time, reason)
 
     def _tx_stages(
         self, sc: Any, token: str, payload: Any, cids: Sequence[str], outs: dict[str, Any]

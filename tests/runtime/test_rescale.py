@@ -13,18 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from word_bolts import Count, Split
 
 from statestream import (
-    BasicBolt,
-    BasicOutputCollector,
     ConfigError,
     FileSpout,
-    KeyValueState,
-    OutputFieldsDeclarer,
-    StatefulBolt,
     Topology,
     TopologyBuilder,
-    Tuple,
     run,
 )
 from statestream._registry import open_provider, stored_topologies
@@ -39,30 +34,6 @@ from statestream.testing import (
 )
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class Split(BasicBolt):
-    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
-        for word in tuple["line"].split():
-            collector.emit([word])
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word"])
-
-
-class Count(StatefulBolt):
-    def init_state(self, state: KeyValueState) -> None:
-        self.state = state
-
-    def execute(self, tuple: Tuple) -> None:
-        word = tuple["word"]
-        count = self.state.get(word, 0) + 1
-        self.state.put(word, count)
-        self.collector.emit([word, count], anchors=tuple)
-        self.collector.ack(tuple)
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word", "count"])
 
 
 def _wordcount(corpus: Path, tasks: int) -> Topology:

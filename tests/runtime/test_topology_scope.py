@@ -10,44 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from word_bolts import Count, Split
 
 from statestream import (
-    BasicBolt,
-    BasicOutputCollector,
     ConfigError,
     FileSpout,
-    KeyValueState,
-    OutputFieldsDeclarer,
-    StatefulBolt,
     Topology,
     TopologyBuilder,
     TopologyError,
-    Tuple,
     run,
 )
 from statestream._registry import open_provider, stored_topologies
 from statestream.testing import committed_state, random_text
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class Split(BasicBolt):
-    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
-        for word in tuple["line"].split():
-            collector.emit([word])
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word"])
-
-
-class Count(StatefulBolt):
-    def init_state(self, state: KeyValueState) -> None:
-        self.state = state
-
-    def execute(self, tuple: Tuple) -> None:
-        word = tuple["word"]
-        self.state.put(word, self.state.get(word, 0) + 1)
-        self.collector.ack(tuple)
 
 
 def _topology(name: str, corpus: Path) -> Topology:

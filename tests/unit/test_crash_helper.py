@@ -14,20 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import word_bolts
+from word_bolts import Split
 
 from statestream import (
-    BasicBolt,
-    BasicOutputCollector,
     FileSpout,
-    KeyValueState,
     OutputCollector,
-    OutputFieldsDeclarer,
-    StatefulBolt,
     Topology,
     TopologyBuilder,
     TopologyContext,
     TopologyError,
-    Tuple,
 )
 from statestream._registry import open_provider
 from statestream.testing import (
@@ -44,34 +40,14 @@ from statestream.testing import (
 )
 
 
-class Split(BasicBolt):
-    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
-        for word in tuple["line"].split():
-            collector.emit([word])
+class Count(word_bolts.Count):
+    """The shared word count, recording which tasks got ``cleanup``."""
 
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word"])
-
-
-class Count(StatefulBolt):
     def prepare(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
     ) -> None:
         super().prepare(conf, context, collector)
         self.cleaned = sink("cleanup")
-
-    def init_state(self, state: KeyValueState) -> None:
-        self.state = state
-
-    def execute(self, tuple: Tuple) -> None:
-        word = tuple["word"]
-        count = self.state.get(word, 0) + 1
-        self.state.put(word, count)
-        self.collector.emit([word, count], anchors=tuple)
-        self.collector.ack(tuple)
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word", "count"])
 
     def cleanup(self) -> None:
         self.cleaned.append(self.context.task_index)

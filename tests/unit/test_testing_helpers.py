@@ -8,15 +8,14 @@ import uuid
 from typing import Any
 
 import pytest
+from word_bolts import Count
 
 from statestream import (
     BasicBolt,
     BasicOutputCollector,
     Bolt,
     FailedException,
-    KeyValueState,
     OutputFieldsDeclarer,
-    StatefulBolt,
     TopologyBuilder,
     Tuple,
     run,
@@ -38,21 +37,6 @@ from statestream.testing import (
     sink,
     spout_record,
 )
-
-
-class Count(StatefulBolt):
-    def init_state(self, state: KeyValueState) -> None:
-        self.state = state
-
-    def execute(self, tuple: Tuple) -> None:
-        word = tuple["word"]
-        count = self.state.get(word, 0) + 1
-        self.state.put(word, count)
-        self.collector.emit([word, count], anchors=tuple)
-        self.collector.ack(tuple)
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word", "count"])
 
 
 class Split(BasicBolt):
