@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,9 +41,20 @@ from typing import Any
 
 import orjson
 
-from ._retry import msg_key
+from ._errors import RuntimeFailure
+from ._retry import msg_id_key_fast, msg_key
 
-__all__ = ["DeadLetter", "DeadLetterFile", "default_path", "encode_values", "identity"]
+__all__ = [
+    "DeadLetter",
+    "DeadLetterFile",
+    "Settled",
+    "configured_path",
+    "default_path",
+    "encode_values",
+    "identity",
+]
+
+log = logging.getLogger("statestream")
 
 DEFAULT_NAME = "deadletter.jsonl"
 
@@ -56,6 +68,15 @@ def default_path(provider: str, provider_config: Any) -> Path:
     if where and provider != "memory":
         return Path(str(where)).expanduser().parent / DEFAULT_NAME
     return Path(DEFAULT_NAME)
+
+
+def configured_path(conf: Any) -> Path:
+    """The dead-letter file of a run with config ``conf``: ``statestream.deadletter.path``,
+    else :func:`default_path` of its state provider."""
+    path = conf["statestream.deadletter.path"]
+    if path:
+        return Path(path)
+    return default_path(conf["topology.state.provider"], conf["topology.state.provider.config"])
 
 
 def _json_or_repr(value: Any) -> tuple[Any, bool]:
@@ -91,6 +112,26 @@ def identity(msg_id: Any, values: Sequence[Any]) -> tuple[Hashable, bytes]:
     return _freeze(orjson.loads(orjson.dumps(enc))), orjson.dumps(encode_values(values)[0])
 
 
+class Settled(dict[Hashable, bytes]):
+    """The messages of one spout task given up on in this run (message key ->
+    values JSON, see :func:`identity`): a runtime does not deliver one again
+    when the spout emits it (a rewind of exactly-once state, or a Spark batch
+    read again, replays it) and tells the spout it is settled instead."""
+
+    def add(self, msg_id: Any, values: Sequence[Any]) -> None:
+        key, vals = identity(msg_id, values)
+        self[key] = vals
+
+    def holds(self, msg_id: Any, values: Sequence[Any]) -> bool:
+        """True if this very message (the same id and values) was given up on."""
+        known = self.get(msg_id_key_fast(msg_id))
+        if known is None:
+            key, vals = identity(msg_id, values)
+            known = self.get(key)
+            return known is not None and known == vals
+        return known == identity(msg_id, values)[1]
+
+
 @dataclass
 class DeadLetter:
     """One message given up on (one line of the file)."""
@@ -124,14 +165,20 @@ class DeadLetter:
         error: str | None = None,
         *,
         stream: str = "default",
+        error_type: str | None = None,
     ) -> DeadLetter:
-        """A record, with the values and message id made JSON (repr where needed)."""
+        """A record, with the values and message id made JSON (repr where needed).
+
+        The error is ``exc``'s type and message; without ``exc``, ``error_type``
+        (by default ``Failed``) and ``error`` (an exception that crossed a
+        process boundary as text, or a failure that raised nothing)."""
         enc_values, lossy = encode_values(values)
         enc_id, id_repr = _json_or_repr(msg_id)
         if exc is not None:
             error_type, message = type(exc).__name__, _one_line(str(exc))
         else:
-            error_type, message = "Failed", error or f"{component} failed the tuple"
+            error_type = error_type or "Failed"
+            message = _one_line(error) if error else f"{component} failed the tuple"
         return cls(
             topology,
             spout,
@@ -228,6 +275,31 @@ class DeadLetterFile:
                 _fsync_dir(self.path.parent)
             self._keys.add(key)
             return True
+
+    def give_up(self, record: DeadLetter) -> bool:
+        """:meth:`append` ``record`` for a runtime giving up on its message, and say so
+        in the log; a file that cannot be written stops the run (RuntimeFailure),
+        the message staying unsettled. False if the file held it already."""
+        try:
+            written = self.append(record)
+        except OSError as exc:
+            raise RuntimeFailure(
+                f"cannot write the dead-letter file {str(self.path)!r} "
+                f"(statestream.deadletter.path): {exc.strerror}; message {record.msg_id!r} "
+                f"of spout {record.namespace} stays unsettled"
+            ) from exc
+        log.warning(
+            "%s[%d] gave up on message %r after %d attempts (%s: %s); %s to %s",
+            record.spout,
+            record.task,
+            record.msg_id,
+            record.attempts,
+            record.error_type,
+            _one_line(record.error, 200),
+            "dead-lettered" if written else "already in",
+            self.path,
+        )
+        return written
 
     def update(self, change: Callable[[DeadLetter], bool]) -> int:
         """Rewrite the file with ``change`` applied to each record (it returns True

@@ -18,8 +18,27 @@ Attempts count every processing of the message, the first included:
 (Storm's behaviour). The delay after the n-th failure is
 ``initial * multiplier ** (n - 1)``, capped at ``max``.
 
+The counting rule: a message's count is its *consecutive* failed attempts,
+so only a message that itself fails ``max.attempts`` times in a row is given
+up on. In at-least-once mode an attempt is one emission: it ends with a fail
+(count one more) or an ack (forget the count). With exactly-once state a
+failure rolls the whole topology back, and an attempt is everything that
+runs between two rewinds (on Spark: one job of a batch)::
+
+    in the attempt, message m ...                    m's count
+    ------------------------------------------------ ----------------------------------
+    failed (one of its tuples or more)               +1, once per attempt
+    went through: processed without a failure,       forgotten: it is replayed only
+      then a cut, or a rewind that found nothing       because another message failed
+      left in flight
+    was cut off by the rewind (still in flight)      unchanged
+
+Every message that failed in an attempt counts, not only the one whose
+failure came first: each caused the rewind as much as the other.
+
 Pure: no threads, no I/O; time is an input (the runtime's clock). Table-tested
-in ``tests/unit/test_retry_policy.py``.
+in ``tests/unit/test_retry_policy.py`` and, the counting rule,
+``tests/unit/test_retry_attempts.py``.
 """
 
 from __future__ import annotations
@@ -123,8 +142,11 @@ class Retries:
         self.heap: list[tuple[float, int, Hashable]] = []
         self._waiting: dict[Hashable, Any] = {}  # key -> msg_id, while it waits for its retry
         self._seq = 0
-        # Exactly-once: failed messages emitted again since the last cut or rewind.
+        # Exactly-once, the attempt under way (see the module's counting rule):
+        # messages with failures emitted again in it and not failed (yet), and
+        # messages failed in it (counted once).
         self._again: set[Hashable] = set()
+        self._failed_now: set[Hashable] = set()
 
     def failed(self, msg_id: Any, now: float, *, schedule: bool = True) -> Verdict:
         """``msg_id`` failed at ``now``: count it and say what to do.
@@ -172,11 +194,25 @@ class Retries:
             self.failures.pop(msg_id_key_fast(msg_id), None)
 
     def emitted_again(self, msg_id: Any) -> None:
-        """Exactly-once: a message that failed before was emitted again (a rewind
-        replays it). See :meth:`passed_cut`."""
+        """Exactly-once: a message that failed before was emitted again in the
+        attempt under way (a rewind replays it). See :meth:`passed_cut` and
+        :meth:`rewound`."""
         key = msg_id_key_fast(msg_id)
-        if key in self.failures:
+        if key in self.failures and key not in self._failed_now:
             self._again.add(key)
+
+    def attempt_failed(self, msg_id: Any, now: float) -> Verdict:
+        """Exactly-once: ``msg_id`` failed in the attempt under way (the topology
+        goes back to its last checkpoint). Counted once per attempt, however
+        many of its tuples fail (a second report is IGNORED); the verdict is
+        :meth:`failed`'s without a schedule (RETRY: the replay waits until
+        ``at``; GIVE_UP: dead-letter it, the replay goes without it)."""
+        key = msg_key(msg_id)
+        if key in self._failed_now:
+            return Verdict(VerdictKind.IGNORED, self.failures.get(key, 0))
+        self._failed_now.add(key)
+        self._again.discard(key)
+        return self.failed(msg_id, now, schedule=False)
 
     def passed_cut(self) -> None:
         """Exactly-once: a consistent cut was taken with no failure pending, so every
@@ -187,10 +223,23 @@ class Retries:
         for key in self._again:
             self.failures.pop(key, None)
         self._again.clear()
+        self._failed_now.clear()
 
-    def rewound(self) -> None:
-        """Exactly-once: the topology went back; what was emitted since is undone."""
+    def rewound(self, *, complete: bool = False) -> None:
+        """Exactly-once: the attempt under way ended with a rewind (the topology went
+        back; what was emitted since is undone, and is replayed).
+
+        ``complete``: every message emitted in the attempt had been processed
+        when it ended (nothing was left in flight), so each one that did not
+        fail went through, and its failures are forgotten: it is replayed
+        only because another message failed. Without it, what did not fail
+        may have been cut off, and keeps its count.
+        """
+        if complete:
+            for key in self._again:
+                self.failures.pop(key, None)
         self._again.clear()
+        self._failed_now.clear()
 
     def forget(self, msg_id: Any) -> None:
         """Drop everything known about ``msg_id`` (its failures and its wait)."""

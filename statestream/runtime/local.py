@@ -25,7 +25,7 @@ import signal
 import sys
 import traceback
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import xxhash
 from .._acker import AckerLedger, acker_task_for, new_id
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
-from .._deadletter import REPLAY, REPLAYED, DeadLetter, DeadLetterFile, default_path, identity
+from .._deadletter import REPLAY, REPLAYED, DeadLetter, DeadLetterFile, Settled, default_path
 from .._errors import (
     ConfigError,
     FailedException,
@@ -344,7 +344,7 @@ class SpoutTask(_Task):
         # Kept by the runtime per task namespace, so that they outlive a rewind.
         self.retries: Retries = rt.retries_for(self.namespace)
         self.failures = self.retries.failures  # the same dict: a cheap test at emit
-        self.settled: dict[Hashable, bytes] = rt.settled_for(self.namespace)
+        self.settled: Settled = rt.settled_for(self.namespace)
         self.settles: deque[Any] = deque()  # message ids to tell dead_lettered() at the next poll
         self.replays: deque[_Replay] = rt.replays_for(self.namespace)
 
@@ -408,14 +408,7 @@ class SpoutTask(_Task):
     def _settled_already(self, msg_id: Any, values: Sequence[Any]) -> bool:
         """True if the dead-letter file holds this very message: it is not delivered,
         and the spout is told it is settled at the next poll."""
-        key = msg_id_key_fast(msg_id)
-        known = self.settled.get(key)
-        if known is None:
-            key, vals = identity(msg_id, values)
-            known = self.settled.get(key)
-            if known is None or known != vals:
-                return False
-        elif known != identity(msg_id, values)[1]:
+        if not self.settled.holds(msg_id, values):
             return False
         self.settles.append(msg_id)
         self.rt.skipped_settled += 1
@@ -447,16 +440,14 @@ class SpoutTask(_Task):
         now = rt.clock.monotonic()
         if standstill is not None:
             # Exactly-once: no Storm-style replay, the topology goes back to
-            # its last committed checkpoint instead. The first failure since
-            # the last rewind caused it and counts as an attempt of its
-            # message; later ones would be replayed by that rewind anyway.
-            if not standstill.rewind:
-                verdict = self.retries.failed(msg_id, now, schedule=False)
-                if verdict.kind is VerdictKind.GIVE_UP:
-                    # The rewind replays without it (settled, see _settled_already).
-                    self._dead_letter(entry, cause, verdict.failures)
-                elif verdict.at is not None:
-                    rt.hold_spouts_until(verdict.at)
+            # its last committed checkpoint instead. Every message failing
+            # before that rewind counts an attempt (Retries.attempt_failed).
+            verdict = self.retries.attempt_failed(msg_id, now)
+            if verdict.kind is VerdictKind.GIVE_UP:
+                # The rewind replays without it (settled, see _settled_already).
+                self._dead_letter(entry, cause, verdict.failures)
+            elif verdict.at is not None:
+                rt.hold_spouts_until(verdict.at)
             standstill.fail()
             return
         verdict = self.retries.failed(msg_id, now)
@@ -486,8 +477,7 @@ class SpoutTask(_Task):
         )
         self.rt.write_dead_letter(record)
         self.dead_lettered += 1
-        key, vals = identity(msg_id, values)
-        self.settled[key] = vals
+        self.settled.add(msg_id, values)
 
     def _call_fail(self, msg_id: Any) -> None:
         try:
@@ -996,7 +986,7 @@ class LocalRuntime:
         )
         self.deadletters = DeadLetterFile(self.deadletter_path)
         self._retries: dict[str, Retries] = {}
-        self._settled: dict[str, dict[Hashable, bytes]] = {}
+        self._settled: dict[str, Settled] = {}
         self._replays: dict[str, deque[_Replay]] = {}
         self.replaying: set[_Replay] = set()  # fed back and emitted, not yet acked or given up
         self._deadletters_loaded = False
@@ -1156,11 +1146,10 @@ class LocalRuntime:
             r = self._retries[namespace] = Retries(self.retry_policy)
         return r
 
-    def settled_for(self, namespace: str) -> dict[Hashable, bytes]:
-        """Message key -> values JSON of the messages of ``namespace`` dead-lettered
-        in this run: not delivered again when the spout emits them (a rewind of
-        exactly-once state replays them)."""
-        return self._settled.setdefault(namespace, {})
+    def settled_for(self, namespace: str) -> Settled:
+        """The messages of ``namespace`` dead-lettered in this run: not delivered
+        again when the spout emits them (a rewind of exactly-once state replays them)."""
+        return self._settled.setdefault(namespace, Settled())
 
     def replays_for(self, namespace: str) -> deque[_Replay]:
         """Dead letters of ``namespace`` fed back for this run, not yet emitted."""
@@ -1221,27 +1210,9 @@ class LocalRuntime:
         """Write ``record`` to the dead-letter file, durably, before the message is settled."""
         if _KILL_AT == "before-write":
             os.kill(os.getpid(), signal.SIGKILL)
-        try:
-            written = self.deadletters.append(record)
-        except OSError as exc:
-            raise RuntimeFailure(
-                f"cannot write the dead-letter file {str(self.deadletter_path)!r} "
-                f"(statestream.deadletter.path): {exc.strerror}; message {record.msg_id!r} "
-                f"of spout {record.namespace} stays unsettled"
-            ) from exc
+        self.deadletters.give_up(record)
         if _KILL_AT == "after-write":
             os.kill(os.getpid(), signal.SIGKILL)
-        log.warning(
-            "%s[%d] gave up on message %r after %d attempts (%s: %s); %s to %s",
-            record.spout,
-            record.task,
-            record.msg_id,
-            record.attempts,
-            record.error_type,
-            _cut(record.error),
-            "dead-lettered" if written else "already in",
-            self.deadletter_path,
-        )
 
     def emit_replays(self, task: SpoutTask, limit: int) -> bool:
         """Emit up to ``limit`` dead letters fed back for ``task``; True if any went out."""
@@ -1399,13 +1370,16 @@ class LocalRuntime:
         """
         assert self.standstill is not None
         self.rewinds += 1
-        # Acks already delivered to a data spout belong to committed trees (a
-        # fed-back dead letter among them is done); fails only ask for this
-        # rewind again. Not the checkpoint spout's: an ack of the PREPARE in
-        # flight would store COMMITTING and commit a cut this failure undoes.
-        for spout in self.data_spouts:
-            if spout.completions:
-                spout._drain_completions()
+        # Finish the attempt first: what is queued runs (no spout is polled,
+        # so no tuple and no checkpoint tuple is emitted), so that every
+        # message emitted in it has failed (an attempt of its own) or gone
+        # through (its count forgotten; see statestream._retry). Acks
+        # delivered to a data spout belong to committed trees (a fed-back
+        # dead letter among them is done). Not the checkpoint spout's: an ack
+        # of the PREPARE in flight would store COMMITTING and commit a cut
+        # this failure undoes.
+        self._finish_queued(self.data_spouts)
+        complete = not any(b.inbox or b.control for b in self.bolts)  # none paused
         # What was emitted and not acked is replayed: the sources seek back,
         # and the dead letters fed back go out again.
         for rid in self.replaying:
@@ -1413,7 +1387,7 @@ class LocalRuntime:
         self.replaying.clear()
         self.fail_causes.clear()
         for retries in self._retries.values():
-            retries.rewound()
+            retries.rewound(complete=complete)
         for spout in self.spouts:
             spout.settles.clear()  # the new instances hear of them when they emit them
         self._release_spouts()
@@ -1708,16 +1682,17 @@ class LocalRuntime:
         cp.request_early()
         return True
 
-    def _finish_queued(self) -> None:
+    def _finish_queued(self, spouts: Sequence[SpoutTask] | None = None) -> None:
         """Process what is already queued (no new spout tuples) so that a stop
-        does not strand work mid-topology; completions reach their spouts."""
+        does not strand work mid-topology; completions reach their spouts (or
+        only ``spouts``)."""
         busy = True
         while busy:
             busy = False
             for bolt in self.bolts:
                 if (bolt.inbox or bolt.control) and bolt.drain():
                     busy = True
-        for spout in self.spouts:
+        for spout in self.spouts if spouts is None else spouts:
             if spout.completions:
                 spout._drain_completions()
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from runtime_harness import Runner
 
@@ -338,6 +339,29 @@ class FlakyCount(WC.WordCount):  # type: ignore[misc, name-defined]
         pass
 
 
+def _dead_lettered_words(path: Path) -> collections.Counter[str]:
+    """The words of the lines in the dead-letter file at ``path``.
+
+    The flaky bolt fails each tuple at random, so a line (8 words: a 7.7%
+    chance to fail each attempt) may fail 5 attempts in a row: then the retry
+    policy rightly gives it up, in about 1 run in 100 of the 1,500-line test.
+    Counting only failures of the line itself, and forgetting them once it went
+    through, keeps any other line out of the file (issue 12: lines replayed by
+    other lines' rewinds were dead-lettered too; tests/unit/test_retry_attempts.py).
+    Such a line must then be left out of the state exactly, and be one that
+    failed its 5 attempts in the counting bolt.
+    """
+    words: collections.Counter[str] = collections.Counter()
+    if not path.exists():
+        return words
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert len(records) <= 2, f"{len(records)} lines dead-lettered: {records}"
+    for r in records:
+        assert (r["component"], r["error_type"], r["attempts"]) == ("count", "Failed", 5), r
+        words.update(r["values"][1].split())
+    return words
+
+
 def _flaky_topology(corpus: Path) -> Any:
     b = TopologyBuilder("eo")
     b.set_spout("lines", FileSpout(corpus))
@@ -366,11 +390,9 @@ def test_a_bolt_failing_one_percent_after_its_put_is_exact_once_and_overcounts_a
         "statestream.state.exactly.once": exactly_once,
         "topology.state.checkpoint.interval.ms": 50,
         "topology.executor.receive.buffer.size": 64,
-        # Transient failures only: rewind at once and never give a line up, as
-        # before issue 12's retry policy (a rewind counts an attempt of the
-        # first failing line only; see the report of issue 12 for the gap).
-        "statestream.retry.max.attempts": 0,
-        "statestream.retry.initial.ms": 0,
+        # The default retry policy (5 attempts), with a short first delay so
+        # that some 200 rewinds stay fast.
+        "statestream.retry.initial.ms": 1,
         "statestream.deadletter.path": str(tmp_path / "deadletter.jsonl"),
     }
     result = LocalRuntime(_flaky_topology(corpus), config).run(until_idle=True)
@@ -378,6 +400,7 @@ def test_a_bolt_failing_one_percent_after_its_put_is_exact_once_and_overcounts_a
     got = _committed(config)
     failed = result.components["count"].failed
     assert failed >= 50, "too few failures to test anything"
+    expected -= _dead_lettered_words(tmp_path / "deadletter.jsonl")
     over = sum(got.values()) - sum(expected.values())
     print(f"{provider} exactly_once={exactly_once}: {failed} failed, overcount {over}")
     assert all(got[w] >= expected[w] for w in expected), "a count was lost"
@@ -399,9 +422,9 @@ def test_a_failed_tuple_leaves_no_effect_in_the_state_on_every_runtime(
     config = runner.config(
         {
             "topology.state.checkpoint.interval.ms": 50,
-            # Transient failures only: rewind at once, never give a line up.
-            "statestream.retry.max.attempts": 0,
-            "statestream.retry.initial.ms": 0,
+            # The default retry policy, with a short first delay: fast.
+            "statestream.retry.initial.ms": 1,
+            "statestream.deadletter.path": str(tmp_path / "deadletter.jsonl"),
         }
     )
     rt = runner.runtime(_flaky_topology(corpus), config)
@@ -409,4 +432,5 @@ def test_a_failed_tuple_leaves_no_effect_in_the_state_on_every_runtime(
     result = rt.run(until_idle=True)
     assert result.reason == "idle"
     assert result.components["count"].failed >= 10, "too few failures to test anything"
+    expected -= _dead_lettered_words(tmp_path / "deadletter.jsonl")
     assert _committed(config) == expected

