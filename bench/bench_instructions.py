@@ -36,7 +36,14 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
 
 
-def one_run(topology: str, sentences: int, exactly_once: str = "auto") -> None:
+def one_run(
+    topology: str,
+    sentences: int,
+    exactly_once: str = "auto",
+    provider: str = "memory",
+    interval_ms: int = 3_600_000,
+    acking: bool = True,
+) -> None:
     """The measured part (runs under valgrind): one word count, inside functools.reduce."""
     import bench_stateful
     import wordcount
@@ -52,13 +59,15 @@ def one_run(topology: str, sentences: int, exactly_once: str = "auto") -> None:
     if topology == "plain":
         topo = bench_stateful.plain_topology()
     else:
-        conf.update(bench_stateful.provider_conf("memory", workdir))
-        conf["topology.state.checkpoint.interval.ms"] = 3_600_000
+        conf.update(bench_stateful.provider_conf(provider, workdir))
+        conf["topology.state.checkpoint.interval.ms"] = interval_ms
         conf["topology.message.timeout.secs"] = 7200
         conf["statestream.state.exactly.once"] = {"true": True, "false": False}.get(
             exactly_once, exactly_once
         )
         topo = wordcount.topology()
+    if not acking:
+        conf["topology.acker.executors"] = 0
     rt = LocalRuntime(topo, conf)
     functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
 
@@ -68,10 +77,20 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=5000)
     ap.add_argument("--topology", choices=("plain", "stateful"), default="plain")
     ap.add_argument("--exactly-once", choices=("auto", "true", "false"), default="auto")
+    ap.add_argument("--provider", choices=("memory", "sqlite"), default="memory")
+    ap.add_argument("--interval-ms", type=int, default=3_600_000)
+    ap.add_argument("--no-acking", action="store_true")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        one_run(args.topology, args.sentences, args.exactly_once)
+        one_run(
+            args.topology,
+            args.sentences,
+            args.exactly_once,
+            args.provider,
+            args.interval_ms,
+            not args.no_acking,
+        )
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -94,6 +113,11 @@ def main() -> None:
             str(args.sentences),
             "--exactly-once",
             args.exactly_once,
+            "--provider",
+            args.provider,
+            "--interval-ms",
+            str(args.interval_ms),
+            *(["--no-acking"] if args.no_acking else []),
         ],
         capture_output=True,
         text=True,
@@ -111,6 +135,12 @@ def main() -> None:
         cmd += f" --topology {args.topology}"
     if args.exactly_once != "auto":
         cmd += f" --exactly-once {args.exactly_once}"
+    if args.provider != "memory":
+        cmd += f" --provider {args.provider}"
+    if args.interval_ms != 3_600_000:
+        cmd += f" --interval-ms {args.interval_ms}"
+    if args.no_acking:
+        cmd += " --no-acking"
     print(f"command: {cmd}\n")
     print("| topology | words | instructions in LocalRuntime.run | per word |")
     print("|---|---:|---:|---:|")

@@ -83,10 +83,9 @@ class SplitSentence(BasicBolt):
 class WordCount(StatefulBolt):
     """Counts words in a KeyValueState (word -> count) that survives restarts.
 
-    ``execute`` counts in a plain dict; ``pre_prepare`` writes the words that
-    changed since the last checkpoint into the state, so the state sees one
-    ``put`` per changed word per checkpoint instead of one per tuple. On a
-    rollback the dict is dropped and refilled from the restored state.
+    Written as Storm's state document writes it: one ``get`` and one ``put``
+    per tuple, the new count emitted anchored to the word, the word acked.
+    After a crash the state comes back from the last committed checkpoint.
     """
 
     def prepare(
@@ -101,27 +100,16 @@ class WordCount(StatefulBolt):
 
     def init_state(self, state: KeyValueState) -> None:
         self.state = state
-        self.counts: dict[str, int] = {}
-        self.dirty: set[str] = set()
 
     def execute(self, tuple: Tuple) -> None:
         word = tuple.values[0]
-        counts = self.counts
-        n = counts.get(word)
-        if n is None:
-            n = self.state.get(word, 0)
-        counts[word] = n + 1
-        self.dirty.add(word)
+        count = self.state.get(word, 0) + 1
+        self.state.put(word, count)
+        self.collector.emit([word, count], anchors=tuple)
         self.collector.ack(tuple)
 
-    def pre_prepare(self, txid: int) -> None:
-        for word in self.dirty:
-            self.state.put(word, self.counts[word])
-        self.dirty.clear()
-
-    def pre_rollback(self) -> None:
-        self.counts = {}
-        self.dirty = set()
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["word", "count"])
 
     def cleanup(self) -> None:
         if self.output and getattr(self, "state", None) is not None:

@@ -18,6 +18,9 @@ Everything a user needs is re-exported here, and everything a state provider nee
 statestream.provider; the underscored modules are private.
 """
 
+# First: it chooses between the compiled and the pure-Python core before any
+# module of that core is imported.
+from . import _core  # noqa: F401
 from ._clock import Clock, FakeClock, SystemClock
 from ._components import (
     BasicBolt,

@@ -46,3 +46,20 @@ class FakeClock:
         if seconds < 0:
             raise ValueError(f"a clock cannot go back ({seconds} s)")
         self.now += seconds
+
+
+class StepClock(FakeClock):
+    """A fake clock that moves ``step`` seconds at every reading.
+
+    A run on it takes its checkpoints at the same points every time, however
+    fast the machine or the core is (the system clock places them, and so
+    what a crash at a given tuple finds committed, by load and speed).
+    """
+
+    def __init__(self, step: float, start: float = 0.0) -> None:
+        super().__init__(start)
+        self.step = step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now

@@ -946,10 +946,15 @@ def _env_key(name: str, prefixes: frozenset[str]) -> str | None:
     return None
 
 
+#: STATESTREAM_ variables that are not config keys: which core runs, and
+#: whether setup.py builds the compiled one (statestream._core, setup.py).
+_NOT_CONFIG_ENV: Final = frozenset({"STATESTREAM_CORE", "STATESTREAM_BUILD_CORE"})
+
+
 def _env_settings(env: Mapping[str, str], prefixes: frozenset[str]) -> list[_Setting]:
     settings = []
     for name in sorted(env):  # sorted: the same environment always fails the same way
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in _NOT_CONFIG_ENV:
             continue
         key = _env_key(name, prefixes)
         if key is None:

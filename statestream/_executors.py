@@ -36,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from ._checkpoint import Action, Barrier
 from ._components import (
     BasicBolt,
@@ -79,11 +81,19 @@ class ExecutorCollector(OutputCollector, Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class _Wrapper(Bolt):
     """Delegates the component contract (streams, per-component config) to the wrapped bolt."""
 
     def __init__(self, bolt: Any) -> None:
         self.bolt = bolt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Explicit, because the compiled class cannot be rebuilt without its
+        # __init__ argument. A wrapper is copied or pickled as built
+        # (Topology.instantiate, Spark's shipping): the bolt, plus what a
+        # Python subclass added (statestream.testing's crash points).
+        return (type(self), (self.bolt,), getattr(self, "__dict__", None))
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         self.bolt.declare_output_fields(declarer)
@@ -126,6 +136,7 @@ class _BasicCollector:
         self._exec.collector.report_error(error)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BasicBoltExecutor(_Wrapper):
     """A :class:`~statestream.BasicBolt` as a rich bolt (Storm's ``BasicBoltExecutor``).
 
@@ -159,6 +170,7 @@ class BasicBoltExecutor(_Wrapper):
         self._ack(tuple)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CheckpointTupleForwarder(_Wrapper):
     """A bolt of a topology with stateful bolts: the checkpoint barrier and forwarding.
 
@@ -270,6 +282,7 @@ class CheckpointTupleForwarder(_Wrapper):
                     self.collector.fail(t)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StatefulBoltExecutor(CheckpointTupleForwarder):
     """A :class:`~statestream.StatefulBolt`'s task side of checkpointing.
 

@@ -9,8 +9,11 @@ tuple of one (task, stream) lives in the origin, built once.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from ._errors import TupleError
 
@@ -27,7 +30,7 @@ class Fields(Sequence[str]):
     __slots__ = ("_index", "_names")
 
     def __init__(self, *names: str | Iterable[str]) -> None:
-        flat: list[str] = []
+        flat: list[Any] = []  # Any: checked below, with a message
         for name in names:
             if isinstance(name, str):
                 flat.append(name)
@@ -116,6 +119,14 @@ def check_emit(
         )
 
 
+# mypyc builds a native class without running ABCMeta.__new__, so the compiled
+# Fields would share Sequence's ABC registry, where isinstance(["a"], Fields)
+# is True. Give it a registry of its own (a no-op for the pure-Python class).
+if "_abc_impl" not in vars(Fields):
+    getattr(abc, "_abc_init")(Fields)  # noqa: B009 (a private name mypy does not know)
+
+
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of list
 class Values(list[Any]):
     """The values of one tuple, in the order of the declared fields (Storm's ``Values``)."""
 

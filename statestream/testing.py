@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._clock import FakeClock
+from ._clock import FakeClock, StepClock
 from ._components import (
     Bolt,
     OutputCollector,
@@ -30,6 +30,7 @@ from ._components import (
     task_namespace,
 )
 from ._errors import ConfigError, SimulatedCrash, StateError, TopologyError
+from ._executors import _Wrapper
 from ._results import ErrorReport, RunResult
 from ._state import KeyValueState
 from ._topology import Topology
@@ -53,6 +54,7 @@ __all__ = [
     "SimulatedCrash",
     "SinkBolt",
     "SpoutRecord",
+    "StepClock",
     "committed_state",
     "crash_and_recover",
     "crash_at_checkpoint",
@@ -522,7 +524,12 @@ def _armed(topology: Topology, point: CrashPoint) -> tuple[Topology, int]:
             f"crash point {point}: {point.component!r} has tasks 0..{spec.parallelism - 1}"
         )
     obj = topology.instantiate(point.component)
-    obj.__class__ = _tripwire_class(type(obj))
+    tripwired = _tripwire_class(type(obj))
+    if isinstance(obj, _Wrapper):
+        # An executor of the compiled core takes no __class__ assignment.
+        obj = tripwired(obj.bolt)
+    else:
+        obj.__class__ = tripwired
     key = id(obj)
     obj._crash_key = key
     _ARMED[key] = point

@@ -62,6 +62,7 @@ log = logging.getLogger("statestream")
 
 _xxh3 = xxhash.xxh3_64_intdigest
 _getrandbits = random.getrandbits
+_EDGE_BITS = 62
 
 # Route kinds, as small ints so the emit loop compares cheaply.
 _SHUFFLE, _FIELDS1, _FIELDSN, _GLOBAL, _ALL, _DIRECT, _CUSTOM = range(7)
@@ -225,6 +226,7 @@ class _Task:
 
         Returns the XOR of the edge ids created (the ledger's initial value).
         """
+        rt = self.rt
         created = 0
         for r in routes:
             kind = r.kind
@@ -242,7 +244,7 @@ class _Task:
                 targets = r.choose(values, direct)
             inboxes = r.inboxes
             for i in targets:
-                edge = _getrandbits(64) or new_id()
+                edge = rt.randbits(_EDGE_BITS) or 1
                 created ^= edge
                 inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
         return created
@@ -263,12 +265,13 @@ class _Task:
         tree therefore give the new tuple a non-zero id in that tree (one
         shared edge would cancel out and leave it untracked).
         """
+        rt = self.rt
         for r in routes:
             inboxes = r.inboxes
             for i in r.choose(values, direct):
                 ids: dict[int, int] = {}
                 for a in anchors:
-                    edge = _getrandbits(64) or new_id()
+                    edge = rt.randbits(_EDGE_BITS) or 1
                     a.ack_val ^= edge
                     for root in a.trees():
                         ids[root] = ids.get(root, 0) ^ edge
@@ -399,7 +402,7 @@ class SpoutTask(_Task):
             if self.failures and self.rt.exactly_once:
                 self.retries.emitted_again(msg_id)
             self.emitted += 1
-            root = new_id()
+            root = self.rt.new_root()
             self.pending.put(root, (msg_id, values, origin))
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
@@ -705,6 +708,7 @@ class BoltTask(_Task):
             return
         self.emitted += 1
         origin = entry[0]
+        rt = self.rt
         created = 0
         for r in entry[2]:
             kind = r.kind
@@ -716,11 +720,11 @@ class BoltTask(_Task):
                 r.rr = i + 1 if i + 1 < r.n else 0
             else:
                 for i in r.choose(values, None):
-                    edge = _getrandbits(64) or new_id()
+                    edge = rt.randbits(_EDGE_BITS) or 1
                     created ^= edge
                     r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
                 continue
-            edge = _getrandbits(64) or new_id()
+            edge = rt.randbits(_EDGE_BITS) or 1
             created ^= edge
             r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
         anchor.ack_val ^= created
@@ -953,6 +957,12 @@ class LocalRuntime:
         self.config = as_config(config, topology_prefixes=(topology.name,))
         self.plan = RuntimePlan(topology, self.config)
         self.clock: Clock = clock or SystemClock()
+        # Where tuple ids come from (a test may set its own): a root is a full
+        # 64-bit id; an edge has 62 bits, so that XORs of edges stay small
+        # ints, which the compiled core handles unboxed (2**-62 per ack is
+        # still no chance of a false completion).
+        self.new_root: Callable[[], int] = new_id
+        self.randbits: Callable[[int], int] = _getrandbits
         self.capacity = int(self.config["topology.executor.receive.buffer.size"])
         self.idle_sleep = self.config["topology.sleep.spout.wait.strategy.time.ms"] / 1000.0
         self.n_ackers = int(self.config["topology.acker.executors"])
@@ -1243,7 +1253,7 @@ class LocalRuntime:
                 self.replay_acked(rid)
                 continue
             self.replaying.add(rid)
-            root = new_id()
+            root = self.new_root()
             task.pending.put(root, (rid, record.values, origin))
             self.acking.init(
                 root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)

@@ -15,7 +15,7 @@ in test_groupings, test_stateful, test_exactly_once and test_runtime).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -30,7 +30,6 @@ from statestream import (
     TopologyContext,
     Tuple,
 )
-from statestream.runtime import local
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import (
     ListSpout,
@@ -402,27 +401,33 @@ class PairSink(Bolt):
         self.collector.ack(tuple)
 
 
-@pytest.fixture
-def walkthrough_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+class WalkthroughIds:
     """The 4-bit ids of acking-walkthrough.md: roots 2 and 3 (so acker 0 and acker 1),
     spout edges 1010 and 1011, and for tid1, the tuple anchored to both, one fresh
     edge per anchor as Storm draws them: 1100 (anchor in root 2's tree) and 1101
-    (anchor in root 3's)."""
-    roots = iter([2, 3])
-    edges = iter([0b1010, 0b1011, 0b1100, 0b1101])
-    monkeypatch.setattr(local, "new_id", lambda: next(roots))
-    monkeypatch.setattr(local, "_getrandbits", lambda bits: next(edges))
-    yield
-    assert next(roots, None) is None and next(edges, None) is None  # all were used
+    (anchor in root 3's). Installed through the runtime's id sources."""
+
+    def __init__(self) -> None:
+        self.roots = iter([2, 3])
+        self.edges = iter([0b1010, 0b1011, 0b1100, 0b1101])
+
+    def install(self, rt: LocalRuntime) -> None:
+        rt.new_root = lambda: next(self.roots)
+        rt.randbits = lambda bits: next(self.edges)
+
+    def all_used(self) -> bool:
+        return next(self.roots, None) is None and next(self.edges, None) is None
 
 
-def test_acking_walkthrough_end_to_end_with_two_ackers(walkthrough_ids: None) -> None:
+def test_acking_walkthrough_end_to_end_with_two_ackers() -> None:
+    ids = WalkthroughIds()
     b = TopologyBuilder("t")
     b.set_spout("left", ListSpout(["L"]))
     b.set_spout("right", ListSpout(["R"]))
     b.set_bolt("bolt1", Join()).global_grouping("left").global_grouping("right")
     b.set_bolt("bolt2", PairSink()).shuffle_grouping("bolt1")
     rt = runtime(b.build(), topology_acker_executors=2)
+    ids.install(rt)
     assert rt.acking is not None
     acker1, acker2 = rt.acking.ledgers
     sid1, sid2 = rt.component_tasks["left"][0], rt.component_tasks["right"][0]
@@ -444,6 +449,7 @@ def test_acking_walkthrough_end_to_end_with_two_ackers(walkthrough_ids: None) ->
     assert spout_task(rt, "right").spout.acked == [0]
     assert sink("pairs") == [["L", "R"]]
     rt.close()
+    assert ids.all_used()
 
 
 # -- explicit fail -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from statestream.testing import (
     ListSpout,
     SimulatedCrash,
     SinkBolt,
+    StepClock,
     committed_state,
     crash_and_recover,
     crash_at_checkpoint,
@@ -51,6 +52,11 @@ class Count(word_bolts.Count):
 
     def cleanup(self) -> None:
         self.cleaned.append(self.context.task_index)
+
+
+# Each clock reading moves 0.3 ms: checkpoints (every 5 ms) fall at the same
+# tuples on every machine and core, so the nth checkpoint a point names exists.
+STEP = 0.0003
 
 
 def _topology(corpus: Path) -> Topology:
@@ -97,7 +103,7 @@ def test_a_crash_at_any_point_recovers_to_exact_counts(
 ) -> None:
     path, expected = corpus
     topo, config = _topology(path), _config(tmp_path)
-    outcome = crash_and_recover(topo, config, at=point)
+    outcome = crash_and_recover(topo, config, at=point, clock=StepClock(STEP))
     assert str(point) in str(outcome.crash)
     assert outcome.errors_before_crash == []
     assert outcome.result.reason == "idle" and outcome.result.errors == []
@@ -118,7 +124,7 @@ def test_a_commit_half_done_across_tasks_is_what_the_restart_meets(
             seen.extend(provider.get_state(f"count-{t}").committed_txid for t in (0, 1))
 
     point = crash_at_checkpoint("count", "commit", after=True, task=0, n=3)
-    crash_and_recover(topo, config, at=point, between=committed_txids)
+    crash_and_recover(topo, config, at=point, between=committed_txids, clock=StepClock(STEP))
     # Task 0 committed its third COMMIT (txid 2); task 1 never got to it.
     assert seen == [2, 1]
     assert committed_state(topo, config, "count") == dict(expected)
@@ -132,7 +138,12 @@ def test_at_least_once_the_same_crash_loses_nothing_and_counts_replays_again(
     path, expected = corpus
     topo = _topology(path)
     config = _config(tmp_path, **{"statestream.state.exactly.once": False})
-    crash_and_recover(topo, config, at=crash_at_checkpoint("count", "commit", after=True, n=3))
+    crash_and_recover(
+        topo,
+        config,
+        at=crash_at_checkpoint("count", "commit", after=True, n=3),
+        clock=StepClock(STEP),
+    )
     got = committed_state(topo, config, "count")
     assert set(got) == set(expected)
     assert all(got[w] >= expected[w] for w in expected)
@@ -158,7 +169,9 @@ def test_the_memory_provider_carries_state_from_the_crashed_run(
         "topology.state.provider.config": {"name": f"crash-{uuid.uuid4().hex}"},
         "topology.state.checkpoint.interval.ms": 5,
     }
-    outcome = crash_and_recover(topo, config, at=crash_at_checkpoint("count", "commit", n=4))
+    outcome = crash_and_recover(
+        topo, config, at=crash_at_checkpoint("count", "commit", n=4), clock=StepClock(STEP)
+    )
     # The recovering run must have started from a commit, not from nothing:
     # it executed fewer words than the whole text holds.
     counted = outcome.result.components["count"].executed

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestream import _state
+from statestream import _kvstate, _state
 from statestream_providers.memory import MemoryStateProvider
 
 
@@ -58,9 +58,9 @@ def test_a_small_state_answers_misses_without_asking_the_store(
 def test_a_large_state_stays_lazy_and_exact(
     provider: MemoryStateProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_state, "PRELOAD_LIMIT", 5)
     _committed(provider, 10)
     state, loads = _reopen(provider)
+    state.preload_limit = 5
     assert [state.get(f"k{i}") for i in range(10)] == list(range(10))
     assert state.get("missing", "d") == "d"
     assert loads  # beyond the limit, misses go to the store
@@ -119,8 +119,8 @@ def test_a_rollback_after_a_preload_reads_the_store_whole_again(
 
 
 def test_sentinels_and_states_have_readable_reprs(provider: MemoryStateProvider) -> None:
-    assert repr(_state._Sentinel("<gone>")) == "<gone>"
-    assert (repr(_state._MISSING), repr(_state._ABSENT)) == ("<missing>", "<absent>")
+    assert repr(_kvstate._Sentinel("<gone>")) == "<gone>"
+    assert (repr(_kvstate._MISSING), repr(_kvstate._ABSENT)) == ("<missing>", "<absent>")
     assert repr(provider.get_state("count-3")) == "<StoredKeyValueState 'count-3'>"
 
 

@@ -1,0 +1,83 @@
+"""Builds the compiled per-tuple core (see statestream/_core.py) beside its sources.
+
+Everything else about the package is in pyproject.toml. The modules listed
+in ``statestream._core.COMPILED_MODULES`` are compiled with mypyc into C
+extensions; if that cannot be done (no C compiler, a mypyc failure) the
+install goes on without them and statestream runs its pure-Python core,
+saying so in one line at start. ``_build_info.json`` records the digests of
+the sources the extensions were built from, so that a checkout edited after
+the build runs its sources rather than stale machine code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+
+
+def _core_module() -> Any:
+    # Loaded by path: importing the package would need its dependencies,
+    # which the build environment does not have.
+    spec = importlib.util.spec_from_file_location("_core", HERE / "statestream" / "_core.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    os.environ.setdefault("STATESTREAM_CORE", "python")  # no extension import at build time
+    spec.loader.exec_module(module)
+    return module
+
+
+CORE = _core_module()
+BUILD_INFO = HERE / "statestream" / CORE.BUILD_INFO
+
+
+def _warn(message: str) -> None:
+    print(f"statestream: {message}; the pure-Python core will run", file=sys.stderr)
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that records what it built and never fails the install."""
+
+    def run(self) -> None:
+        BUILD_INFO.unlink(missing_ok=True)
+        try:
+            super().run()
+        except Exception as exc:  # a missing compiler surfaces here
+            _warn(f"the compiled core could not be built ({exc})")
+            return
+        BUILD_INFO.write_text(json.dumps({"sources": CORE.source_digests()}, indent=1) + "\n")
+
+
+def ext_modules() -> list[Any]:
+    if os.environ.get("STATESTREAM_BUILD_CORE", "1") == "0":
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError as exc:
+        _warn(f"mypyc is not installed ({exc})")
+        return []
+    paths = [str(CORE.source_path(m).relative_to(HERE)) for m in CORE.COMPILED_MODULES]
+    try:
+        return list(
+            mypycify(
+                # The build environment holds no third-party stubs: those
+                # modules are typed Any here (mypy proper checks them in CI).
+                ["--ignore-missing-imports", *paths],
+                opt_level="3",
+                group_name="statestream._core_native",
+            )
+        )
+    except BaseException as exc:  # mypyc reports type errors with SystemExit
+        _warn(f"mypyc failed ({exc!r})")
+        return []
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,137 @@
+"""Which implementation of the per-tuple core runs: compiled (mypyc) or pure Python.
+
+The modules in :data:`COMPILED_MODULES` are plain, typed Python that
+``pip install -e .`` also compiles with mypyc into C extensions beside them
+(``setup.py``). Python prefers an extension to a ``.py`` of the same name,
+so the compiled core is used whenever it was built and imports. The pure
+Python source runs instead, for every one of these modules at once, when:
+
+* ``STATESTREAM_CORE=python`` is set (CI runs the behaviour tests this way);
+* the extensions were not built (no compiler, or the build failed: the
+  install goes on without them);
+* the sources changed since the extensions were built (``_build_info.json``
+  records their digests), so an edited checkout never runs stale machine
+  code; ``pip install -e .`` rebuilds them.
+
+This module must be imported before any of those modules (the package's
+``__init__`` does it first). :func:`describe` is the one line the runtimes
+and the CLI print at start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+#: Modules compiled by setup.py, as import names. The order is the build order.
+COMPILED_MODULES: Final = (
+    "statestream._tuple",
+    "statestream._acker",
+    "statestream._rotating",
+    "statestream._kvstate",
+    "statestream._executors",
+    "statestream.runtime.local",
+)
+
+#: The environment variable that selects the implementation: ``python`` or
+#: ``compiled`` (an error at import if the compiled core cannot be used).
+ENV_VAR: Final = "STATESTREAM_CORE"
+BUILD_INFO: Final = "_build_info.json"
+
+_PACKAGE_DIR: Final = Path(__file__).resolve().parent
+
+
+def source_path(module: str) -> Path:
+    """The ``.py`` file of one of :data:`COMPILED_MODULES`."""
+    parts = module.split(".")[1:]
+    return _PACKAGE_DIR.joinpath(*parts).with_suffix(".py")
+
+
+def source_digests(modules: Sequence[str] = COMPILED_MODULES) -> dict[str, str]:
+    """SHA-256 of each module's source: what setup.py records and this module compares."""
+    return {m: hashlib.sha256(source_path(m).read_bytes()).hexdigest() for m in modules}
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Imports the listed modules from their ``.py`` source, never from an extension."""
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        self.modules = frozenset(modules)
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.modules:
+            return None
+        src = str(source_path(fullname))
+        return importlib.util.spec_from_file_location(
+            fullname, src, loader=importlib.machinery.SourceFileLoader(fullname, src)
+        )
+
+
+def _extension_built(module: str) -> bool:
+    src = source_path(module)
+    return any(
+        src.with_name(src.stem + suffix).exists()
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    )
+
+
+def _why_pure() -> str | None:
+    """None if the compiled core can be used, else why not (one phrase)."""
+    choice = os.environ.get(ENV_VAR, "").strip().lower()
+    if choice not in ("", "python", "compiled"):
+        raise ImportError(
+            f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not a choice: use 'python' "
+            "(the pure-Python core) or 'compiled', or leave it unset"
+        )
+    if choice == "python":
+        return f"{ENV_VAR}=python"
+    why: str | None = None
+    missing = [m for m in COMPILED_MODULES if not _extension_built(m)]
+    if missing:
+        why = "the compiled core is not built (pip install -e . builds it; it needs gcc)"
+    else:
+        try:
+            recorded = json.loads((_PACKAGE_DIR / BUILD_INFO).read_text())["sources"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+        if recorded != source_digests():
+            why = "the sources changed since the compiled core was built (pip install -e .)"
+    if why is not None and choice == "compiled":
+        raise ImportError(f"{ENV_VAR}=compiled, but {why}")
+    return why
+
+
+REASON: Final = _why_pure()
+PURE: Final = REASON is not None
+
+if PURE:
+    already = [m for m in COMPILED_MODULES if m in sys.modules]
+    if already:  # imported before the package: too late to choose
+        raise ImportError(f"import statestream before {', '.join(already)}")
+    sys.meta_path.insert(0, _SourceFirst(COMPILED_MODULES))
+
+
+def compiled() -> bool:
+    """True if the per-tuple core runs as compiled code."""
+    return not PURE
+
+
+def describe() -> str:
+    """One line saying which core is in use, and why when it is not the compiled one."""
+    if PURE:
+        return f"core: pure Python ({REASON})"
+    return "core: compiled (mypyc)"

@@ -1,0 +1,517 @@
+"""The one key-value state every shipped provider shares (:class:`StoredKeyValueState`).
+
+Its contract is in :mod:`statestream._state`, which re-exports what is
+here. This module is part of the compiled per-tuple core
+(:mod:`statestream._core`): ``get`` and ``put`` run once per tuple of every
+stateful bolt, so it holds no Protocol class (mypyc cannot compile one) and
+reads its tunables from attributes rather than module globals.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import reprlib
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from statestream._errors import (
+    ProtocolViolation,
+    SerializationError,
+    StateCorruptError,
+)
+from statestream._serde import JsonSerializer, Serializer
+
+if TYPE_CHECKING:
+    from statestream._state import StateBackend
+
+
+class CommitOutcome(enum.Enum):
+    """What :meth:`StateBackend.apply_prepared` found in the store."""
+
+    APPLIED = "applied"  #: the prepared delta was applied and the txid recorded
+    ALREADY_COMMITTED = "already-committed"  #: txid <= committed txid: nothing done
+    NOT_PREPARED = "not-prepared"  #: no delta of that txid is prepared: nothing done
+
+
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+#: Not in the read cache: ask the store.
+_MISSING: Final = _Sentinel("<missing>")
+#: Known to be absent (deleted, or not in the store): ``get`` returns its default.
+_ABSENT: Final = _Sentinel("<absent>")
+#: Tags cache keys made from encoded keys, so that they can equal no user key.
+_ENCODED: Final = _Sentinel("<encoded-key>")
+
+_short_repr = reprlib.Repr()
+_short_repr.maxstring = 60
+_short_repr.maxother = 60
+
+#: A pending or prepared change: (key as given, encoded key, value, encoded
+#: value or None for a tombstone). The key is kept for items().
+_Entry = tuple[Any, bytes, Any, bytes | None]
+
+
+def _cache_key(plain: Any, encoded: bytes) -> Hashable:
+    """The cache key of a key whose JSON is ``encoded`` and decodes to ``plain``.
+
+    A key is cached under the plain ``str`` or ``int`` its JSON decodes to,
+    else under its encoding. So keys the store cannot tell apart share an
+    entry (``IntEnum`` members and their int, ``StrEnum`` members and their
+    str), and keys it can (``1``, ``1.0``, ``True``; equal in Python) do not.
+    """
+    cls = plain.__class__
+    return plain if cls is str or cls is int else (_ENCODED, encoded)
+
+
+def _freeze(obj: Any) -> Any:
+    """JSON has no tuples: turn a decoded list key back into the tuple it was."""
+    if isinstance(obj, list):
+        return tuple(_freeze(item) for item in obj)
+    return obj
+
+
+#: The ints JSON (orjson) encodes: 64-bit signed and unsigned.
+_INT_MIN: Final = -(1 << 63)
+_INT_MAX: Final = (1 << 64) - 1
+
+PRELOAD_LIMIT: Final = 50_000
+"""Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
+
+
+class StoredKeyValueState:
+    """The :class:`KeyValueState` of every shipped provider, over a :class:`StateBackend`.
+
+    In memory it keeps three dicts:
+
+    * ``_pending``: changes since the last prepare/commit (cache key -> entry);
+    * ``_prepared``: the delta this object prepared and that is not yet
+      committed, mirrored from the store so rollback knows what to forget;
+    * ``_view``: what ``get`` returns, for every key in the two above and for
+      every committed key read so far (``_ABSENT`` for known misses).
+
+    So a hot ``get`` is one dict lookup, ``put`` is two dict writes plus the
+    encoding, opening a state reads nothing (keys load one by one on a miss,
+    ``items()`` scans the store), and a commit sends only the changed keys.
+    The view grows with the keys touched; it is never larger than the state.
+
+    A delta left prepared in the store by an earlier incarnation (a crash
+    between prepare and commit) is not visible: the state reads as the last
+    committed one until recovery commits that txid (then the delta shows) or
+    rolls it back.
+
+    Cache keys: ``str`` and ``int`` keys are their own cache keys (the hot
+    path, no decoding); see :func:`_cache_key` for the others. The view thus
+    tells keys apart exactly as the store does.
+
+    The read cache assumes this object is the only writer of its namespace,
+    which the topology guarantees (one task, one namespace). Not thread-safe.
+    """
+
+    __slots__ = (
+        "_backend",
+        "_committed_txid",
+        "_complete",
+        "_decode",
+        "_defer",
+        "_encode",
+        "_foreign_prepared",
+        "_loaded",
+        "_pending",
+        "_plain",
+        "_preload_tried",
+        "_prepared",
+        "_prepared_txid",
+        "_view",
+        "namespace",
+        "preload_limit",
+    )
+
+    def __init__(self, namespace: str, backend: StateBackend, serializer: Serializer) -> None:
+        self.namespace: Final = namespace
+        self._backend = backend
+        self._encode = serializer.encode
+        self._decode = serializer.decode
+        self._pending: dict[Hashable, _Entry] = {}
+        # Puts whose encoding cannot fail (an ASCII str key, a value of
+        # _PLAIN_VALUE, the JSON serializer) wait here unencoded, key ->
+        # value, until something reads the pending changes (_settle_plain):
+        # the bytes are the same, made once per checkpoint instead of per put.
+        self._plain: dict[str, Any] = {}
+        self._defer = type(serializer) is JsonSerializer
+        self._prepared: dict[Hashable, _Entry] = {}
+        self._view: dict[Hashable, Any] = {}
+        # Txids are read from the store on the first protocol call, not at open.
+        self._loaded = False
+        self._committed_txid = -1
+        self._prepared_txid: int | None = None
+        # True while the store holds a delta prepared by an earlier incarnation,
+        # whose keys are not in _prepared (nor in the view).
+        self._foreign_prepared = False
+        # Set once the whole committed state is known to be in the view, so a
+        # miss is an absent key without asking the store (see _preload).
+        self._complete = False
+        self._preload_tried = False
+        #: Committed entries read whole on the first miss (see _preload).
+        self.preload_limit = PRELOAD_LIMIT
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.namespace!r}>"
+
+    # ------------------------------------------------------------------ keys and values
+
+    def _key(self, key: Any) -> tuple[Hashable, bytes]:
+        """Return ``(cache key, encoded key)`` or raise SerializationError."""
+        try:
+            encoded = b"%b" % orjson.dumps(key)  # encode_json, inlined: this is per put
+        except orjson.JSONEncodeError as exc:
+            raise SerializationError(
+                f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
+                f"{type(key).__name__!r}: keys must be JSON scalars (str, int, float, bool, "
+                f"None) or tuples of them ({exc})"
+            ) from exc
+        cls = key.__class__
+        if cls is str or cls is int:
+            return key, encoded
+        if cls is float and not math.isfinite(key):
+            # JSON would store it as null, colliding with the key None.
+            raise SerializationError(
+                f"state {self.namespace!r}: cannot use key {key!r} of type 'float': "
+                "NaN and infinities have no JSON form"
+            )
+        try:
+            hash(key)
+        except TypeError as exc:
+            raise SerializationError(
+                f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
+                f"{type(key).__name__!r}: keys must be hashable (use a tuple, not a list)"
+            ) from exc
+        return _cache_key(orjson.loads(encoded), encoded), encoded
+
+    def _stored_key(self, encoded: bytes) -> tuple[Any, Hashable]:
+        """Decode a key read from the store; return ``(key, cache key)``."""
+        try:
+            plain = orjson.loads(encoded)
+        except orjson.JSONDecodeError as exc:
+            raise StateCorruptError(
+                f"state {self.namespace!r}: the store holds a key that is not JSON: "
+                f"{_short_repr.repr(encoded)}"
+            ) from exc
+        return _freeze(plain), _cache_key(plain, encoded)
+
+    def _decode_value(self, key: Any, data: bytes) -> Any:
+        try:
+            return self._decode(data)
+        except Exception as exc:  # any serializer, any failure: the bytes are bad
+            raise StateCorruptError(
+                f"state {self.namespace!r}: the stored value of key {_short_repr.repr(key)} "
+                f"cannot be decoded ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _load(self, key: Any, cache_key: Hashable) -> Any:
+        """Read a committed value into the view (a cache miss)."""
+        if not self._complete and not self._preload_tried:
+            self._preload()
+            value = self._view.get(cache_key, _MISSING)
+            if value is not _MISSING:
+                return value
+        if self._complete:
+            self._view[cache_key] = _ABSENT
+            return _ABSENT
+        data = self._backend.load(self._key(key)[1])
+        value = _ABSENT if data is None else self._decode_value(key, data)
+        self._view[cache_key] = value
+        return value
+
+    def _preload(self) -> None:
+        """On the first miss, read a small committed state whole.
+
+        A bolt meeting new keys would otherwise pay a store round trip per
+        key, even on an empty store (20,000 Redis round trips for a 20,000
+        word vocabulary). Up to ``preload_limit`` committed entries are streamed
+        into the view; if the scan ends within the limit the view is complete
+        and later misses need no I/O. A larger state stays lazy (what was read
+        is kept), so opening a state of millions of keys stays fast.
+        """
+        self._preload_tried = True
+        if self._foreign_prepared:
+            return
+        view = self._view
+        self._settle_plain()
+        overlay = self._pending.keys() | self._prepared.keys()
+        for n, (encoded_key, data) in enumerate(self._backend.scan(), 1):
+            if n > self.preload_limit:
+                return
+            key, cache_key = self._stored_key(encoded_key)
+            if cache_key not in overlay and cache_key not in view:
+                view[cache_key] = self._decode_value(key, data)
+        self._complete = True
+
+    # ------------------------------------------------------------------ mapping
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The visible value of ``key``, or ``default`` when it has none."""
+        cls = key.__class__
+        cache_key = key if cls is str or cls is int else self._key(key)[0]
+        value = self._view.get(cache_key, _MISSING)
+        if value is _MISSING:
+            value = self._load(key, cache_key)
+        return default if value is _ABSENT else value
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` in the pending changes.
+
+        A value that could fail to encode is encoded here, so an unencodable
+        one fails now, naming the namespace, the key and the type, rather
+        than at the next checkpoint.
+        """
+        vcls = value.__class__
+        if (
+            self._defer
+            and key.__class__ is str
+            and key.isascii()
+            and (
+                (vcls is int and _INT_MIN <= value <= _INT_MAX)
+                or (vcls is str and value.isascii())
+                or vcls is bool
+                or value is None
+            )
+        ):
+            if self._pending and key in self._pending:
+                del self._pending[key]
+            self._plain[key] = value
+            self._view[key] = value
+            return
+        cache_key, encoded_key = self._key(key)
+        try:
+            encoded = self._encode(value)
+        except SerializationError as exc:
+            raise SerializationError(
+                f"state {self.namespace!r}: cannot put key {_short_repr.repr(key)}: {exc}"
+            ) from exc
+        if not encoded:  # b"" marks a tombstone in some stores (see Serializer)
+            raise SerializationError(
+                f"state {self.namespace!r}: the serializer encoded the value of key "
+                f"{_short_repr.repr(key)} as empty bytes, which serializers must not do"
+            )
+        if self._plain and cache_key.__class__ is str:
+            self._plain.pop(cache_key, None)
+        self._pending[cache_key] = (key, encoded_key, value, encoded)
+        self._view[cache_key] = value
+
+    def delete(self, key: Any) -> Any:
+        """Delete ``key``; return the value it had (None if none).
+
+        The tombstone hides prepared and committed values until it is
+        committed, then the key is gone from the store.
+        """
+        cache_key, encoded_key = self._key(key)
+        old = self._view.get(cache_key, _MISSING)
+        if old is _MISSING:
+            old = self._load(key, cache_key)
+        if self._plain and cache_key.__class__ is str:
+            self._plain.pop(cache_key, None)
+        self._pending[cache_key] = (key, encoded_key, None, None)
+        self._view[cache_key] = _ABSENT
+        return None if old is _ABSENT else old
+
+    def _settle_plain(self) -> None:
+        """Encode the deferred puts into the pending changes (see ``_plain``)."""
+        plain = self._plain
+        if plain:
+            pending = self._pending
+            for key, value in plain.items():
+                data = b"%b" % orjson.dumps(key)
+                pending[key] = (key, data, value, b"%b" % orjson.dumps(value))
+            plain.clear()
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, _MISSING) is not _MISSING
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every visible ``(key, value)``: pending over prepared over committed.
+
+        Committed entries are streamed from the store, not loaded at once and
+        not added to the read cache. Changes made while iterating may or may
+        not be seen.
+        """
+        return self._walk(values=True)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (key for key, _ in self._walk(values=False))
+
+    def keys(self) -> Iterator[Any]:
+        """The visible keys (as ``iter(state)``)."""
+        return iter(self)
+
+    def _walk(self, *, values: bool) -> Iterator[tuple[Any, Any]]:
+        self._settle_plain()
+        overlay = {**self._prepared, **self._pending}  # a snapshot; pending wins
+        view = self._view
+        for cache_key, entry in overlay.items():
+            value = view[cache_key]
+            if value is not _ABSENT:
+                yield entry[0], value
+        for encoded_key, data in self._backend.scan():
+            key, cache_key = self._stored_key(encoded_key)
+            if cache_key in overlay:
+                continue
+            value = view.get(cache_key, _MISSING)
+            if value is _ABSENT:
+                continue  # consistent with get(), which trusts the cache
+            if value is _MISSING:
+                value = self._decode_value(key, data) if values else None
+            yield key, value
+
+    # ------------------------------------------------------------------ checkpoint protocol
+
+    def _load_txids(self) -> None:
+        if not self._loaded:
+            committed, prepared = self._backend.load_txids()
+            self._committed_txid = committed
+            self._prepared_txid = prepared
+            self._foreign_prepared = prepared is not None
+            self._loaded = True
+
+    @property
+    def committed_txid(self) -> int:
+        """The last txid committed with ``commit(txid)``; -1 when there is none."""
+        self._load_txids()
+        return self._committed_txid
+
+    @property
+    def prepared_txid(self) -> int | None:
+        """The txid whose delta is prepared in the store and not yet committed, if any."""
+        self._load_txids()
+        return self._prepared_txid
+
+    def _check_txid(self, operation: str, txid: object) -> int:
+        # bool is an int to Python, but True as a txid is a bug, not txid 1.
+        if not isinstance(txid, int) or isinstance(txid, bool):
+            raise ProtocolViolation(
+                f"state {self.namespace!r}: {operation} needs an int txid, "
+                f"not {type(txid).__name__} {txid!r}"
+            )
+        return int(txid)
+
+    # txids are typed object: a compiled method would refuse a wrong type with
+    # a bare TypeError before _check_txid could say what is wrong.
+    def prepare_commit(self, txid: object) -> None:
+        """Store the pending changes as (part of) the prepared delta of ``txid``.
+
+        Allowed: ``txid == committed_txid + 1``; with nothing prepared, any
+        later txid (a state that was not in the topology for the txids between
+        joins at the current checkpoint); or ``txid`` already prepared, in
+        which case the pending changes are merged onto its delta. Otherwise
+        ProtocolViolation.
+        On a store failure nothing changes here and the call can be repeated.
+        """
+        t = self._check_txid("prepare_commit", txid)
+        self._load_txids()
+        prepared = self._prepared_txid
+        committed = self._committed_txid
+        if prepared is not None:
+            if t != prepared:
+                raise ProtocolViolation(
+                    f"state {self.namespace!r}: cannot prepare txid {t}: txid {prepared} "
+                    "is prepared and not committed; commit or roll it back first"
+                )
+        elif t <= committed:
+            raise ProtocolViolation(
+                f"state {self.namespace!r}: cannot prepare txid {t}: txid {committed} is "
+                f"committed already, so the next one to prepare is {committed + 1}"
+            )
+        self._settle_plain()
+        pending = self._pending
+        self._backend.write_prepared(t, [(e[1], e[3]) for e in pending.values()])
+        self._prepared.update(pending)
+        pending.clear()
+        self._prepared_txid = t
+
+    def commit(self, txid: object = None) -> None:
+        """Commit the prepared delta of ``txid``, or the pending changes if ``txid`` is None.
+
+        ``txid`` at or below :attr:`committed_txid`: no-op. ``txid`` not the
+        prepared one: ProtocolViolation. ``txid=None`` while a delta is
+        prepared: ProtocolViolation (the direct write would be overwritten by
+        the older prepared values). On a store failure nothing changes here
+        and the call can be repeated.
+        """
+        self._load_txids()
+        if txid is None:
+            self._commit_direct()
+            return
+        t = self._check_txid("commit", txid)
+        if t <= self._committed_txid:
+            return
+        if t != self._prepared_txid:
+            what = "nothing is" if self._prepared_txid is None else f"txid {self._prepared_txid} is"
+            raise ProtocolViolation(
+                f"state {self.namespace!r}: cannot commit txid {t}: {what} prepared "
+                f"(last committed txid: {self._committed_txid})"
+            )
+        outcome = self._backend.apply_prepared(t)
+        if outcome is CommitOutcome.NOT_PREPARED:
+            raise ProtocolViolation(
+                f"state {self.namespace!r}: cannot commit txid {t}: the store holds no "
+                "prepared delta for it (is another process writing this namespace?)"
+            )
+        # APPLIED, or ALREADY_COMMITTED when an earlier attempt reached the store
+        # but its reply was lost: the delta is in the committed layer either way.
+        if self._foreign_prepared:
+            # The applied delta holds keys this object never saw: only the
+            # pending changes are still known to be newer than the store.
+            self._settle_plain()
+            self._view = {
+                cache_key: (_ABSENT if entry[3] is None else entry[2])
+                for cache_key, entry in self._pending.items()
+            }
+            self._foreign_prepared = False
+            self._complete = False
+            self._preload_tried = False
+        self._prepared.clear()
+        self._prepared_txid = None
+        self._committed_txid = t
+
+    def _commit_direct(self) -> None:
+        if self._prepared_txid is not None:
+            raise ProtocolViolation(
+                f"state {self.namespace!r}: commit() without a txid while txid "
+                f"{self._prepared_txid} is prepared; commit or roll it back first"
+            )
+        self._settle_plain()
+        pending = self._pending
+        if pending:
+            self._backend.commit_direct([(e[1], e[3]) for e in pending.values()])
+            pending.clear()
+
+    def rollback(self) -> None:
+        """Forget the prepared delta (in the store too) and the pending changes."""
+        self._load_txids()
+        # Always, not only when this object knows of a prepared delta: a
+        # prepare whose reply was lost (a dropped connection) may have stored
+        # one, and its keys must not ride along with the next prepare.
+        self._backend.discard_prepared()
+        self._settle_plain()
+        view = self._view
+        for cache_key in self._pending:
+            view.pop(cache_key, None)
+        for cache_key in self._prepared:
+            view.pop(cache_key, None)
+        self._pending.clear()
+        self._prepared.clear()
+        self._prepared_txid = None
+        self._foreign_prepared = False
+        # Dropped keys must be read from the store again.
+        self._complete = False
+        self._preload_tried = False
