@@ -120,12 +120,41 @@ instances in the Python worker next to ``_STATE_CACHE`` and calling the hooks
 in a small commit job, costs one more Spark job per batch and still needs a
 fallback instance when the task lands on another worker.) ``cleanup`` is
 called once per task at the end of a run that ends normally, on the driver,
-on an instance initialised with the committed state. A tuple failed by a bolt
+on an instance initialised with the committed state.
+
+Failures and poison tuples. A tuple failed by a bolt
 (:class:`~statestream.FailedException` or ``collector.fail``) is executed
 again later in the same task, up to :data:`MAX_TUPLE_FAILURES` times; what it
-emitted during the failed attempt is dropped. Any other exception fails the
-Spark task (Spark retries it: use a master such as ``local[2,2]``), and a job
-that still fails is rolled back and read again, up to ``attempts`` times.
+emitted during the failed attempt is dropped, and (exactly-once) what it put
+in the state undone. Any other exception fails the Spark task, which Spark
+runs again (use a master such as ``local[2,2]``); on Spark's last try of the
+task it fails that tuple only. A tuple still failing is given up on for the
+job, and the task reports the spout messages it belongs to (its roots: every
+record carries them, from the spout's record through anchored and
+``BasicBolt`` emits). The job is then one failed attempt of each of those
+messages, under the retry policy of the local runtime
+(:mod:`statestream._retry`, ``statestream.retry.*``, delays on the runtime's
+clock)::
+
+    job of batch t ── a task gave up on message m ──> ROLLBACK(t); m counts a failure
+          ^                                              |
+          |            failures < max.attempts ──────────┤── wait delay(failures)
+          |            failures = max.attempts ──────────┘── m to the dead-letter file
+          └──── seek back, read batch t again (m skipped, Spout.dead_lettered(m)) ──┘
+
+Every other message of the job went through, and its failures are forgotten
+(the counting rule of :mod:`statestream._retry`); a committed batch forgets
+its messages' failures. Spark has one mode for this: a batch is replayed
+whole, whatever ``statestream.state.exactly.once`` says, so what a
+dead-lettered message did is never committed. A tuple no message tracks (an
+unanchored emit, a spout emit without a message id) is lost when given up
+on, as on the local runtime; in a batch Spark fed (:meth:`SparkRuntime.feed`)
+it fails the batch instead, which has no spout to settle it with. A job that
+fails as a whole (an executor lost, a prepare that raised) says nothing of
+its messages: it is rolled back and read again, up to
+``statestream.spark.batch.attempts`` times. Failure counts live in the
+driver's memory for the run: a restarted driver gives a poison message
+``max.attempts`` attempts again (never loses it, never writes it twice).
 """
 
 from __future__ import annotations
@@ -146,7 +175,7 @@ from typing import Any
 import cloudpickle
 
 from .._checkpoint import Action, CheckpointCoordinator, CheckpointState, Emission, Phase
-from .._clock import SystemClock
+from .._clock import Clock, SystemClock
 from .._components import (
     BasicBolt,
     Bolt,
@@ -156,10 +185,12 @@ from .._components import (
     task_namespace,
 )
 from .._config import Config
+from .._deadletter import DeadLetter, DeadLetterFile, Settled, configured_path
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
 from .._rescale import rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
+from .._retry import Retries, RetryPolicy, VerdictKind
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
 from .._topology import Topology
@@ -216,9 +247,13 @@ _SPARK_DEFAULTS: Mapping[str, str] = {
 
 #: An error a task reported for one tuple: (the tuple's repr, the error's repr, traceback).
 _Error = tuple[str, str, str]
+#: A tuple a task gave up on in this job, for one of its spout messages: (root, the
+#: component that failed it, the error's type, its message). Root 0: a tuple no
+#: spout message tracks (an unanchored emit).
+_Lost = tuple[int, str, str, str]
 #: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token,
-#: errors).
-_Ack = tuple[str, int, int, int, int, str | None, list[_Error]]
+#: errors, lost).
+_Ack = tuple[str, int, int, int, int, str | None, list[_Error], list[_Lost]]
 _ACK = "$ack"  # first element of an acknowledgement record (no component id can be it)
 _SEQ_BITS = 40  # sort key: producer task id << 40 | emit sequence
 
@@ -439,9 +474,13 @@ def _opener(provider: Any) -> Callable[[str], Any] | None:
 class _Shipped:
     """What executors need, unpickled once per Python worker: the plan and where acks go."""
 
-    def __init__(self, plan: RuntimePlan, exactly_once: bool) -> None:
+    def __init__(self, plan: RuntimePlan, exactly_once: bool, task_tries: int = 1) -> None:
         self.plan = plan
         self.exactly_once = exactly_once
+        #: How many times Spark runs a task before it fails the job
+        #: (:func:`_task_tries`): a bolt that raises fails the Spark task before
+        #: the last try, and only its tuple on the last (:func:`_run_bolt`).
+        self.task_tries = task_tries
         topology = plan.topology
         # Where each component's acknowledgements go: its first downstream bolt
         # (None: to the driver).
@@ -556,6 +595,9 @@ class _Producer:
         self.base = self.task_id << _SEQ_BITS
         self.seq = 0
         self.out: list[tuple[Any, Any, Any]] = []
+        #: The tuple being executed and its roots (what a BasicBolt's emits anchor to).
+        self.current: Tuple | None = None
+        self.roots: tuple[int, ...] = ()
         self.emitted = 0
         self.failed_current = False
         self.acked = 0
@@ -593,7 +635,15 @@ class _Producer:
         entry = self.streams[stream]
         return entry[0], entry[1]
 
-    def _route(self, stream: str, values: Sequence[Any], direct: int | None) -> None:
+    def _route(
+        self,
+        stream: str,
+        values: Sequence[Any],
+        direct: int | None,
+        roots: tuple[int, ...] | None = None,
+    ) -> None:
+        """Send one tuple on. ``roots``: the spout messages it belongs to (its
+        anchors' roots); None for a spout's own tuple, which is its own root."""
         _, routes = self._entry(stream, values, direct is not None)
         if direct is not None and not any(direct in r.index_of_task for r in routes):
             valid = sorted(t for r in routes for t in r.index_of_task)
@@ -603,21 +653,35 @@ class _Producer:
                 "context.component_tasks(<bolt>)"
             )
         self.emitted += 1
-        rec = (self.base | self.seq, stream, tuple(values))
+        key = self.base | self.seq
+        rec = (key, stream, tuple(values), (key + 1,) if roots is None else roots)
         self.seq += 1
         out = self.out
         for r in routes:
             for i in r.choose(values, direct):
                 out.append((r.target, i, rec))
 
+    def _anchored(self, anchors: Any) -> tuple[int, ...]:
+        """The roots of ``anchors`` (a tuple, several, or None: unanchored, untracked)."""
+        if anchors is None:
+            return ()
+        if anchors is self.current:
+            return self.roots
+        if isinstance(anchors, Tuple):
+            return tuple(anchors.trees())
+        roots: dict[int, int] = {}
+        for anchor in anchors:
+            roots.update(anchor.trees())
+        return tuple(roots)
+
     # -- OutputCollector / BasicOutputCollector --------------------------------------
     def emit(self, values: Sequence[Any], anchors: Any = None, stream: str = "default") -> None:
-        self._route(stream, values, None)
+        self._route(stream, values, None, self._anchored(anchors))
 
     def emit_direct(
         self, task: int, values: Sequence[Any], anchors: Any = None, stream: str = "default"
     ) -> None:
-        self._route(stream, values, task)
+        self._route(stream, values, task, self._anchored(anchors))
 
     def ack(self, tuple: Tuple) -> None:
         self.acked += 1
@@ -644,10 +708,10 @@ class _BasicCollector:
         self._p = producer
 
     def emit(self, values: Sequence[Any], stream: str = "default") -> None:
-        self._p._route(stream, values, None)
+        self._p._route(stream, values, None, self._p.roots)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
-        self._p._route(stream, values, task)
+        self._p._route(stream, values, task, self._p.roots)
 
     def report_error(self, error: BaseException) -> None:
         self._p.report_error(error)
@@ -667,7 +731,7 @@ def _read_partition(
         producer = _Producer(shipped, cid, index)
         for stream, values, direct in records:
             producer._route(stream, values, direct)
-        producer.finish((cid, index, 0, producer.emitted, 0, None, []), ())
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], []), ())
         yield from producer.out
 
 
@@ -794,6 +858,8 @@ def _run_bolt(
     fields_of = plan.output_fields
     executed = failures = 0
     errors: list[_Error] = []
+    lost: list[_Lost] = []
+    last_try = _last_try(shipped.task_tries)
     queue = records
     failed_counts: dict[int, int] = {}
     out = producer.out
@@ -802,7 +868,7 @@ def _run_bolt(
     while queue:
         retry: list[tuple[Any, ...]] = []
         for rec in queue:
-            key, stream, values = rec
+            key, stream, values, roots = rec
             src_task = key >> _SEQ_BITS
             if src_task != last_task or stream != last_stream:
                 # Input is sorted by producer task: the origin changes rarely.
@@ -817,17 +883,39 @@ def _run_bolt(
             producer.failed_current = False
             if journal is not None:
                 journal.begin()
-            tup = Tuple(values, origin)  # type: ignore[arg-type]
+            # The tuple carries its spout messages (its roots) as a tracked
+            # tuple does on the local runtime, so that anchoring to it works.
+            if len(roots) == 1:
+                tup = Tuple(values, origin, root=roots[0])  # type: ignore[arg-type]
+            else:
+                tup = Tuple(values, origin, dict.fromkeys(roots, 0) or None)  # type: ignore[arg-type]
+            producer.current, producer.roots = tup, roots
+            cause: tuple[str, str] | None = None
+            again = True
             try:
                 execute(tup)
-            except FailedException:
+            except FailedException as exc:
                 producer.failed_current = True
+                cause = (type(exc).__name__, str(exc)[:2000])
             except TupleError as exc:
                 # A wrong emit (arity, stream, direct task): reported for this
                 # tuple, which fails and is executed again, as on the local
-                # runtime. Other exceptions fail the Spark task (retried by
-                # Spark, then by a replay of the batch).
+                # runtime.
                 producer.failed_current = True
+                cause = (type(exc).__name__, str(exc)[:2000])
+                errors.append(
+                    (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
+                )
+            except Exception as exc:
+                # A bolt that raises: before Spark's last try of this task the
+                # Spark task fails (Spark runs it again, a lost executor looks
+                # the same); on the last, only this tuple does, and its
+                # messages go through the retry policy (the driver's).
+                if not last_try:
+                    raise
+                producer.failed_current = True
+                again = False
+                cause = (type(exc).__name__, str(exc)[:2000])
                 errors.append(
                     (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
                 )
@@ -839,20 +927,46 @@ def _run_bolt(
                 del out[mark:]  # what the failed attempt emitted is not sent
                 producer.seq = seq
                 n = failed_counts[key] = failed_counts.get(key, 0) + 1
-                if n >= MAX_TUPLE_FAILURES:
-                    raise RuntimeFailure(
-                        f"bolt {cid!r} task {index} failed the tuple {list(values)!r} from "
-                        f"{origin!r} {n} times in batch {txid}"
-                    )
-                retry.append(rec)
+                if again and n < MAX_TUPLE_FAILURES:
+                    retry.append(rec)
+                    continue
+                # Given up in this job: the driver counts an attempt of each
+                # of its messages and runs the batch again (or without them).
+                error_type, error = cause or ("Failed", "failed by collector.fail()")
+                lost.extend((root, cid, error_type, error) for root in roots or (0,))
         queue = retry
+    producer.current, producer.roots = None, ()
     prepared = None
     if state is not None:
         apply_action(bolt, state, Action.PREPARE, txid, True)  # type: ignore[arg-type]
         prepared = uuid.uuid4().hex
         _STATE_CACHE[_store_key(plan), task_namespace(cid, index)] = (prepared, state)
-    producer.finish((cid, index, executed, producer.emitted, failures, prepared, errors), forwarded)
+    producer.finish(
+        (cid, index, executed, producer.emitted, failures, prepared, errors, lost), forwarded
+    )
     yield from producer.out
+
+
+def _last_try(tries: int) -> bool:
+    """Whether the Spark task running this is Spark's last try of it (True outside Spark)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - executors have PySpark
+        return True
+    context = TaskContext.get()
+    return context is None or context.attemptNumber() + 1 >= tries
+
+
+def _task_tries(sc: Any) -> int:
+    """How many times Spark runs a failing task before it fails the job: ``F`` of a
+    ``local[N,F]`` master, 1 for ``local``/``local[N]``, else ``spark.task.maxFailures``."""
+    master = str(sc.master)
+    if master.startswith("local["):
+        _, _, tries = master[len("local[") : -1].partition(",")
+        return int(tries) if tries.strip().isdigit() else 1
+    if master == "local":
+        return 1
+    return int(sc.getConf().get("spark.task.maxFailures", "4"))
 
 
 def _rows_partition(
@@ -869,7 +983,7 @@ def _rows_partition(
     columns = shipped.plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
     for row in rows:
         producer._route("default", [row[c] for c in columns], None)
-    producer.finish((cid, part, 0, producer.emitted, 0, None, []), ())
+    producer.finish((cid, part, 0, producer.emitted, 0, None, [], []), ())
     yield from producer.out
 
 
@@ -921,7 +1035,7 @@ def _run_tx_task(
     origins: dict[tuple[int, str], Origin] = {}
     failed = 0
     try:
-        for key, stream, values in records:
+        for key, stream, values, _roots in records:
             src_task = key >> _SEQ_BITS
             origin = origins.get((src_task, stream))
             if origin is None:
@@ -973,6 +1087,17 @@ class DataFrameSpout(Spout):
         )
 
 
+def _refuse_lost(acks: Iterable[_Ack], txid: int) -> None:
+    """A batch Spark fed has no spout to retry or settle a message with: a tuple its
+    tasks gave up on fails the batch (run again, up to ``statestream.spark.batch.attempts``)."""
+    for _, index, *_, lost in acks:
+        for _, component, error_type, error in lost[:1]:
+            raise RuntimeFailure(
+                f"bolt {component!r} task {index} gave up on a tuple of fed batch {txid} "
+                f"({error_type}: {error[:500]}); a fed row cannot be dead-lettered"
+            )
+
+
 def _root_cause(exc: BaseException) -> str:
     """The last line of a (possibly remote) traceback: what actually went wrong."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -1014,22 +1139,30 @@ class _PollCollector:
         self.report = report
         self.items: list[tuple[str, list[Any], int | None]] = []
         self.msg_ids: list[Any] = []
+        """The message id of each item (None: untracked)."""
+        self.settled = Settled()
+        """The messages of this task given up on in this run: not read into a batch."""
+        self.settles: list[Any] = []
+        """Message ids emitted again since the last ``dead_lettered`` calls, skipped."""
 
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
         # Checked here, as the local runtime checks it in the spout's emit: the
         # error belongs to next_tuple(), not to the job that would route it.
         check_emit(self.cid, self.index, stream, values, self.outputs, False)
-        self.items.append((stream, list(values), None))
-        if msg_id is not None:
-            self.msg_ids.append(msg_id)
+        self._add(stream, values, None, msg_id)
 
     def emit_direct(
         self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = "default"
     ) -> None:
         check_emit(self.cid, self.index, stream, values, self.outputs, True)
-        self.items.append((stream, list(values), task))
-        if msg_id is not None:
-            self.msg_ids.append(msg_id)
+        self._add(stream, values, task, msg_id)
+
+    def _add(self, stream: str, values: Sequence[Any], direct: int | None, msg_id: Any) -> None:
+        if msg_id is not None and self.settled and self.settled.holds(msg_id, values):
+            self.settles.append(msg_id)
+            return
+        self.items.append((stream, list(values), direct))
+        self.msg_ids.append(msg_id)
 
     def report_error(self, error: BaseException) -> None:
         self.report(error, None)
@@ -1068,13 +1201,30 @@ class _Batch:
     positions: dict[str, Any] | None = None
     """Where each spout task stands after the batch (stored with ``PREPARING(t)``)."""
     msg_ids: list[tuple[_SpoutTask, list[Any]]] = field(default_factory=list)
-    """Per spout task, the message ids to ack once the batch commits."""
+    """Per spout task, the message id of each of its records (None: untracked), to
+    ack once the batch commits."""
     source: Any = None
     """A Spark-fed batch: the RDD of its read stage (no records, no positions)."""
 
     @property
     def size(self) -> int:
         return sum(len(records) for records in self.records.values())
+
+    def message(
+        self, plan: RuntimePlan, root: int
+    ) -> tuple[_SpoutTask, tuple[str, list[Any], int | None], Any] | None:
+        """The spout task, record and message id a root of the batch names (its read
+        stage gave record ``i`` of task ``t`` the key ``t << 40 | i``, the root
+        ``key + 1``); None for a root that names none (0, a fed batch)."""
+        if root <= 0:
+            return None
+        key = root - 1
+        owner = plan.owner.get(key >> _SEQ_BITS)
+        seq = key & ((1 << _SEQ_BITS) - 1)
+        for task, ids in self.msg_ids:
+            if (task.cid, task.index) == owner and seq < len(ids):
+                return task, self.records[owner][seq], ids[seq]
+        return None
 
 
 class SparkRuntime:
@@ -1111,12 +1261,15 @@ class SparkRuntime:
         *,
         spark: Any = None,
         batch_size: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         from .._run import as_config
 
         self.topology = topology
         self.config: Config = as_config(config, topology_prefixes=(topology.name,))
         self.plan = RuntimePlan(topology, self.config)
+        #: What the retry policy's delays are measured and waited on.
+        self.clock: Clock = clock or SystemClock()
         self._spark = spark
         self._own_session = False
         self.batch_size = int(batch_size if batch_size is not None else self.config[BATCH_SIZE_KEY])
@@ -1159,6 +1312,13 @@ class SparkRuntime:
         self._driver_bolts: dict[str, StatefulBolt] = {}
         self._tx_jobs: list[_TxJob] = []
         self._tx_failures: dict[int, int] = {}
+        # Poison tuples (statestream._retry, statestream._deadletter), as on the
+        # local runtime: per spout task namespace, its failed messages (kept for
+        # the run, in memory only) and where the given-up ones go.
+        self.retry_policy = RetryPolicy.from_config(self.config)
+        self._retries: dict[str, Retries] = {}
+        self.deadletter_path = configured_path(self.config)
+        self.deadletters = DeadLetterFile(self.deadletter_path)
 
     def _at_most_once(self) -> bool:
         """Whether batches are read at-most-once (a spout cannot rewind and the
@@ -1196,7 +1356,7 @@ class SparkRuntime:
     def _payload(self, sc: Any, exactly_once: bool) -> Any:
         """The broadcast executors unpickle once per worker: the plan, and the
         sources of the user modules it travels with (see :func:`_loads`)."""
-        data = cloudpickle.dumps(_Shipped(self.plan, exactly_once))
+        data = cloudpickle.dumps(_Shipped(self.plan, exactly_once, _task_tries(sc)))
         return sc.broadcast((self._sources, data))
 
     # -- session and provider ---------------------------------------------------
@@ -1375,9 +1535,9 @@ class SparkRuntime:
                 outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
                 collector = _PollCollector(spec.id, i, outputs, partial(self._report, spec.id, i))
                 spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
-                self._spout_tasks.append(
-                    _SpoutTask(spec.id, i, task_namespace(spec.id, i), spout, collector)
-                )
+                namespace = task_namespace(spec.id, i)
+                self._spout_tasks.append(_SpoutTask(spec.id, i, namespace, spout, collector))
+                self._retries.setdefault(namespace, Retries(self.retry_policy))
 
     def _seek(self) -> None:
         """Rewind every data spout to the positions of the checkpoint recovery restored
@@ -1399,23 +1559,44 @@ class SparkRuntime:
             collector.msg_ids = []
             next_tuple = task.spout.next_tuple
             items = collector.items
-            while len(items) < self.batch_size:
+            skipped = 0
+            while len(items) < self.batch_size and skipped < self.batch_size:
                 before = len(items)
                 try:
                     next_tuple()
                 except Exception as exc:  # reported; the spout keeps going (as on local)
                     self._report(task.cid, task.index, exc, "next_tuple()")
                     break
-                if len(items) == before:
+                if collector.settles:
+                    skipped += len(collector.settles)
+                    self._settle(task)  # it emitted a dead letter: skipped, told
+                elif len(items) == before:
                     break
             batch.records[task.cid, task.index] = items
             batch.msg_ids.append((task, collector.msg_ids))
+            retries = self._retries[task.namespace]
+            if retries.failures:
+                for msg_id in collector.msg_ids:
+                    if msg_id is not None:
+                        retries.emitted_again(msg_id)
         if not self.at_most_once:
             batch.positions = {
                 task.namespace: check_position(task.cid, task.spout.position())  # type: ignore[attr-defined]
                 for task in self._spout_tasks
             }
         return batch
+
+    def _settle(self, task: _SpoutTask) -> None:
+        """Tell ``task``'s spout that the dead letters it just emitted again are settled."""
+        settles, task.collector.settles = task.collector.settles, []
+        self.counters["skipped_dead_letters"] = self.counters.get("skipped_dead_letters", 0) + len(
+            settles
+        )
+        for msg_id in settles:
+            try:
+                task.spout.dead_lettered(msg_id)
+            except Exception as exc:
+                self._report(task.cid, task.index, exc, f"dead_lettered({msg_id!r})")
 
     def _read_again(self, batch: _Batch) -> _Batch:
         """The batch after a rollback: read again from the restored positions."""
@@ -1440,8 +1621,15 @@ class SparkRuntime:
         self._stop = True
 
     def metrics(self) -> dict[str, TaskMetrics]:
-        """Per-component totals over the committed batches of this run."""
-        return {cid: TaskMetrics(**vars(m)) for cid, m in self._metrics.items()}
+        """Per-component totals over the committed batches of this run; a spout's
+        ``retrying`` counts its messages that failed and are to be run again."""
+        out = {cid: TaskMetrics(**vars(m)) for cid, m in self._metrics.items()}
+        for spec in self.spouts:
+            for i in range(spec.parallelism):
+                retries = self._retries.get(task_namespace(spec.id, i))
+                if retries is not None:
+                    out[spec.id].retrying += len(retries.failures)
+        return out
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run batches until stopped, ``duration`` seconds, or (``until_idle``) every
@@ -1458,7 +1646,11 @@ class SparkRuntime:
                     cloudpickle.unregister_pickle_by_value(module)
             self._by_value = []
 
-    def _run(self, until_idle: bool, duration: float | None) -> RunResult:
+    def open(self) -> None:
+        """Refuse now what :meth:`run` would refuse before it starts (a fed spout, a
+        provider the master cannot share, bad ``spark.*`` settings), so that a
+        caller can say the run started only once it may. The tasks themselves
+        open in :meth:`run`, on the driver and in each job."""
         if self.fed:
             raise ConfigError(
                 f"spout {self.fed[0]!r} is a DataFrameSpout: Spark feeds it; start the topology "
@@ -1466,6 +1658,9 @@ class SparkRuntime:
             )
         check_provider(self.config, self.master)
         check_spark_conf(self.config.spark_conf)
+
+    def _run(self, until_idle: bool, duration: float | None) -> RunResult:
+        self.open()
         if self.transactional is not None:
             return self._run_transactional(self.transactional, until_idle, duration)
         start_time = time.monotonic()
@@ -1527,7 +1722,15 @@ class SparkRuntime:
         read_again: Callable[[_Batch], _Batch],
     ) -> None:
         """One batch through the coordinator: PREPARE (stored with the batch's end
-        positions), the job, COMMIT; a failed job rolls back and runs again."""
+        positions), the job, COMMIT; a failed job rolls back and runs again.
+
+        A job in which tasks gave up on tuples of tracked messages (a poison
+        record) is an attempt of those messages: it is rolled back, each one
+        counts a failure under the retry policy (:meth:`_failed_messages`), and
+        the batch is read again and run once the policy's delay has passed,
+        without the messages that had their last attempt. Returns without a
+        commit if the run is stopped while it waits.
+        """
         coordinator = self.coordinator
         failures = 0
         while True:
@@ -1544,7 +1747,8 @@ class SparkRuntime:
             txid = emission.txid
             try:
                 acks = self._job(sc, token, payload, txid, batch)
-                break
+                if batch.source is not None:
+                    _refuse_lost(acks, txid)
             except Exception as exc:
                 failures += 1
                 self.errors.append(
@@ -1557,18 +1761,32 @@ class SparkRuntime:
                     )
                 )
                 self.counters["replays"] += 1
+                for retries in self._retries.values():
+                    retries.rewound()  # the job's failure tells nothing of the messages
                 coordinator.on_fail(Action.PREPARE, txid)
                 self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
                 if failures >= self.attempts:
                     for task, msg_ids in batch.msg_ids:
                         for msg_id in msg_ids:
-                            task.spout.fail(msg_id)
+                            if msg_id is not None:
+                                task.spout.fail(msg_id)
                     raise RuntimeFailure(
                         f"batch {txid} failed {failures} times and was rolled back; the last "
                         f"error: {exc!r}. The next run reads it again from the stored positions"
                     ) from exc
                 log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
                 batch = read_again(batch)
+                continue
+            resume_at = self._failed_messages(batch, acks)
+            if resume_at is None:
+                break
+            self._count_errors(acks)
+            self.counters["replays"] += 1
+            coordinator.on_fail(Action.PREPARE, txid)
+            self._recover()
+            if not self._wait_until(resume_at):
+                return  # stopped: the batch is rolled back, the next run reads it again
+            batch = read_again(batch)
         if self.fault_hook is not None:
             self.fault_hook("prepared", txid)
         coordinator.on_ack(Action.PREPARE, txid, self._now_ms())  # stores COMMITTING(txid)
@@ -1583,22 +1801,102 @@ class SparkRuntime:
             self.fault_hook("committed", txid)
         for task, msg_ids in batch.msg_ids:
             for msg_id in msg_ids:
-                task.spout.ack(msg_id)
+                if msg_id is not None:
+                    task.spout.ack(msg_id)
+        for retries in self._retries.values():
+            retries.passed_cut()  # what went through in the batch is forgotten
         self.counters["batches"] += 1
         # The prepares just committed: executors may keep using those state objects.
         self._tokens = {
             task_namespace(cid, index): tok
-            for cid, index, _x, _e, _f, tok, _errors in acks
+            for cid, index, _x, _e, _f, tok, _errors, _lost in acks
             if tok is not None
         }
-        for cid, index, executed, emitted, failed, _, errors in acks:
+        for cid, _, executed, emitted, failed, *_ in acks:
             m = self._metrics[cid]
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
             m.failed += failed
+        self._count_errors(acks)
+
+    def _count_errors(self, acks: list[_Ack]) -> None:
+        """Record the errors the tasks of a job reported (a job that committed, or
+        one run again for its failed messages)."""
+        for cid, index, *_, errors, lost in acks:
+            m = self._metrics[cid]
             m.errors += len(errors)
             self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
+            for _, _, error_type, error in lost[-1:]:
+                m.last_error = f"{error_type}: {' '.join(error.split())}"[:200]
+                m.last_error_at = self.clock.monotonic()
+
+    def _failed_messages(self, batch: _Batch, acks: list[_Ack]) -> float | None:
+        """Apply the retry policy to the messages the job's tasks gave up on.
+
+        The job was one attempt of every message of the batch (see the counting
+        rule of :mod:`statestream._retry`): each message a task gave up on
+        counts a failure, and those that had their last one are dead-lettered
+        (the batch read again skips them); every other one went through, and
+        is forgotten. Returns when the batch may run again, or None when no
+        tracked message failed: then the job commits, and a tuple no message
+        tracks (an unanchored emit, a spout's emit without a message id) is
+        lost, as Storm and the local runtime lose it.
+        """
+        lost: dict[int, tuple[str, str, str]] = {}
+        for *_, ack_lost in acks:
+            for root, component, error_type, error in ack_lost:
+                lost.setdefault(root, (component, error_type, error))
+        if not lost:
+            return None
+        now = self.clock.monotonic()
+        resume_at: float | None = None
+        for root, (component, error_type, error) in lost.items():
+            found = None if self.at_most_once else batch.message(self.plan, root)
+            if found is None or found[2] is None:
+                log.warning(
+                    "%s gave up on an untracked tuple (%s: %s); it is not replayed",
+                    component,
+                    error_type,
+                    error[:200],
+                )
+                continue
+            task, (stream, values, _), msg_id = found
+            verdict = self._retries[task.namespace].attempt_failed(msg_id, now)
+            self._metrics[task.cid].failed += 1
+            resume_at = now if resume_at is None else resume_at
+            if verdict.kind is VerdictKind.GIVE_UP:
+                record = DeadLetter.of(
+                    self.topology.name,
+                    task.cid,
+                    task.index,
+                    msg_id,
+                    values,
+                    component,
+                    None,
+                    verdict.failures,
+                    error,
+                    stream=stream,
+                    error_type=error_type,
+                )
+                self.deadletters.give_up(record)
+                task.collector.settled.add(msg_id, values)
+                self._metrics[task.cid].dead_lettered += 1
+            elif verdict.at is not None:
+                resume_at = max(resume_at, verdict.at)
+        if resume_at is not None:
+            for retries in self._retries.values():
+                retries.rewound(complete=True)  # a job runs every tuple it holds
+        return resume_at
+
+    def _wait_until(self, when: float) -> bool:
+        """Wait on the runtime's clock until ``when``; False if the run was stopped."""
+        while not self._stop:
+            left = when - self.clock.monotonic()
+            if left <= 0:
+                return True
+            self.clock.sleep(min(left, 0.1))
+        return False
 
     def feed(
         self,

@@ -1,0 +1,83 @@
+"""Poison tuples on Spark (issue 12): the poisoned word count of
+``tests/cli/test_cli_poison.py`` (its input, topology file and config), run on the
+session's SparkSession in this process instead of by ``statestream run``, which
+would start a JVM per run.
+
+A poison line makes the split bolt raise. Spark runs the failing task again
+(``local[2,2]``); on its last try the task fails only that tuple and reports its
+line to the driver, which counts an attempt of it, rolls the batch back and runs it
+again after the retry policy's delay; after the fifth attempt the line goes to the
+dead-letter file, the spout hears ``dead_lettered`` when it reads the line again,
+and the batch commits without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from statestream._run import load_topology
+from statestream.runtime.spark import SparkRuntime
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli_poison() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "_cli_poison", ROOT / "tests" / "cli" / "test_cli_poison.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CLI = _cli_poison()
+
+
+# Spark has one mode (a batch is the unit of replay), so each provider runs once,
+# with one of the two settings of statestream.state.exactly.once; the local runtime
+# runs all four (tests/cli/test_cli_poison.py).
+@pytest.mark.parametrize(
+    ("provider", "exactly_once"),
+    [("sqlite", True), pytest.param("redis", False, marks=pytest.mark.redis)],
+    ids=["sqlite-exactly-once", "redis-at-least-once"],
+)
+def test_until_idle_ends_with_the_poison_lines_dead_lettered_and_every_other_count_exact(
+    spark_session: Any, tmp_path: Path, provider: str, exactly_once: bool
+) -> None:
+    if provider == "redis" and not CLI.redis_up():
+        if os.environ.get("CI"):
+            pytest.fail("no Redis server on 127.0.0.1:6379, and CI must run the redis tests")
+        pytest.skip("no Redis server on 127.0.0.1:6379")
+    s = CLI.Setup(tmp_path, provider, exactly_once)
+    try:
+        conf = {**orjson.loads(s.config.read_bytes()), "topology.runner": "spark"}
+        rt = SparkRuntime(load_topology(str(s.topology)), conf, spark=spark_session)
+        assert rt.deadletter_path == s.deadletters  # what the start-up line names
+        result = rt.run(until_idle=True)
+        assert result.reason == "idle"
+        dead = s.dead()
+        assert {r["msg_id"]: (r["values"], r["error"]) for r in dead} == {
+            n: ([n, s.lines[n]], f"poison word in line {n}") for n in s.poisoned
+        }
+        assert {
+            (r["topology"], r["spout"], r["task"], r["component"], r["error_type"], r["attempts"])
+            for r in dead
+        } == {("wordcount", "sentences", 0, "split", "ValueError", 5)}
+        assert s.counts() == s.expected
+        spout = result.components["sentences"]
+        assert (spout.dead_lettered, spout.retrying) == (len(s.poisoned), 0)
+        assert spout.failed == 5 * len(s.poisoned)
+        assert result.components["split"].last_error.startswith("ValueError: poison word")
+        # The poison lines failed together: five attempts of the one batch.
+        assert result.counters["replays"] == 5
+    finally:
+        s.cleanup()
