@@ -30,8 +30,17 @@ def _core_module() -> Any:
     spec = importlib.util.spec_from_file_location("_core", HERE / "statestream" / "_core.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    os.environ.setdefault("STATESTREAM_CORE", "python")  # no extension import at build time
-    spec.loader.exec_module(module)
+    # Read as the pure-Python core would be: whatever the environment asks
+    # for, nothing is built yet.
+    saved = os.environ.get("STATESTREAM_CORE")
+    os.environ["STATESTREAM_CORE"] = "python"
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del os.environ["STATESTREAM_CORE"]
+        else:
+            os.environ["STATESTREAM_CORE"] = saved
     return module
 
 

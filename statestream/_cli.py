@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
+from . import _core
 from ._components import task_namespace
 from ._config import Config, load_config
 from ._errors import ConfigError, StatestreamError, TopologyError
@@ -175,7 +176,8 @@ def _start_line(rt: Any, name: str, conf: Config) -> None:
         return
     rt.open()  # as run() does: a failed open is reported, not cleaned up
     click.echo(
-        f"statestream: running {name!r} on {conf['topology.runner']}; "
+        f"statestream: running {name!r} on {conf['topology.runner']} with the "
+        f"{_core.describe()}; "
         f"dead letters go to {dead_letters}",
         err=True,
     )

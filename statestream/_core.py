@@ -102,14 +102,14 @@ def _why_pure() -> str | None:
     why: str | None = None
     missing = [m for m in COMPILED_MODULES if not _extension_built(m)]
     if missing:
-        why = "the compiled core is not built (pip install -e . builds it; it needs gcc)"
+        why = "the compiled core is not built (pip install -e . builds it with gcc)"
     else:
         try:
             recorded = json.loads((_PACKAGE_DIR / BUILD_INFO).read_text())["sources"]
         except (OSError, ValueError, KeyError, TypeError):
             recorded = None
         if recorded != source_digests():
-            why = "the sources changed since the compiled core was built (pip install -e .)"
+            why = "the sources changed since it was built (pip install -e . rebuilds it)"
     if why is not None and choice == "compiled":
         raise ImportError(f"{ENV_VAR}=compiled, but {why}")
     return why
@@ -133,5 +133,5 @@ def compiled() -> bool:
 def describe() -> str:
     """One line saying which core is in use, and why when it is not the compiled one."""
     if PURE:
-        return f"core: pure Python ({REASON})"
-    return "core: compiled (mypyc)"
+        return f"pure-Python core, because {REASON}"
+    return "compiled core (mypyc)"
