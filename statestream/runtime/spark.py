@@ -1277,6 +1277,7 @@ class SparkRuntime:
             raise ConfigError(f"{BATCH_SIZE_KEY} must be a positive integer, got {self.batch_size}")
         self.attempts = int(self.config[BATCH_ATTEMPTS_KEY])
         self._stop = False
+        self._deadline: float | None = None  # run(duration=...) ends then (time.monotonic)
         self.errors: list[ErrorReport] = []
         self.counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
         self.provider: Any = None
@@ -1407,7 +1408,7 @@ class SparkRuntime:
             cid,
             index,
             state_opener=_opener(self._open_provider()),
-            clock=SystemClock(),
+            clock=self.clock,  # the driver's tasks (spouts, hooks) read the runtime's clock
             exactly_once=self.exactly_once,
         )
 
@@ -1664,6 +1665,7 @@ class SparkRuntime:
         if self.transactional is not None:
             return self._run_transactional(self.transactional, until_idle, duration)
         start_time = time.monotonic()
+        self._deadline = None if duration is None else start_time + duration
         spark = self._session()
         check_provider(self.config, self.master)  # the session's master may differ
         sc = spark.sparkContext
@@ -1729,7 +1731,7 @@ class SparkRuntime:
         counts a failure under the retry policy (:meth:`_failed_messages`), and
         the batch is read again and run once the policy's delay has passed,
         without the messages that had their last attempt. Returns without a
-        commit if the run is stopped while it waits.
+        commit if the run is stopped (or its duration ends) while it waits.
         """
         coordinator = self.coordinator
         failures = 0
@@ -1890,8 +1892,11 @@ class SparkRuntime:
         return resume_at
 
     def _wait_until(self, when: float) -> bool:
-        """Wait on the runtime's clock until ``when``; False if the run was stopped."""
+        """Wait on the runtime's clock until ``when``; False if the run was stopped
+        or its duration is over meanwhile."""
         while not self._stop:
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                return False
             left = when - self.clock.monotonic()
             if left <= 0:
                 return True

@@ -14,6 +14,7 @@ and the batch commits without it.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,16 @@ from typing import Any
 import orjson
 import pytest
 
+from statestream import (
+    BasicBolt,
+    BasicOutputCollector,
+    OutputFieldsDeclarer,
+    TopologyBuilder,
+    Tuple,
+)
 from statestream._run import load_topology
 from statestream.runtime.spark import SparkRuntime
+from statestream.testing import FakeClock, RewindableListSpout, sink
 
 pytestmark = pytest.mark.spark
 
@@ -81,3 +90,51 @@ def test_until_idle_ends_with_the_poison_lines_dead_lettered_and_every_other_cou
         assert result.counters["replays"] == 5
     finally:
         s.cleanup()
+
+
+class TimedItems(RewindableListSpout):
+    """Records (item, the runtime's clock) in sink("reads") each time it emits an item;
+    calls sink("stop")[0] at the sixth read of "poison"."""
+
+    def _values(self, item: Any) -> list[Any]:
+        reads = sink("reads")
+        reads.append((item, self.context.clock.monotonic()))
+        if sum(1 for read, _ in reads if read == "poison") == 6:
+            sink("stop")[0]()
+        return list(super()._values(item))
+
+
+class Picky(BasicBolt):
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        if tuple[0] == "poison":
+            raise ValueError("cannot digest 'poison'")
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+
+def test_the_delays_follow_the_policy_on_the_runtimes_clock_and_0_retries_forever(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    b = TopologyBuilder("poisoned")
+    b.set_spout("src", TimedItems(["a", "poison", "b"], name="src"))
+    b.set_bolt("picky", Picky()).shuffle_grouping("src")
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "statestream.deadletter.path": str(tmp_path / "dead.jsonl"),
+        "statestream.retry.max.attempts": 0,  # Storm's: never give up
+        "statestream.retry.max.ms": 400,
+    }
+    rt = SparkRuntime(b.build(), conf, spark=spark_session, clock=FakeClock())
+    sink("stop").append(rt.stop)
+    result = rt.run(until_idle=True)
+    assert result.reason == "stopped"  # never idle: the poison is retried forever
+    reads = [t for item, t in sink("reads") if item == "poison"]
+    # Each attempt is a job of the whole batch, read again once the delay has
+    # passed on the runtime's (fake) clock: 100 ms, x2, capped at 400 ms.
+    gaps = [b - a for a, b in itertools.pairwise(reads)]
+    assert gaps == pytest.approx([0.1, 0.2, 0.4, 0.4, 0.4])
+    assert not (tmp_path / "dead.jsonl").exists()
+    src = result.components["src"]
+    assert (src.failed, src.retrying, src.dead_lettered) == (6, 1, 0)
