@@ -50,7 +50,7 @@ def sigkill_runs(
     kills: int,
     component: str,
     rng: random.Random,
-    delay: tuple[float, float] = (0.1, 0.7),
+    delay: tuple[float, float] = (0.05, 0.35),
 ) -> int:
     """Start ``statestream run <run_args>`` ``kills`` times, SIGKILL each run a random
     ``delay`` after ``component`` first executed a tuple; return how many runs were

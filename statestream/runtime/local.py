@@ -963,6 +963,8 @@ class LocalRuntime:
         # still no chance of a false completion).
         self.new_root: Callable[[], int] = new_id
         self.randbits: Callable[[int], int] = _getrandbits
+        #: Called after every step of run(): where a test looks at the queues.
+        self.after_step: Callable[[], None] | None = None
         self.capacity = int(self.config["topology.executor.receive.buffer.size"])
         self.idle_sleep = self.config["topology.sleep.spout.wait.strategy.time.ms"] / 1000.0
         self.n_ackers = int(self.config["topology.acker.executors"])
@@ -1596,6 +1598,8 @@ class LocalRuntime:
         try:
             while not self._stop:
                 busy = self.step()
+                if self.after_step is not None:
+                    self.after_step()
                 if deadline is not None and clock.monotonic() >= deadline:
                     reason = "duration"
                     break

@@ -543,14 +543,7 @@ def test_max_spout_pending_bounds_the_tracked_tuples_in_flight(where: str) -> No
     rt = runtime(b.build(), **config)
     src = spout_task(rt)
     seen: list[int] = []
-    step = rt.step
-
-    def step_and_observe() -> bool:
-        busy = step()
-        seen.append(len(src.pending))
-        return busy
-
-    rt.step = step_and_observe  # type: ignore[method-assign]
+    rt.after_step = lambda: seen.append(len(src.pending))
     result = rt.run(until_idle=True)
     assert result.reason == "idle"
     assert max(seen) == limit

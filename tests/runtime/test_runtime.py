@@ -102,14 +102,7 @@ def test_a_slow_bolt_bounds_every_queue_by_the_buffer_size(acking: int) -> None:
         clock=FakeClock(),
     )
     # Also sample between steps, when the spout has just filled its queues.
-    step = rt.step
-
-    def step_and_observe() -> bool:
-        busy = step()
-        observe_depths()
-        return busy
-
-    rt.step = step_and_observe  # type: ignore[method-assign]
+    rt.after_step = observe_depths
     result = rt.run(until_idle=True)
     assert result.reason == "idle"
     assert len(sink("total")) == n
