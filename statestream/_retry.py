@@ -133,6 +133,12 @@ class Retries:
     :meth:`forget` when it was settled otherwise (dead-lettered). A message
     that succeeded or was given up is forgotten, so the memory held is bounded
     by the messages currently failing.
+
+    With exactly-once state (the topology rewinds instead of handing messages
+    back), per attempt: :meth:`emitted_again` for each message emitted,
+    :meth:`attempt_failed` for each that failed, then :meth:`rewound` (the
+    attempt ended with a rewind) or :meth:`passed_cut` (a cut or a commit
+    passed with no failure pending); see the counting rule above.
     """
 
     def __init__(self, policy: RetryPolicy) -> None:
