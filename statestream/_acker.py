@@ -38,7 +38,7 @@ Not thread-safe: the acker task that owns a ledger is its only caller.
 from __future__ import annotations
 
 import random
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from statestream._errors import ReliabilityError
 from statestream._rotating import RotatingMap
@@ -93,12 +93,12 @@ class LedgerEntry(NamedTuple):
 # 64 bits already need three 30-bit digits in CPython, and three digits hold
 # 90 bits, so the flag and a spout task below 2**25 make the int no bigger:
 # the whole entry costs what the ack value alone would.
-_VAL_MASK = (1 << 64) - 1
-_FAILED = 1 << 64
-_TASK_SHIFT = 65
-_TASK_ONE = 1 << _TASK_SHIFT  # an entry >= this has a known spout task
+_VAL_MASK: Final = (1 << 64) - 1
+_FAILED: Final = 1 << 64
+_TASK_SHIFT: Final = 65
+_TASK_ONE: Final = 1 << _TASK_SHIFT  # an entry >= this has a known spout task
 
-_getrandbits = random.getrandbits
+_getrandbits: Final = random.getrandbits
 
 
 def new_id(rng: random.Random | None = None) -> int:

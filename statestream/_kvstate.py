@@ -81,9 +81,21 @@ def _freeze(obj: Any) -> Any:
     return obj
 
 
-#: The ints JSON (orjson) encodes: 64-bit signed and unsigned.
-_INT_MIN: Final = -(1 << 63)
-_INT_MAX: Final = (1 << 64) - 1
+#: Deferred ints stay within what the compiled core holds unboxed (orjson
+#: would take any 64-bit int; larger ones are encoded at put like the rest).
+_INT_BOUND: Final = 1 << 61
+
+
+def _plain_value(value: Any) -> bool:
+    """True if JSON always encodes ``value``, to what reads back equal and of its type."""
+    t = type(value)
+    if t is int:
+        n: int = value
+        return -_INT_BOUND < n < _INT_BOUND
+    if t is str:
+        text: str = value
+        return text.isascii()  # no lone surrogates, which orjson refuses
+    return t is bool or value is None
 
 PRELOAD_LIMIT: Final = 50_000
 """Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
@@ -275,20 +287,10 @@ class StoredKeyValueState:
         one fails now, naming the namespace, the key and the type, rather
         than at the next checkpoint.
         """
-        vcls = value.__class__
-        if (
-            self._defer
-            and key.__class__ is str
-            and key.isascii()
-            and (
-                (vcls is int and _INT_MIN <= value <= _INT_MAX)
-                or (vcls is str and value.isascii())
-                or vcls is bool
-                or value is None
-            )
-        ):
-            if self._pending and key in self._pending:
-                del self._pending[key]
+        if self._defer and type(key) is str and key.isascii() and _plain_value(value):
+            pending = self._pending
+            if pending and key in pending:
+                del pending[key]
             self._plain[key] = value
             self._view[key] = value
             return

@@ -18,6 +18,7 @@ The runtime is a transport and a scheduler only. Acking lives in
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -27,7 +28,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import xxhash
 
@@ -60,12 +61,20 @@ __all__ = ["ErrorReport", "LocalRuntime", "RunResult", "TaskMetrics"]
 
 log = logging.getLogger("statestream")
 
-_xxh3 = xxhash.xxh3_64_intdigest
-_getrandbits = random.getrandbits
-_EDGE_BITS = 62
+# Module constants are Final: the compiled core then inlines them instead of
+# looking each one up in the module's dict on every use.
+_xxh3: Final = xxhash.xxh3_64_intdigest
+_getrandbits: Final = random.getrandbits
+_EDGE_BITS: Final = 62
 
 # Route kinds, as small ints so the emit loop compares cheaply.
-_SHUFFLE, _FIELDS1, _FIELDSN, _GLOBAL, _ALL, _DIRECT, _CUSTOM = range(7)
+_SHUFFLE: Final = 0
+_FIELDS1: Final = 1
+_FIELDSN: Final = 2
+_GLOBAL: Final = 3
+_ALL: Final = 4
+_DIRECT: Final = 5
+_CUSTOM: Final = 6
 _KIND = {
     "shuffle": _SHUFFLE,
     "none": _SHUFFLE,
@@ -78,8 +87,9 @@ _KIND = {
 # Spout pending / acker ledgers expire an entry between (B-1) and B rotation
 # periods after it was last touched; with the period at timeout/(B-1) a tree
 # fails between 1x and 1.5x topology.message.timeout.secs.
-_TIMEOUT_BUCKETS = 3
-_SPOUT_BATCH = 64
+_TIMEOUT_BUCKETS: Final = 3
+_ROUTE_MEMO: Final = 50_000  # str values a route remembers the target of (a few MB at most)
+_SPOUT_BATCH: Final = 64
 
 
 class _Route:
@@ -91,6 +101,7 @@ class _Route:
         "index_of_task",
         "key",
         "kind",
+        "memo",
         "n",
         "rr",
         "target",
@@ -107,12 +118,28 @@ class _Route:
         self.custom: Any = None
         self.index_of_task: dict[int, int] = {}
         self.task_ids: list[int] = []
+        # One-field grouping: target index by str value, so a hot key is
+        # hashed once (a dict lookup instead of an encode and an xxh3).
+        self.memo: dict[str, int] = {}
+
+    def field_index(self, v: Any) -> int:
+        """The target index of a one-field grouping value (stable_hash, as Storm's
+        fields grouping, so every runtime and every restart agrees)."""
+        if type(v) is str:
+            memo = self.memo
+            i = memo.get(v, -1)
+            if i < 0:
+                i = _xxh3(v.encode()) % self.n
+                if len(memo) < _ROUTE_MEMO:
+                    memo[v] = i
+            return i
+        return stable_hash(v) % self.n
 
     def choose(self, values: Sequence[Any], direct_task: int | None) -> list[int]:
         """Target task indexes for one tuple (the general, slower path)."""
         kind = self.kind
         if kind == _FIELDS1:
-            return [stable_hash(values[self.key]) % self.n]
+            return [self.field_index(values[self.key])]
         if kind == _FIELDSN:
             return [stable_hash([values[i] for i in self.key]) % self.n]
         if kind == _SHUFFLE:
@@ -202,9 +229,7 @@ class _Task:
         for r in routes:
             kind = r.kind
             if kind == _FIELDS1:
-                v = values[r.key]
-                h = _xxh3(v.encode()) if type(v) is str else stable_hash(v)
-                r.inboxes[h % r.n].append(Tuple(values, origin))
+                r.inboxes[r.field_index(values[r.key])].append(Tuple(values, origin))
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
@@ -232,10 +257,7 @@ class _Task:
             kind = r.kind
             # The two common groupings inline; the rest through choose().
             if kind == _FIELDS1:
-                v = values[r.key]
-                targets: Sequence[int] = (
-                    (_xxh3(v.encode()) if type(v) is str else stable_hash(v)) % r.n,
-                )
+                targets: Sequence[int] = (r.field_index(values[r.key]),)
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
@@ -244,7 +266,7 @@ class _Task:
                 targets = r.choose(values, direct)
             inboxes = r.inboxes
             for i in targets:
-                edge = rt.randbits(_EDGE_BITS) or 1
+                edge = rt.next_edge()
                 created ^= edge
                 inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
         return created
@@ -271,7 +293,7 @@ class _Task:
             for i in r.choose(values, direct):
                 ids: dict[int, int] = {}
                 for a in anchors:
-                    edge = rt.randbits(_EDGE_BITS) or 1
+                    edge = rt.next_edge()
                     a.ack_val ^= edge
                     for root in a.trees():
                         ids[root] = ids.get(root, 0) ^ edge
@@ -600,8 +622,8 @@ class _Replay:
         return f"replay of {self.record.msg_id!r}"
 
 
-_MISSING = object()
-_NEVER = float("-inf")
+_MISSING: Final = object()
+_NEVER: Final = float("-inf")
 
 # Test-only: kill this process right before or after a dead letter is written
 # ("before-write" / "after-write"), to test that the message is then in the
@@ -629,6 +651,28 @@ def _error_signature(task: _Task, exc: BaseException) -> tuple[str, int, str, An
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
     where = tuple((f.filename, f.lineno) for f in frames[-3:])
     return (task.component, task.task_index, type(exc).__name__, where)
+
+
+# A run allocates a tuple object or two per tuple, nearly all short-lived:
+# with CPython's default young-generation threshold (700) the collector runs
+# every few hundred tuples and walks the live ones each time.
+_GC_YOUNG: Final = 50_000
+
+
+def _tune_gc() -> tuple[int, int, int]:
+    """Collect less often during a run: what was allocated before it (the
+    topology, a loaded state) moves to the permanent generation and is not
+    walked again, and the young generation is collected every _GC_YOUNG
+    allocations. Returns the thresholds to restore."""
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(before[0], _GC_YOUNG), before[1], before[2])
+    return before
+
+
+def _restore_gc(before: tuple[int, int, int]) -> None:
+    gc.set_threshold(*before)
+    gc.unfreeze()
 
 
 def _is_power_of_ten(n: int) -> bool:
@@ -713,18 +757,17 @@ class BoltTask(_Task):
         for r in entry[2]:
             kind = r.kind
             if kind == _FIELDS1:
-                v = values[r.key]
-                i = (_xxh3(v.encode()) if type(v) is str else stable_hash(v)) % r.n
+                i = r.field_index(values[r.key])
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
             else:
                 for i in r.choose(values, None):
-                    edge = rt.randbits(_EDGE_BITS) or 1
+                    edge = rt.next_edge()
                     created ^= edge
                     r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
                 continue
-            edge = rt.randbits(_EDGE_BITS) or 1
+            edge = rt.next_edge()
             created ^= edge
             r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
         anchor.ack_val ^= created
@@ -1065,6 +1108,12 @@ class LocalRuntime:
     def _checkpoint_spout(self) -> CheckpointSpout | None:
         task = self._checkpoint_task
         return None if task is None else task.spout  # type: ignore[return-value]
+
+    # -- ids ----------------------------------------------------------------------
+    def next_edge(self) -> int:
+        """A random, nonzero edge id of _EDGE_BITS bits (from ``randbits``, which a
+        test may replace)."""
+        return self.randbits(_EDGE_BITS) or 1
 
     # -- wiring ---------------------------------------------------------------
     def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
@@ -1595,6 +1644,7 @@ class LocalRuntime:
         deadline = start + duration if duration is not None else None
         self._next_due = min((t[0] for t in self._timers), default=float("inf"))
         reason = "stopped"
+        gc_before = _tune_gc()
         try:
             while not self._stop:
                 busy = self.step()
@@ -1617,6 +1667,7 @@ class LocalRuntime:
             self._abandon()
             raise
         finally:
+            _restore_gc(gc_before)
             self.close()
             self._log_repeats()
         return RunResult(
