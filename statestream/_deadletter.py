@@ -33,7 +33,7 @@ import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,16 +41,18 @@ from typing import Any
 
 import orjson
 
-from ._errors import RuntimeFailure
+from ._errors import ConfigError, RuntimeFailure
 from ._retry import msg_id_key_fast, msg_key
 
 __all__ = [
     "DeadLetter",
     "DeadLetterFile",
+    "Replay",
     "Settled",
     "configured_path",
     "default_path",
     "encode_values",
+    "fits_stream",
     "identity",
 ]
 
@@ -301,6 +303,86 @@ class DeadLetterFile:
         )
         return written
 
+    def marked_for_replay(self, topology: str, namespaces: Collection[str]) -> list[DeadLetter]:
+        """The records of ``topology`` marked for replay whose spout task is one of
+        ``namespaces``, in file order: what a run feeds back. A record whose values
+        were written as their repr is left (and said in the log); a file that
+        cannot be read refuses the run (ConfigError).
+
+        The file's other records are not skipped when a spout emits their
+        message again: message ids repeat across runs (a file spout's line
+        numbers, a new input, a fresh store), and skipping a message because an
+        unrelated run gave up on an identical one would lose it silently."""
+        try:
+            records = self.records()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the dead-letter file {str(self.path)!r} "
+                f"(statestream.deadletter.path): {exc.strerror}"
+            ) from exc
+        out = []
+        for r in records:
+            if r.topology != topology or r.namespace not in namespaces or r.status != REPLAY:
+                continue
+            if r.exact:
+                out.append(r)
+            else:
+                log.warning(
+                    "dead letter %r of spout %s cannot be replayed: its values were "
+                    "written as their repr",
+                    r.msg_id,
+                    r.namespace,
+                )
+        return out
+
+    def replayed(self, records: Iterable[DeadLetter]) -> int:
+        """Fed-back ``records`` went through: mark them ``replayed`` (in the file and
+        in memory), so that no later run feeds them back. Returns how many changed."""
+        done = {r.key(): r for r in records if r.status == REPLAY}
+        if not done:
+            return 0
+
+        def mark(r: DeadLetter) -> bool:
+            if r.status == REPLAY and r.key() in done:
+                r.status = REPLAYED
+                return True
+            return False
+
+        changed = self.update(mark)
+        for r in done.values():
+            r.status = REPLAYED
+        return changed
+
+    def replay_given_up(
+        self,
+        record: DeadLetter,
+        component: str,
+        exc: BaseException | None,
+        error: str | None,
+        attempts: int,
+        *,
+        error_type: str | None = None,
+    ) -> bool:
+        """A fed-back ``record`` failed to its last attempt again: ``dead`` again (in
+        the file and in memory), with this failure's component, error (as for
+        :meth:`DeadLetter.of`), attempts and time. True if the file held it."""
+        again = DeadLetter.of(
+            record.topology, "", 0, None, (), component, exc, attempts, error, error_type=error_type
+        )
+        key = record.key()
+
+        def dead(r: DeadLetter) -> bool:
+            if r.status != REPLAY or r.key() != key:
+                return False
+            r.status = DEAD
+            r.component, r.error_type, r.error = again.component, again.error_type, again.error
+            r.attempts, r.timestamp = attempts, again.timestamp
+            return True
+
+        changed = self.update(dead) > 0
+        dead(record)
+        return changed
+
     def update(self, change: Callable[[DeadLetter], bool]) -> int:
         """Rewrite the file with ``change`` applied to each record (it returns True
         when it changed the record); returns how many changed."""
@@ -317,6 +399,38 @@ class DeadLetterFile:
                 _fsync_dir(self.path.parent)
             self._keys = _unsettled(records)
             return changed
+
+
+class Replay:
+    """The message id of a dead letter fed back by ``statestream deadletter replay``:
+    a runtime emits its values for its spout task, which never hears of it, and
+    tracks it as any message (retries, timeouts); it ends with
+    :meth:`DeadLetterFile.replayed` or :meth:`DeadLetterFile.replay_given_up`.
+    Hashed by identity: the same object stands for the message across retries."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: DeadLetter) -> None:
+        self.record = record
+
+    def __repr__(self) -> str:
+        return f"replay of {self.record.msg_id!r}"
+
+
+def fits_stream(record: DeadLetter, fields: int | None, direct: bool) -> bool:
+    """Whether ``record`` can go out on its stream as the spout declares it now
+    (``fields``: the stream's field count, None when it is gone); says why not
+    in the log."""
+    if fields is not None and not direct and len(record.values) == fields:
+        return True
+    log.warning(
+        "dead letter %r of spout %s cannot be replayed: its stream %r is gone, "
+        "direct, or has other fields now",
+        record.msg_id,
+        record.namespace,
+        record.stream,
+    )
+    return False
 
 
 def _unsettled(records: list[DeadLetter]) -> set[tuple[str, str, Hashable, bytes]]:

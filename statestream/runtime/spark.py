@@ -155,6 +155,15 @@ its messages: it is rolled back and read again, up to
 ``statestream.spark.batch.attempts`` times. Failure counts live in the
 driver's memory for the run: a restarted driver gives a poison message
 ``max.attempts`` attempts again (never loses it, never writes it twice).
+
+Dead letters fed back (``statestream deadletter replay``, status ``replay``)
+go into the first batches of the next run, ahead of what their spout task
+reads, as the local runtime emits them: the spout never hears of them, they
+are counted and retried as any message of a batch (read again with it after a
+rollback), marked ``replayed`` in the file once their batch committed, and
+``dead`` again (the record rewritten, not a second one) once they had their
+last attempt. As on the local runtime, a driver killed between the commit and
+that mark feeds the message back once more in the next run.
 """
 
 from __future__ import annotations
@@ -167,6 +176,7 @@ import sysconfig
 import time
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -185,7 +195,15 @@ from .._components import (
     task_namespace,
 )
 from .._config import Config
-from .._deadletter import DeadLetter, DeadLetterFile, Settled, configured_path
+from .._deadletter import (
+    REPLAY,
+    DeadLetter,
+    DeadLetterFile,
+    Replay,
+    Settled,
+    configured_path,
+    fits_stream,
+)
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
 from .._rescale import rescale_state
@@ -1320,6 +1338,9 @@ class SparkRuntime:
         self._retries: dict[str, Retries] = {}
         self.deadletter_path = configured_path(self.config)
         self.deadletters = DeadLetterFile(self.deadletter_path)
+        #: Per spout task namespace, the dead letters fed back for this run
+        #: (``statestream deadletter replay``) and not in a batch under way.
+        self._replays: dict[str, deque[Replay]] = {}
 
     def _at_most_once(self) -> bool:
         """Whether batches are read at-most-once (a spout cannot rewind and the
@@ -1539,6 +1560,23 @@ class SparkRuntime:
                 namespace = task_namespace(spec.id, i)
                 self._spout_tasks.append(_SpoutTask(spec.id, i, namespace, spout, collector))
                 self._retries.setdefault(namespace, Retries(self.retry_policy))
+        self._load_replays()
+
+    def _load_replays(self) -> None:
+        """The dead letters of this topology marked for replay, fed back as on the local
+        runtime: each goes into a batch of its spout task (the spout never hears of
+        it), is tracked as any message, and is marked ``replayed`` once its batch
+        committed, or ``dead`` again once it failed to its last attempt."""
+        outputs = {
+            task_namespace(spec.id, i): spec.outputs
+            for spec in self.spouts
+            for i in range(spec.parallelism)
+        }
+        for record in self.deadletters.marked_for_replay(self.topology.name, outputs):
+            declared = outputs[record.namespace].get(record.stream)
+            fields = None if declared is None else len(declared[0])
+            if fits_stream(record, fields, declared is not None and declared[1]):
+                self._replays.setdefault(record.namespace, deque()).append(Replay(record))
 
     def _seek(self) -> None:
         """Rewind every data spout to the positions of the checkpoint recovery restored
@@ -1560,6 +1598,11 @@ class SparkRuntime:
             collector.msg_ids = []
             next_tuple = task.spout.next_tuple
             items = collector.items
+            replays = self._replays.get(task.namespace)
+            while replays and len(items) < self.batch_size:
+                rid = replays.popleft()  # dead letters fed back first, then the spout's
+                items.append((rid.record.stream, list(rid.record.values), None))
+                collector.msg_ids.append(rid)
             skipped = 0
             while len(items) < self.batch_size and skipped < self.batch_size:
                 before = len(items)
@@ -1600,11 +1643,21 @@ class SparkRuntime:
                 self._report(task.cid, task.index, exc, f"dead_lettered({msg_id!r})")
 
     def _read_again(self, batch: _Batch) -> _Batch:
-        """The batch after a rollback: read again from the restored positions."""
+        """The batch after a rollback: read again from the restored positions, with
+        the dead letters fed back it held (but those given up on again)."""
         if self.at_most_once:
             return batch  # the spouts cannot rewind: run the same records again
+        self._requeue_replays(batch)
         self._seek()
         return self._read_batch()
+
+    def _requeue_replays(self, batch: _Batch) -> None:
+        """Put the dead letters fed back in ``batch`` that are still to replay back in
+        front of their task's queue, in their order."""
+        for task, msg_ids in batch.msg_ids:
+            again = [m for m in msg_ids if type(m) is Replay and m.record.status == REPLAY]
+            if again:
+                self._replays.setdefault(task.namespace, deque()).extendleft(reversed(again))
 
     def _close_spouts(self) -> None:
         tasks, self._spout_tasks = self._spout_tasks, []
@@ -1768,9 +1821,10 @@ class SparkRuntime:
                 coordinator.on_fail(Action.PREPARE, txid)
                 self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
                 if failures >= self.attempts:
+                    # A dead letter fed back stays marked: the next run feeds it again.
                     for task, msg_ids in batch.msg_ids:
                         for msg_id in msg_ids:
-                            if msg_id is not None:
+                            if msg_id is not None and type(msg_id) is not Replay:
                                 task.spout.fail(msg_id)
                     raise RuntimeFailure(
                         f"batch {txid} failed {failures} times and was rolled back; the last "
@@ -1801,10 +1855,17 @@ class SparkRuntime:
         coordinator.on_ack(Action.COMMIT, txid, self._now_ms())  # stores COMMITTED(txid)
         if self.fault_hook is not None:
             self.fault_hook("committed", txid)
+        replayed = []
         for task, msg_ids in batch.msg_ids:
             for msg_id in msg_ids:
-                if msg_id is not None:
+                if type(msg_id) is Replay:
+                    replayed.append(msg_id.record)
+                elif msg_id is not None:
                     task.spout.ack(msg_id)
+        if replayed:
+            # After the commit, as the local runtime marks one once its tree is
+            # acked: a crash in between feeds it back to the next run again.
+            self.deadletters.replayed(replayed)
         for retries in self._retries.values():
             retries.passed_cut()  # what went through in the batch is forgotten
         self.counters["batches"] += 1
@@ -1867,7 +1928,13 @@ class SparkRuntime:
             verdict = self._retries[task.namespace].attempt_failed(msg_id, now)
             self._metrics[task.cid].failed += 1
             resume_at = now if resume_at is None else resume_at
-            if verdict.kind is VerdictKind.GIVE_UP:
+            if verdict.kind is VerdictKind.GIVE_UP and type(msg_id) is Replay:
+                # Fed back and given up on again: dead again, not a second record.
+                self.deadletters.replay_given_up(
+                    msg_id.record, component, None, error, verdict.failures, error_type=error_type
+                )
+                self._metrics[task.cid].dead_lettered += 1
+            elif verdict.kind is VerdictKind.GIVE_UP:
                 record = DeadLetter.of(
                     self.topology.name,
                     task.cid,
