@@ -61,16 +61,32 @@ OutcomeKind = Literal["ack", "fail", "timeout"]
 """
 
 
-class Outcome(NamedTuple):
+class Outcome:
     """A decision about one root, addressed to the spout task that emitted it.
 
     Each root yields at most one outcome, after which it is no longer in
-    the ledger.
+    the ledger. (A plain class, not a NamedTuple: one is made per completed
+    tree, and the compiled core builds a plain class far faster.)
     """
 
-    kind: OutcomeKind
-    root: int
-    spout_task: int
+    __slots__ = ("kind", "root", "spout_task")
+
+    def __init__(self, kind: OutcomeKind, root: int, spout_task: int) -> None:
+        self.kind: OutcomeKind = kind
+        self.root = root
+        self.spout_task = spout_task
+
+    def _fields(self) -> tuple[str, int, int]:
+        return (self.kind, self.root, self.spout_task)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Outcome) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Outcome({self.kind!r}, {self.root}, {self.spout_task})"
 
 
 class LedgerEntry(NamedTuple):

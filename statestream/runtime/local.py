@@ -709,6 +709,8 @@ class BoltTask(_Task):
             self.executor.data_entry() if self.pausable else self.execute
         )
         self.ack_buf: dict[int, int] = {}  # root -> XOR of acks not yet sent to the acker
+        self.last_root = 0  # the tree of the latest ack, whose XOR is in last_val
+        self.last_val = 0
         self.holding = False  # hold_acks(): acks stay in ack_buf for take_acks()
         # Checkpoint tuples take a priority lane: they must get through while
         # data waits (before INITSTATE, or while a full queue holds it).
@@ -830,8 +832,16 @@ class BoltTask(_Task):
         # the same sums with far fewer messages.
         root = tup.root
         if root:
-            buf = self.ack_buf
-            buf[root] = buf.get(root, 0) ^ tup.edge ^ tup.ack_val
+            # Consecutive inputs often share a tree (the words of one line):
+            # the current tree's XOR is kept apart from the dict until another
+            # tree's ack comes (_fold_ack).
+            if root == self.last_root:
+                self.last_val ^= tup.edge ^ tup.ack_val
+            else:
+                if self.last_root:
+                    self._fold_ack()
+                self.last_root = root
+                self.last_val = tup.edge ^ tup.ack_val
         elif tup.anchors:
             v = tup.ack_val
             buf = self.ack_buf
@@ -847,7 +857,16 @@ class BoltTask(_Task):
             "ack or fail each input exactly once"
         )
 
+    def _fold_ack(self) -> None:
+        """Move the current tree's XOR (see ack) into ack_buf."""
+        root = self.last_root
+        if root:
+            buf = self.ack_buf
+            buf[root] = buf.get(root, 0) ^ self.last_val
+            self.last_root = 0
+
     def flush_acks(self) -> None:
+        self._fold_ack()
         if self.holding:
             return  # the executor takes them at its next checkpoint
         buf = self.ack_buf
@@ -862,6 +881,7 @@ class BoltTask(_Task):
         self.holding = True
 
     def take_acks(self) -> dict[int, int]:
+        self._fold_ack()
         taken, self.ack_buf = self.ack_buf, {}
         return taken
 
@@ -887,6 +907,7 @@ class BoltTask(_Task):
         anchors = tup.trees()
         acking = self.rt.acking
         if anchors and acking is not None:
+            self._fold_ack()
             if self.ack_buf:
                 self.flush_acks()
             # Called from an except clause (a bolt that raised, FailedException),
@@ -923,6 +944,8 @@ class BoltTask(_Task):
             # A bolt blocked by a full downstream queue did nothing: saying so
             # lets the loop sleep (and a fake clock advance) instead of spinning.
             did = did or self.executed != before
+        if self.last_root:
+            self._fold_ack()
         if self.ack_buf and not self.holding:
             self.flush_acks()
         return did
