@@ -1,6 +1,7 @@
 """Instructions per word of the word count, counted by valgrind: a figure noise cannot move.
 
-    python bench/bench_instructions.py [--sentences 5000] [--topology plain|stateful]
+    python bench/bench_instructions.py [--sentences 5000]
+        [--topology plain|lines|words|stateful]
         [--exactly-once auto|true|false]
 
 Wall-clock benchmarks on a shared 2-core machine swing by 30% from run to
@@ -12,10 +13,13 @@ through ``functools.reduce``, a C function callgrind can toggle collection
 on), so interpreter start-up, imports and the exactness check are left out.
 
 ``plain`` is the word count with a plain counting bolt, acking on;
-``stateful`` is examples/wordcount.py on the memory provider with the
-checkpoint interval stretched to an hour, so that the count does not depend
-on how fast valgrind runs (only the checkpoint at the end of the input is
-taken). Use it to compare two versions of the runtime: run it on each and
+``lines`` is the spout feeding a bolt that only acks each line, ``words``
+the spout and the split feeding a bolt that only acks each word (with the
+groupings and parallelism of ``plain``; bench_components.py takes the
+differences); ``stateful`` is examples/wordcount.py on the memory provider
+with the checkpoint interval stretched to an hour, so that the count does
+not depend on how fast valgrind runs (only the checkpoint at the end of the
+input is taken). Use it to compare two versions of the runtime: run it on each and
 compare the instructions per word. It needs valgrind (Debian: valgrind).
 """
 
@@ -36,6 +40,31 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
 
 
+def ack_only_topology(words: bool) -> Any:
+    """The spout, the split if ``words``, and a bolt that acks each tuple and does nothing else.
+
+    Parallelism and groupings are plain_topology's: the acking bolt takes the
+    lines by shuffle (as the split does) or the words by fields on ``word``
+    (as the count does), 2 tasks each.
+    """
+    import wordcount
+
+    from statestream import Bolt, FileSpout, TopologyBuilder
+
+    class AckOnly(Bolt):
+        def execute(self, tup: Any) -> None:
+            self.collector.ack(tup)
+
+    b = TopologyBuilder("wordcount")
+    b.set_spout("sentences", FileSpout(path_key="wordcount.input"))
+    if words:
+        b.set_bolt("split", wordcount.SplitSentence(), 2).shuffle_grouping("sentences")
+        b.set_bolt("ack", AckOnly(), 2).fields_grouping("split", ["word"])
+    else:
+        b.set_bolt("ack", AckOnly(), 2).shuffle_grouping("sentences")
+    return b.build()
+
+
 def one_run(
     topology: str,
     sentences: int,
@@ -43,8 +72,12 @@ def one_run(
     provider: str = "memory",
     interval_ms: int = 3_600_000,
     acking: bool = True,
-) -> None:
-    """The measured part (runs under valgrind): one word count, inside functools.reduce."""
+) -> tuple[Any, dict[str, Any]]:
+    """The measured part (runs under valgrind): one word count, inside functools.reduce.
+
+    Returns the run's RunResult and the config it ran with (the output file
+    is ``conf["wordcount.output"]``), for checks made after the measured part.
+    """
     import bench_stateful
     import wordcount
     from corpus import corpus_path
@@ -58,6 +91,8 @@ def one_run(
     }
     if topology == "plain":
         topo = bench_stateful.plain_topology()
+    elif topology in ("lines", "words"):
+        topo = ack_only_topology(words=topology == "words")
     else:
         conf.update(bench_stateful.provider_conf(provider, workdir))
         conf["topology.state.checkpoint.interval.ms"] = interval_ms
@@ -69,13 +104,15 @@ def one_run(
     if not acking:
         conf["topology.acker.executors"] = 0
     rt = LocalRuntime(topo, conf)
-    functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
+    # A two-item list without an initial value: reduce calls the lambda once.
+    result = functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
+    return result, conf
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sentences", type=int, default=5000)
-    ap.add_argument("--topology", choices=("plain", "stateful"), default="plain")
+    ap.add_argument("--topology", choices=("plain", "lines", "words", "stateful"), default="plain")
     ap.add_argument("--exactly-once", choices=("auto", "true", "false"), default="auto")
     ap.add_argument("--provider", choices=("memory", "sqlite"), default="memory")
     ap.add_argument("--interval-ms", type=int, default=3_600_000)
