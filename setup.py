@@ -57,6 +57,10 @@ class OptionalBuildExt(build_ext):
 
     def run(self) -> None:
         BUILD_INFO.unlink(missing_ok=True)
+        # An editable build leaves its extensions in the source tree: drop the
+        # old ones first, or a module no longer compiled would still load one.
+        for old in (HERE / "statestream").rglob("*.so"):
+            old.unlink()
         try:
             super().run()
         except Exception as exc:  # a missing compiler surfaces here

@@ -70,7 +70,7 @@ def _cache_key(plain: Any, encoded: bytes) -> Hashable:
     entry (``IntEnum`` members and their int, ``StrEnum`` members and their
     str), and keys it can (``1``, ``1.0``, ``True``; equal in Python) do not.
     """
-    cls = plain.__class__
+    cls = type(plain)
     return plain if cls is str or cls is int else (_ENCODED, encoded)
 
 
@@ -96,6 +96,7 @@ def _plain_value(value: Any) -> bool:
         text: str = value
         return text.isascii()  # no lone surrogates, which orjson refuses
     return t is bool or value is None
+
 
 PRELOAD_LIMIT: Final = 50_000
 """Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
@@ -192,7 +193,7 @@ class StoredKeyValueState:
                 f"{type(key).__name__!r}: keys must be JSON scalars (str, int, float, bool, "
                 f"None) or tuples of them ({exc})"
             ) from exc
-        cls = key.__class__
+        cls = type(key)
         if cls is str or cls is int:
             return key, encoded
         if cls is float and not math.isfinite(key):
@@ -273,7 +274,7 @@ class StoredKeyValueState:
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The visible value of ``key``, or ``default`` when it has none."""
-        cls = key.__class__
+        cls = type(key)
         cache_key = key if cls is str or cls is int else self._key(key)[0]
         value = self._view.get(cache_key, _MISSING)
         if value is _MISSING:
@@ -306,7 +307,7 @@ class StoredKeyValueState:
                 f"state {self.namespace!r}: the serializer encoded the value of key "
                 f"{_short_repr.repr(key)} as empty bytes, which serializers must not do"
             )
-        if self._plain and cache_key.__class__ is str:
+        if self._plain and type(cache_key) is str:
             self._plain.pop(cache_key, None)
         self._pending[cache_key] = (key, encoded_key, value, encoded)
         self._view[cache_key] = value
@@ -321,7 +322,7 @@ class StoredKeyValueState:
         old = self._view.get(cache_key, _MISSING)
         if old is _MISSING:
             old = self._load(key, cache_key)
-        if self._plain and cache_key.__class__ is str:
+        if self._plain and type(cache_key) is str:
             self._plain.pop(cache_key, None)
         self._pending[cache_key] = (key, encoded_key, None, None)
         self._view[cache_key] = _ABSENT
