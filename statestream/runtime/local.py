@@ -35,7 +35,14 @@ import xxhash
 from .._acker import AckerLedger, acker_task_for, new_id
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
-from .._deadletter import REPLAY, REPLAYED, DeadLetter, DeadLetterFile, Settled, default_path
+from .._deadletter import (
+    DeadLetter,
+    DeadLetterFile,
+    Replay,
+    Settled,
+    default_path,
+    fits_stream,
+)
 from .._errors import (
     ConfigError,
     FailedException,
@@ -371,7 +378,7 @@ class SpoutTask(_Task):
         self.failures = self.retries.failures  # the same dict: a cheap test at emit
         self.settled: Settled = rt.settled_for(self.namespace)
         self.settles: deque[Any] = deque()  # message ids to tell dead_lettered() at the next poll
-        self.replays: deque[_Replay] = rt.replays_for(self.namespace)
+        self.replays: deque[Replay] = rt.replays_for(self.namespace)
 
     def metrics(self) -> TaskMetrics:
         m = super().metrics()
@@ -478,13 +485,13 @@ class SpoutTask(_Task):
         verdict = self.retries.failed(msg_id, now)
         if verdict.kind is VerdictKind.GIVE_UP:
             self._dead_letter(entry, cause, verdict.failures)
-            if type(msg_id) is not _Replay:
+            if type(msg_id) is not Replay:
                 self._call_dead_lettered(msg_id)
 
     def _dead_letter(self, entry: Any, cause: Any, attempts: int) -> None:
         msg_id, values, origin = entry
         component, exc, text = cause
-        if type(msg_id) is _Replay:
+        if type(msg_id) is Replay:
             self.rt.replay_given_up(msg_id, component, exc, text, attempts)
             self.dead_lettered += 1
             return
@@ -535,7 +542,7 @@ class SpoutTask(_Task):
                     continue  # already timed out and failed
                 msg_id = entry[0]
             if ok:
-                if replaying and type(msg_id) is _Replay:
+                if replaying and type(msg_id) is Replay:
                     self.rt.replay_acked(msg_id)
                     continue
                 self.acked += 1
@@ -557,7 +564,7 @@ class SpoutTask(_Task):
         if retries.heap:
             due = retries.due(self.rt.clock.monotonic())
             for msg_id in due:
-                if type(msg_id) is _Replay:
+                if type(msg_id) is Replay:
                     self.replays.append(msg_id)
                 else:
                     self._call_fail(msg_id)
@@ -607,19 +614,6 @@ class SpoutTask(_Task):
             and not self.replays
             and self.spout.exhausted()
         )
-
-
-class _Replay:
-    """The message id of a dead letter fed back by ``statestream deadletter replay``:
-    the runtime emits it for its spout, which never hears of it."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: DeadLetter) -> None:
-        self.record = record
-
-    def __repr__(self) -> str:
-        return f"replay of {self.record.msg_id!r}"
 
 
 _MISSING: Final = object()
@@ -1065,8 +1059,8 @@ class LocalRuntime:
         self.deadletters = DeadLetterFile(self.deadletter_path)
         self._retries: dict[str, Retries] = {}
         self._settled: dict[str, Settled] = {}
-        self._replays: dict[str, deque[_Replay]] = {}
-        self.replaying: set[_Replay] = set()  # fed back and emitted, not yet acked or given up
+        self._replays: dict[str, deque[Replay]] = {}
+        self.replaying: set[Replay] = set()  # fed back and emitted, not yet acked or given up
         self._deadletters_loaded = False
         self.fail_causes: dict[int, Any] = {}
         # --until-idle diagnosis (_explain_wait): what moved, since when, last said
@@ -1235,7 +1229,7 @@ class LocalRuntime:
         again when the spout emits them (a rewind of exactly-once state replays them)."""
         return self._settled.setdefault(namespace, Settled())
 
-    def replays_for(self, namespace: str) -> deque[_Replay]:
+    def replays_for(self, namespace: str) -> deque[Replay]:
         """Dead letters of ``namespace`` fed back for this run, not yet emitted."""
         return self._replays.setdefault(namespace, deque())
 
@@ -1252,28 +1246,9 @@ class LocalRuntime:
         if self._deadletters_loaded:
             return
         self._deadletters_loaded = True
-        try:
-            records = self.deadletters.records()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the dead-letter file {str(self.deadletter_path)!r} "
-                f"(statestream.deadletter.path): {exc.strerror}"
-            ) from exc
-        name = self.topology.name
         spouts = {s.namespace for s in self.data_spouts}
-        for r in records:
-            if r.topology != name or r.namespace not in spouts:
-                continue
-            if r.status == REPLAY:
-                if r.exact:
-                    self.replays_for(r.namespace).append(_Replay(r))
-                else:
-                    log.warning(
-                        "dead letter %r of spout %s cannot be replayed: its values were "
-                        "written as their repr",
-                        r.msg_id,
-                        r.namespace,
-                    )
+        for r in self.deadletters.marked_for_replay(self.topology.name, spouts):
+            self.replays_for(r.namespace).append(Replay(r))
 
     def note_failure(self, roots: Iterable[int], cause: Any) -> None:
         """A bolt failed these trees: remember why, for a dead-letter record."""
@@ -1310,14 +1285,10 @@ class LocalRuntime:
             rid = replays.popleft()
             record = rid.record
             entry = task.streams.get(record.stream)
-            if entry is None or entry[3] or len(record.values) != entry[1]:
-                log.warning(
-                    "dead letter %r of spout %s cannot be replayed: its stream %r is gone, "
-                    "direct, or has other fields now",
-                    record.msg_id,
-                    record.namespace,
-                    record.stream,
-                )
+            if entry is None:
+                fits_stream(record, None, False)  # says why in the log
+                continue
+            if not fits_stream(record, entry[1], entry[3]):
                 continue
             n += 1
             task.emitted += 1
@@ -1334,36 +1305,17 @@ class LocalRuntime:
             )
         return n > 0
 
-    def replay_acked(self, rid: _Replay) -> None:
+    def replay_acked(self, rid: Replay) -> None:
         """A fed-back dead letter went through: mark it replayed in the file."""
         self.replaying.discard(rid)
-        key = rid.record.key()
-
-        def done(r: DeadLetter) -> bool:
-            if r.status == REPLAY and r.key() == key:
-                r.status = REPLAYED
-                return True
-            return False
-
-        self.deadletters.update(done)
+        self.deadletters.replayed([rid.record])
 
     def replay_given_up(
-        self, rid: _Replay, component: str, exc: BaseException | None, text: str, attempts: int
+        self, rid: Replay, component: str, exc: BaseException | None, text: str, attempts: int
     ) -> None:
         """A fed-back dead letter failed to its last attempt again: back to ``dead``."""
         self.replaying.discard(rid)
-        again = DeadLetter.of(self.topology.name, "", 0, None, (), component, exc, attempts, text)
-        key = rid.record.key()
-
-        def dead(r: DeadLetter) -> bool:
-            if r.status == REPLAY and r.key() == key:
-                r.status = "dead"
-                r.component, r.error_type, r.error = again.component, again.error_type, again.error
-                r.attempts, r.timestamp = attempts, again.timestamp
-                return True
-            return False
-
-        self.deadletters.update(dead)
+        self.deadletters.replay_given_up(rid.record, component, exc, text, attempts)
 
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: _Task, exc: BaseException, tup: Any) -> None:
