@@ -24,7 +24,7 @@ from statestream import FileSpout, TopologyBuilder, TopologyContext, Tuple
 from statestream._errors import ConfigError
 from statestream._registry import open_provider
 from statestream.runtime.local import LocalRuntime
-from statestream.testing import FakeClock, ListSpout, SimulatedCrash, random_text
+from statestream.testing import FakeClock, ListSpout, SimulatedCrash, StepClock, random_text
 
 
 def _wordcount_module() -> Any:
@@ -98,20 +98,6 @@ def _config(tmp_path: Path, exactly_once: bool, **extra: Any) -> dict[str, Any]:
         "topology.executor.receive.buffer.size": 64,
         **extra,
     }
-
-
-class StepClock(FakeClock):
-    """A fake clock that moves ``step`` seconds at every reading: a run on it takes
-    its checkpoints at the same points every time (the system clock would place
-    them, and so what a crash at a given tuple finds committed, by load)."""
-
-    def __init__(self, step: float) -> None:
-        super().__init__()
-        self.step = step
-
-    def monotonic(self) -> float:
-        self.now += self.step
-        return self.now
 
 
 def _run_with_crashes(
@@ -274,7 +260,6 @@ def test_a_gated_checkpoint_spout_prepares_only_with_positions_from_a_standstill
 
     from statestream._exactly_once import POSITIONS_KEY
     from statestream._stateful import CheckpointSpout
-    from statestream.testing import FakeClock
     from statestream_providers.memory import MemoryStateProvider
 
     state = MemoryStateProvider.from_config({"name": uuid.uuid4().hex}).get_state("cp")
