@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import xxhash
+from mypy_extensions import i64
 
 from .._acker import AckerLedger, acker_task_for, new_id
 from .._clock import Clock, SystemClock
@@ -73,6 +74,7 @@ log = logging.getLogger("statestream")
 _xxh3: Final = xxhash.xxh3_64_intdigest
 _getrandbits: Final = random.getrandbits
 _EDGE_BITS: Final = 62
+_EDGE_MASK: Final = (1 << _EDGE_BITS) - 1
 
 # Route kinds, as small ints so the emit loop compares cheaply.
 _SHUFFLE: Final = 0
@@ -1023,6 +1025,7 @@ class LocalRuntime:
         # still no chance of a false completion).
         self.new_root: Callable[[], int] = new_id
         self.randbits: Callable[[int], int] = _getrandbits
+        self._edge_state: i64 = _getrandbits(_EDGE_BITS) or 1  # see next_edge
         #: Called after every step of run(): where a test looks at the queues.
         self.after_step: Callable[[], None] | None = None
         self.capacity = int(self.config["topology.executor.receive.buffer.size"])
@@ -1128,9 +1131,24 @@ class LocalRuntime:
 
     # -- ids ----------------------------------------------------------------------
     def next_edge(self) -> int:
-        """A random, nonzero edge id of _EDGE_BITS bits (from ``randbits``, which a
-        test may replace)."""
-        return self.randbits(_EDGE_BITS) or 1
+        """A random, nonzero edge id of _EDGE_BITS bits.
+
+        An xorshift generator seeded from ``randbits``: a few machine
+        instructions per edge in the compiled core instead of a call. Its
+        steps are bijections of the 62-bit state that keep only the low 62
+        bits of each shift (what wraps in a compiled i64 and what the mask
+        keeps in Python agree), so the same code gives the same ids on both
+        cores, and a nonzero state never reaches 0. A test that sets its own
+        ``randbits`` gets its ids one by one, in its order.
+        """
+        if self.randbits is not _getrandbits:
+            return self.randbits(_EDGE_BITS) or 1
+        x: i64 = self._edge_state
+        x ^= (x << 13) & _EDGE_MASK
+        x ^= x >> 7
+        x ^= (x << 17) & _EDGE_MASK
+        self._edge_state = x
+        return int(x)
 
     # -- wiring ---------------------------------------------------------------
     def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:

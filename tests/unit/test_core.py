@@ -104,3 +104,38 @@ def test_fields_is_a_sequence_and_a_list_is_not_fields() -> None:
 @pytest.mark.parametrize("module", _core.COMPILED_MODULES)
 def test_every_core_module_has_its_source(module: str) -> None:
     assert _core.source_path(module).is_file()
+
+
+EDGES = """
+import json, statestream
+from statestream.runtime.local import LocalRuntime
+from statestream.testing import ListSpout
+b = statestream.TopologyBuilder("t")
+b.set_spout("s", ListSpout([1]))
+rt = LocalRuntime(b.build(), {})
+rt._edge_state = (1 << 61) + 12345
+print(json.dumps([rt.next_edge() for _ in range(50_000)]))
+"""
+
+
+def test_edge_ids_are_the_same_on_both_cores_nonzero_62_bit_and_distinct() -> None:
+    runs = {}
+    for core in ("python", None):
+        env = {k: v for k, v in os.environ.items() if k != _core.ENV_VAR}
+        if core is not None:
+            env[_core.ENV_VAR] = core
+        proc = subprocess.run(
+            [sys.executable, "-c", EDGES],
+            env=env,
+            cwd=PACKAGE.parent,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        runs[core] = json.loads(proc.stdout)
+    assert runs["python"] == runs[None]
+    edges = runs[None]
+    assert all(0 < e < 1 << 62 for e in edges)
+    assert len(set(edges)) == len(edges)
+    assert max(edges).bit_length() == 62
