@@ -116,18 +116,36 @@ def unwrap(obj: Any) -> Any:
     return obj
 
 
+class NativeCollector:
+    """A runtime's bolt collector that the compiled core calls directly (the local
+    runtime's bolt tasks derive from it); any other collector is called as a
+    Python object. Compiled, a call through this class is a C call rather
+    than a Python call with its argument parsing, once per emitted word."""
+
+    def emit_anchored(self, values: Sequence[Any], anchor: Tuple, stream: str = "default") -> None:
+        raise NotImplementedError
+
+    def ack(self, tup: Tuple) -> None:
+        raise NotImplementedError
+
+
 class _BasicCollector:
     """What a BasicBolt emits through: anchored to the input it is executing."""
 
-    __slots__ = ("_emit", "_exec", "_input")
+    __slots__ = ("_emit", "_exec", "_input", "_native")
 
     def __init__(self, executor: BasicBoltExecutor, input_tuple: Tuple) -> None:
         self._exec = executor
         self._emit = executor._emit_anchored
+        self._native = executor._native
         self._input = input_tuple
 
     def emit(self, values: Sequence[Any], stream: str = "default") -> None:
-        self._emit(values, self._input, stream)
+        native = self._native
+        if native is not None:
+            native.emit_anchored(values, self._input, stream)
+        else:
+            self._emit(values, self._input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
         self._exec.collector.emit_direct(task, values, self._input, stream)
@@ -159,6 +177,9 @@ class BasicBoltExecutor(_Wrapper):
         # of every splitting bolt); the plain emit does the same.
         self._emit_anchored = getattr(collector, "emit_anchored", collector.emit)
         self._ack = collector.ack
+        self._native: NativeCollector | None = (
+            collector if isinstance(collector, NativeCollector) else None
+        )
         self.bolt.prepare(conf, context)
 
     def execute(self, tuple: Tuple) -> None:
@@ -167,7 +188,11 @@ class BasicBoltExecutor(_Wrapper):
         except FailedException:
             self.collector.fail(tuple)
             return
-        self._ack(tuple)
+        native = self._native
+        if native is not None:
+            native.ack(tuple)
+        else:
+            self._ack(tuple)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -54,7 +54,7 @@ from .._errors import (
     TupleError,
 )
 from .._exactly_once import Standstill, StandstillStep, check_position, resolve_exactly_once
-from .._executors import CheckpointTupleForwarder
+from .._executors import CheckpointTupleForwarder, NativeCollector
 from .._rescale import LAYOUT_NAMESPACE, rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._retry import Retries, RetryPolicy, VerdictKind, msg_id_key_fast
@@ -165,7 +165,7 @@ class _Route:
         return custom_choose(self.custom, values, self.n)
 
 
-class _Task:
+class _Task(NativeCollector):
     """State common to every task: identity, counters, routes out."""
 
     def __init__(self, rt: LocalRuntime, spec: ComponentSpec, task_index: int, task_id: int):
