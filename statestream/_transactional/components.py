@@ -27,6 +27,13 @@ acks what it gets in the processing phase at once; its ``finish_batch``
 runs in the commit tree, rooted at the commit tuple, which it holds (or the
 counts from its commit-phase upstream) until then. Every tuple of both
 trees carries the attempt as its first value.
+
+A batch that keeps failing (a poison tuple): the coordinator emits it again
+after the retry policy's delay, and after ``statestream.retry.max.attempts``
+failed attempts in a row the coordinator spout stops the run with a
+:class:`~statestream.RuntimeFailure` naming the transaction and the last
+error the executors noted for it (:func:`_note_failure`), since a batch
+cannot skip a tuple.
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from .._components import (
     SpoutOutputCollector,
     TopologyContext,
 )
-from .._errors import ConfigError, FailedException, TupleError
+from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
+from .._retry import RetryPolicy
 from .._tuple import DEFAULT_STREAM, Fields, Tuple, check_emit
 from .api import (
     BatchBolt,
@@ -54,7 +62,13 @@ from .api import (
     TransactionalSpout,
 )
 from .completion import BatchTracker, LogicalRoute, Router
-from .coordinator import StoredTransactions, TransactionAttempt, TransactionCoordinator
+from .coordinator import (
+    Event,
+    GivenUp,
+    StoredTransactions,
+    TransactionAttempt,
+    TransactionCoordinator,
+)
 
 __all__ = [
     "BATCH_FIELDS",
@@ -110,6 +124,47 @@ class CoordinatorStore:
         """Store ``stored`` durably before returning (the coordinator's ``save``)."""
         self.state.put(self.KEY, stored.to_json())
         self.state.commit()
+
+
+# (topology, txid, attempt id) -> (component, "Type: text") of the error that failed
+# that attempt, as a batch executor of this process saw it; what the coordinator
+# spout names when it gives up. Bounded; an executor in another process (Spark)
+# notes its errors where nobody reads them, which is harmless.
+_FAILURES: dict[tuple[str, int, int], tuple[str, str]] = {}
+_FAILURES_KEPT = 1024
+
+
+def _note_failure(context: TopologyContext, attempt: Any, exc: BaseException) -> None:
+    """Note that ``exc`` failed ``attempt`` at this component (the first error wins)."""
+    if not isinstance(attempt, TransactionAttempt):
+        return
+    key = (context.topology_name, attempt.transaction_id, attempt.attempt_id)
+    if key in _FAILURES:
+        return
+    if len(_FAILURES) >= _FAILURES_KEPT:
+        del _FAILURES[next(iter(_FAILURES))]
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    _FAILURES[key] = (context.component_id, text[:500])
+
+
+def _given_up_message(topology: str, g: GivenUp, committed: int, max_attempts: int) -> str:
+    """What the run stops with once transaction ``g.txid`` failed its last attempt."""
+    txid, attempt_id = g.attempt.transaction_id, g.attempt.attempt_id
+    noted = _FAILURES.pop((topology, txid, attempt_id), None)
+    if noted is not None:
+        last = f"last error: {noted[1]} (in {noted[0]!r})"
+    elif g.event is Event.TIMED_OUT:
+        last = "last error: its tuples timed out (topology.message.timeout.secs)"
+    else:
+        phase = "commit" if g.event is Event.COMMIT_FAILED else "batch"
+        last = f"last error: unknown (its {phase} tuple tree failed)"
+    return (
+        f"transactional topology {topology!r}: transaction {txid} failed {g.attempts} "
+        f"times in a row (statestream.retry.max.attempts: {max_attempts}); {last}. "
+        f"A transactional batch cannot skip a tuple (a replayed transaction must be the "
+        f"same batch, and commits go in txid order), so the run stops: fix the bolt and run "
+        f"again; the next run resumes after transaction {committed}, the last committed one"
+    )
 
 
 def partitions_namespace(topology: str, spout_id: str) -> str:
@@ -366,6 +421,13 @@ class TransactionalCoordinatorSpout(Spout):
     One task. Its state (:class:`StoredTransactions`) lives in namespace
     ``$transactional-<topology>`` and is committed before each batch tuple
     goes out. Exhausted once nothing is active and the spout is not ready.
+
+    A failed transaction is emitted again after the retry policy's delay
+    (``statestream.retry.*``); the runtime calls :meth:`fail` once the
+    policy's first delay has passed (each attempt is a new message id, so it
+    fails once), and the coordinator waits only the rest. Once a transaction
+    failed ``statestream.retry.max.attempts`` times in a row, the next
+    :meth:`next_tuple` raises :class:`~statestream.RuntimeFailure`.
     """
 
     def __init__(self, spout: TransactionalSpout) -> None:
@@ -391,20 +453,40 @@ class TransactionalCoordinatorSpout(Spout):
             if conf["topology.enable.message.timeouts"]
             else None
         )
+        self.retry = RetryPolicy.from_config(conf)
         self.protocol = TransactionCoordinator(
             self.store.load(),
             conf.get("topology.max.spout.pending") or 1,
             timeout_ms,
             self.store.save,
+            retry=self.retry,
+            heard_after_ms=self.retry.delay(1) * 1000.0,
         )
         self.coordinator = self.spout.get_coordinator(conf, context)
 
+    def _now_ms(self) -> float:
+        return self.clock.monotonic() * 1000.0
+
+    def _stop_if_given_up(self) -> None:
+        given_up = self.protocol.given_up
+        if given_up is not None:
+            raise RuntimeFailure(
+                _given_up_message(
+                    self.context.topology_name,
+                    given_up,
+                    self.protocol.committed,
+                    self.retry.max_attempts,
+                )
+            )
+
     def next_tuple(self) -> None:
+        self._stop_if_given_up()
         emissions = self.protocol.poll(
-            self.clock.monotonic() * 1000.0,
+            self._now_ms(),
             ready=self.coordinator.is_ready,
             initialize=self.coordinator.initialize_transaction,
         )
+        self._stop_if_given_up()
         emit = self.collector.emit
         for e in emissions:
             if e.kind == "batch":
@@ -416,7 +498,13 @@ class TransactionalCoordinatorSpout(Spout):
         self.protocol.on_ack(msg_id)
 
     def fail(self, msg_id: Any) -> None:
-        self.protocol.on_fail(msg_id)
+        self.protocol.on_fail(msg_id, self._now_ms())
+
+    def dead_lettered(self, msg_id: Any) -> None:
+        # With statestream.retry.max.attempts 1 the runtime gives up on the
+        # attempt's tuple at once: for a transaction that is a failure (its
+        # last attempt), never an ack.
+        self.protocol.on_fail(msg_id, self._now_ms())
 
     def exhausted(self) -> bool:
         return self.protocol.exhausted(self.coordinator.is_ready)
@@ -489,10 +577,12 @@ class EmitterExecutor(_Executor):
             self.emitter.cleanup_before(committed)
         try:
             self.emitter.emit_batch(attempt, metadata, out)
-        except FailedException:
+        except FailedException as exc:
+            _note_failure(self.context, attempt, exc)
             self.collector.fail(tuple)
             return
         except Exception as exc:
+            _note_failure(self.context, attempt, exc)
             self.collector.report_error(exc)
             self.collector.fail(tuple)
             return
@@ -606,6 +696,7 @@ class BatchBoltExecutor(_Executor):
         try:
             b = self._batch(attempt)
         except Exception as exc:  # the bolt's prepare raised
+            _note_failure(self.context, attempt, exc)
             self.collector.report_error(exc)
             self.collector.fail(tuple)
             return
@@ -630,10 +721,12 @@ class BatchBoltExecutor(_Executor):
                     b.bolt.execute(tuple, b.out)
                 else:
                     b.bolt.execute(tuple)
-            except FailedException:
+            except FailedException as exc:
+                _note_failure(self.context, b.attempt, exc)
                 self._fail(b, tuple)
                 return
             except Exception as exc:
+                _note_failure(self.context, b.attempt, exc)
                 self.collector.report_error(exc)
                 self._fail(b, tuple)
                 return
@@ -646,10 +739,12 @@ class BatchBoltExecutor(_Executor):
         try:
             if not self.basic:
                 b.bolt.finish_batch()
-        except FailedException:
+        except FailedException as exc:
+            _note_failure(self.context, b.attempt, exc)
             self._fail(b, None)
             return
         except Exception as exc:
+            _note_failure(self.context, b.attempt, exc)
             self.collector.report_error(exc)
             self._fail(b, None)
             return

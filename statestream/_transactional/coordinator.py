@@ -35,6 +35,20 @@ transactions come back ``PENDING``.
 (milliseconds on any monotonic clock) and so is the spout: ``ready`` says
 whether a new batch may start and ``initialize`` gives its metadata from the
 previous batch's. No threads, no I/O.
+
+Poison batches (``statestream.retry.*``, :class:`~statestream._retry.RetryPolicy`):
+a transactional batch cannot drop the tuple that fails it (a replayed
+transaction must be the same batch, and commits go in txid order), so the
+policy decides only *when* a failed transaction is emitted again and *when
+to stop*. Each active transaction counts its consecutive failed attempts
+(its own failures; not those it shares because an earlier one failed);
+after its ``n``-th it is emitted again no sooner than ``policy.delay(n)``
+after the failure (:func:`retry_wait_ms`), and every later transaction
+waits with it, being ``PENDING`` too. Once it has failed
+``max.attempts`` times the coordinator gives up (:attr:`TransactionCoordinator.given_up`)
+and emits nothing more: the runtime stops the run, and the next run resumes
+after the last committed transaction. The counts are not stored: a new run
+starts them at zero.
 """
 
 from __future__ import annotations
@@ -45,15 +59,18 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from .._errors import ConfigError, StateCorruptError
+from .._retry import RetryPolicy
 
 __all__ = [
     "Action",
     "Emission",
     "Event",
+    "GivenUp",
     "StoredTransactions",
     "TransactionAttempt",
     "TransactionCoordinator",
     "TxPhase",
+    "retry_wait_ms",
     "transition",
 ]
 
@@ -155,6 +172,38 @@ def transition(phase: TxPhase, event: Event) -> tuple[TxPhase, Action]:
     return _TABLE.get((phase, event), (phase, _A.NONE))
 
 
+def retry_wait_ms(
+    policy: RetryPolicy | None, failures: int, heard_after_ms: float = 0.0
+) -> float | None:
+    """How long after hearing of a transaction's ``failures``-th consecutive failure
+    to wait before emitting it again (ms); None: that was its last attempt, give up.
+
+    ``heard_after_ms`` is how long after the failure itself the coordinator
+    heard of it (the local runtime tells a spout of a failure once the
+    policy's first delay has passed): only the rest is waited, so the
+    emissions follow the policy. Without a policy: again at once, forever.
+    """
+    if policy is None:
+        return 0.0
+    if policy.gives_up(failures):
+        return None
+    return max(0.0, policy.delay(failures) * 1000.0 - heard_after_ms)
+
+
+@dataclass(frozen=True)
+class GivenUp:
+    """A transaction that failed its last attempt: the run cannot go on.
+
+    ``attempts`` is how many times in a row it failed, ``attempt`` the last
+    of them and ``event`` how (``BATCH_FAILED``, ``COMMIT_FAILED``, ``TIMED_OUT``).
+    """
+
+    txid: int
+    attempts: int
+    attempt: TransactionAttempt
+    event: Event
+
+
 @dataclass(frozen=True)
 class StoredTransactions:
     """The coordinator's durable state.
@@ -229,6 +278,8 @@ class _Active:
     phase: TxPhase
     attempt: TransactionAttempt | None = None
     sent_ms: float = 0.0
+    failures: int = 0  # its own consecutive failed attempts (in this run)
+    not_before_ms: float = 0.0  # not emitted again before (the retry policy's delay)
 
 
 class TransactionCoordinator:
@@ -254,6 +305,13 @@ class TransactionCoordinator:
       and the coordinator is unchanged.
     * A reply that does not match a transaction's current attempt and phase
       changes nothing and is counted in :attr:`stale_replies`.
+    * With a ``retry`` policy, a transaction that failed ``n`` times in a row
+      is emitted again (and every later one with it) no sooner than
+      ``retry_wait_ms(retry, n, heard_after_ms)`` after :meth:`on_fail`
+      (a timeout: after it is noticed, ``heard_after_ms`` not subtracted);
+      once it fails its last attempt, :attr:`given_up` says so and
+      :meth:`poll` returns nothing more. Without one (Spark's driver stops
+      a run itself), failed transactions are emitted again at the next poll.
     """
 
     def __init__(
@@ -262,6 +320,9 @@ class TransactionCoordinator:
         max_pending: int,
         timeout_ms: float | None,
         save: Callable[[StoredTransactions], None],
+        *,
+        retry: RetryPolicy | None = None,
+        heard_after_ms: float = 0.0,
     ) -> None:
         if type(max_pending) is not int or max_pending < 1:
             raise ConfigError(
@@ -277,7 +338,11 @@ class TransactionCoordinator:
         self._max_pending = max_pending
         self._timeout_ms = timeout_ms
         self._save = save
+        self._retry = retry
+        self._heard_after_ms = heard_after_ms
         self.stale_replies = 0
+        #: Set once a transaction failed its last attempt (see :class:`GivenUp`).
+        self.given_up: GivenUp | None = None
 
     # -- observation ---------------------------------------------------------------
     @property
@@ -299,6 +364,17 @@ class TransactionCoordinator:
         """What is (or is about to be) stored."""
         return StoredTransactions(self._committed, self._next_attempt, dict(self._metadata))
 
+    def failures(self, txid: int) -> int:
+        """How many times in a row active ``txid`` failed (0: none, or not active)."""
+        a = self._active.get(txid)
+        return 0 if a is None else a.failures
+
+    @property
+    def retry_at_ms(self) -> float | None:
+        """When the transactions waiting to be emitted again may go (None: none waits)."""
+        waits = [a.not_before_ms for a in self._active.values() if a.phase is TxPhase.PENDING]
+        return max(waits) if waits else None
+
     def exhausted(self, ready: Callable[[], bool]) -> bool:
         """Nothing is active and the spout has no batch ready."""
         return not self._active and not ready()
@@ -318,10 +394,16 @@ class TransactionCoordinator:
         transaction is emitted again; and if none was, and fewer than
         ``max_pending`` are active, one new transaction starts when
         ``ready()``, with ``initialize(txid, previous metadata)`` as its
-        metadata (``None`` before the first).
+        metadata (``None`` before the first). ``PENDING`` transactions wait
+        for :attr:`retry_at_ms` (and no new one starts meanwhile); once
+        :attr:`given_up` is set, nothing is sent.
         """
         out: list[Emission] = []
+        if self.given_up is not None:
+            return out
         self._expire(now_ms)
+        if self.given_up is not None:
+            return out
         nxt = self._active.get(self._committed + 1)
         if nxt is not None:
             phase, action = transition(nxt.phase, Event.COMMIT_TURN)
@@ -332,7 +414,8 @@ class TransactionCoordinator:
                 out.append(Emission("commit", nxt.attempt, None, self._committed))
         pending = [t for t, a in sorted(self._active.items()) if a.phase is TxPhase.PENDING]
         if pending:
-            out.extend(self._emit(pending, now_ms, {}))
+            if max(self._active[t].not_before_ms for t in pending) <= now_ms:
+                out.extend(self._emit(pending, now_ms, {}))
             return out
         if len(self._active) < self._max_pending and ready():
             txid = max(self._active, default=self._committed) + 1
@@ -366,10 +449,17 @@ class TransactionCoordinator:
         for txid, a in sorted(self._active.items()):
             out = a.phase in (TxPhase.PROCESSING, TxPhase.COMMITTING)
             if out and now_ms - a.sent_ms >= self._timeout_ms:
-                self._apply(txid, a, Event.TIMED_OUT)
+                self._apply(txid, a, Event.TIMED_OUT, now_ms, 0.0)
                 return  # every later one is PENDING now
 
-    def _apply(self, txid: int, a: _Active, event: Event) -> bool:
+    def _apply(
+        self,
+        txid: int,
+        a: _Active,
+        event: Event,
+        now_ms: float = 0.0,
+        heard_after_ms: float = 0.0,
+    ) -> bool:
         phase, action = transition(a.phase, event)
         if phase is a.phase and action is Action.NONE:
             self.stale_replies += 1
@@ -381,6 +471,14 @@ class TransactionCoordinator:
             self._committed = txid
             del self._active[txid]
             return True
+        if action is Action.FAIL_LATER:  # its own failure: one more attempt failed
+            a.failures += 1
+            wait = retry_wait_ms(self._retry, a.failures, heard_after_ms)
+            if wait is None:
+                assert a.attempt is not None
+                self.given_up = GivenUp(txid, a.failures, a.attempt, event)
+            else:
+                a.not_before_ms = now_ms + wait
         a.phase = phase
         if phase is TxPhase.PENDING:
             a.attempt = None
@@ -411,12 +509,14 @@ class TransactionCoordinator:
             kind, txid, a = found
             self._apply(txid, a, Event.BATCH_ACKED if kind == "batch" else Event.COMMIT_ACKED)
 
-    def on_fail(self, msg_id: Any) -> None:
-        """The tree of ``msg_id`` failed or timed out in the acker."""
+    def on_fail(self, msg_id: Any, now_ms: float = 0.0) -> None:
+        """The tree of ``msg_id`` failed or timed out in the acker; we hear of it at
+        ``now_ms`` (``heard_after_ms`` after the failure)."""
         found = self._current(msg_id)
         if found is not None:
             kind, txid, a = found
-            self._apply(txid, a, Event.BATCH_FAILED if kind == "batch" else Event.COMMIT_FAILED)
+            event = Event.BATCH_FAILED if kind == "batch" else Event.COMMIT_FAILED
+            self._apply(txid, a, event, now_ms, self._heard_after_ms)
 
     def __repr__(self) -> str:
         active = ", ".join(f"{t}:{p.value}" for t, p in self.active.items())

@@ -7,6 +7,7 @@ per task, and a batch bolt per batch). Time is a FakeClock.
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from statestream import (
     OpaqueMemoryTransactionalSpout,
     OpaquePartitionedTransactionalSpout,
     OutputFieldsDeclarer,
+    RuntimeFailure,
     StatefulBolt,
     Topology,
     TopologyContext,
@@ -34,6 +36,7 @@ from statestream import (
     TransactionAttempt,
     Tuple,
 )
+from statestream._retry import RetryPolicy
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import FakeClock, SimulatedCrash, sink
 
@@ -512,3 +515,151 @@ def test_a_transactional_bolt_gets_the_attempt_as_its_id() -> None:
     run(b.build())
     assert [a.transaction_id for a in sink("ids")] == [1, 2]  # 2 rows per partition
     assert all(isinstance(a, TransactionAttempt) for a in sink("ids"))
+
+
+# -- poison batches: the retry policy, then a run that stops ------------------------------
+
+POISON = 4  # data(9, 1) in batches of 3: txid 1 = [0, 1, 2], 2 = [3, 4, 5], 3 = [6, 7, 8]
+# How many more times the poison value raises (None: always). Process-wide, see FAIL.
+POISON_LEFT: list[int | None] = [None]
+
+
+class Poison(BatchBolt[Any]):
+    """Raises on the poison value; records ``(txid, attempt, clock time)`` of every
+    attempt it is prepared for in ``sink("tries")``; emits its batch's sum."""
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: Any, id: Any
+    ) -> None:
+        super().prepare(conf, context, collector, id)
+        self.values: list[Any] = []
+        sink("tries").append((id.transaction_id, id.attempt_id, context.clock.monotonic()))
+
+    def execute(self, tuple: Tuple) -> None:
+        value = tuple.values[1]
+        left = POISON_LEFT[0]
+        if value == POISON and (left is None or left > 0):
+            if left is not None:
+                POISON_LEFT[0] = left - 1
+            raise ValueError(f"poison value {value}")
+        self.values.append(value)
+
+    def finish_batch(self) -> None:
+        self.collector.emit([self.id, sum(self.values)])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["id", "n"])
+
+
+@pytest.fixture
+def poison() -> Any:
+    POISON_LEFT[0] = None
+    yield POISON_LEFT
+    POISON_LEFT[0] = None
+
+
+def poisoned(
+    extra: Mapping[str, Any] | None = None, **config: Any
+) -> tuple[LocalRuntime, FakeClock]:
+    b = TransactionalTopologyBuilder(
+        "poisoned", "spout", MemoryTransactionalSpout(data(9, 1), ["n"], 3)
+    )
+    b.set_bolt("check", Poison()).global_grouping("spout")
+    b.set_committer_bolt("sum", Record("sum", emit=False)).global_grouping("check")
+    clock = FakeClock()
+    conf = {"topology.max.spout.pending": 2, **{k.replace("_", "."): v for k, v in config.items()}}
+    conf.update(extra or {})
+    return LocalRuntime(b.build(), conf, clock=clock), clock
+
+
+def tries(txid: int) -> list[float]:
+    """The clock times at which ``txid``'s attempts reached the bolt."""
+    return [at for t, _, at in sink("tries") if t == txid]
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [round(b - a, 6) for a, b in itertools.pairwise(times)]
+
+
+def follow(gaps: list[float], delays: list[float]) -> bool:
+    """Each gap is its delay, give or take the idle sleeps of the runtime's loop
+    (``topology.sleep.spout.wait.strategy.time.ms``, the fake clock's steps)."""
+    return len(gaps) == len(delays) and all(
+        d <= g <= d + 0.005 for g, d in zip(gaps, delays, strict=True)
+    )
+
+
+def test_a_poisoned_transaction_is_retried_with_backoff_then_the_run_stops(poison: Any) -> None:
+    rt, _ = poisoned(statestream_retry_max_attempts=4)
+    with pytest.raises(RuntimeFailure) as info:
+        rt.run(until_idle=True)
+    message = str(info.value)
+    for part in (
+        "'poisoned'",
+        "transaction 2 failed 4 times in a row",
+        "ValueError: poison value 4",
+        "'check'",
+        "cannot skip a tuple",
+        "fix the bolt and run again",
+        "resumes after transaction 1",
+    ):
+        assert part in message, (part, message)
+    # Four attempts, each after the policy's delay: 100, 200, 400 ms.
+    assert len(tries(2)) == 4
+    assert follow(gaps(tries(2)), [0.1, 0.2, 0.4])
+    # Committed: exactly the transactions before the poisoned one.
+    assert txids("sum") == [1] and committed_values("sum") == {1: [3]}
+
+
+def test_the_delays_grow_to_the_cap_with_the_policy_s_keys(poison: Any) -> None:
+    rt, _ = poisoned(
+        statestream_retry_max_attempts=7,
+        statestream_retry_initial_ms=50,
+        statestream_retry_multiplier=3,
+        statestream_retry_max_ms=1000,
+    )
+    with pytest.raises(RuntimeFailure, match="failed 7 times in a row"):
+        rt.run(until_idle=True)
+    policy = RetryPolicy(50, 3, 1000, 7)
+    assert follow(gaps(tries(2)), [policy.delay(n) for n in range(1, 7)])
+    assert [policy.delay(n) for n in (5, 6)] == [1.0, 1.0]  # capped at max.ms
+
+
+def test_max_attempts_zero_retries_forever_with_bounded_delays(poison: Any) -> None:
+    rt, clock = poisoned(statestream_retry_max_attempts=0)
+    result = rt.run(duration=600)  # fake seconds
+    assert result.reason == "duration"
+    times = tries(2)
+    assert len(times) > 50  # still retrying: 10 s apart once at the cap
+    policy = RetryPolicy(max_attempts=0)
+    assert follow(gaps(times), [policy.delay(n) for n in range(1, len(times))])
+    assert max(gaps(times)) <= 10.005
+    assert clock.monotonic() - times[-1] <= 10.0 + 1.0
+    assert txids("sum") == [1]
+
+
+def test_a_transaction_that_fails_once_then_succeeds_commits_exactly_once(poison: Any) -> None:
+    poison[0] = 1
+    rt, _ = poisoned()
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle"
+    assert follow(gaps(tries(2)), [0.1])  # one retry, after the first delay
+    assert txids("sum") == [1, 2, 3]
+    assert committed_values("sum") == {1: [3], 2: [12], 3: [21]}
+
+
+def test_the_next_run_resumes_from_the_last_committed_transaction(
+    poison: Any, tmp_path: Path
+) -> None:
+    state = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+    }
+    rt, _ = poisoned(state, statestream_retry_max_attempts=2)
+    with pytest.raises(RuntimeFailure, match="transaction 2 failed 2 times"):
+        rt.run(until_idle=True)
+    poison[0] = 0  # the bolt was fixed
+    sink("sum").clear()
+    rt, _ = poisoned(state)
+    assert rt.run(until_idle=True).reason == "idle"
+    assert txids("sum") == [2, 3]
