@@ -160,7 +160,7 @@ def _given_up_message(topology: str, g: GivenUp, committed: int, max_attempts: i
         last = f"last error: unknown (its {phase} tuple tree failed)"
     return (
         f"transactional topology {topology!r}: transaction {txid} failed {g.attempts} "
-        f"times in a row (statestream.retry.max.attempts: {max_attempts}); {last}. "
+        f"time{'' if g.attempts == 1 else 's'} in a row (statestream.retry.max.attempts: {max_attempts}); {last}. "
         f"A transactional batch cannot skip a tuple (a replayed transaction must be the "
         f"same batch, and commits go in txid order), so the run stops: fix the bolt and run "
         f"again; the next run resumes after transaction {committed}, the last committed one"
@@ -426,8 +426,9 @@ class TransactionalCoordinatorSpout(Spout):
     (``statestream.retry.*``); the runtime calls :meth:`fail` once the
     policy's first delay has passed (each attempt is a new message id, so it
     fails once), and the coordinator waits only the rest. Once a transaction
-    failed ``statestream.retry.max.attempts`` times in a row, the next
-    :meth:`next_tuple` raises :class:`~statestream.RuntimeFailure`.
+    failed ``statestream.retry.max.attempts`` times in a row, the transactions
+    before it still commit, then :meth:`next_tuple` raises
+    :class:`~statestream.RuntimeFailure`.
     """
 
     def __init__(self, spout: TransactionalSpout) -> None:
@@ -469,7 +470,7 @@ class TransactionalCoordinatorSpout(Spout):
 
     def _stop_if_given_up(self) -> None:
         given_up = self.protocol.given_up
-        if given_up is not None:
+        if given_up is not None and self.protocol.stopped:
             raise RuntimeFailure(
                 _given_up_message(
                     self.context.topology_name,

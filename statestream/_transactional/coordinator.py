@@ -46,8 +46,9 @@ after its ``n``-th it is emitted again no sooner than ``policy.delay(n)``
 after the failure (:func:`retry_wait_ms`), and every later transaction
 waits with it, being ``PENDING`` too. Once it has failed
 ``max.attempts`` times the coordinator gives up (:attr:`TransactionCoordinator.given_up`)
-and emits nothing more: the runtime stops the run, and the next run resumes
-after the last committed transaction. The counts are not stored: a new run
+and emits nothing more but the commits of the transactions before it
+(:attr:`TransactionCoordinator.stopped` once none is under way): the runtime
+stops the run, and the next run resumes after the last committed transaction. The counts are not stored: a new run
 starts them at zero.
 """
 
@@ -310,7 +311,8 @@ class TransactionCoordinator:
       ``retry_wait_ms(retry, n, heard_after_ms)`` after :meth:`on_fail`
       (a timeout: after it is noticed, ``heard_after_ms`` not subtracted);
       once it fails its last attempt, :attr:`given_up` says so and
-      :meth:`poll` returns nothing more. Without one (Spark's driver stops
+      :meth:`poll` sends only the commits of the transactions before it,
+      until :attr:`stopped`. Without one (Spark's driver stops
       a run itself), failed transactions are emitted again at the next poll.
     """
 
@@ -375,6 +377,15 @@ class TransactionCoordinator:
         waits = [a.not_before_ms for a in self._active.values() if a.phase is TxPhase.PENDING]
         return max(waits) if waits else None
 
+    @property
+    def stopped(self) -> bool:
+        """A transaction was given up on (:attr:`given_up`) and every one before it
+        has committed or failed too: nothing more will move."""
+        g = self.given_up
+        return g is not None and all(
+            a.phase is TxPhase.PENDING for t, a in self._active.items() if t < g.txid
+        )
+
     def exhausted(self, ready: Callable[[], bool]) -> bool:
         """Nothing is active and the spout has no batch ready."""
         return not self._active and not ready()
@@ -396,22 +407,22 @@ class TransactionCoordinator:
         ``ready()``, with ``initialize(txid, previous metadata)`` as its
         metadata (``None`` before the first). ``PENDING`` transactions wait
         for :attr:`retry_at_ms` (and no new one starts meanwhile); once
-        :attr:`given_up` is set, nothing is sent.
+        :attr:`given_up` is set, only the commits of the transactions before
+        it go out (:attr:`stopped` says when none is left under way).
         """
         out: list[Emission] = []
-        if self.given_up is not None:
-            return out
         self._expire(now_ms)
-        if self.given_up is not None:
-            return out
+        given_up = self.given_up
         nxt = self._active.get(self._committed + 1)
-        if nxt is not None:
+        if nxt is not None and (given_up is None or self._committed + 1 < given_up.txid):
             phase, action = transition(nxt.phase, Event.COMMIT_TURN)
             if action is Action.EMIT_COMMIT:
                 nxt.phase = phase
                 nxt.sent_ms = now_ms
                 assert nxt.attempt is not None
                 out.append(Emission("commit", nxt.attempt, None, self._committed))
+        if given_up is not None:
+            return out  # only the commits of the transactions before it go out
         pending = [t for t, a in sorted(self._active.items()) if a.phase is TxPhase.PENDING]
         if pending:
             if max(self._active[t].not_before_ms for t in pending) <= now_ms:

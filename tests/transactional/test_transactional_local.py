@@ -611,6 +611,21 @@ def test_a_poisoned_transaction_is_retried_with_backoff_then_the_run_stops(poiso
     assert txids("sum") == [1] and committed_values("sum") == {1: [3]}
 
 
+def test_with_one_attempt_the_run_stops_at_the_first_failure_after_the_earlier_commits(
+    poison: Any, tmp_path: Path
+) -> None:
+    # max.attempts 1: the runtime gives up on the batch tuple itself (and notes it
+    # in the dead-letter file); the coordinator hears it as the last failure.
+    rt, _ = poisoned(
+        {"statestream.deadletter.path": str(tmp_path / "dead.jsonl")},
+        statestream_retry_max_attempts=1,
+    )
+    with pytest.raises(RuntimeFailure, match="transaction 2 failed 1 time in a row"):
+        rt.run(until_idle=True)
+    assert len(tries(2)) == 1
+    assert txids("sum") == [1]
+
+
 def test_the_delays_grow_to_the_cap_with_the_policy_s_keys(poison: Any) -> None:
     rt, _ = poisoned(
         statestream_retry_max_attempts=7,

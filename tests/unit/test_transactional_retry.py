@@ -178,3 +178,29 @@ def test_without_a_policy_a_failed_transaction_goes_again_at_once_forever() -> N
         (b,) = h.poll()
         h.c.on_fail(b.msg_id)
     assert h.c.given_up is None and kinds(h.poll()) == [("batch", 1)]
+
+
+def test_after_giving_up_the_earlier_transactions_still_commit_then_it_stops() -> None:
+    h = Harness(policy=RetryPolicy(max_attempts=1), max_pending=3)
+    b1, b2, b3 = h.poll() + h.poll() + h.poll()
+    h.c.on_fail(b2.msg_id, h.now)  # 2 gives up at once; 1 is still processing
+    assert h.c.given_up is not None and h.c.given_up.txid == 2
+    assert not h.c.stopped
+    assert h.poll() == []
+    h.c.on_ack(b1.msg_id)
+    assert not h.c.stopped
+    (c1,) = h.poll()  # its commit goes out; 2 and 3 are not emitted again
+    assert kinds([c1]) == [("commit", 1)]
+    h.c.on_ack(c1.msg_id)
+    assert h.c.committed == 1 and h.c.stopped
+    assert h.poll() == []
+    assert h.c.active == {2: TxPhase.PENDING, 3: TxPhase.PENDING}
+    assert b3.attempt.transaction_id == 3
+
+
+def test_after_giving_up_an_earlier_failure_stops_it_too() -> None:
+    h = Harness(policy=RetryPolicy(max_attempts=1), max_pending=2)
+    b1, b2 = h.poll() + h.poll()
+    h.c.on_fail(b2.msg_id, h.now)
+    h.c.on_fail(b1.msg_id, h.now)  # nothing before 2 is under way any more
+    assert h.c.stopped and h.poll() == [] and h.c.committed == 0
