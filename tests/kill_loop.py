@@ -1,9 +1,13 @@
 """SIGKILL a `statestream run` process at random moments of its work, several times.
 
 Shared by the SIGKILL tests. Each run prints plain progress lines (stderr is
-a pipe) every 50 ms; a kill is timed from the first line showing the watched
-component at work, not from process start, so a slow start on a loaded
-machine cannot turn every kill into a kill before any work.
+a pipe) every 50 ms. A kill lands either at a random share of the whole
+input (``work``: the tuples the watched component executes in all; each run
+is killed up to 0.1 s after it has executed a random 1-6% of that), which holds on any
+machine and core, however fast; or, without ``work``, a random ``delay``
+after the first line showing the watched component at work (not after
+process start, so a slow start on a loaded machine cannot turn every kill
+into a kill before any work).
 """
 
 from __future__ import annotations
@@ -35,11 +39,15 @@ def _watch(
     lines: list[str],
     working: threading.Event,
     pattern: re.Pattern[str],
+    threshold: int,
 ) -> None:
+    """Set ``working`` once the watched component has executed ``threshold`` tuples
+    (or the process ended)."""
     assert proc.stderr is not None
     for line in proc.stderr:
         lines.append(line)
-        if pattern.search(line):
+        found = pattern.search(line)
+        if found and int(found.group(1).replace(",", "")) >= threshold:
             working.set()
     working.set()
 
@@ -51,11 +59,13 @@ def sigkill_runs(
     component: str,
     rng: random.Random,
     delay: tuple[float, float] = (0.05, 0.35),
+    work: int | None = None,
 ) -> int:
-    """Start ``statestream run <run_args>`` ``kills`` times, SIGKILL each run a random
-    ``delay`` after ``component`` first executed a tuple; return how many runs were
-    killed (the others ended by themselves, with exit 0)."""
-    working_line = re.compile(rf"\b{re.escape(component)} emitted=[\d,]+ executed=[1-9]")
+    """Start ``statestream run <run_args>`` ``kills`` times and SIGKILL each run: once
+    ``component`` has executed a random 1-6% of ``work`` tuples in that run, or
+    (no ``work``) a random ``delay`` after it first executed one. Returns how
+    many runs were killed (the others ended by themselves, with exit 0)."""
+    executed = re.compile(rf"\b{re.escape(component)} emitted=[\d,]+ executed=([\d,]+)")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = 0
     for _ in range(kills):
@@ -68,12 +78,15 @@ def sigkill_runs(
         )
         lines: list[str] = []
         working = threading.Event()
+        threshold = 1 if work is None else max(1, int(work * rng.uniform(0.01, 0.06)))
         reader = threading.Thread(
-            target=_watch, args=(proc, lines, working, working_line), daemon=True
+            target=_watch, args=(proc, lines, working, executed, threshold), daemon=True
         )
         reader.start()
         working.wait(timeout=60)
-        time.sleep(rng.uniform(*delay))
+        # With ``work``, a little more: progress lines come on a timer, and a
+        # kill right after one would fall at the same phase of every checkpoint.
+        time.sleep(rng.uniform(*delay) if work is None else rng.uniform(0.0, 0.1))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)

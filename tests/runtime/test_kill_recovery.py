@@ -40,7 +40,11 @@ def _kill_and_restart(
     rng = seeded_rng()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed = sigkill_runs(
-        [WORDCOUNT, "--until-idle", *common], kills=kills, component="count", rng=rng
+        [WORDCOUNT, "--until-idle", *common],
+        kills=kills,
+        component="count",
+        rng=rng,
+        work=sum(expected.values()),
     )
     final = subprocess.run(
         cli("run", WORDCOUNT, "--until-idle", "--no-progress", *common),

@@ -149,7 +149,7 @@ def test_the_guide_spout_sigkilled_and_restarted_counts_exactly(tmp_path: Path) 
             kills=5,
             component="count",
             rng=seeded_rng(),
-            delay=(0.02, 0.25),
+            work=200_000,
         )
         final = subprocess.run(
             cli("run", str(module), "--until-idle", "--no-progress", *settings),

@@ -32,7 +32,7 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 EXAMPLES = {
     # example file, config prefix, committer to watch, how many words
     "global-count": ("transactional_global_count.py", "global-count", "sum", 300_000),
-    "words": ("transactional_words.py", "words", "buckets", 90_000),
+    "words": ("transactional_words.py", "words", "buckets", 200_000),
 }
 
 
@@ -53,7 +53,7 @@ def _kill_and_restart(example: str, opaque: bool, provider: list[str], db: Path,
         kills=KILLS,
         component=bolt,
         rng=rng,
-        delay=(0.0, 0.3),
+        delay=(0.0, 0.2),
     )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     final = subprocess.run(
