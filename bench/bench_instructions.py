@@ -109,6 +109,29 @@ def one_run(
     return result, conf
 
 
+def callgrind_count(*script_args: str) -> int:
+    """Instructions callgrind counts inside functools.reduce while this interpreter runs
+    ``script_args`` (a script and its arguments): the measured part of a bench."""
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=functools_reduce",
+            "--callgrind-out-file=/dev/null",
+            # The interpreter itself, not a wrapper script (pyenv shims are bash).
+            sys.executable,
+            *script_args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+    return int(found.group(1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sentences", type=int, default=5000)
@@ -134,36 +157,21 @@ def main() -> None:
     from corpus import corpus_path
 
     corpus_path(args.sentences)  # written outside the measured run
-    proc = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--toggle-collect=functools_reduce",
-            "--callgrind-out-file=/dev/null",
-            # The interpreter itself, not a wrapper script (pyenv shims are bash).
-            sys.executable,
-            __file__,
-            "--one",
-            "--topology",
-            args.topology,
-            "--sentences",
-            str(args.sentences),
-            "--exactly-once",
-            args.exactly_once,
-            "--provider",
-            args.provider,
-            "--interval-ms",
-            str(args.interval_ms),
-            *(["--no-acking"] if args.no_acking else []),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+    total = callgrind_count(
+        __file__,
+        "--one",
+        "--topology",
+        args.topology,
+        "--sentences",
+        str(args.sentences),
+        "--exactly-once",
+        args.exactly_once,
+        "--provider",
+        args.provider,
+        "--interval-ms",
+        str(args.interval_ms),
+        *(["--no-acking"] if args.no_acking else []),
     )
-    found = re.search(r"Collected : (\d+)", proc.stderr)
-    if found is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
-    total = int(found.group(1))
     words = args.sentences * 10
     cmd = "python bench/bench_instructions.py"
     if args.sentences != 5000:

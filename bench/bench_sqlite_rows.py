@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import functools
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_instructions import callgrind_count
 
 PHASES = ("insert", "update")
 
@@ -67,30 +69,7 @@ def one_run(rows: int, op: str, phase: str) -> None:
 
 
 def count(rows: int, op: str, phase: str) -> int:
-    proc = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--toggle-collect=functools_reduce",
-            "--callgrind-out-file=/dev/null",
-            # The interpreter itself, not a wrapper script (pyenv shims are bash).
-            sys.executable,
-            __file__,
-            "--one",
-            phase,
-            "--rows",
-            str(rows),
-            "--op",
-            op,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", proc.stderr)
-    if found is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
-    return int(found.group(1))
+    return callgrind_count(__file__, "--one", phase, "--rows", str(rows), "--op", op)
 
 
 def main() -> None:
