@@ -655,20 +655,25 @@ def _error_signature(task: _Task, exc: BaseException) -> tuple[str, int, str, An
 _GC_YOUNG: Final = 50_000
 
 
-def _tune_gc() -> tuple[int, int, int]:
+def _tune_gc() -> tuple[tuple[int, int, int], bool]:
     """Collect less often during a run: what was allocated before it (the
     topology, a loaded state) moves to the permanent generation and is not
     walked again, and the young generation is collected every _GC_YOUNG
-    allocations. Returns the thresholds to restore."""
+    allocations. Returns what _restore_gc puts back. A process that froze
+    objects itself (a pre-forking server) keeps its own freeze untouched."""
     before = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
     gc.set_threshold(max(before[0], _GC_YOUNG), before[1], before[2])
-    return before
+    return before, freeze
 
 
-def _restore_gc(before: tuple[int, int, int]) -> None:
+def _restore_gc(saved: tuple[tuple[int, int, int], bool]) -> None:
+    before, froze = saved
     gc.set_threshold(*before)
-    gc.unfreeze()
+    if froze:
+        gc.unfreeze()
 
 
 def _is_power_of_ten(n: int) -> bool:

@@ -649,3 +649,34 @@ def test_wordcount_split_at_most_once_without_ackers(
     assert result.counters["pending"] == 0
     assert "acker_pending" not in result.counters
     assert result.components["sentences"].acked == 2000
+
+
+# Local-only: the embedded runtime tunes this process's garbage collector.
+@pytest.mark.parametrize("frozen_before", [False, True], ids=["nothing-frozen", "app-froze"])
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(frozen_before: bool) -> None:
+    import gc
+
+    b = TopologyBuilder("gc")
+    b.set_spout("src", ListSpout(range(100)))
+    b.set_bolt("out", SinkBolt("gc-out")).shuffle_grouping("src")
+    thresholds = gc.get_threshold()
+    seen: list[tuple[tuple[int, int, int], int]] = []
+    if frozen_before:
+        gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        rt = LocalRuntime(b.build(), {})
+        rt.after_step = lambda: seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        assert rt.run(until_idle=True).reason == "idle"
+        # During the run the young generation is collected less often, and
+        # what existed before it is frozen out of the scans (unless the
+        # process had frozen its own objects: that freeze is left alone).
+        assert seen and all(t[0] >= 50_000 for t, _ in seen)
+        assert all(n > 0 for _, n in seen)
+        if frozen_before:
+            assert all(n == frozen for _, n in seen)
+        assert gc.get_threshold() == thresholds
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    assert len(sink("gc-out")) == 100
