@@ -26,7 +26,11 @@ print(json.dumps({"compiled": c.compiled(), "describe": c.describe(), "files": f
 """
 
 
-def _probe(core: str | None, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _probe(
+    core: str | None, path: Path | None = None, code: str = PROBE
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with ``STATESTREAM_CORE=core`` (unset: None),
+    importing statestream from ``path`` (default: this checkout)."""
     env = {k: v for k, v in os.environ.items() if k != _core.ENV_VAR}
     if core is not None:
         env[_core.ENV_VAR] = core
@@ -34,7 +38,7 @@ def _probe(core: str | None, path: Path | None = None) -> subprocess.CompletedPr
         env["PYTHONPATH"] = str(path)
     # cwd: "-c" puts the working directory first on sys.path.
     return subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", code],
         env=env,
         cwd=path or PACKAGE.parent,
         capture_output=True,
@@ -121,17 +125,7 @@ print(json.dumps([rt.next_edge() for _ in range(50_000)]))
 def test_edge_ids_are_the_same_on_both_cores_nonzero_62_bit_and_distinct() -> None:
     runs = {}
     for core in ("python", None):
-        env = {k: v for k, v in os.environ.items() if k != _core.ENV_VAR}
-        if core is not None:
-            env[_core.ENV_VAR] = core
-        proc = subprocess.run(
-            [sys.executable, "-c", EDGES],
-            env=env,
-            cwd=PACKAGE.parent,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = _probe(core, code=EDGES)
         assert proc.returncode == 0, proc.stderr
         runs[core] = json.loads(proc.stdout)
     assert runs["python"] == runs[None]
