@@ -221,6 +221,11 @@ _HEADERS = (
 )
 
 
+# Each worker process of a run with topology.workers > 1: its index, pid, the
+# tasks it runs, the tuples its tasks executed per second, and restarts so far.
+_WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
+
+
 def _print_summary(result: Any) -> None:
     widths = [
         max(len(h), *(len(r[i]) for r in _rows(result.components))) for i, h in enumerate(_HEADERS)
@@ -268,7 +273,25 @@ class _Progress:
             rows.append((*_rows({cid: m})[0], f"{rate:,.0f}/s"))
         return rows
 
+    def _worker_rows(self) -> list[tuple[str, ...]]:
+        """One row per worker process (``topology.workers`` > 1): pid, tasks, rate, restarts."""
+        rows_of = getattr(self.rt, "worker_rows", None)
+        if rows_of is None:
+            return []
+        names = getattr(self.rt, "task_names", {})
+        return [
+            (
+                str(w.index),
+                str(w.pid or "-"),
+                ", ".join(names.get(t, str(t)) for t in w.tasks) or "-",
+                f"{w.rate:,.0f}/s",
+                str(w.restarts),
+            )
+            for w in rows_of()
+        ]
+
     def _table(self) -> Any:
+        from rich.console import Group
         from rich.table import Table
 
         table = Table(title="statestream", expand=False)
@@ -276,7 +299,15 @@ class _Progress:
             table.add_column(h, justify="left" if h in ("component", "last error") else "right")
         for row in self._rates():
             table.add_row(*row)
-        return table
+        workers = self._worker_rows()
+        if not workers:
+            return table
+        wt = Table(title="workers", expand=False)
+        for h in _WORKER_HEADERS:
+            wt.add_column(h, justify="left" if h == "tasks" else "right")
+        for row in workers:
+            wt.add_row(*row)
+        return Group(table, wt)
 
     def _run_live(self) -> None:
         from rich.console import Console
@@ -296,6 +327,12 @@ class _Progress:
                 for r in self._rates()
             ]
             click.echo("statestream: " + "; ".join(parts), err=True)
+            workers = [
+                f"worker {r[0]} pid={r[1]} rate={r[3]} restarts={r[4]} tasks=[{r[2]}]"
+                for r in self._worker_rows()
+            ]
+            if workers:
+                click.echo("statestream: " + "; ".join(workers), err=True)
 
     def __enter__(self) -> _Progress:
         target: Callable[[], None] = self._run_live if self.live else self._run_plain

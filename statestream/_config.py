@@ -423,6 +423,16 @@ class Settings:
         "local",
         "Which runtime runs the topology: the embedded one, or PySpark.",
     )
+    topology_workers: int = _key(
+        "topology.workers",
+        _POSITIVE_INT,
+        1,
+        """Worker processes running the topology on the local runtime. 1 runs it in
+        this process; N > 1 makes `statestream run` a supervisor of N workers,
+        which share the tasks round-robin and are restarted from the last
+        committed checkpoint when one dies. On Spark use spark.executor.instances.""",
+        storm="the same key; Storm spreads the workers over its cluster's machines.",
+    )
     topology_message_timeout_secs: int = _key(
         "topology.message.timeout.secs",
         _POSITIVE_INT,

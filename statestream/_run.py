@@ -13,7 +13,7 @@ import cloudpickle
 
 from ._clock import Clock
 from ._config import Config
-from ._errors import TopologyError
+from ._errors import ConfigError, TopologyError
 from ._topology import Topology
 from .runtime.plan import as_config
 
@@ -91,10 +91,22 @@ def run(
 def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -> Any:
     """The runtime ``topology.runner`` names, ready to ``run``."""
     runner = conf["topology.runner"]
+    workers = conf["topology.workers"]
     if runner == "spark":
+        if workers != 1:
+            raise ConfigError(
+                f"topology.workers is {workers}, but the spark runner does not start worker "
+                "processes itself: Spark spreads the tasks over its executors. Remove "
+                "topology.workers and set spark.executor.instances (spark.executor.cores for "
+                "the cores of each) instead"
+            )
         from .runtime.spark import SparkRuntime
 
         return SparkRuntime(topology, conf)
+    if workers > 1:
+        from .runtime.workers import WorkerSupervisor
+
+        return WorkerSupervisor(topology, conf, clock=clock)
     from .runtime.local import LocalRuntime
 
     return LocalRuntime(topology, conf, clock=clock)

@@ -21,7 +21,13 @@ class FileSpout(Spout):
     spout is exhausted once it has reached the end of the file and every line
     it emitted has been acked or dead-lettered (a line given up on after the
     retry policy's last attempt is settled as if acked: the acked prefix, and
-    a restart, move past it). Only one task may read a file (parallelism 1).
+    a restart, move past it).
+
+    With parallelism N, task ``i`` emits the lines whose number is ``i``
+    modulo N (each task reads the file and skips the others' lines), so the
+    spout's work spreads over N tasks (over workers, with ``topology.workers``).
+    The stored positions are per task and name N: a restart with another
+    parallelism is refused rather than losing or repeating lines.
 
     ``path`` may be given directly or read from the config key ``path_key``
     (so a topology can take its input from ``--set wordcount.input=...``).
@@ -78,6 +84,8 @@ class FileSpout(Spout):
         self._acked_ahead: set[int] = set()  # acked lines beyond the prefix
         self._saved = 0
         self._last_save = 0.0
+        self._task = 0  # this task's index, and the number of tasks sharing the file
+        self._tasks = 1
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(["offset", "line"])
@@ -96,11 +104,7 @@ class FileSpout(Spout):
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
     ) -> None:
         super().open(conf, context, collector)
-        if context.parallelism != 1:
-            raise ConfigError(
-                f"FileSpout {context.component_id!r} runs with parallelism "
-                f"{context.parallelism}; a file is read by one task, set it to 1"
-            )
+        self._task, self._tasks = context.task_index, context.parallelism
         path = self.resolve_path(conf)
         try:
             codecs.lookup(self.encoding)
@@ -120,9 +124,12 @@ class FileSpout(Spout):
             self._position = context.state()
             stored = self._position.get("position")
             if stored and stored.get("path") == self._path:
+                self._check_tasks(stored)
                 skip = int(stored["line"])
                 self._skip_lines(skip)
                 self._next_line = self._prefix = self._saved = skip
+            else:
+                self._prefix = self._saved = self._task  # this task's first line
             self._last_save = context.clock.monotonic()
             if self.save_interval is None:
                 # A quarter of the checkpoint interval: acks of a stateful
@@ -144,10 +151,17 @@ class FileSpout(Spout):
         if self._eof or self._file is None:
             return
         raw = self._file.readline()
+        n = self._next_line
+        if self._tasks > 1:
+            # The lines of the other tasks: counted, not decoded.
+            while raw and n % self._tasks != self._task:
+                self._offset += len(raw)
+                n += 1
+                raw = self._file.readline()
+            self._next_line = n
         if not raw:
             self._eof = True
             return
-        n = self._next_line
         line = self._decode(raw, n)
         self._next_line = n + 1
         self._offset += len(raw)
@@ -178,15 +192,31 @@ class FileSpout(Spout):
                 break
             self._offset += len(raw)
 
+    def _check_tasks(self, stored: Mapping[str, Any]) -> None:
+        """Refuse a position stored by another number of tasks: their line numbers
+        were split another way."""
+        tasks = int(stored.get("tasks", 1))
+        if tasks != self._tasks:
+            self.close()
+            raise ConfigError(
+                f"FileSpout {self.context.component_id!r}: the stored position was taken "
+                f"with {tasks} task(s) reading {self._path!r}, but this run has "
+                f"{self._tasks}; the lines are split by task, so run with parallelism "
+                f"{tasks} until the file is done, or start from an empty state store"
+            )
+
     # -- exactly-once positions (statestream.Rewindable) ---------------------------------
     def position(self) -> Any:
         """Where a restart continues: the next line to read, and the lines that
         failed and wait to be emitted again (with their text)."""
-        return {
+        where: dict[str, Any] = {
             "path": self._path,
             "line": self._next_line,
             "replay": [[n, self._in_flight[n]] for n in self._replay],
         }
+        if self._tasks > 1:
+            where["tasks"] = self._tasks
+        return where
 
     def seek(self, position: Any) -> None:
         """Continue from ``position`` (from :meth:`position`; None: the first line).
@@ -204,6 +234,7 @@ class FileSpout(Spout):
                     f"but this run reads {self._path!r}: exactly-once state cannot continue "
                     "another file; point the input back, or start from an empty state store"
                 )
+            self._check_tasks(position)
             line, replay = int(position["line"]), position.get("replay") or []
         self._file.seek(0)
         self._offset = 0
@@ -220,11 +251,13 @@ class FileSpout(Spout):
         if self._in_flight.pop(msg_id, None) is None or not self.resume:
             return
         if msg_id == self._prefix:
-            prefix = msg_id + 1
+            # The prefix moves over this task's lines only (every _tasks-th).
+            step = self._tasks
+            prefix = msg_id + step
             ahead = self._acked_ahead
             while prefix in ahead:
                 ahead.discard(prefix)
-                prefix += 1
+                prefix += step
             self._prefix = prefix
         else:
             self._acked_ahead.add(msg_id)
@@ -233,7 +266,10 @@ class FileSpout(Spout):
         """Commit the acked prefix to the state provider now."""
         if self._position is None or self._prefix == self._saved:
             return
-        self._position.put("position", {"path": self._path, "line": self._prefix})
+        where: dict[str, Any] = {"path": self._path, "line": self._prefix}
+        if self._tasks > 1:
+            where["tasks"] = self._tasks
+        self._position.put("position", where)
         self._position.commit()
         self._saved = self._prefix
         self._last_save = self.context.clock.monotonic()

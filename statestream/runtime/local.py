@@ -53,7 +53,13 @@ from .._errors import (
     StatestreamError,
     TupleError,
 )
-from .._exactly_once import Standstill, StandstillStep, check_position, resolve_exactly_once
+from .._exactly_once import (
+    CheckpointRecord,
+    Standstill,
+    StandstillStep,
+    check_position,
+    resolve_exactly_once,
+)
 from .._executors import CheckpointTupleForwarder, NativeCollector
 from .._rescale import LAYOUT_NAMESPACE, rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
@@ -314,6 +320,84 @@ class _Task(NativeCollector):
                 inboxes[i].append(tup)
 
 
+class RemoteInbox:
+    """The inbox (or control lane) of a task in another worker, as a route sees it
+    (``topology.workers``, :mod:`statestream.runtime.workers`).
+
+    ``append`` adds the tuple to the frame for that worker, in columns: a
+    group per run of tuples from one (source task, stream), ``(target, lane,
+    source task, stream, values, roots, edges, anchors)``, so that a frame
+    holds a few lists rather than a record per tuple. Groups keep the order
+    of appends to this queue. A multi-anchored tuple is a group of its own.
+    ``len`` is the task's inbox length in the status its worker sent two
+    rounds ago plus what was sent to it since, which is what backpressure
+    compares with the capacity.
+    """
+
+    def __init__(self, out: list[Any], task_id: int, control: bool) -> None:
+        self.out = out
+        self.task_id = task_id
+        self.lane = 1 if control else 0
+        self.remote_len = 0
+        self.sent = 0  # this round
+        self.sent1 = 0  # the round before
+        self.sent2 = 0  # two rounds before
+        self.origin: Origin | None = None  # of the group being filled
+        self.values: list[Any] = []
+        self.roots: list[int] = []
+        self.edges: list[int] = []
+
+    def next_round(self) -> None:
+        """The frame went out: the next append starts a new group."""
+        self.sent2 = self.sent1
+        self.sent1 = self.sent
+        self.sent = 0
+        self.origin = None
+
+    def clear(self) -> None:
+        self.sent = self.sent1 = self.sent2 = 0
+        self.origin = None
+
+    def append(self, tup: Tuple) -> None:
+        values: Any = tup.values
+        if type(values) is not list:
+            values = list(values)
+        o = tup.origin
+        self.sent += 1
+        if tup.anchors is not None:
+            self.out.append(
+                (self.task_id, self.lane, o.task, o.stream, [values], [0], [0], tup.anchors)
+            )
+            self.origin = None
+            return
+        if o is not self.origin:
+            self.origin = o
+            self.values = []
+            self.roots = []
+            self.edges = []
+            self.out.append(
+                (
+                    self.task_id,
+                    self.lane,
+                    o.task,
+                    o.stream,
+                    self.values,
+                    self.roots,
+                    self.edges,
+                    None,
+                )
+            )
+        self.values.append(values)
+        self.roots.append(tup.root)
+        self.edges.append(tup.edge)
+
+    def __len__(self) -> int:
+        return self.remote_len + self.sent + self.sent1 + self.sent2
+
+    def __bool__(self) -> bool:
+        return False  # never drained in this worker
+
+
 class _Acking:
     """The runtime's side of the acker: routes messages to ledgers, outcomes to spouts."""
 
@@ -322,27 +406,80 @@ class _Acking:
         self.ledgers = [AckerLedger(_TIMEOUT_BUCKETS) for _ in range(n_ackers)]
         self.n = n_ackers
         self.timeouts = 0
+        # With several workers (statestream.runtime.workers) an acker task
+        # lives in one of them: the others put their messages for it in the
+        # frame to its worker, and its outcomes go to the spout's worker.
+        link = rt.link
+        self.link: Any = link
+        self.workers = 1 if link is None else int(link.workers)
+        self.remote = [link is not None and not link.owns_acker(i) for i in range(n_ackers)]
+        self.any_remote = any(self.remote)
+        self.out_acks: list[list[Any]] = [] if link is None else link.ack_lists()
+        self.out_completions: list[list[Any]] = [] if link is None else link.completion_lists()
 
     def _route(self, outcome: Any) -> None:
         if outcome is None:
             return
         spout = self.rt.spout_by_task.get(outcome.spout_task)
+        ok = outcome.kind == "ack"
         if spout is not None:
-            spout.completions.append((outcome.root, outcome.kind == "ack"))
+            spout.completions.append((outcome.root, ok))
+        elif self.link is not None:
+            self.out_completions[outcome.spout_task % self.workers].append(
+                (outcome.spout_task, outcome.root, ok)
+            )
+            if not ok:
+                self.link.forward_cause(outcome.spout_task % self.workers, outcome.root)
+
+    def _send(self, i: int, op: int, root: int, a: int, b: int) -> None:
+        self.out_acks[i % self.workers].append((i, op, root, a, b))
 
     def init(self, root: int, spout_task: int, ack_val: int) -> None:
-        self._route(self.ledgers[acker_task_for(root, self.n)].init(root, spout_task, ack_val))
+        i = acker_task_for(root, self.n)
+        if self.any_remote and self.remote[i]:
+            self._send(i, 0, root, spout_task, ack_val)
+            return
+        self._route(self.ledgers[i].init(root, spout_task, ack_val))
 
     def ack(self, root: int, xor_val: int) -> None:
-        outcome = self.ledgers[root % self.n].ack(root, xor_val)  # acker_task_for, inlined
+        i = root % self.n  # acker_task_for, inlined
+        if self.any_remote and self.remote[i]:
+            self._send(i, 1, root, xor_val, 0)
+            return
+        outcome = self.ledgers[i].ack(root, xor_val)
         if outcome is not None:
             self._route(outcome)
 
     def fail(self, root: int) -> None:
-        self._route(self.ledgers[acker_task_for(root, self.n)].fail(root))
+        i = acker_task_for(root, self.n)
+        if self.any_remote and self.remote[i]:
+            self._send(i, 2, root, 0, 0)
+            # The spout's worker writes why in a dead-letter record.
+            self.link.forward_cause(i % self.workers, root)
+            return
+        self._route(self.ledgers[i].fail(root))
 
     def reset_timeout(self, root: int) -> None:
-        self.ledgers[acker_task_for(root, self.n)].reset_timeout(root)
+        i = acker_task_for(root, self.n)
+        if self.any_remote and self.remote[i]:
+            self._send(i, 3, root, 0, 0)
+            return
+        self.ledgers[i].reset_timeout(root)
+
+    def receive(self, messages: list[Any]) -> None:
+        """Messages for this worker's ackers from another worker (see ``_send``)."""
+        ledgers = self.ledgers
+        for i, op, root, a, b in messages:
+            if op == 1:
+                outcome = ledgers[i].ack(root, a)
+                if outcome is not None:
+                    self._route(outcome)
+            elif op == 0:
+                self._route(ledgers[i].init(root, a, b))
+            elif op == 2:
+                self._route(ledgers[i].fail(root))
+            else:
+                ledgers[i].reset_timeout(root)
 
     def tick(self) -> None:
         # Expired ledger entries are dropped; the spout's own pending map
@@ -922,11 +1059,12 @@ class BoltTask(_Task):
         anchors = tup.trees()
         acking = self.rt.acking
         if anchors and acking is not None:
+            rt = self.rt
             for root in anchors:
                 acking.reset_timeout(root)
-                for spout in self.rt.spouts:
-                    if root in spout.pending:
-                        spout.pending.put(root, spout.pending.get(root))
+                rt.touch_root(root)
+            if rt.link is not None:  # the spout task may be in another worker
+                rt.link.touch(list(anchors))
 
     def report_error(self, error: BaseException) -> None:
         self.report(error)
@@ -1019,6 +1157,9 @@ class LocalRuntime:
         topology: Topology,
         config: Mapping[str, Any] | None = None,
         clock: Clock | None = None,
+        *,
+        owned: Iterable[int] | None = None,
+        link: Any = None,
     ) -> None:
         self.topology = topology
         self.config = as_config(config, topology_prefixes=(topology.name,))
@@ -1036,6 +1177,10 @@ class LocalRuntime:
         self.capacity = int(self.config["topology.executor.receive.buffer.size"])
         self.idle_sleep = self.config["topology.sleep.spout.wait.strategy.time.ms"] / 1000.0
         self.n_ackers = int(self.config["topology.acker.executors"])
+        # Several workers (statestream.runtime.workers): this process runs the
+        # tasks in ``owned`` and reaches the others through ``link``.
+        self.link: Any = link
+        self.owned: frozenset[int] | None = None if owned is None else frozenset(owned)
         self.errors: deque[ErrorReport] = deque(maxlen=1000)
         self.untracked_acks = 0
         self.rewinds = 0
@@ -1107,9 +1252,14 @@ class LocalRuntime:
         self.tasks_of: dict[str, list[_Task]] = {}
         self._checkpoint_task: SpoutTask | None = None
         plan = self.plan
+        owned = self.owned
+        self.task_by_id: dict[int, _Task] = {}
+        self.bolt_by_id: dict[int, BoltTask] = {}
         for cid, tids in plan.component_tasks.items():
             spec = self.topology.components[cid]
             for i, tid in enumerate(tids):
+                if owned is not None and tid not in owned:
+                    continue
                 task: _Task
                 if spec.is_spout:
                     task = SpoutTask(self, spec, i, tid)
@@ -1118,9 +1268,12 @@ class LocalRuntime:
                     self.spouts.append(task)
                     self.spout_by_task[tid] = task
                 else:
-                    task = BoltTask(self, spec, i, tid)
-                    self.bolts.append(task)
+                    bolt = BoltTask(self, spec, i, tid)
+                    self.bolts.append(bolt)
+                    self.bolt_by_id[tid] = bolt
+                    task = bolt
                 self.tasks_of.setdefault(cid, []).append(task)
+                self.task_by_id[tid] = task
         self.component_tasks = plan.component_tasks
         self.task_names = plan.task_names
         self.data_spouts = [s for s in self.spouts if not s.system]
@@ -1168,7 +1321,7 @@ class LocalRuntime:
             for rs in self.plan.routes(spec.id, stream):
                 target = self.topology.components[rs.target]
                 queue = "control" if control else "inbox"
-                inboxes = [getattr(t, queue) for t in self.tasks_of[rs.target]]
+                inboxes = [self._queue(tid, queue) for tid in rs.task_ids]
                 if rs.kind == "fields":
                     kind = _FIELDS1 if isinstance(rs.key, int) else _FIELDSN
                 else:
@@ -1200,6 +1353,41 @@ class LocalRuntime:
             )
             task.streams[stream] = (origin, len(origin.fields), routes, direct)
         task.out_queues = outs
+
+    def deliver_remote(
+        self, groups: list[Any], completions: list[Any], origins: dict[Any, Origin]
+    ) -> None:
+        """Put the tuples (the groups :class:`RemoteInbox` makes) and spout
+        completions another worker sent into this worker's queues. A tracked
+        tuple belongs to the task it is delivered to, as on one process."""
+        bolts = self.bolt_by_id
+        for target, lane, src, stream, values, roots, edges, anchors in groups:
+            origin = origins[(src, stream)]
+            bolt = bolts[target]
+            q = bolt.control if lane else bolt.inbox
+            if anchors is not None:
+                q.append(Tuple(values[0], origin, anchors, target))
+                continue
+            for i in range(len(values)):
+                root: int = roots[i]
+                q.append(Tuple(values[i], origin, None, target if root else -1, root, edges[i]))
+        spouts = self.spout_by_task
+        for spout_task, root, ok in completions:
+            spouts[spout_task].completions.append((root, ok))
+
+    def touch_root(self, root: int) -> None:
+        """Restart the spout-side timeout of the tree ``root`` (reset_timeout)."""
+        for spout in self.spouts:
+            if root in spout.pending:
+                spout.pending.put(root, spout.pending.get(root))
+
+    def _queue(self, task_id: int, lane: str) -> Any:
+        """The ``inbox`` or ``control`` queue of a task: its own, or, for a task of
+        another worker, the link's queue that sends to it."""
+        task = self.task_by_id.get(task_id)
+        if task is not None:
+            return getattr(task, lane)
+        return self.link.queue(task_id, lane == "control")
 
     def _reaches(self, source: str, target: str) -> bool:
         """True if tuples from ``source`` can flow (through any path) to ``target``."""
@@ -1385,9 +1573,10 @@ class LocalRuntime:
         if self._started:
             return
         self._started = True
-        if self.topology.has_stateful_bolts:
+        if self.topology.has_stateful_bolts and self.link is None:
             # Before any task reads its state: a bolt whose parallelism
-            # changed since the last run gets its keys re-partitioned.
+            # changed since the last run gets its keys re-partitioned. (With
+            # several workers their supervisor does it, once, before they start.)
             self.open_state(LAYOUT_NAMESPACE)
             rescale_state(self.provider, self.topology)
         for spout in self.spouts:
@@ -1404,8 +1593,13 @@ class LocalRuntime:
     def _seek_data_spouts(self) -> None:
         """Exactly-once: rewind every data spout to the positions of the restored txid."""
         cp = self._checkpoint_spout
-        assert cp is not None
-        txid, positions = cp.restore_point()
+        if cp is not None:
+            txid, positions = cp.restore_point()
+        else:
+            # The checkpoint spout runs in another worker: the stored record
+            # gives the same restore point (it is where recovery ends).
+            record = CheckpointRecord.load(self.open_state(task_namespace(CHECKPOINT_SPOUT, 0)))
+            txid, positions = record.restore_point()
         if txid >= 0 and positions is None:
             log.warning(
                 "exactly-once state: the stored checkpoint has no spout positions (it was "
@@ -1471,11 +1665,12 @@ class LocalRuntime:
         self._started = False
         self.open()
         self._next_due = min((t[0] for t in self._timers), default=float("inf"))
-        log.warning(
-            "exactly-once state: a tuple or checkpoint failed; went back to the last "
-            "committed checkpoint (rewind %d)",
-            self.rewinds,
-        )
+        if self.link is None or self.link.index == 0:  # every worker rewinds: one line
+            log.warning(
+                "exactly-once state: a tuple or checkpoint failed; went back to the last "
+                "committed checkpoint (rewind %d)",
+                self.rewinds,
+            )
 
     def _setup_timers(self) -> None:
         now = self.clock.monotonic()

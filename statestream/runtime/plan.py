@@ -87,11 +87,12 @@ class RuntimePlan:
         self.bolts: list[ComponentSpec] = [
             topology.components[c] for c in order if not topology.components[c].is_spout
         ]
-        self.data_spouts: list[ComponentSpec] = [
-            s for s in self.spouts if s.id != CHECKPOINT_SPOUT
-        ]
+        self.data_spouts: list[ComponentSpec] = [s for s in self.spouts if s.id != CHECKPOINT_SPOUT]
         self.stateful_namespaces: list[str] = [
-            task_namespace(b.id, i) for b in self.bolts if b.is_stateful for i in range(b.parallelism)
+            task_namespace(b.id, i)
+            for b in self.bolts
+            if b.is_stateful
+            for i in range(b.parallelism)
         ]
         self._confs: dict[str, Config] = {}
 
@@ -162,5 +163,3 @@ class RuntimePlan:
     def namespace(self, cid: str, index: int) -> str:
         """The state namespace of task ``index`` of ``cid``."""
         return task_namespace(cid, index)
-
-

@@ -162,6 +162,24 @@ def test_without_a_terminal_status_lines_go_to_stderr() -> None:
     assert "duration after" in proc.stderr
 
 
+def test_status_lines_name_each_worker_with_its_pid_tasks_and_restarts(tmp_path: Path) -> None:
+    proc = cli(
+        "run", WORDCOUNT, "--duration", "2",
+        "--set", "statestream.progress.interval.secs=0.5",
+        "--set", "topology.workers=2",
+        "--set", "topology.state.provider=sqlite",
+        "--set", f"topology.state.provider.config={{path: {tmp_path / 'state.db'}}}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    workers = [line for line in proc.stderr.splitlines() if "worker 0 pid=" in line]
+    assert workers, proc.stderr
+    assert "worker 1 pid=" in workers[-1]
+    assert "restarts=0" in workers[-1]
+    # Round-robin: the checkpoint spout is task 0, the file spout task 1.
+    assert "tasks=[$checkpointspout[0]" in workers[-1]
+    assert "tasks=[sentences[0]" in workers[-1]
+
+
 ENDLESS = """
 from pathlib import Path
 from statestream import Spout, TopologyBuilder

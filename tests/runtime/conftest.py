@@ -1,5 +1,6 @@
 """The ``runner`` fixture: every behaviour test meant to hold on both runtimes runs
-once on the local runtime and once on Spark (marked ``spark``), as bytewax runs
+on the local runtime (in one process and on two worker processes) and on
+Spark (marked ``spark``), as bytewax runs
 its flows through one parametrized fixture. See ``runtime_harness.py``."""
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ def _records_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_records_dir(tmp_path / "records")
 
 
-@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+@pytest.fixture(params=["local", "workers", pytest.param("spark", marks=pytest.mark.spark)])
 def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
-    """A :class:`Runner` for the local runtime, or for Spark on the session's SparkSession."""
+    """A :class:`Runner` for the local runtime in one process, the local runtime on two
+    worker processes (``topology.workers: 2``), or Spark on the session's SparkSession."""
     if request.param == "spark":
         return Runner("spark", tmp_path, request.getfixturevalue("spark_session"))
-    return Runner("local", tmp_path)
+    return Runner(request.param, tmp_path)
+
+
+@pytest.fixture(params=["local", "workers"])
+def local_runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
+    """A :class:`Runner` for the local runtime only, in one process and on two worker
+    processes: for behaviour of the local runtime (Storm's per-tuple acking,
+    timeouts, retries, dead letters) that Spark replaces by whole-batch replay."""
+    return Runner(request.param, tmp_path)

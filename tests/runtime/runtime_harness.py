@@ -1,20 +1,25 @@
 """One way to run a topology on either runtime, for the behaviour tests of tests/runtime/.
 
 The ``runner`` fixture (``conftest.py`` here) hands a test a :class:`Runner`
-for ``local`` or ``spark``. Two things differ between the runtimes and are
-bridged here, so that one test body asserts the same behaviour on both:
+for ``local``, ``workers`` (the local runtime on two worker processes) or
+``spark``; ``local_runner`` for ``local`` and ``workers`` only, for behaviour of
+the local runtime that Spark replaces by whole-batch replay. Two things differ
+between the runtimes and are bridged here, so that one test body asserts the
+same behaviour on all of them:
 
-* **Where bolts run.** On Spark a bolt task runs in a Python worker process,
-  so :func:`statestream.testing.sink` (a list in one process) cannot collect
-  what it saw. :class:`Records` is an append-only list in a file that every
+* **Where components run.** On Spark a bolt task runs in a Python worker
+  process, and on ``workers`` every spout and bolt task runs in one of two
+  worker processes, so :func:`statestream.testing.sink` (a list in one
+  process) cannot collect what it saw. :class:`Records` is an append-only list in a file that every
   process of the run appends to; :class:`Sink` is the ``SinkBolt`` that
   collects into it, and :func:`records` reads it back.
 * **Replay.** The Spark runtime replays a batch by seeking its spouts back,
   so its spouts must rewind (:class:`statestream.Rewindable`).
   :class:`Items` is a ``ListSpout`` that does.
 
-Spouts run on the Spark driver, i.e. in the test process: a spout may still
-record into :func:`statestream.testing.sink`.
+Spouts run on the Spark driver, i.e. in the test process, but in a worker
+process on ``workers``: a spout records into :class:`Records` too. Each
+worker has its own copy of the FakeClock, advanced by its own idle sleeps.
 """
 
 from __future__ import annotations
@@ -134,11 +139,12 @@ class Items(ListSpout):
 
 
 class Runner:
-    """Runs a topology on the runtime ``name`` (``local`` or ``spark``).
+    """Runs a topology on the runtime ``name``: ``local`` (one process), ``workers``
+    (the local runtime on two worker processes) or ``spark``.
 
-    Both runtimes get a sqlite state store in the test's tmp_path unless the
+    Every runtime gets a sqlite state store in the test's tmp_path unless the
     config names a provider (the Spark runtime refuses the in-process memory
-    store). The local runtime runs on a FakeClock.
+    store). The local runtime runs on a FakeClock (each worker on its own copy).
     """
 
     def __init__(self, name: str, tmp_path: Path, spark: Any = None) -> None:
@@ -151,8 +157,15 @@ class Runner:
     def local(self) -> bool:
         return self.name == "local"
 
+    @property
+    def workers(self) -> bool:
+        """The local runtime on two worker processes under a supervisor."""
+        return self.name == "workers"
+
     def config(self, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
         conf = dict(config or {})
+        if self.workers:
+            conf.setdefault("topology.workers", 2)
         if "topology.state.provider" not in conf:
             conf["topology.state.provider"] = "sqlite"
             conf["topology.state.provider.config"] = {"path": str(self.tmp_path / "state.db")}
@@ -164,13 +177,23 @@ class Runner:
         config: Mapping[str, Any] | None = None,
         *,
         batch_size: int | None = None,
+        clock: Any = None,
     ) -> Any:
-        """The runtime, not started (``LocalRuntime`` or ``SparkRuntime``)."""
+        """The runtime, not started (``LocalRuntime``, ``WorkerSupervisor`` or
+        ``SparkRuntime``). ``clock``: the local runtime's clock (a new FakeClock by
+        default); on workers each worker gets its own copy of it."""
         conf = self.config(config)
+        if clock is None:
+            clock = FakeClock()
         if self.local:
             from statestream.runtime.local import LocalRuntime
 
-            self.last = LocalRuntime(topology, conf, clock=FakeClock())
+            self.last = LocalRuntime(topology, conf, clock=clock)
+        elif self.workers:
+            from statestream.runtime.workers import WorkerSupervisor
+
+            # Each worker gets its own copy of the fake clock (fork).
+            self.last = WorkerSupervisor(topology, conf, clock=clock)
         else:
             from statestream.runtime.spark import SparkRuntime
 
@@ -184,8 +207,23 @@ class Runner:
         *,
         batch_size: int | None = None,
         until_idle: bool = True,
+        duration: float | None = None,
+        clock: Any = None,
     ) -> RunResult:
-        """Run ``topology`` until every spout is exhausted and everything is acked."""
-        rt = self.runtime(topology, config, batch_size=batch_size)
-        result: RunResult = rt.run(until_idle=until_idle)
+        """Run ``topology`` until every spout is exhausted and everything is acked
+        (or for ``duration`` seconds of the runtime's clock)."""
+        rt = self.runtime(topology, config, batch_size=batch_size, clock=clock)
+        if duration is None:
+            result: RunResult = rt.run(until_idle=until_idle)
+        else:
+            result = rt.run(until_idle=until_idle, duration=duration)
         return result
+
+
+def xfail_on_workers(request: Any, runner: Runner, reason: str) -> None:
+    """Mark this test an expected failure (strict) when it runs on two workers: a
+    statestream bug the test shows there, with its reproduction in ``reason``."""
+    if runner.workers:
+        import pytest
+
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))

@@ -1,8 +1,12 @@
 """Poison tuples on the local runtime (issue 12): retries with backoff on the runtime's
 clock, the dead-letter file, a run that always ends, exactly-once included.
 
-In-process, on a fake clock. The word count over the command line, on sqlite and
-redis, and the SIGKILL tests are in tests/cli/test_cli_poison.py.
+On a fake clock. Tests that take ``local_runner`` run in one process and on two
+worker processes (``topology.workers: 2``, each worker on its own copy of the
+clock; the spout is task 0, in worker 0, the bolt it feeds in worker 1): what
+they record goes to :class:`~runtime_harness.Records`. The word count over the
+command line, on sqlite and redis, and the SIGKILL tests are in
+tests/cli/test_cli_poison.py.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from runtime_harness import Records, Runner, records
 
 from statestream import (
     BasicBolt,
@@ -28,7 +33,7 @@ from statestream import (
     Tuple,
 )
 from statestream.runtime.local import LocalRuntime
-from statestream.testing import FakeClock, ListSpout, RewindableListSpout, sink, spout_record
+from statestream.testing import FakeClock, ListSpout, RewindableListSpout
 
 POISON = "poison"
 
@@ -38,7 +43,8 @@ def now_of(component: Any) -> float:
 
 
 class TimedSpout(ListSpout):
-    """Logs ("emit" | "fail" | "dead", index, clock time) to sink("events")."""
+    """Logs ("emit" | "ack" | "fail" | "dead", index, clock time) to
+    ``Records("events")``, which every process appends to."""
 
     def next_tuple(self) -> None:
         if self._replay:
@@ -47,20 +53,33 @@ class TimedSpout(ListSpout):
             i = self._next
         else:
             return
-        sink("events").append(("emit", i, now_of(self)))
+        Records("events").append(("emit", i, now_of(self)))
         super().next_tuple()
 
+    def ack(self, msg_id: Any) -> None:
+        Records("events").append(("ack", msg_id, now_of(self)))
+        super().ack(msg_id)
+
     def fail(self, msg_id: Any) -> None:
-        sink("events").append(("fail", msg_id, now_of(self)))
+        Records("events").append(("fail", msg_id, now_of(self)))
         super().fail(msg_id)
 
     def dead_lettered(self, msg_id: Any) -> None:
-        sink("events").append(("dead", msg_id, now_of(self)))
+        Records("events").append(("dead", msg_id, now_of(self)))
         super().dead_lettered(msg_id)
 
 
+class TimedRewindableSpout(RewindableListSpout, TimedSpout):
+    """A RewindableListSpout that logs as TimedSpout does."""
+
+
 def times(kind: str, msg_id: int) -> list[float]:
-    return [t for k, i, t in sink("events") if k == kind and i == msg_id]
+    return [t for k, i, t in records("events") if k == kind and i == msg_id]
+
+
+def told(kind: str) -> list[Any]:
+    """The message ids the spout was told of (``kind``: "ack", "fail", "dead"), in order."""
+    return [i for k, i, _ in records("events") if k == kind]
 
 
 class Picky(Bolt):
@@ -80,7 +99,7 @@ class Picky(Bolt):
                 return
             if self.how == "timeout":
                 return  # never acked: times out
-        sink("out").append(tuple[0])
+        Records("out").append(tuple[0])
         self.collector.ack(tuple)
 
 
@@ -100,6 +119,17 @@ def _conf(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     return conf
 
 
+def _run(
+    runner: Runner, topology: Any, conf: dict[str, Any], *, coarse: bool = False, **kw: Any
+) -> Any:
+    """``runner.run`` on ``conf``; ``coarse``: on two workers, 10 ms of fake time per
+    idle round (an idle round there costs a frame exchange), for tests that wait
+    seconds of fake time and do not look at exact times."""
+    if coarse and runner.workers:
+        conf = {**conf, "topology.sleep.spout.wait.strategy.time.ms": 10}
+    return runner.run(topology, runner.config(conf), **kw)
+
+
 def dead_letters(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "dead.jsonl"
     if not path.exists():
@@ -111,11 +141,10 @@ def dead_letters(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def test_the_delays_between_attempts_follow_the_policy_then_the_message_is_dead_lettered(
-    tmp_path: Path,
+    local_runner: Runner, tmp_path: Path
 ) -> None:
     items = ["a", POISON, "b", "c"]
-    rt = LocalRuntime(_topology(items), _conf(tmp_path), clock=FakeClock())
-    result = rt.run(until_idle=True)
+    result = _run(local_runner, _topology(items), _conf(tmp_path))
     assert result.reason == "idle"
     emits = times("emit", 1)
     assert len(emits) == 5  # max.attempts 5: the first emission and four retries
@@ -127,38 +156,43 @@ def test_the_delays_between_attempts_follow_the_policy_then_the_message_is_dead_
     assert [f - e for e, f in zip(emits, fails, strict=False)] == pytest.approx(
         [0.1, 0.2, 0.4, 0.8], abs=0.003
     )
-    assert len(times("dead", 1)) == 1 and times("dead", 1)[0] == pytest.approx(emits[-1])
+    # Given up on as its last attempt fails (on two workers the failure comes back
+    # to the spout's worker a round, 1 ms, later).
+    (dead_at,) = times("dead", 1)
+    assert dead_at == pytest.approx(emits[-1], abs=None if local_runner.local else 0.003)
     # The other items went through at once, while the poison one waited.
-    assert sorted(sink("out")) == ["a", "b", "c"]
+    assert sorted(records("out")) == ["a", "b", "c"]
     assert times("emit", 3)[0] < emits[1]
-    assert spout_record("src").dead_lettered == [1]
-    assert 1 not in spout_record("src").acked
+    assert told("dead") == [1]
+    assert 1 not in told("ack")
     m = result.components["src"]
     assert (m.failed, m.dead_lettered, m.retrying) == (5, 1, 0)
     assert result.counters["dead_lettered"] == 1
 
 
-def test_max_attempts_0_retries_forever_as_storm_does(tmp_path: Path) -> None:
+def test_max_attempts_0_retries_forever_as_storm_does(local_runner: Runner, tmp_path: Path) -> None:
     conf = _conf(
         tmp_path,
         **{"statestream.retry.max.attempts": 0, "statestream.retry.max.ms": 1000},
     )
-    rt = LocalRuntime(_topology(["a", POISON]), conf, clock=FakeClock())
-    result = rt.run(duration=60.0)
+    # On two workers a shorter run: an idle round there costs a frame exchange.
+    duration = 60.0 if local_runner.local else 6.0
+    result = _run(local_runner, _topology(["a", POISON]), conf, until_idle=False, duration=duration)
+    assert result.reason == "duration"
+    assert result.counters.get("worker_restarts", 0) == 0
     emits = times("emit", 1)
     gaps = [b - a for a, b in itertools.pairwise(emits)]
     # 0.1, 0.2, 0.4, 0.8, then capped at max.ms: 1 s, for as long as the run lasts.
     assert gaps[:4] == pytest.approx([0.1, 0.2, 0.4, 0.8], abs=0.003)
     assert gaps[4:] == pytest.approx([1.0] * len(gaps[4:]), abs=0.003)
-    assert len(emits) >= 55
+    assert len(emits) >= (55 if local_runner.local else 8)
     assert times("dead", 1) == [] and dead_letters(tmp_path) == []
     assert result.components["src"].retrying == 1  # waiting for its next retry at the end
 
 
-def test_initial_0_replays_at_once(tmp_path: Path) -> None:
+def test_initial_0_replays_at_once(local_runner: Runner, tmp_path: Path) -> None:
     conf = _conf(tmp_path, **{"statestream.retry.initial.ms": 0})
-    rt = LocalRuntime(_topology([POISON]), conf, clock=FakeClock())
-    rt.run(until_idle=True)
+    assert _run(local_runner, _topology([POISON]), conf).reason == "idle"
     assert times("emit", 0) == [0.0] * 5
     assert len(dead_letters(tmp_path)) == 1
 
@@ -173,11 +207,13 @@ def test_initial_0_replays_at_once(tmp_path: Path) -> None:
     ],
 )
 def test_the_dead_letter_record_names_the_message_the_component_and_the_exception(
-    tmp_path: Path, how: str, error_type: str, error: str
+    local_runner: Runner, tmp_path: Path, how: str, error_type: str, error: str
 ) -> None:
+    # On two workers the bolt that fails is in worker 1, the spout that writes
+    # the record in worker 0: the cause crosses with the failure.
     conf = _conf(tmp_path, **{"statestream.retry.max.attempts": 2})
-    rt = LocalRuntime(_topology(["ok", POISON], how), conf, clock=FakeClock())
-    assert rt.run(until_idle=True).reason == "idle"
+    result = _run(local_runner, _topology(["ok", POISON], how), conf, coarse=True)
+    assert result.reason == "idle"
     (record,) = dead_letters(tmp_path)
     timestamp = record.pop("timestamp")
     assert timestamp[:2] == "20" and "T" in timestamp
@@ -213,39 +249,44 @@ class FailAll(Bolt):
         raise RuntimeError("no")
 
 
-def test_values_json_cannot_carry_are_written_as_their_repr(tmp_path: Path) -> None:
+def test_values_json_cannot_carry_are_written_as_their_repr(
+    local_runner: Runner, tmp_path: Path
+) -> None:
+    # On two workers the opaque value crosses to the bolt's worker as a pickle.
     b = TopologyBuilder("opaque")
     b.set_spout("src", OpaqueSpout([{"k": 1}], fields=("a", "b")))
     b.set_bolt("fail", FailAll()).shuffle_grouping("src")
     conf = _conf(tmp_path, **{"statestream.retry.max.attempts": 1})
-    LocalRuntime(b.build(), conf, clock=FakeClock()).run(until_idle=True)
+    assert _run(local_runner, b.build(), conf).reason == "idle"
     (record,) = dead_letters(tmp_path)
     assert record["values"] == [{"k": 1}, "<opaque thing>"]
     assert record["repr_values"] == [1]
 
 
-def test_a_message_that_succeeds_on_a_retry_is_not_dead_lettered(tmp_path: Path) -> None:
+def test_a_message_that_succeeds_on_a_retry_is_not_dead_lettered(
+    local_runner: Runner, tmp_path: Path
+) -> None:
     class FlakyTwice(Bolt):
         def execute(self, tuple: Tuple) -> None:
-            seen = sink("seen")
-            seen.append(tuple[0])
-            if seen.count(tuple[0]) <= 2:
+            Records("seen").append(tuple[0])
+            if records("seen").count(tuple[0]) <= 2:
                 raise ValueError("flaky")
-            sink("out").append(tuple[0])
+            Records("out").append(tuple[0])
             self.collector.ack(tuple)
 
     b = TopologyBuilder("flaky")
     b.set_spout("src", TimedSpout(["x"], name="src"))
     b.set_bolt("flaky", FlakyTwice()).shuffle_grouping("src")
-    result = LocalRuntime(b.build(), _conf(tmp_path), clock=FakeClock()).run(until_idle=True)
-    assert sink("out") == ["x"]
+    result = _run(local_runner, b.build(), _conf(tmp_path))
+    assert result.reason == "idle"
+    assert records("out") == ["x"]
     assert dead_letters(tmp_path) == []
-    assert spout_record("src").acked == [0]
+    assert told("ack") == [0]
     assert result.components["flaky"].last_error == "ValueError: flaky"
 
 
 def test_the_file_spout_moves_past_a_dead_letter_and_a_restart_before_it_does_not_write_it_twice(
-    tmp_path: Path,
+    local_runner: Runner, tmp_path: Path
 ) -> None:
     """The spout's acked prefix (resume=True) moves past the settled line. A restart
     from before it (as after a kill between the write and the saved position)
@@ -255,10 +296,10 @@ def test_the_file_spout_moves_past_a_dead_letter_and_a_restart_before_it_does_no
 
     class Words(BasicBolt):
         def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
-            sink("seen").append(tuple[0])
+            Records("seen").append(tuple[0])
             if POISON in tuple[1]:
                 raise ValueError("poison line")
-            sink("lines").append(tuple[1])
+            Records("lines").append(tuple[1])
 
     def topo() -> Any:
         b = TopologyBuilder("lines")
@@ -271,21 +312,21 @@ def test_the_file_spout_moves_past_a_dead_letter_and_a_restart_before_it_does_no
         "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
     }
     conf = _conf(tmp_path, **state)
-    assert LocalRuntime(topo(), conf, clock=FakeClock()).run(until_idle=True).reason == "idle"
-    assert sink("lines") == ["one", "three"]
+    assert _run(local_runner, topo(), conf).reason == "idle"
+    assert records("lines") == ["one", "three"]
     assert [r["values"] for r in dead_letters(tmp_path)] == [[1, "two poison"]]
     with open_sqlite(tmp_path) as kv:
         assert kv["position"]["line"] == 3  # past the dead letter
 
     # A restart from a position before it: retried to its last attempt, written once.
-    sink("lines").clear()
-    sink("seen").clear()
+    Records("lines").clear()
+    Records("seen").clear()
     with open_sqlite(tmp_path) as kv:
         kv["position"] = {"path": kv["position"]["path"], "line": 0}
-    result = LocalRuntime(topo(), conf, clock=FakeClock()).run(until_idle=True)
+    result = _run(local_runner, topo(), conf)
     assert result.reason == "idle"
-    assert sink("lines") == ["one", "three"]
-    assert sink("seen").count(1) == 5
+    assert records("lines") == ["one", "three"]
+    assert records("seen").count(1) == 5
     assert len(dead_letters(tmp_path)) == 1
     assert result.counters["dead_lettered"] == 1
 
@@ -365,14 +406,14 @@ class CountSink(Bolt):
 
 @pytest.mark.parametrize("exactly_once", [True, False])
 def test_a_stateful_count_around_poison_is_exact_and_the_run_ends(
-    tmp_path: Path, exactly_once: bool
+    local_runner: Runner, tmp_path: Path, exactly_once: bool
 ) -> None:
     words = [f"w{i % 7}" for i in range(300)]
     for at in (17, 120, 121, 299):
         words[at] = POISON
     expected = collections.Counter(w for w in words if w != POISON)
     b = TopologyBuilder("eo")
-    b.set_spout("src", RewindableListSpout(words, fields=("word",), name="src"))
+    b.set_spout("src", TimedRewindableSpout(words, fields=("word",), name="src"))
     b.set_bolt("count", Counter(), 2).fields_grouping("src", ["word"])
     conf = _conf(
         tmp_path,
@@ -381,8 +422,8 @@ def test_a_stateful_count_around_poison_is_exact_and_the_run_ends(
             "topology.state.checkpoint.interval.ms": 50,
         },
     )
-    rt = LocalRuntime(b.build(), conf, clock=FakeClock())
-    result = rt.run(until_idle=True)
+    conf = local_runner.config(conf)
+    result = _run(local_runner, b.build(), conf)
     assert result.reason == "idle"
     dead = dead_letters(tmp_path)
     assert sorted(r["msg_id"] for r in dead) == [17, 120, 121, 299]
@@ -397,4 +438,4 @@ def test_a_stateful_count_around_poison_is_exact_and_the_run_ends(
         # fail in the same attempts: both count), never of another word.
         assert 5 <= result.counters["rewinds"] <= 4 * 5
     else:
-        assert sorted(spout_record("src").dead_lettered) == [17, 120, 121, 299]
+        assert sorted(told("dead")) == [17, 120, 121, 299]

@@ -1,6 +1,8 @@
 """Rescale keeps state: a stateful bolt's parallelism changed between runs (2 -> 3 -> 1),
 each time after a crash at a random moment; every key ends in exactly one task, the
-one its grouping sends it to, with its whole count (sqlite and a real Redis)."""
+one its grouping sends it to, with its whole count (sqlite and a real Redis). Tests that
+take ``local_runner`` run in one process and on two worker processes; the crashes
+(SimulatedCrash at a tuple, crash_and_recover) are the one-process runtime's."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_harness import Runner
 from word_bolts import Count, Split
 
 from statestream import (
@@ -177,12 +180,14 @@ class ShuffledCount(Count):
 
 
 def test_a_bolt_whose_keys_do_not_follow_its_grouping_cannot_change_parallelism(
-    tmp_path: Path,
+    local_runner: Runner, tmp_path: Path
 ) -> None:
-    config = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
-    }
+    config = local_runner.config(
+        {
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        }
+    )
 
     def topology(tasks: int) -> Topology:
         b = TopologyBuilder("rescale")
@@ -203,11 +208,13 @@ class ByFirstLetter(Count):
         return task_for_key(key, n_tasks)
 
 
-def test_a_bolt_with_rescale_task_decides_the_owners(tmp_path: Path) -> None:
-    config = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
-    }
+def test_a_bolt_with_rescale_task_decides_the_owners(local_runner: Runner, tmp_path: Path) -> None:
+    config = local_runner.config(
+        {
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        }
+    )
     words = [f"w{i % 13}" for i in range(100)]
 
     def topology(tasks: int, items: list[str]) -> Topology:

@@ -591,10 +591,15 @@ def test_wordcount_with_failing_lines_counts_exactly_once(
     assert result.reason == "idle"
     assert result.errors == []
     assert read_counts(out) == expected
-    # Every line that draws a failure fails once (the process remembers it).
+    # Every line that draws a failure fails once (the process remembers it);
+    # on two workers once per worker process whose split task it reaches (a
+    # shuffle grouping may send a replayed line to the other worker).
     failing = sum(stable_hash(["fail", i]) % 1_000_000 < 100_000 for i in range(2000))
-    assert result.components["split"].failed == failing
-    if runner.local:
+    if runner.workers:
+        assert failing <= result.components["split"].failed <= 2 * failing
+    else:
+        assert result.components["split"].failed == failing
+    if runner.local or runner.workers:
         assert result.counters["rewinds"] >= 10
         assert result.components["sentences"].failed >= result.counters["rewinds"]
     else:
@@ -674,9 +679,13 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(frozen_before: bool) 
         assert seen and all(t[0] >= 50_000 for t, _ in seen)
         assert all(n > 0 for _, n in seen)
         if frozen_before:
-            assert all(n == frozen for _, n in seen)
+            # Left alone: not frozen again (which would add every object made
+            # since). Frozen objects that die leave the count, so it may drop.
+            assert all(n <= frozen for _, n in seen)
+            assert 0 < gc.get_freeze_count() <= frozen
+        else:
+            assert gc.get_freeze_count() == 0
         assert gc.get_threshold() == thresholds
-        assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
     assert len(sink("gc-out")) == 100

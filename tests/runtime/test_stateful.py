@@ -1,10 +1,11 @@
 """Stateful bolts: the checkpoint protocol as a bolt sees it.
 
 Every test drives a real topology, on the local runtime on a
-:class:`FakeClock` (checkpoint intervals and timeouts cost no sleeping), and
-those that take ``runner`` on Spark too; each checks what the bolt's hooks saw
-(in :class:`~runtime_harness.Records`, which Spark's workers append to) and
-what the provider committed.
+:class:`FakeClock` (checkpoint intervals and timeouts cost no sleeping), those
+that take ``runner`` or ``local_runner`` on two worker processes too
+(``topology.workers: 2``), and those that take ``runner`` on Spark; each checks
+what the bolt's hooks saw (in :class:`~runtime_harness.Records`, which every
+process appends to) and what the provider committed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
-from runtime_harness import Items, Records, Runner
+from runtime_harness import Items, Records, Runner, records
 
 from statestream import (
     Bolt,
@@ -105,6 +106,27 @@ class Forward(Bolt):
         declarer.declare(["value"])
 
 
+class TellingSpout(ListSpout):
+    """A ListSpout that appends ("ack" | "fail", msg_id) to ``Records(log)``."""
+
+    def __init__(self, items: list[Any], log: str = "spout") -> None:
+        super().__init__(items)
+        self.log = log
+
+    def ack(self, msg_id: Any) -> None:
+        Records(self.log).append(("ack", msg_id))
+        super().ack(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        Records(self.log).append(("fail", msg_id))
+        super().fail(msg_id)
+
+
+def told(kind: str, log: str = "spout") -> list[Any]:
+    """The message ids the TellingSpout was told of (``kind``: "ack" or "fail")."""
+    return [e[1] for e in records(log) if e[0] == kind]
+
+
 def events(kind: str | None = None) -> list[tuple[Any, ...]]:
     evs = Records(EVENTS).read()
     return list(evs) if kind is None else [e for e in evs if e[0] == kind]
@@ -116,11 +138,20 @@ def hooks() -> list[tuple[Any, ...]]:
 
 
 def counter_topology(
-    items: list[Any], bolt: StatefulBolt | None = None, *, rewind: bool = False, **kw: Any
+    items: list[Any],
+    bolt: StatefulBolt | None = None,
+    *,
+    rewind: bool = False,
+    telling: str | None = None,
+    **kw: Any,
 ) -> Topology:
-    """``rewind``: a spout that can rewind (exactly-once state; Spark needs it)."""
+    """``rewind``: a spout that can rewind (exactly-once state; Spark needs it).
+    ``telling``: a :class:`TellingSpout` appending to ``Records(telling)``."""
     builder = TopologyBuilder("stateful")
-    builder.set_spout("spout", (Items if rewind else ListSpout)(items))
+    if telling is not None:
+        builder.set_spout("spout", TellingSpout(items, telling))
+    else:
+        builder.set_spout("spout", (Items if rewind else ListSpout)(items))
     builder.set_bolt("count", bolt or RecordingCounter(**kw)).fields_grouping("spout", ["value"])
     return builder.build()
 
@@ -173,12 +204,12 @@ def spark_batch(state: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def test_init_state_comes_after_prepare_before_execute_with_the_last_committed_state(
-    tmp_path: Path,
+    local_runner: Runner, tmp_path: Path
 ) -> None:
-    # Local-only: on Spark prepare/init_state run once per batch attempt (documented lifecycle), so this exact sequence is the local one.
-    config = sqlite_config(tmp_path / "state.db")
-    rt = LocalRuntime(counter_topology(WORDS), config, clock=FakeClock())
-    result = rt.run(until_idle=True)
+    # Not on Spark: there prepare/init_state run once per batch attempt (documented
+    # lifecycle), so this exact sequence is the local runtime's (on two workers too).
+    config = local_runner.config(sqlite_config(tmp_path / "state.db"))
+    result = local_runner.run(counter_topology(WORDS), config)
     assert result.reason == "idle" and result.errors == []
     first = events()
     kinds = [e[0] for e in first]
@@ -203,8 +234,7 @@ def test_init_state_comes_after_prepare_before_execute_with_the_last_committed_s
     # A second run over the same file: init_state sees the first run's counts.
     Records(EVENTS).clear()
     more = ["a", "e"]
-    rt = LocalRuntime(counter_topology(more), config, clock=FakeClock())
-    assert rt.run(until_idle=True).errors == []
+    assert local_runner.run(counter_topology(more), config).errors == []
     second = hooks()
     assert second[0] == ("prepare", 0)
     assert second[1] == ("init_state", 0, first_counts)
@@ -244,6 +274,30 @@ def test_acks_reach_the_spout_only_after_the_commit() -> None:
     rt.close()
 
 
+def test_acks_held_for_the_commit_reach_a_spout_in_another_worker_after_it(
+    local_runner: Runner,
+) -> None:
+    # The run-until-idle view of the test above. On two workers the spout is in
+    # worker 0 and the counter in worker 1: the held acks cross after the commit.
+    # The spout's acks go to the same Records as the bolt's hooks, in the order
+    # they happened.
+    items = [f"w{i % 3}" for i in range(10)]
+    result = local_runner.run(counter_topology(items, telling=EVENTS), local_runner.config())
+    assert result.reason == "idle" and result.errors == []
+    seen = Records(EVENTS).read()
+    executed_at = {}
+    for at, e in enumerate(seen):
+        if e[0] == "execute":
+            executed_at.setdefault(len(executed_at), at)
+    acks = [(at, e[1]) for at, e in enumerate(seen) if e[0] == "ack"]
+    assert sorted(i for _, i in acks) == list(range(len(items)))
+    commits = [at for at, e in enumerate(seen) if e[0] == "pre_commit"]
+    for at, msg_id in acks:
+        # A commit came between the tuple's execute and its ack.
+        assert any(executed_at[msg_id] < c < at for c in commits), (msg_id, seen)
+    assert [e for e in seen if e[0] == "fail"] == []
+
+
 # -- 3. Storm's recovery sequences with a stored phase ---------------------------------
 
 
@@ -277,7 +331,7 @@ def test_stored_preparing_recovers_with_rollback_initstate_then_prepare(runner: 
     assert result.errors == []
     # pre_rollback; the prepared x was rolled back, the committed y is there;
     # then txid 100 again.
-    if runner.local:
+    if runner.local or runner.workers:
         assert hooks()[:5] == [
             ("prepare", 0),
             ("pre_rollback", 0),
@@ -304,7 +358,7 @@ def test_stored_committing_finishes_the_commit_first(runner: Runner) -> None:
     result = runner.run(counter_topology(["a"], rewind=True), config)
     assert result.errors == []
     # The decided commit was finished: x is committed and init_state sees it.
-    if runner.local:
+    if runner.local or runner.workers:
         assert hooks()[:4] == [
             ("prepare", 0),
             ("pre_commit", 0, 100),
@@ -358,12 +412,14 @@ def test_bolts_added_or_re_added_while_the_topology_moved_on_join_it(runner: Run
 # -- 4. a failed PREPARE ------------------------------------------------------------
 
 
-def test_a_failed_prepare_rolls_back_fails_the_held_tuples_and_loses_nothing() -> None:
-    # Local-only: checks at-least-once held acks failing back to a ListSpout.
+def test_a_failed_prepare_rolls_back_fails_the_held_tuples_and_loses_nothing(
+    local_runner: Runner,
+) -> None:
+    # Not on Spark: checks at-least-once held acks failing back to a ListSpout.
     items = [f"w{i % 4}" for i in range(40)]
-    config = memory_config()
-    rt = LocalRuntime(counter_topology(items, fail_prepare_once=True), config, clock=FakeClock())
-    result = rt.run(until_idle=True)
+    config = local_runner.config()
+    topology = counter_topology(items, fail_prepare_once=True, telling="spout")
+    result = local_runner.run(topology, config)
     seq = [e[:2] for e in hooks()]
     assert seq[:5] == [
         ("prepare", 0),
@@ -379,11 +435,10 @@ def test_a_failed_prepare_rolls_back_fails_the_held_tuples_and_loses_nothing() -
     assert hooks()[6] == ("pre_commit", 0, 0)
     assert [e.component for e in result.errors] == ["count"]
     assert "fails once" in result.errors[0].error
-    spout = spout_of(rt)
     # Every tuple executed before the failed prepare had its ack held: all failed, all replayed.
-    assert sorted(spout.failed) == list(range(len(items)))
+    assert sorted(told("fail")) == list(range(len(items)))
     assert result.counters["timed_out"] == 0, "failed by a timeout, not by the rollback"
-    assert sorted(spout.acked) == list(range(len(items)))
+    assert sorted(told("ack")) == list(range(len(items)))
     assert len(events("execute")) == 2 * len(items)
     assert committed(config) == dict(Counter(items))
 
@@ -425,19 +480,44 @@ def test_a_checkpoint_is_acted_on_once_every_upstream_task_delivered_it() -> Non
     assert committed(config) == dict(Counter(items))
 
 
+def test_a_checkpoint_from_upstream_tasks_in_two_workers_is_acted_on_once(
+    local_runner: Runner,
+) -> None:
+    # The run-until-idle view of the test above: on two workers the two forward
+    # tasks (tasks 1 and 2) are in different workers, the counter in worker 1.
+    items = [f"w{i % 5}" for i in range(200)]
+    builder = TopologyBuilder("barrier")
+    builder.set_spout("spout", ListSpout(items))
+    builder.set_bolt("forward", Forward(), 2).shuffle_grouping("spout")
+    builder.set_bolt("count", RecordingCounter()).global_grouping("forward")
+    config = local_runner.config({"topology.max.spout.pending": 16})
+    result = local_runner.run(builder.build(), config)
+    assert result.reason == "idle" and result.errors == []
+    prepares = [e[2] for e in events("pre_prepare")]
+    commits = [e[2] for e in events("pre_commit")]
+    assert len(commits) >= 3, "too few checkpoints to say anything"
+    # Once per round, not once per upstream task.
+    assert prepares == commits == list(range(len(commits)))
+    assert len(events("init_state")) == 1
+    assert committed(config) == dict(Counter(items))
+
+
 # -- 6. the word count on sqlite with failures ----------------------------------------
 
 
-def test_wordcount_on_sqlite_with_failures_counts_exactly(tmp_path: Path) -> None:
-    # Local-only: checks per-line failures reaching the spout on the local loop.
+def test_wordcount_on_sqlite_with_failures_counts_exactly(
+    local_runner: Runner, tmp_path: Path
+) -> None:
+    # Not on Spark: checks per-line failures reaching the spout.
     out = tmp_path / "counts.jsonl"
-    config = sqlite_config(
-        tmp_path / "state.db",
-        **{"wordcount.output": str(out), "wordcount.fail_rate": 0.1},
+    config = local_runner.config(
+        sqlite_config(
+            tmp_path / "state.db",
+            **{"wordcount.output": str(out), "wordcount.fail_rate": 0.1},
+        )
     )
     topology = load_topology(str(ROOT / "examples" / "wordcount.py"))
-    rt = LocalRuntime(topology, config, clock=FakeClock())
-    result = rt.run(until_idle=True)
+    result = local_runner.run(topology, config)
     assert result.reason == "idle"
     assert result.errors == []
     assert result.components["sentences"].failed > 0, "fail_rate=0.1 failed nothing"
@@ -457,12 +537,14 @@ def test_wordcount_on_sqlite_with_failures_counts_exactly(tmp_path: Path) -> Non
 # -- 7. a value the serializer cannot encode ----------------------------------------
 
 
-def test_an_unencodable_value_is_a_serialization_error_of_the_bolt_and_the_run_goes_on() -> None:
-    # Local-only: a SerializationError is reported per tuple locally; on Spark it fails the Spark task (documented).
+def test_an_unencodable_value_is_a_serialization_error_of_the_bolt_and_the_run_goes_on(
+    local_runner: Runner,
+) -> None:
+    # Not on Spark: a SerializationError is reported per tuple by the local
+    # runtime; on Spark it fails the Spark task (documented).
     items = ["a", "bad", "b", "a"]
-    config = memory_config()
-    rt = LocalRuntime(counter_topology(items, bad_value="bad"), config, clock=FakeClock())
-    result = rt.run(until_idle=True)
+    config = local_runner.config()
+    result = local_runner.run(counter_topology(items, bad_value="bad"), config)
     assert result.reason == "idle"
     assert len(result.errors) == 1
     report = result.errors[0]
@@ -612,8 +694,10 @@ def test_redis_lost_mid_run_waits_then_resumes_and_loses_nothing(
 # -- 9. Redis unreachable at start ------------------------------------------------
 
 
-def test_redis_unreachable_at_start_is_a_clear_error_after_bounded_retries() -> None:
-    # Local-only: provider errors at start; the Spark driver opens the same provider.
+def test_redis_unreachable_at_start_is_a_clear_error_after_bounded_retries(
+    local_runner: Runner,
+) -> None:
+    # Not on Spark: provider errors at start; the Spark driver opens the same provider.
     port = free_port()
     config = {
         "topology.state.provider": "redis",
@@ -624,7 +708,7 @@ def test_redis_unreachable_at_start_is_a_clear_error_after_bounded_retries() -> 
             "timeout": 200,
         },
     }
-    rt = LocalRuntime(counter_topology(["a"]), config, clock=FakeClock())
+    rt = local_runner.runtime(counter_topology(["a"]), config)
     # The bound is in the config (2 retries of at most 200 ms), and the error says so.
     with pytest.raises(
         ProviderUnavailableError, match=rf"127\.0\.0\.1:{port}.*\(2 retries, timeout 0\.2s\)"

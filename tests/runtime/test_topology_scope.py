@@ -1,5 +1,6 @@
 """State belongs to its topology: two topologies on one store, with the same component
-names, never share state or a checkpoint (sqlite and a real Redis)."""
+names, never share state or a checkpoint (sqlite and a real Redis). Tests that take
+``local_runner`` run in one process and on two worker processes (``topology.workers: 2``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_harness import Runner
 from word_bolts import Count, Split
 
 from statestream import (
@@ -56,13 +58,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
 
 
 def test_two_topologies_on_one_store_each_count_exactly(
-    tmp_path: Path, store: dict[str, Any]
+    local_runner: Runner, tmp_path: Path, store: dict[str, Any]
 ) -> None:
     clicks_text, words_text = tmp_path / "clicks.txt", tmp_path / "words.txt"
     clicks_expected = random_text(clicks_text, 300, vocabulary=50, seed=1)
     words_expected = random_text(words_text, 500, vocabulary=80, seed=2)
     clicks, words = _topology("clicks", clicks_text), _topology("wordcount", words_text)
-    config = {**store, "topology.state.checkpoint.interval.ms": 10}
+    config = local_runner.config({**store, "topology.state.checkpoint.interval.ms": 10})
 
     assert run(clicks, config, until_idle=True).errors == []
     assert run(words, config, until_idle=True).errors == []
@@ -70,6 +72,7 @@ def test_two_topologies_on_one_store_each_count_exactly(
     # the word count (same component names) committed in between.
     again = run(clicks, config, until_idle=True)
     assert again.errors == []
+    assert ("worker_restarts" in again.counters) == local_runner.workers  # ran on workers
     assert again.components["count"].executed == 0
 
     assert committed_state(clicks, config, "count") == dict(clicks_expected)
@@ -83,11 +86,11 @@ def test_two_topologies_on_one_store_each_count_exactly(
 
 
 def test_a_new_topology_with_the_same_bolt_name_starts_from_zero(
-    tmp_path: Path, store: dict[str, Any]
+    local_runner: Runner, tmp_path: Path, store: dict[str, Any]
 ) -> None:
     text = tmp_path / "text.txt"
     expected = random_text(text, 200, vocabulary=30, seed=3)
-    config = {**store, "topology.state.checkpoint.interval.ms": 10}
+    config = local_runner.config({**store, "topology.state.checkpoint.interval.ms": 10})
     run(_topology("first", text), config, until_idle=True)
     second = _topology("second", text)
     run(second, config, until_idle=True)
@@ -103,11 +106,15 @@ def test_a_name_that_cannot_scope_state_is_refused(name: str) -> None:
         TopologyBuilder(name)
 
 
-def test_another_topology_under_the_same_name_is_refused(tmp_path: Path) -> None:
-    config = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
-    }
+def test_another_topology_under_the_same_name_is_refused(
+    local_runner: Runner, tmp_path: Path
+) -> None:
+    config = local_runner.config(
+        {
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        }
+    )
     text = tmp_path / "text.txt"
     random_text(text, 20, vocabulary=10, seed=4)
     run(_topology("shared", text), config, until_idle=True)

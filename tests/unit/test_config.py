@@ -35,6 +35,7 @@ DEFAULTS_YAML = REPO / "statestream" / "defaults.yaml"
 
 EXPECTED_DEFAULTS: dict[str, Any] = {
     "topology.runner": "local",
+    "topology.workers": 1,
     "topology.message.timeout.secs": 30,
     "topology.enable.message.timeouts": True,
     "topology.acker.executors": 1,
@@ -567,7 +568,7 @@ def test_unknown_key_names_the_declared_prefixes() -> None:
     assert "'wordcount.'" in message
 
 
-@pytest.mark.parametrize("key", ["topology.workers", "statestream.whatever", "output", "a.b"])
+@pytest.mark.parametrize("key", ["topology.workerz", "statestream.whatever", "output", "a.b"])
 def test_unknown_keys_outside_pass_through_prefixes_are_errors(key: str) -> None:
     assert f"unknown config key {key!r}" in config_error(
         sets=[f"{key}=1"], topology_prefixes=["wordcount"]

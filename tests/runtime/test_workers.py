@@ -1,0 +1,224 @@
+"""What ``topology.workers`` adds beyond the behaviour tests every runtime passes
+(those run on two workers through the ``runner`` fixture): backpressure across
+processes, values the fast codec cannot carry, errors naming the value that
+cannot cross, the progress rows and the round-robin placement.
+
+Task ids follow the topological order, and task ``t`` runs in worker ``t % 2``:
+in these topologies the spout (task 0) and the first bolt (task 1) are in
+different workers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime_harness import Records, records
+
+from statestream import (
+    Bolt,
+    OutputCollector,
+    OutputFieldsDeclarer,
+    SerializationError,
+    TopologyBuilder,
+    TopologyContext,
+    Tuple,
+)
+from statestream._errors import ConfigError
+from statestream._run import make_runtime
+from statestream.runtime.plan import as_config
+from statestream.runtime.workers import WorkerSupervisor, worker_of_task
+from statestream.testing import ListSpout
+
+
+class FanOut(Bolt):
+    """Emits ``k`` tuples per input (anchored), appending ("emit", value) for each to a
+    shared record file."""
+
+    def __init__(self, log: str, k: int) -> None:
+        self.log = Records(log)
+        self.k = k
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+
+    def execute(self, tup: Tuple) -> None:
+        for j in range(self.k):
+            value = tup[0] * self.k + j
+            self.log.append(("emit", value))
+            self.collector.emit([value], anchors=tup)
+        self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["value"])
+
+
+class SlowBolt(Bolt):
+    """Takes ``delay`` seconds of real time per tuple and appends ("done", value)."""
+
+    def __init__(self, log: str, delay: float) -> None:
+        self.log = Records(log)
+        self.delay = delay
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+
+    def execute(self, tup: Tuple) -> None:
+        time.sleep(self.delay)
+        self.log.append(("done", tup[0]))
+        self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+
+def _supervisor(topology: Any, tmp_path: Path, **extra: Any) -> WorkerSupervisor:
+    conf = {
+        "topology.workers": 2,
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        **extra,
+    }
+    return WorkerSupervisor(topology, conf)
+
+
+@pytest.mark.parametrize("capacity", [40, 100_000])
+def test_a_slow_bolt_in_one_worker_holds_back_its_feeder_in_the_other(
+    tmp_path: Path, capacity: int
+) -> None:
+    # src (task 0, worker 0) -> fan (task 1, worker 1, 20 tuples per input)
+    # -> slow (task 2, worker 0). A round hands fan up to 64 inputs, 1,280
+    # tuples for slow; the queue to slow in the other worker must hold fan back.
+    n, k = 300, 20
+    b = TopologyBuilder("backpressure")
+    b.set_spout("src", ListSpout(list(range(n))))
+    b.set_bolt("fan", FanOut("log", k)).shuffle_grouping("src")
+    b.set_bolt("slow", SlowBolt("log", 0.00005)).shuffle_grouping("fan")
+    topo = b.build()
+    sup = _supervisor(topo, tmp_path, **{"topology.executor.receive.buffer.size": capacity})
+    tasks = sup.component_tasks
+    assert worker_of_task(tasks["fan"][0], 2) != worker_of_task(tasks["slow"][0], 2)
+    result = sup.run(until_idle=True)
+    assert result.reason == "idle"
+    assert result.components["slow"].executed == n * k
+    log = records("log")
+    assert sorted(v for kind, v in log if kind == "done") == list(range(n * k))
+    # The record file orders both processes' appends: at every point, how far
+    # fan ran ahead of slow.
+    ahead = worst = 0
+    for kind, _ in log:
+        ahead += 1 if kind == "emit" else -1
+        worst = max(worst, ahead)
+    if capacity < 1000:
+        # Bounded by the capacity plus the tuples of one input (fan checks the
+        # queue between inputs) and what the last status did not show yet.
+        assert worst <= 2 * capacity + k, worst
+    else:
+        assert worst > 10 * 40, "without backpressure fan runs far ahead: the test can fail"
+
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int
+
+
+class Sink(Bolt):
+    def __init__(self, name: str) -> None:
+        self.out = Records(name)
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+
+    def execute(self, tup: Tuple) -> None:
+        self.out.append(tup[0])
+        self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+
+def test_values_marshal_cannot_carry_cross_workers_as_pickles(tmp_path: Path) -> None:
+    items: list[Any] = [Point(1, 2), {"a", "b"}, frozenset({3}), 7, "plain", (1, [2, {"k": 3}])]
+    b = TopologyBuilder("values")
+    b.set_spout("src", ListSpout(items))
+    b.set_bolt("sink", Sink("got")).shuffle_grouping("src")
+    result = _supervisor(b.build(), tmp_path).run(until_idle=True)
+    assert result.reason == "idle" and result.errors == []
+    got = records("got")
+    assert sorted(map(repr, got)) == sorted(map(repr, items))
+
+
+def test_a_value_that_cannot_be_pickled_names_the_emitting_component(tmp_path: Path) -> None:
+    b = TopologyBuilder("unpicklable")
+    b.set_spout("src", ListSpout([1, lambda: 2]))
+    b.set_bolt("sink", Sink("got")).shuffle_grouping("src")
+    with pytest.raises(SerializationError) as info:
+        _supervisor(b.build(), tmp_path).run(until_idle=True)
+    message = str(info.value)
+    assert "src[0]" in message and "sink[0]" in message and "function" in message
+    assert "topology.workers" in message
+
+
+def test_progress_rows_name_each_worker_its_pid_and_its_tasks(tmp_path: Path) -> None:
+    b = TopologyBuilder("rows")
+    b.set_spout("src", ListSpout(list(range(50))))
+    b.set_bolt("sink", Sink("got"), 3).shuffle_grouping("src")
+    sup = _supervisor(b.build(), tmp_path)
+    result = sup.run(until_idle=True)
+    assert result.reason == "idle"
+    rows = sup.worker_rows()
+    assert [w.index for w in rows] == [0, 1]
+    assert all(w.pid > 0 and w.restarts == 0 for w in rows)
+    # Round-robin over the task ids, as Storm's default scheduler.
+    assert [sorted(w.tasks) for w in rows] == [[0, 2], [1, 3]]
+    assert sorted(records("got")) == list(range(50))
+    assert result.counters["worker_restarts"] == 0
+
+
+def test_workers_need_the_local_runner_and_a_positive_count() -> None:
+    b = TopologyBuilder("conf")
+    b.set_spout("src", ListSpout([1]))
+    topo = b.build()
+    with pytest.raises(ConfigError, match=r"spark\.executor\.instances"):
+        make_runtime(
+            topo, as_config({"topology.workers": 2, "topology.runner": "spark"}, ("conf",))
+        )
+    with pytest.raises(ConfigError, match=r"topology\.workers"):
+        as_config({"topology.workers": 0}, ("conf",))
+    assert isinstance(make_runtime(topo, as_config({"topology.workers": 2})), WorkerSupervisor)
+
+
+def test_stateful_workers_refuse_a_store_inside_one_process(tmp_path: Path) -> None:
+    from statestream import StatefulBolt
+
+    class Counter(StatefulBolt):
+        def init_state(self, state: Any) -> None:
+            self.state = state
+
+        def execute(self, tup: Tuple) -> None:
+            self.collector.ack(tup)
+
+    b = TopologyBuilder("memory")
+    b.set_spout("src", ListSpout([1]))
+    b.set_bolt("count", Counter()).shuffle_grouping("src")
+    with pytest.raises(ConfigError, match=r"sqlite \(or redis\)"):
+        WorkerSupervisor(b.build(), {"topology.workers": 2, "topology.state.provider": "memory"})
+
+
+def test_transactional_topologies_stay_on_one_process() -> None:
+    from statestream._run import load_topology
+
+    topo = load_topology(str(Path(__file__).parents[2] / "examples/transactional_global_count.py"))
+    with pytest.raises(ConfigError, match=r"topology\.workers: 1"):
+        WorkerSupervisor(topo, {"topology.workers": 2, "topology.state.provider": "sqlite"})
