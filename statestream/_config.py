@@ -512,6 +512,17 @@ class Settings:
         (backpressure).""",
         storm="the same key and meaning.",
     )
+    topology_transfer_buffer_size: int = _key(
+        "topology.transfer.buffer.size",
+        _Kind("an integer >= 0", _integer(0), _scalar, int),
+        4096,
+        """With topology.workers > 1: tuples a worker may have sent to a task of
+        another worker beyond that task's last reported input queue, before
+        the queue counts as full. A worker learns a peer's queue lengths two
+        rounds late, so about three rounds of tuples are always in flight; a
+        smaller value throttles a worker to less than a round's output.""",
+        storm="the same key (the worker's outgoing queue); here counted in tuples per target task.",
+    )
     topology_sleep_spout_wait_strategy_time_ms: int = _key(
         "topology.sleep.spout.wait.strategy.time.ms",
         _NON_NEGATIVE_INT,

@@ -329,15 +329,19 @@ class RemoteInbox:
     source task, stream, values, roots, edges, anchors)``, so that a frame
     holds a few lists rather than a record per tuple. Groups keep the order
     of appends to this queue. A multi-anchored tuple is a group of its own.
-    ``len`` is the task's inbox length in the status its worker sent two
-    rounds ago plus what was sent to it since, which is what backpressure
-    compares with the capacity.
+    ``len``, what backpressure compares with the capacity, is the task's
+    inbox length in the status its worker sent two rounds ago plus what was
+    sent to it since beyond ``slack`` (``topology.transfer.buffer.size``):
+    three rounds of tuples are in flight between workers one round apart,
+    and counting them against the receive buffer would hold every round to
+    a third of it.
     """
 
-    def __init__(self, out: list[Any], task_id: int, control: bool) -> None:
+    def __init__(self, out: list[Any], task_id: int, control: bool, slack: int = 0) -> None:
         self.out = out
         self.task_id = task_id
         self.lane = 1 if control else 0
+        self.slack = slack
         self.remote_len = 0
         self.sent = 0  # this round
         self.sent1 = 0  # the round before
@@ -392,7 +396,8 @@ class RemoteInbox:
         self.edges.append(tup.edge)
 
     def __len__(self) -> int:
-        return self.remote_len + self.sent + self.sent1 + self.sent2
+        flying = self.sent + self.sent1 + self.sent2 - self.slack
+        return self.remote_len + flying if flying > 0 else self.remote_len
 
     def __bool__(self) -> bool:
         return False  # never drained in this worker

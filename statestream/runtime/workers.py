@@ -34,8 +34,10 @@ worker that dies. Here ``statestream run`` (or :func:`statestream.run`) with
   the same round; frames sent before a rewind are dropped.
 * **Backpressure.** Each status carries the inbox length of every bolt task
   of its worker; a queue to a task of another worker counts as full when
-  that length plus what was sent to it since is at the capacity, so a slow
-  bolt in one worker holds back the spout in another.
+  that length plus what was sent to it since, less
+  ``topology.transfer.buffer.size`` (the tuples allowed in flight), is at
+  the capacity, so a slow bolt in one worker holds back the spout in
+  another, and a task's queue holds at most the two sizes together.
 * **Failures.** A worker that dies (killed, or exiting without finishing) is
   noticed by the supervisor within a second: it stops the other workers and
   starts all of them again, which recovers from the last committed
@@ -148,6 +150,7 @@ class Link:
         self.out = [_Outbox() for _ in range(workers)]
         self.queues: dict[tuple[int, bool], Any] = {}
         self.rt: Any = None
+        self.slack = int(plan.config["topology.transfer.buffer.size"])
         self.origins: dict[tuple[int, str], Origin] = {}
         for cid, tids in plan.component_tasks.items():
             for i, tid in enumerate(tids):
@@ -164,7 +167,9 @@ class Link:
         q = self.queues.get((task_id, control))
         if q is None:
             w = worker_of_task(task_id, self.workers)
-            q = self.queues[(task_id, control)] = RemoteInbox(self.out[w].tuples, task_id, control)
+            q = self.queues[(task_id, control)] = RemoteInbox(
+                self.out[w].tuples, task_id, control, self.slack
+            )
         return q
 
     def ack_lists(self) -> list[list[Any]]:

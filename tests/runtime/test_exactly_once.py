@@ -242,7 +242,7 @@ def test_checkpoints_rolled_back_within_a_run_count_exactly_once(
     # to the last commit and the tuples since are replayed.
     corpus = tmp_path / "corpus.txt"
     # On two workers a smaller input: each rewind there is a standstill of both.
-    lines, crash_at = (4000, 7000) if local_runner.local else (1500, 2500)
+    lines, crash_at = (4000, 7000) if local_runner.local else (3000, 5000)
     expected = random_text(corpus, lines, words_per_line=8, vocabulary=300, seed=5)
     config = _config(
         tmp_path,
