@@ -1326,11 +1326,16 @@ class LocalRuntime:
             for rs in self.plan.routes(spec.id, stream):
                 target = self.topology.components[rs.target]
                 queue = "control" if control else "inbox"
-                inboxes = [self._queue(tid, queue) for tid in rs.task_ids]
                 if rs.kind == "fields":
                     kind = _FIELDS1 if isinstance(rs.key, int) else _FIELDSN
                 else:
                     kind = _KIND[rs.kind]
+                task_ids = list(rs.task_ids)
+                if kind == _SHUFFLE and not control and self.link is not None:
+                    task_ids = self.link.shuffle_targets(
+                        self.plan.component_tasks[spec.id], task_ids
+                    )
+                inboxes = [self._queue(tid, queue) for tid in task_ids]
                 route = _Route(target, kind, inboxes)
                 route.key = rs.key
                 if kind == _SHUFFLE:
@@ -1338,7 +1343,7 @@ class LocalRuntime:
                     # emitters spread evenly from the first tuple on.
                     route.rr = task.task_index % route.n
                 route.custom = rs.custom
-                route.task_ids = list(rs.task_ids)
+                route.task_ids = task_ids
                 route.index_of_task = {tid: i for i, tid in enumerate(route.task_ids)}
                 routes.append(route)
                 if self._reaches(target.id, spec.id):

@@ -161,6 +161,29 @@ class Link:
     def owns_acker(self, i: int) -> bool:
         return i % self.workers == self.index
 
+    def shuffle_targets(self, sources: Sequence[int], targets: Sequence[int]) -> list[int]:
+        """The tasks a shuffle grouping from a task of this worker spreads over.
+
+        When every worker holds as many tasks of the emitting component as
+        every other, and as many of the target component, each worker's
+        emitters shuffle over the targets in their own worker: no tuple
+        crosses a pipe and every target still gets an equal share (Storm's
+        load-aware shuffle prefers a worker's own tasks the same way while
+        their load is low). Otherwise over all the targets, as with one
+        process.
+        """
+
+        def per_worker(tasks: Sequence[int]) -> set[int]:
+            counts = [0] * self.workers
+            for t in tasks:
+                counts[worker_of_task(t, self.workers)] += 1
+            return set(counts)
+
+        # One count per worker, so never 0: every worker holds some of each.
+        if len(per_worker(sources)) == 1 and len(per_worker(targets)) == 1:
+            return [t for t in targets if worker_of_task(t, self.workers) == self.index]
+        return list(targets)
+
     def queue(self, task_id: int, control: bool) -> Any:
         from .local import RemoteInbox
 
@@ -1241,6 +1264,9 @@ class _NoLink:
         return False
 
     workers = 1
+
+    def shuffle_targets(self, sources: Sequence[int], targets: Sequence[int]) -> list[int]:
+        return list(targets)
 
     def queue(self, task_id: int, control: bool) -> deque[Any]:
         return deque()

@@ -31,7 +31,7 @@ from statestream import (
 from statestream._errors import ConfigError
 from statestream._run import make_runtime
 from statestream.runtime.plan import as_config
-from statestream.runtime.workers import WorkerSupervisor, worker_of_task
+from statestream.runtime.workers import Link, WorkerSupervisor, worker_of_task
 from statestream.testing import ListSpout
 
 
@@ -156,6 +156,64 @@ class Sink(Bolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass
+
+
+class Where(Bolt):
+    """Records (source task, this task) for every tuple."""
+
+    def __init__(self, name: str) -> None:
+        self.out = Records(name)
+
+    def execute(self, tup: Tuple) -> None:
+        self.out.append((tup.source_task, self.context.task_id))
+        self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("spouts", "sinks", "stays_local"),
+    [(2, 2, True), (2, 4, True), (1, 2, False), (2, 3, False), (3, 2, False)],
+)
+def test_shuffle_keeps_tuples_in_their_worker_when_both_sides_spread_evenly(
+    tmp_path: Path, spouts: int, sinks: int, stays_local: bool
+) -> None:
+    n = 200
+    b = TopologyBuilder("local_shuffle")
+    b.set_spout("src", ListSpout(list(range(n))), spouts)
+    b.set_bolt("sink", Where("where"), sinks).shuffle_grouping("src")
+    topo = b.build()
+    sup = _supervisor(topo, tmp_path)
+    result = sup.run(until_idle=True)
+    assert result.reason == "idle" and result.errors == []
+    got = records("where")
+    assert len(got) == spouts * n  # every spout task emits the whole list
+    crossed = sum(worker_of_task(s, 2) != worker_of_task(t, 2) for s, t in got)
+    per_sink = [sum(t == tid for _, t in got) for tid in sup.component_tasks["sink"]]
+    if stays_local:
+        assert crossed == 0
+        # Still an equal share for every sink task.
+        assert max(per_sink) - min(per_sink) <= spouts
+    else:
+        assert crossed > 0
+        assert all(per_sink)
+
+
+def test_shuffle_targets_table() -> None:
+    plan_free = [
+        # (sources, targets, worker) -> what a shuffle from that worker spreads over
+        ((0, 1), (2, 3), 0, [2]),
+        ((0, 1), (2, 3), 1, [3]),
+        ((0, 1), (2, 3, 4, 5), 1, [3, 5]),
+        ((0,), (1, 2), 0, [1, 2]),  # one emitter: over every target
+        ((0, 1), (2, 3, 4), 0, [2, 3, 4]),  # uneven targets
+        ((0, 1, 2), (3, 4), 1, [3, 4]),  # uneven emitters
+    ]
+    for sources, targets, index, expected in plan_free:
+        link = Link.__new__(Link)
+        link.index, link.workers = index, 2
+        assert link.shuffle_targets(sources, targets) == expected, (sources, targets, index)
 
 
 def test_values_marshal_cannot_carry_cross_workers_as_pickles(tmp_path: Path) -> None:
