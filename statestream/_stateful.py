@@ -97,6 +97,11 @@ class HeldAcks:
 
     def hold(self, acks: Mapping[int, int]) -> None:
         current = self.current
+        if not current:
+            # The usual case (the first acks since a prepare): a copy in C
+            # rather than a loop over tens of thousands of roots.
+            self.current = dict(acks)
+            return
         for root, value in acks.items():
             current[root] = current.get(root, 0) ^ value
 

@@ -113,7 +113,9 @@ def test_held_acks_hand_over_a_single_txid_without_mixing_later_acks() -> None:
 
 def test_held_acks_of_one_root_in_two_holds_before_a_prepare_combine_by_xor() -> None:
     held = HeldAcks()
-    held.hold({1: 0b0110, 2: 0b0001})
+    first = {1: 0b0110, 2: 0b0001}
+    held.hold(first)
+    first[1] = 0  # the caller keeps its dict: what was held does not change
     held.hold({1: 0b0011})  # a second drain before the same prepare
     assert len(held) == 2
     held.prepare(0)
