@@ -97,11 +97,11 @@ class HeldAcks:
 
     def hold(self, acks: Mapping[int, int]) -> None:
         current = self.current
-        if not current:
-            # The usual case (the first acks since a prepare): a copy in C
-            # rather than a loop over tens of thousands of roots.
-            self.current = dict(acks)
-            return
+        if len(acks) > len(current):
+            # Loop over the smaller side: the acks since a commit are tens of
+            # thousands of roots, those between a prepare and its commit few.
+            current, acks = dict(acks), current
+            self.current = current
         for root, value in acks.items():
             current[root] = current.get(root, 0) ^ value
 

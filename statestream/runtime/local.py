@@ -105,6 +105,7 @@ _KIND = {
 _TIMEOUT_BUCKETS: Final = 3
 _ROUTE_MEMO: Final = 50_000  # str values a route remembers the target of (a few MB at most)
 _SPOUT_BATCH: Final = 64
+_COMPLETIONS_PER_POLL: Final = 1024
 
 
 class _Route:
@@ -668,13 +669,16 @@ class SpoutTask(_Task):
             self.report(exc, f"dead_lettered({msg_id!r})")
 
     # -- scheduling ---------------------------------------------------------
-    def _drain_completions(self) -> None:
+    def _drain_completions(self, most: int = 0) -> None:
+        """Deliver the completions (acks and fails) of this spout's tuples: all of
+        them, or the ``most`` oldest."""
         completions = self.completions
         spout = self.spout
         untracked = self.rt.acking is None
         failures = self.retries.failures
         replaying = bool(self.rt.replaying)
-        while completions:
+        left = len(completions) - most if 0 < most < len(completions) else 0
+        while len(completions) > left:
             key, ok = completions.popleft()
             msg_id: Any
             entry: Any = (key, (), None)
@@ -724,7 +728,11 @@ class SpoutTask(_Task):
         ``limit`` times) while there is room."""
         busy = bool(self.completions)
         if busy:
-            self._drain_completions()
+            # A commit releases the acks of a whole checkpoint interval at
+            # once: spread their completions over the next polls, so that no
+            # step (and, with topology.workers, no peer waiting for this
+            # worker's frame) stalls on tens of thousands of them.
+            self._drain_completions(_COMPLETIONS_PER_POLL)
         if self.settles or self.retries.heap:
             busy = self._due() or busy
         max_pending = self.max_pending

@@ -122,6 +122,28 @@ def test_held_acks_of_one_root_in_two_holds_before_a_prepare_combine_by_xor() ->
     assert held.commit(0) == {1: 0b0101, 2: 0b0001}
 
 
+@pytest.mark.parametrize(
+    ("holds", "expected"),
+    [
+        ([{1: 1}, {1: 2, 2: 4, 3: 8}], {1: 3, 2: 4, 3: 8}),  # the second is larger
+        ([{1: 2, 2: 4, 3: 8}, {1: 1}], {1: 3, 2: 4, 3: 8}),  # the first is larger
+        ([{1: 5}, {1: 5}], {}),  # XOR to zero: the tree is done (released as 0)
+        ([{}, {7: 1}, {}], {7: 1}),
+    ],
+)
+def test_held_acks_merge_holds_by_xor_whichever_is_larger(
+    holds: list[dict[int, int]], expected: dict[int, int]
+) -> None:
+    held = HeldAcks()
+    copies = [dict(h) for h in holds]
+    for h in holds:
+        held.hold(h)
+    assert holds == copies, "hold changed a caller's dict"
+    held.prepare(0)
+    released = held.commit(0)
+    assert {r: v for r, v in released.items() if v} == expected
+
+
 def test_a_commit_resent_after_it_committed_is_a_noop_for_the_state(setup: Setup) -> None:
     proto, bolt, state = setup
     proto.act(state, Action.INITSTATE, -1)
