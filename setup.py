@@ -81,9 +81,8 @@ def ext_modules() -> list[Any]:
     try:
         return list(
             mypycify(
-                # The build environment holds no third-party stubs: those
-                # modules are typed Any here (mypy proper checks them in CI).
-                ["--ignore-missing-imports", *paths],
+                # See MYPYC_FLAGS: on a first install no dependency is there yet.
+                [*CORE.MYPYC_FLAGS, *paths],
                 opt_level="3",
                 group_name="statestream._core_native",
             )

@@ -110,6 +110,28 @@ def test_every_core_module_has_its_source(module: str) -> None:
     assert _core.source_path(module).is_file()
 
 
+def test_the_mypyc_build_type_checks_with_no_dependency_installed(tmp_path: Path) -> None:
+    # A first `pip install -e .` builds before any dependency is installed. In
+    # session 7 strict mypy then rejected code that mentions orjson or PyYAML
+    # (typed Any when missing), mypycify failed, and the install quietly fell
+    # back to the pure-Python core. Here mypy looks for packages in an empty
+    # venv, as that build does, with the build's flags.
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    root = Path(_core.__file__).resolve().parent.parent
+    paths = [str(_core.source_path(m).relative_to(root)) for m in _core.COMPILED_MODULES]
+    checked = subprocess.run(
+        [
+            sys.executable, "-m", "mypy",
+            "--python-executable", str(bare / "bin" / "python"),
+            "--cache-dir", str(tmp_path / "cache"),
+            *_core.MYPYC_FLAGS, *paths,
+        ],
+        cwd=root, capture_output=True, text=True,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 EDGES = """
 import json, statestream
 from statestream.runtime.local import LocalRuntime
