@@ -86,6 +86,11 @@ def _freeze(obj: Any) -> Any:
 _INT_BOUND: Final = 1 << 61
 
 
+# str.isascii through its descriptor: compiled code has no primitive for it,
+# and ``key.isascii()`` looks the method up by name on every call.
+_isascii: Final = str.isascii
+
+
 def _plain_value(value: Any) -> bool:
     """True if JSON always encodes ``value``, to what reads back equal and of its type."""
     t = type(value)
@@ -94,7 +99,7 @@ def _plain_value(value: Any) -> bool:
         return -_INT_BOUND < n < _INT_BOUND
     if t is str:
         text: str = value
-        return text.isascii()  # no lone surrogates, which orjson refuses
+        return _isascii(text)  # no lone surrogates, which orjson refuses
     return t is bool or value is None
 
 
@@ -288,7 +293,7 @@ class StoredKeyValueState:
         one fails now, naming the namespace, the key and the type, rather
         than at the next checkpoint.
         """
-        if self._defer and type(key) is str and key.isascii() and _plain_value(value):
+        if self._defer and type(key) is str and _isascii(key) and _plain_value(value):
             pending = self._pending
             if pending and key in pending:
                 del pending[key]

@@ -119,6 +119,7 @@ class _Route:
         "kind",
         "memo",
         "n",
+        "puts",
         "rr",
         "target",
         "task_ids",
@@ -128,6 +129,9 @@ class _Route:
         self.target = target.id
         self.kind = grouping_kind
         self.inboxes = inboxes
+        # Each inbox's bound append: deque is not a compiled type, so calling
+        # ``inboxes[i].append`` looks the method up on every tuple.
+        self.puts: list[Callable[[Any], None]] = [q.append for q in inboxes]
         self.n = len(inboxes)
         self.key: Any = None
         self.rr = 0
@@ -138,9 +142,12 @@ class _Route:
         # hashed once (a dict lookup instead of an encode and an xxh3).
         self.memo: dict[str, int] = {}
 
-    def field_index(self, v: Any) -> int:
-        """The target index of a one-field grouping value (stable_hash, as Storm's
-        fields grouping, so every runtime and every restart agrees)."""
+    def value_index(self, values: Sequence[Any]) -> int:
+        """The target index of a one-field grouping (stable_hash of the field's
+        value, as Storm's fields grouping, so every runtime and every restart agrees)."""
+        # Not useless: in the compiled core the narrowed branch indexes a list
+        # (what emits almost always pass) directly, the other through a call.
+        v = values[self.key] if isinstance(values, list) else values[self.key]  # noqa: RUF034
         if type(v) is str:
             memo = self.memo
             i = memo.get(v, -1)
@@ -155,7 +162,7 @@ class _Route:
         """Target task indexes for one tuple (the general, slower path)."""
         kind = self.kind
         if kind == _FIELDS1:
-            return [self.field_index(values[self.key])]
+            return [self.value_index(values)]
         if kind == _FIELDSN:
             return [stable_hash([values[i] for i in self.key]) % self.n]
         if kind == _SHUFFLE:
@@ -245,15 +252,15 @@ class _Task(NativeCollector):
         for r in routes:
             kind = r.kind
             if kind == _FIELDS1:
-                r.inboxes[r.field_index(values[r.key])].append(Tuple(values, origin))
+                r.puts[r.value_index(values)](Tuple(values, origin))
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
-                r.inboxes[i].append(Tuple(values, origin))
+                r.puts[i](Tuple(values, origin))
             else:
-                inboxes = r.inboxes
+                puts = r.puts
                 for i in r.choose(values, direct):
-                    inboxes[i].append(Tuple(values, origin))
+                    puts[i](Tuple(values, origin))
 
     def deliver_spout(
         self,
@@ -273,18 +280,18 @@ class _Task(NativeCollector):
             kind = r.kind
             # The two common groupings inline; the rest through choose().
             if kind == _FIELDS1:
-                targets: Sequence[int] = (r.field_index(values[r.key]),)
+                targets: Sequence[int] = (r.value_index(values),)
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
                 targets = (i,)
             else:
                 targets = r.choose(values, direct)
-            inboxes = r.inboxes
+            puts = r.puts
             for i in targets:
                 edge = rt.next_edge()
                 created ^= edge
-                inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
+                puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
         return created
 
     def deliver_anchored(
@@ -305,7 +312,7 @@ class _Task(NativeCollector):
         """
         rt = self.rt
         for r in routes:
-            inboxes = r.inboxes
+            puts = r.puts
             for i in r.choose(values, direct):
                 ids: dict[int, int] = {}
                 for a in anchors:
@@ -318,7 +325,7 @@ class _Task(NativeCollector):
                     tup = Tuple(values, origin, None, r.task_ids[i], root, edge)
                 else:
                     tup = Tuple(values, origin, ids, r.task_ids[i])
-                inboxes[i].append(tup)
+                puts[i](tup)
 
 
 class RemoteInbox:
@@ -910,7 +917,7 @@ class BoltTask(_Task):
         for r in entry[2]:
             kind = r.kind
             if kind == _FIELDS1:
-                i = r.field_index(values[r.key])
+                i = r.value_index(values)
             elif kind == _SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
@@ -918,11 +925,11 @@ class BoltTask(_Task):
                 for i in r.choose(values, None):
                     edge = rt.next_edge()
                     created ^= edge
-                    r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
+                    r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
                 continue
             edge = rt.next_edge()
             created ^= edge
-            r.inboxes[i].append(Tuple(values, origin, None, r.task_ids[i], root, edge))
+            r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
         anchor.ack_val ^= created
 
     def emit_direct(
@@ -1119,6 +1126,7 @@ class BoltTask(_Task):
         # The inbox holds data only (checkpoints take the control lane) and
         # drain() calls this only while the executor is not paused.
         execute = self.execute_data
+        pop = inbox.popleft  # bound once: deque is not a compiled type
         outs = self.out_queues
         cap = self.rt.capacity
         n = 0
@@ -1126,18 +1134,18 @@ class BoltTask(_Task):
         try:
             if not outs:
                 while inbox:
-                    tup = inbox.popleft()
+                    tup = pop()
                     n += 1
                     execute(tup)
             elif len(outs) == 1:
                 q = outs[0]
                 while inbox and len(q) < cap:
-                    tup = inbox.popleft()
+                    tup = pop()
                     n += 1
                     execute(tup)
             else:
                 while inbox and not self.blocked():
-                    tup = inbox.popleft()
+                    tup = pop()
                     n += 1
                     execute(tup)
         except FailedException:
