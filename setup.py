@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -69,8 +69,24 @@ class OptionalBuildExt(build_ext):
         BUILD_INFO.write_text(json.dumps({"sources": CORE.source_digests()}, indent=1) + "\n")
 
 
+# The commands that only read the package's metadata. pip runs setup.py three
+# times for one install (build requirements, metadata, then the build), and
+# mypycify type-checks and translates the core (about 40 s) at every run of
+# setup.py: only a run that builds needs it.
+_METADATA_ONLY: Final = frozenset({"egg_info", "dist_info", "sdist"})
+
+
+def _metadata_only(argv: list[str]) -> bool:
+    # The first command decides: setuptools' build backend runs one command
+    # per call (its options, such as dist_info's --output-dir DIR, follow it).
+    command = next((a for a in argv[1:] if not a.startswith("-")), None)
+    return command in _METADATA_ONLY
+
+
 def ext_modules() -> list[Any]:
     if os.environ.get("STATESTREAM_BUILD_CORE", "1") == "0":
+        return []
+    if _metadata_only(sys.argv):
         return []
     try:
         from mypyc.build import mypycify

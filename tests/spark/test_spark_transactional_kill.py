@@ -99,12 +99,14 @@ def test_global_count_sigkilled_on_spark_finishes_exact(
     example = str(ROOT / "examples" / "transactional_global_count.py")
     killed = sigkill_runs(
         [example, "--until-idle", "--runner", "spark", *settings(db, key_prefix)],
-        kills=3,
+        # Two runs, not three: each starts a Spark driver of its own (about 15 s
+        # a run), and the suite must stay well under 15 minutes on 2 cores.
+        kills=2,
         component="sum",
         rng=seeded_rng(),
         delay=(0.1, 1.5),
     )
-    assert killed >= 2, f"only {killed} of 3 runs were killed mid-way"
+    assert killed >= 1, "neither run was killed mid-way"
     result = finish_on_spark(spark_session, db, key_prefix)
     assert not result.errors
     assert_exact(db)
