@@ -71,9 +71,8 @@ class OptionalBuildExt(build_ext):
 
 # The commands that only read the package's metadata. pip runs setup.py three
 # times for one install (build requirements, metadata, then the build), and
-# mypycify type-checks and translates the core (6 s here on an idle machine,
-# far more under load) at every run of
-# setup.py: only a run that builds needs it.
+# mypycify type-checks and translates the core at every run of setup.py (6 s
+# on an idle machine, far more under load): only a run that builds needs it.
 _METADATA_ONLY: Final = frozenset({"egg_info", "dist_info", "sdist"})
 
 
