@@ -113,7 +113,6 @@ class _Route:
 
     __slots__ = (
         "custom",
-        "inboxes",
         "index_of_task",
         "key",
         "kind",
@@ -128,9 +127,9 @@ class _Route:
     def __init__(self, target: ComponentSpec, grouping_kind: int, inboxes: list[deque[Any]]):
         self.target = target.id
         self.kind = grouping_kind
-        self.inboxes = inboxes
-        # Each inbox's bound append: deque is not a compiled type, so calling
-        # ``inboxes[i].append`` looks the method up on every tuple.
+        # Each inbox's bound append (the route needs nothing else of them):
+        # deque is not a compiled type, so calling ``inboxes[i].append`` would
+        # look the method up on every tuple.
         self.puts: list[Callable[[Any], None]] = [q.append for q in inboxes]
         self.n = len(inboxes)
         self.key: Any = None
