@@ -21,6 +21,18 @@ with the checkpoint interval stretched to an hour, so that the count does
 not depend on how fast valgrind runs (only the checkpoint at the end of the
 input is taken). Use it to compare two versions of the runtime: run it on each and
 compare the instructions per word. It needs valgrind (Debian: valgrind).
+
+``--lines-per-second N`` puts the checkpoints where a real run at N lines a
+second would take them, so that issue 14's setting (a checkpoint every
+second, on the 2,000,000-word corpus) can be counted: the run's clock is a
+fake one that the spout moves 1/N s forward at every line it reads (the
+spout is examples/wordcount.py's ``FileSpout``, subclassed only for that),
+and ``--interval-ms`` is read on that clock. Under valgrind the system
+clock runs some 50 times slower than the code, which would put 50 times
+more checkpoints per word; with a fixed N every build takes the same
+checkpoints at the same lines, so counts compare across builds. 23,000 is
+the measured rate of the stateful SQLite count on this machine kind
+(200,000 lines in 8.7 s, bench/RESULTS-wallclock.md).
 """
 
 from __future__ import annotations
@@ -65,6 +77,28 @@ def ack_only_topology(words: bool) -> Any:
     return b.build()
 
 
+def ticking_topology(clock: Any, lines_per_second: int) -> Any:
+    """examples/wordcount.py's topology, its spout moving ``clock`` 1/``lines_per_second`` s
+    forward per line read."""
+    import wordcount
+
+    from statestream import FileSpout, TopologyBuilder
+
+    step = 1.0 / lines_per_second
+
+    class TickingFileSpout(FileSpout):
+        def next_tuple(self) -> None:
+            clock.advance(step)
+            super().next_tuple()
+
+    b = TopologyBuilder("wordcount")
+    spout = TickingFileSpout(path_key="wordcount.input", default_path=wordcount.CORPUS, resume=True)
+    b.set_spout("sentences", spout)
+    b.set_bolt("split", wordcount.SplitSentence(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", wordcount.WordCount(), 2).fields_grouping("split", ["word"])
+    return b.build()
+
+
 def one_run(
     topology: str,
     sentences: int,
@@ -72,6 +106,7 @@ def one_run(
     provider: str = "memory",
     interval_ms: int = 3_600_000,
     acking: bool = True,
+    lines_per_second: int = 0,
 ) -> tuple[Any, dict[str, Any]]:
     """The measured part (runs under valgrind): one word count, inside functools.reduce.
 
@@ -82,8 +117,10 @@ def one_run(
     import wordcount
     from corpus import corpus_path
 
+    from statestream import FakeClock
     from statestream.runtime.local import LocalRuntime
 
+    clock = FakeClock() if lines_per_second else None
     workdir = tempfile.mkdtemp()
     conf: dict[str, Any] = {
         "wordcount.input": str(corpus_path(sentences)),
@@ -100,10 +137,12 @@ def one_run(
         conf["statestream.state.exactly.once"] = {"true": True, "false": False}.get(
             exactly_once, exactly_once
         )
-        topo = wordcount.topology()
+        topo = (
+            ticking_topology(clock, lines_per_second) if lines_per_second else wordcount.topology()
+        )
     if not acking:
         conf["topology.acker.executors"] = 0
-    rt = LocalRuntime(topo, conf)
+    rt = LocalRuntime(topo, conf, clock)
     # A two-item list without an initial value: reduce calls the lambda once.
     result = functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
     return result, conf
@@ -140,6 +179,7 @@ def main() -> None:
     ap.add_argument("--provider", choices=("memory", "sqlite"), default="memory")
     ap.add_argument("--interval-ms", type=int, default=3_600_000)
     ap.add_argument("--no-acking", action="store_true")
+    ap.add_argument("--lines-per-second", type=int, default=0)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -150,6 +190,7 @@ def main() -> None:
             args.provider,
             args.interval_ms,
             not args.no_acking,
+            args.lines_per_second,
         )
         return
     if shutil.which("valgrind") is None:
@@ -171,6 +212,7 @@ def main() -> None:
         "--interval-ms",
         str(args.interval_ms),
         *(["--no-acking"] if args.no_acking else []),
+        *(["--lines-per-second", str(args.lines_per_second)] if args.lines_per_second else []),
     )
     words = args.sentences * 10
     cmd = "python bench/bench_instructions.py"
@@ -186,6 +228,8 @@ def main() -> None:
         cmd += f" --interval-ms {args.interval_ms}"
     if args.no_acking:
         cmd += " --no-acking"
+    if args.lines_per_second:
+        cmd += f" --lines-per-second {args.lines_per_second}"
     print(f"command: {cmd}\n")
     print("| topology | words | instructions in LocalRuntime.run | per word |")
     print("|---|---:|---:|---:|")
