@@ -12,6 +12,41 @@ import pytest
 from statestream import testing
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """The worker count of ``-n auto`` (pyproject's addopts): xdist's own (one per
+    CPU, or ``PYTEST_XDIST_AUTO_NUM_WORKERS``), but none when mutmut runs pytest in
+    its own process (tools/mutate.sh): it records which tests run which code from
+    inside that process, which tests on xdist workers would not report."""
+    return 0 if "mutmut" in sys.modules else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (``--dist loadgroup``), every test on the in-process SparkSession
+    goes to one worker, which starts the session once (a JVM, ~6 s), rather than
+    one session per worker. tryfirst: xdist reads the group marks in its own hook."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if _uses_spark_session(item):
+            item.add_marker(pytest.mark.xdist_group("spark-session"))
+
+
+def _uses_spark_session(item: pytest.Item) -> bool:
+    """Whether ``item`` asks for ``spark_session``: by name, or through a fixture
+    parametrized with ``"spark"`` that asks for it at run time (``runner``,
+    ``run_topology``; such tests are marked ``spark``)."""
+    if "spark_session" in getattr(item, "fixturenames", ()):
+        return True
+    if item.get_closest_marker("spark") is None:
+        return False
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(
+        isinstance(value, str) and value == "spark" for value in callspec.params.values()
+    )
+
+
 @pytest.fixture(autouse=True)
 def _reset_testing_registry() -> Iterator[None]:
     """Every test starts and ends with no sinks or queues left by another."""
