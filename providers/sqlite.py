@@ -11,24 +11,12 @@ Config (``topology.state.provider.config``)::
     page_size:     2048                           # bytes, 512..65536, a power of two;
                                                   # only a new file takes it
 
-Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 2)::
+Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 1)::
 
     statestream_entries   (namespace TEXT, key BLOB, value BLOB NOT NULL)  committed entries
     statestream_prepared  (namespace TEXT, key BLOB, value BLOB)           prepared deltas;
                                                                            value NULL = tombstone
     statestream_txids     (namespace TEXT, committed INTEGER, prepared INTEGER)
-
-A commit only moves ``committed`` to the prepared txid: ``prepared =
-committed`` then says that the namespace's delta in ``statestream_prepared``
-is committed but not yet copied into ``statestream_entries``, and every read
-takes those rows over the entries. A thread of the provider copies them
-(:class:`_Applier`, in short transactions of its own, off the caller's
-thread: the copy is all sqlite, so it runs without the GIL beside the
-topology), and any later write to the namespace finishes the copy first, in
-its own transaction. A crash before the copy leaves the delta committed in
-``statestream_prepared``. Version 1 files (where a commit copied the delta
-itself) are upgraded in place when opened: they never hold a committed
-delta there, so only the version number changes.
 
 The database runs in WAL mode, so readers (``statestream state dump``) do
 not block the writer. Every prepare, commit and rollback is one
@@ -79,12 +67,9 @@ workers), and again in a forked child, which must not use its parent's.
 
 from __future__ import annotations
 
-import logging
 import os
-import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
@@ -110,11 +95,7 @@ __all__ = ["SQLiteStateProvider"]
 
 DEFAULT_PATH: Final = "./statestream-data/state.db"
 APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
-SCHEMA_VERSION: Final = 2
-_UPGRADABLE: Final = (1,)  # versions upgraded in place when opened (see the module doc)
-_APPLY_ROWS: Final = 512  # rows of a committed delta copied per transaction of the applier
-_IDLE: Final = 10.0  # seconds without a commit after which the applier's thread ends
-log = logging.getLogger("statestream.sqlite")
+SCHEMA_VERSION: Final = 1
 _SCAN_PAGE: Final = 1024
 _MIB: Final = 1024 * 1024
 _MAX_MB: Final = 1 << 20  # 1 TiB: a typo guard, not a recommendation
@@ -204,7 +185,6 @@ class SQLiteStateProvider(BackendStateProvider):
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
-        self._applier: _Applier | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -231,7 +211,7 @@ class SQLiteStateProvider(BackendStateProvider):
     def __getstate__(self) -> dict[str, Any]:
         # Ship the configuration, never the connection or the lock.
         state = self.__dict__.copy()
-        state.update(_conn=None, _pid=0, _lock=None, _states={}, _applier=None)
+        state.update(_conn=None, _pid=0, _lock=None, _states={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -249,7 +229,6 @@ class SQLiteStateProvider(BackendStateProvider):
                 return self._conn
             _INHERITED.append(self._conn)  # forked: leave the parent's alone
             self._conn = None
-            self._applier = None  # its thread stayed in the parent
         self._conn = self._open()
         self._pid = os.getpid()
         return self._conn
@@ -317,23 +296,23 @@ class SQLiteStateProvider(BackendStateProvider):
         if not tables() and pragma("application_id") == 0:
             # A new (or empty) file. Another process may be creating it too:
             # decide again under the write lock.
-            with _immediate(conn):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
                 if not tables():
                     for create, _ in _SCHEMA.values():
                         conn.execute(create)
                     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         application_id = pragma("application_id")
         if application_id != APPLICATION_ID:
             raise self._corrupt(
                 f"a sqlite database of another application (application_id {application_id:#x})"
             )
         version = pragma("user_version")
-        if version in _UPGRADABLE:
-            with _immediate(conn):
-                if pragma("user_version") in _UPGRADABLE:
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            version = pragma("user_version")
         if version != SCHEMA_VERSION:
             raise self._corrupt(
                 f"schema version {version}, this statestream reads version {SCHEMA_VERSION}"
@@ -367,8 +346,17 @@ class SQLiteStateProvider(BackendStateProvider):
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: everything in the block commits, or nothing."""
-        with self._use() as conn, _immediate(conn):
-            yield conn
+        with self._use() as conn:
+            # IMMEDIATE takes the write lock up front, so the txid checks made
+            # inside the block hold until COMMIT.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ provider
 
@@ -376,15 +364,6 @@ class SQLiteStateProvider(BackendStateProvider):
         return _SQLiteBackend(self, namespace)
 
     def namespaces(self) -> list[str]:
-        # A committed delta still waiting for its copy can empty a namespace
-        # or start one: finish those copies first, so the list is exact.
-        with self._use() as conn:
-            waiting = conn.execute(
-                "SELECT namespace FROM statestream_txids WHERE prepared = committed"
-            ).fetchall()
-        for (namespace,) in waiting:
-            with self._transaction() as conn:
-                _apply_committed(conn, namespace)
         # Walks the primary key from one namespace to the next instead of
         # reading every entry, as a plain SELECT DISTINCT would.
         with self._use() as conn:
@@ -398,40 +377,11 @@ class SQLiteStateProvider(BackendStateProvider):
             ).fetchall()
         return [row[0] for row in rows]
 
-    def _apply_later(self, namespace: str) -> None:
-        """Have the applier copy ``namespace``'s committed delta into the entries."""
-        with self._lock:
-            applier = self._applier
-            if applier is None or applier.pid != os.getpid() or not applier.submit(namespace):
-                self._applier = _Applier(self)
-                self._applier.submit(namespace)
-
     def _close(self) -> None:
-        with self._lock:
-            applier, self._applier = self._applier, None
-        if applier is not None and applier.pid == os.getpid():
-            applier.stop()  # takes the lock for each copy: not held here
         with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None and self._pid == os.getpid():
                 conn.close()
-
-
-@contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction on ``conn``: everything in the block commits, or nothing.
-
-    IMMEDIATE takes the write lock up front, so the checks made inside the
-    block (txids, schema) hold until COMMIT.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _by_key(delta: Delta) -> list[tuple[bytes, bytes | None]]:
@@ -503,27 +453,16 @@ class _SQLiteBackend:
         self._ns = namespace
 
     def load(self, key: bytes) -> bytes | None:
-        # One statement, so one snapshot: a committed delta waiting for its
-        # copy (prepared = committed) wins over the entries, whether or not
-        # the applier copies it meanwhile.
         with self._provider._use() as conn:
-            rows = conn.execute(_LOAD, (self._ns, key)).fetchall()
-        value = rows[0][1] if rows else None
-        for waiting, data in rows:
-            if waiting:
-                value = data
-        return None if value is None else bytes(value)
+            row = conn.execute(
+                "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?",
+                (self._ns, key),
+            ).fetchone()
+        return None if row is None else bytes(row[0])
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         # Pages by key, each page its own short read, so that the lock is not
-        # held while the caller iterates and memory stays bounded. A committed
-        # delta waiting for its copy is read first and laid over the pages:
-        # a row the applier copies meanwhile comes back the same from either.
-        with self._provider._use() as conn:
-            waiting: dict[bytes, bytes | None] = {
-                bytes(key): None if value is None else bytes(value)
-                for key, value in conn.execute(_WAITING, (self._ns,))
-            }
+        # held while the caller iterates and memory stays bounded.
         after = b""  # every stored key is non-empty, so greater than b""
         while True:
             with self._provider._use() as conn:
@@ -532,20 +471,11 @@ class _SQLiteBackend:
                     " WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?",
                     (self._ns, after, _SCAN_PAGE),
                 ).fetchall()
-            for raw_key, raw_value in rows:
-                key = bytes(raw_key)
-                if key in waiting:
-                    value = waiting.pop(key)
-                    if value is not None:
-                        yield key, value
-                else:
-                    yield key, bytes(raw_value)
+            for key, value in rows:
+                yield bytes(key), bytes(value)
             if len(rows) < _SCAN_PAGE:
-                break
+                return
             after = rows[-1][0]
-        for key, value in sorted(waiting.items()):  # keys the delta adds
-            if value is not None:
-                yield key, value
 
     def load_txids(self) -> tuple[int, int | None]:
         with self._provider._use() as conn:
@@ -553,17 +483,11 @@ class _SQLiteBackend:
                 "SELECT committed, prepared FROM statestream_txids WHERE namespace = ?",
                 (self._ns,),
             ).fetchone()
-        if row is None:
-            return -1, None
-        committed, prepared = int(row[0]), row[1]
-        # prepared = committed: the committed delta waits for its copy, and
-        # nothing is prepared.
-        return committed, None if prepared == committed else prepared
+        return (-1, None) if row is None else (int(row[0]), row[1])
 
     def write_prepared(self, txid: int, delta: Delta) -> None:
         ns = self._ns
         with self._provider._transaction() as conn:
-            _apply_committed(conn, ns)
             _upsert_rows(conn, "statestream_prepared", ns, _by_key(delta))
             conn.execute(
                 "INSERT INTO statestream_txids (namespace, prepared) VALUES (?, ?)"
@@ -582,20 +506,33 @@ class _SQLiteBackend:
                 return CommitOutcome.ALREADY_COMMITTED
             if prepared != txid:
                 return CommitOutcome.NOT_PREPARED
-            # The commit itself: the delta is the committed one from here on
-            # (reads take it over the entries). Copying it into the entries
-            # costs as much again as writing it; the applier does that.
+            # Each statement walks the prepared rows of this namespace and
+            # probes the entries' primary key: cost follows the delta. An
+            # upsert rewrites a row in place, twice as fast as REPLACE, which
+            # deletes and re-inserts it.
             conn.execute(
-                "UPDATE statestream_txids SET committed = ? WHERE namespace = ?", (txid, ns)
+                "INSERT INTO statestream_entries (namespace, key, value)"
+                " SELECT namespace, key, value FROM statestream_prepared"
+                " WHERE namespace = ? AND value IS NOT NULL"
+                " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
+                (ns,),
             )
-        self._provider._apply_later(ns)
+            conn.execute(
+                "DELETE FROM statestream_entries WHERE namespace = ? AND key IN"
+                " (SELECT key FROM statestream_prepared WHERE namespace = ? AND value IS NULL)",
+                (ns, ns),
+            )
+            conn.execute("DELETE FROM statestream_prepared WHERE namespace = ?", (ns,))
+            conn.execute(
+                "UPDATE statestream_txids SET committed = ?, prepared = NULL WHERE namespace = ?",
+                (txid, ns),
+            )
         return CommitOutcome.APPLIED
 
     def commit_direct(self, delta: Delta) -> None:
         ns = self._ns
         delta = _by_key(delta)
         with self._provider._transaction() as conn:
-            _apply_committed(conn, ns)
             _upsert_rows(
                 conn, "statestream_entries", ns, [row for row in delta if row[1] is not None]
             )
@@ -606,160 +543,7 @@ class _SQLiteBackend:
 
     def discard_prepared(self) -> None:
         with self._provider._transaction() as conn:
-            _apply_committed(conn, self._ns)  # a committed delta is not discarded
             conn.execute("DELETE FROM statestream_prepared WHERE namespace = ?", (self._ns,))
             conn.execute(
                 "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?", (self._ns,)
             )
-
-
-_LOAD: Final = (
-    "SELECT 1, value FROM statestream_prepared WHERE namespace = ?1 AND key = ?2"
-    " AND EXISTS (SELECT 1 FROM statestream_txids"
-    "  WHERE namespace = ?1 AND prepared = committed)"
-    " UNION ALL"
-    " SELECT 0, value FROM statestream_entries WHERE namespace = ?1 AND key = ?2"
-)
-_WAITING: Final = (
-    "SELECT key, value FROM statestream_prepared WHERE namespace = ?1"
-    " AND EXISTS (SELECT 1 FROM statestream_txids"
-    "  WHERE namespace = ?1 AND prepared = committed)"
-)
-
-
-def _copy_sql(bounded: bool) -> tuple[str, str, str]:
-    """Copy a namespace's committed delta (the rows up to key ``?2`` if ``bounded``) into
-    the entries, then drop those rows: upserts, deletes of the tombstoned keys, the drop."""
-    upto = " AND key <= ?2" if bounded else ""
-    return (
-        # Each statement walks the delta's rows and probes the entries'
-        # primary key: cost follows the delta. An upsert rewrites a row in
-        # place, twice as fast as REPLACE, which deletes and re-inserts it.
-        "INSERT INTO statestream_entries (namespace, key, value)"
-        " SELECT namespace, key, value FROM statestream_prepared"
-        f" WHERE namespace = ?1{upto} AND value IS NOT NULL"
-        " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
-        "DELETE FROM statestream_entries WHERE namespace = ?1 AND key IN"
-        f" (SELECT key FROM statestream_prepared WHERE namespace = ?1{upto} AND value IS NULL)",
-        f"DELETE FROM statestream_prepared WHERE namespace = ?1{upto}",
-    )
-
-
-_COPY_ALL: Final = _copy_sql(bounded=False)
-_COPY_UPTO: Final = _copy_sql(bounded=True)
-_DONE: Final = "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?1"
-
-
-def _waiting(conn: sqlite3.Connection, ns: str) -> bool:
-    """Whether ``ns`` has a committed delta not yet copied into the entries."""
-    row = conn.execute(
-        "SELECT prepared = committed FROM statestream_txids WHERE namespace = ?", (ns,)
-    ).fetchone()
-    return row is not None and bool(row[0])
-
-
-def _apply_committed(conn: sqlite3.Connection, ns: str) -> None:
-    """Copy the rest of ``ns``'s committed delta into the entries, in the caller's
-    transaction (before anything else writes the namespace)."""
-    if _waiting(conn, ns):
-        for sql in _COPY_ALL:
-            conn.execute(sql, (ns,))
-        conn.execute(_DONE, (ns,))
-
-
-class _Applier:
-    """The thread that copies committed deltas into the entries (see the module doc).
-
-    It takes the namespaces in the order their commits came, on the
-    provider's connection (a second connection would hold read marks on the
-    WAL that keep checkpoints from restarting it, and the WAL would outgrow
-    ``checkpoint_mb``). Each transaction copies at most ``_APPLY_ROWS`` rows
-    and holds the provider's lock only that long, so that the topology waits
-    for one of them at most; each checks first that the delta still waits (a
-    write to the namespace may have finished the copy itself). A copy runs
-    with ``synchronous=NORMAL`` when the provider's is stricter: one lost in a
-    power cut is made again from the committed delta, which the commit itself
-    made durable.
-    """
-
-    def __init__(self, provider: SQLiteStateProvider) -> None:
-        self.provider = provider
-        self.pid = os.getpid()
-        self.jobs: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self.ended = False  # the thread ended after _IDLE seconds without a job
-        self.gate = threading.Lock()
-        self.thread = threading.Thread(
-            target=self._run, name=f"statestream-sqlite-apply:{provider.path}", daemon=True
-        )
-        self.thread.start()
-
-    def submit(self, namespace: str) -> bool:
-        """Queue a copy; False if the thread has ended (start another applier)."""
-        with self.gate:
-            if self.ended:
-                return False
-            self.jobs.put(namespace)
-            return True
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Finish the copies asked for, then end the thread (a copy left over when the
-        timeout passes is made by the next write, here or in the next run)."""
-        self.jobs.put(None)
-        self.thread.join(timeout)
-
-    def _next(self) -> str | None:
-        # An idle thread ends rather than wait for a provider that may never
-        # be closed (abandoned, as a crashed run's): the next commit starts one.
-        while True:
-            try:
-                return self.jobs.get(timeout=_IDLE)
-            except queue.Empty:
-                with self.gate:
-                    if self.jobs.empty():
-                        self.ended = True
-                        return None
-
-    def _run(self) -> None:
-        while (namespace := self._next()) is not None:
-            try:
-                while self._copy_some(namespace):
-                    time.sleep(0)  # let the topology take the lock between two copies
-            except Exception as exc:  # the next write of the namespace copies it
-                log.warning(
-                    "sqlite state %s: the copy of namespace %r's committed delta failed "
-                    "(%s); the next write to it makes the copy",
-                    self.provider.path,
-                    namespace,
-                    exc,
-                )
-
-    def _copy_some(self, ns: str) -> bool:
-        """Copy the next ``_APPLY_ROWS`` rows of ``ns``'s committed delta; False when done."""
-        provider = self.provider
-        with provider._lock:
-            conn = provider._conn
-            if conn is None or provider._pid != os.getpid():
-                return False  # closed (or forked): the next write makes the copy
-            relax = provider._synchronous in ("FULL", "EXTRA")
-            if relax:
-                conn.execute("PRAGMA synchronous=NORMAL")
-            try:
-                with _immediate(conn):
-                    if not _waiting(conn, ns):
-                        return False
-                    row = conn.execute(
-                        "SELECT key FROM statestream_prepared WHERE namespace = ?"
-                        " ORDER BY key LIMIT 1 OFFSET ?",
-                        (ns, _APPLY_ROWS - 1),
-                    ).fetchone()
-                    if row is None:  # the last rows
-                        for sql in _COPY_ALL:
-                            conn.execute(sql, (ns,))
-                        conn.execute(_DONE, (ns,))
-                    else:
-                        for sql in _COPY_UPTO:
-                            conn.execute(sql, (ns, row[0]))
-            finally:
-                if relax:
-                    conn.execute(f"PRAGMA synchronous={provider._synchronous}")
-            return row is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pickle
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -117,8 +116,7 @@ def test_an_unusable_path_is_unavailable(tmp_path: Path) -> None:
         provider.get_state("count-0").get("k")
 
 
-def test_each_commit_is_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _no_applier(monkeypatch)  # its copies run on the same connection, traced too
+def test_each_commit_is_one_transaction(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with _open(path) as provider:
         state = provider.get_state("count-0")
@@ -283,140 +281,3 @@ def test_a_large_delta_commits_in_one_transaction(tmp_path: Path) -> None:
         assert sum(1 for _ in state) == 15_000
         assert 0 not in state and state.get(1) == "v" * 40
     crashed.close()
-
-
-# -- a commit leaves the copy of its delta into the entries to a thread -----------------
-
-
-def _raw(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
-
-
-def _no_applier(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Commits as if the applier never got to run (slow, or the process died first)."""
-    monkeypatch.setattr(SQLiteStateProvider, "_apply_later", lambda self, namespace: None)
-
-
-def _two_commits(provider: SQLiteStateProvider) -> None:
-    """txid 0 stores a..e; txid 1 updates a, deletes b and c, adds f."""
-    state = provider.get_state("count-0")
-    for i, key in enumerate("abcde"):
-        state.put(key, i)
-    state.prepare_commit(0)
-    state.commit(0)
-    state.put("a", 10)
-    state.delete("b")
-    state.delete("c")
-    state.put("f", 5)
-    state.prepare_commit(1)
-    state.commit(1)
-
-
-AFTER_TWO = {"a": 10, "d": 3, "e": 4, "f": 5}
-
-
-def test_reads_take_a_committed_delta_before_it_is_copied(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "state.db"
-    _no_applier(monkeypatch)
-    with _open(path) as provider:
-        _two_commits(provider)
-        # Committed, not copied: the delta of txid 1 waits in statestream_prepared.
-        assert _raw(path, "SELECT committed, prepared FROM statestream_txids") == [(1, 1)]
-        assert len(_raw(path, "SELECT key FROM statestream_prepared")) == 4
-        assert len(_raw(path, "SELECT key FROM statestream_entries")) == 5
-    with _open(path) as provider:  # a fresh reader: nothing cached
-        state = provider.get_state("count-0")
-        assert (state.committed_txid, state.prepared_txid) == (1, None)
-        assert {k: state.get(k) for k in "abcdef"} == {**dict.fromkeys("bc"), **AFTER_TWO}
-        assert dict(state.items()) == AFTER_TWO
-        # The next write of the namespace copies the delta first, in its own transaction.
-        state.put("g", 6)
-        state.prepare_commit(2)
-        assert _raw(path, "SELECT committed, prepared FROM statestream_txids") == [(1, 2)]
-        entries = _raw(path, "SELECT key FROM statestream_entries ORDER BY key")
-        assert [bytes(k) for (k,) in entries] == [b'"a"', b'"d"', b'"e"', b'"f"']
-        state.rollback()  # discards txid 2 only
-    with _open(path) as provider:
-        assert dict(provider.get_state("count-0").items()) == AFTER_TWO
-
-
-def test_the_applier_copies_in_short_transactions(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_provider, "_APPLY_ROWS", 2)  # 4 rows: two transactions
-    path = tmp_path / "state.db"
-    with _open(path) as provider:
-        _two_commits(provider)
-        for _ in range(500):
-            if _raw(path, "SELECT prepared FROM statestream_txids") == [(None,)]:
-                break
-            time.sleep(0.01)
-        assert _raw(path, "SELECT committed, prepared FROM statestream_txids") == [(1, None)]
-        assert _raw(path, "SELECT key FROM statestream_prepared") == []
-        stored = _raw(path, "SELECT key, value FROM statestream_entries ORDER BY key")
-        assert [(bytes(k), bytes(v)) for k, v in stored] == [
-            (f'"{k}"'.encode(), str(v).encode()) for k, v in AFTER_TWO.items()
-        ]
-        assert dict(provider.get_state("count-0").items()) == AFTER_TWO
-
-
-def test_a_crash_before_the_copy_loses_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "state.db"
-    with monkeypatch.context() as patch:
-        _no_applier(patch)
-        crashed = _open(path)
-        _two_commits(crashed)  # then the process dies: no close, no copy
-    with _open(path) as provider:
-        state = provider.get_state("count-0")
-        assert state.committed_txid == 1 and dict(state.items()) == AFTER_TWO
-        # Listing namespaces finishes the copy, so that the list is exact.
-        assert provider.namespaces() == ["count-0"]
-        assert _raw(path, "SELECT key FROM statestream_prepared") == []
-        assert dict(provider.get_state("count-0").items()) == AFTER_TWO
-    crashed.close()
-
-
-def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    with _open(path) as provider:
-        _commit_one(provider)
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 1")  # version 1 has the same tables
-    conn.commit()
-    conn.close()
-    with _open(path) as provider:
-        assert provider.get_state("count-0").get("k") == "v"
-    assert _raw(path, "PRAGMA user_version") == [(sqlite_provider.SCHEMA_VERSION,)]
-    assert sqlite_provider.SCHEMA_VERSION == 2
-
-
-def test_an_idle_applier_ends_and_the_next_commit_starts_another(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_provider, "_IDLE", 0.05)
-    path = tmp_path / "state.db"
-    with _open(path) as provider:
-        _commit_one(provider)
-        first = provider._applier
-        assert first is not None
-        first.thread.join(10)
-        assert not first.thread.is_alive() and first.ended
-        state = provider.get_state("count-0")
-        state.put("k", "w")
-        state.prepare_commit(1)
-        state.commit(1)
-        assert provider._applier is not first
-        for _ in range(500):
-            if _raw(path, "SELECT prepared FROM statestream_txids") == [(None,)]:
-                break
-            time.sleep(0.01)
-        assert _raw(path, "SELECT committed, prepared FROM statestream_txids") == [(1, None)]
-        assert provider.get_state("count-0").get("k") == "w"
