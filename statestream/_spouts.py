@@ -162,7 +162,10 @@ class FileSpout(Spout):
         if not raw:
             self._eof = True
             return
-        line = self._decode(raw, n)
+        try:  # _decode, inlined: the call cost ~400 instructions a line (7%)
+            line = raw.decode(self.encoding, self.errors)
+        except UnicodeDecodeError:
+            line = self._decode(raw, n)  # raises, naming the line
         self._next_line = n + 1
         self._offset += len(raw)
         if self.strip:
