@@ -11,25 +11,41 @@ Config (``topology.state.provider.config``)::
     page_size:     2048                           # bytes, 512..65536, a power of two;
                                                   # only a new file takes it
 
-Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 1)::
+Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 2)::
 
-    statestream_entries   (namespace TEXT, key BLOB, value BLOB NOT NULL)  committed entries
-    statestream_prepared  (namespace TEXT, key BLOB, value BLOB)           prepared deltas;
-                                                                           value NULL = tombstone
-    statestream_txids     (namespace TEXT, committed INTEGER, prepared INTEGER)
+    statestream_entries (namespace TEXT, key BLOB, value BLOB NOT NULL)     folded committed entries
+    statestream_log     (seq INTEGER, namespace TEXT, txid INTEGER, delta BLOB)  deltas, in order
+    statestream_txids   (namespace TEXT, committed INTEGER, prepared INTEGER)
 
-The database runs in WAL mode, so readers (``statestream state dump``) do
-not block the writer. Every prepare, commit and rollback is one
-transaction: a crash at any point leaves the last committed state and, if
-it was stored, the prepared delta. ``synchronous: full`` makes each commit
-survive a power cut too; ``normal`` only a crash of the process, faster.
+A prepare writes its whole delta as one record of the log (the encoded
+keys and values back to back, :func:`encode_delta`), and a commit only
+moves the namespace's committed txid: a record is committed once its txid
+is at most that, and the committed state is the entries with the committed
+records applied over them in ``seq`` order. A rollback deletes the records
+above the committed txid. So a checkpoint writes a few pages of one record
+rather than a row per key in two B-trees (schema 1 did that: a row per key
+into a table of prepared rows, then a copy of each into the entries), and
+costs about the same whatever the delta's keys are. Once
+``_FOLD_RECORDS`` committed records (or ``_FOLD_BYTES``) have gathered, the
+commit that reached the count also folds them into the entries, in the
+same transaction: a key changed at every checkpoint is written to the
+B-tree once per fold instead of twice per checkpoint. Reads merge the two:
+a scan reads the committed records first; a point read keeps their merge
+while the committed txid and the records are the same. ``compact()`` folds
+now, for tools that read ``statestream_entries`` directly.
 
-What a commit costs. A commit rewrites each B-tree page that holds a
+A file of schema 1 is upgraded in place when it is first opened (its
+prepared rows become one record per namespace), in one transaction. A
+statestream older than the log refuses a file of schema 2, naming the
+version.
+
+What a fold costs. A fold rewrites each B-tree page that holds a
 changed key, once in the WAL and once more when a checkpoint copies the WAL
 back into the database file. In a small state a few pages hold every key;
 in a large one scattered keys each sit on a page of their own: committing
 1,000 random keys writes ~40 pages in a state of 1,000 keys and ~1,000 in a
-state of 1,000,000 (2 KiB pages). That count is the B-tree's; the settings
+state of 1,000,000 (2 KiB pages). That count is the B-tree's (the log
+records in between cost only their own bytes); the settings
 keep the cost of each page down (bench/bench_state.py measures them):
 
 * ``page_size`` 2048 rather than sqlite's 4096 halves the bytes each page
@@ -39,9 +55,9 @@ keep the cost of each page down (bench/bench_state.py measures them):
   the page size it was created with, whatever the config says; to change
   it, stop the topology and run ``PRAGMA journal_mode=DELETE; PRAGMA
   page_size=N; VACUUM; PRAGMA journal_mode=WAL`` on it with ``sqlite3``.
-* ``cache_mb`` must hold the pages one commit changes, or sqlite writes
+* ``cache_mb`` must hold the pages one fold changes, or sqlite writes
   them to the WAL before the commit and reads them back. sqlite's default,
-  2 MiB, holds fewer than a commit of 1,000 scattered keys changes in 4 KiB
+  2 MiB, holds fewer than a fold of 1,000 scattered keys changes in 4 KiB
   pages. The cache grows only as pages are read.
 * ``checkpoint_mb``: the commit that grows the WAL past this size also
   checkpoints it (two fsyncs and a write of every page in it), and a page
@@ -51,7 +67,7 @@ keep the cost of each page down (bench/bench_state.py measures them):
   checkpointed (``journal_size_limit``), unless another connection keeps a
   read transaction open all that time, as in any sqlite database in WAL
   mode (the provider's own reads are short).
-* ``temp_store=MEMORY``: the statement journal of the commit's multi-row
+* ``temp_store=MEMORY``: the statement journal of the fold's multi-row
   upsert (a copy of every page it changes, kept to undo the statement
   alone) stays in memory rather than in a temporary file written on every
   commit.
@@ -69,11 +85,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
@@ -95,7 +112,7 @@ __all__ = ["SQLiteStateProvider"]
 
 DEFAULT_PATH: Final = "./statestream-data/state.db"
 APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _SCAN_PAGE: Final = 1024
 _MIB: Final = 1024 * 1024
 _MAX_MB: Final = 1 << 20  # 1 TiB: a typo guard, not a recommendation
@@ -111,11 +128,11 @@ _SCHEMA: Final = {
         " PRIMARY KEY (namespace, key)) WITHOUT ROWID",
         ("namespace", "key", "value"),
     ),
-    "statestream_prepared": (
-        "CREATE TABLE statestream_prepared ("
-        " namespace TEXT NOT NULL, key BLOB NOT NULL, value BLOB,"
-        " PRIMARY KEY (namespace, key)) WITHOUT ROWID",
-        ("namespace", "key", "value"),
+    "statestream_log": (
+        "CREATE TABLE statestream_log ("
+        " seq INTEGER PRIMARY KEY, namespace TEXT NOT NULL, txid INTEGER NOT NULL,"
+        " delta BLOB NOT NULL)",
+        ("seq", "namespace", "txid", "delta"),
     ),
     "statestream_txids": (
         "CREATE TABLE statestream_txids ("
@@ -124,6 +141,9 @@ _SCHEMA: Final = {
         ("namespace", "committed", "prepared"),
     ),
 }
+_LOG_INDEX: Final = (
+    "CREATE INDEX IF NOT EXISTS statestream_log_namespace ON statestream_log (namespace, txid)"
+)
 
 # Connections inherited through fork() are parked here, never closed nor
 # collected: closing the parent's connection from the child can release
@@ -301,6 +321,7 @@ class SQLiteStateProvider(BackendStateProvider):
                 if not tables():
                     for create, _ in _SCHEMA.values():
                         conn.execute(create)
+                    conn.execute(_LOG_INDEX)
                     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
@@ -313,6 +334,9 @@ class SQLiteStateProvider(BackendStateProvider):
                 f"a sqlite database of another application (application_id {application_id:#x})"
             )
         version = pragma("user_version")
+        if version == 1:
+            self._upgrade_from_1(conn)
+            version = pragma("user_version")
         if version != SCHEMA_VERSION:
             raise self._corrupt(
                 f"schema version {version}, this statestream reads version {SCHEMA_VERSION}"
@@ -324,6 +348,49 @@ class SQLiteStateProvider(BackendStateProvider):
             found = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
             if found != columns:
                 raise self._corrupt(f"table {table} has columns {found}, expected {columns}")
+
+    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
+        """Turn a file of schema 1 (prepared deltas as rows) into schema 2, in place.
+
+        Each namespace's prepared rows become one log record of its prepared
+        txid; committed entries are where they were. One transaction, under
+        the write lock, so a crash leaves the file as it was and a second
+        process upgrading at the same moment finds it done.
+        """
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version == 1:
+                found = tuple(
+                    row[1] for row in conn.execute("PRAGMA table_info(statestream_prepared)")
+                )
+                if found != ("namespace", "key", "value"):
+                    raise self._corrupt(
+                        f"schema version 1 with table statestream_prepared of columns {found}"
+                    )
+                conn.execute(_SCHEMA["statestream_log"][0])
+                conn.execute(_LOG_INDEX)
+                prepared = conn.execute(
+                    "SELECT namespace, prepared FROM statestream_txids WHERE prepared IS NOT NULL"
+                ).fetchall()
+                for ns, txid in prepared:
+                    rows = conn.execute(
+                        "SELECT key, value FROM statestream_prepared WHERE namespace = ?"
+                        " ORDER BY key",
+                        (ns,),
+                    ).fetchall()
+                    if rows:
+                        delta = [(bytes(k), None if v is None else bytes(v)) for k, v in rows]
+                        conn.execute(
+                            "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
+                            (ns, txid, encode_delta(delta)),
+                        )
+                conn.execute("DROP TABLE statestream_prepared")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _use(self) -> Iterator[sqlite3.Connection]:
@@ -375,22 +442,44 @@ class SQLiteStateProvider(BackendStateProvider):
                 " FROM ns WHERE name IS NOT NULL)"
                 " SELECT name FROM ns WHERE name IS NOT NULL"
             ).fetchall()
-        return [row[0] for row in rows]
+            logged = conn.execute(
+                "SELECT DISTINCT l.namespace FROM statestream_log l"
+                " LEFT JOIN statestream_txids t ON t.namespace = l.namespace"
+                " WHERE l.txid <= coalesce(t.committed, -1)"
+            ).fetchall()
+        names = {row[0] for row in rows}
+        # A namespace with committed records in the log is listed if anything
+        # of it is left once they are applied (they may delete every entry).
+        for (ns,) in logged:
+            if next(iter(_SQLiteBackend(self, ns).scan()), None) is None:
+                names.discard(ns)
+            else:
+                names.add(ns)
+        return sorted(names)
+
+    def compact(self, namespace: str | None = None) -> None:
+        """Fold the committed log records of ``namespace`` (of every namespace if None)
+        into the entries now, each namespace in one transaction.
+
+        Never needed for correctness: a commit folds a namespace's records
+        once enough have gathered. It leaves the committed state in
+        ``statestream_entries`` alone, for tools that read the table itself.
+        """
+        if namespace is None:
+            with self._use() as conn:
+                names = [
+                    row[0] for row in conn.execute("SELECT DISTINCT namespace FROM statestream_log")
+                ]
+        else:
+            names = [namespace]
+        for ns in names:
+            _SQLiteBackend(self, ns).fold()
 
     def _close(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None and self._pid == os.getpid():
                 conn.close()
-
-
-def _by_key(delta: Delta) -> list[tuple[bytes, bytes | None]]:
-    """``delta`` in key order, the order of the primary key's B-tree.
-
-    Writing in that order visits each page once, left to right, rather
-    than jumping between pages as dict order would.
-    """
-    return sorted(delta, key=itemgetter(0))
 
 
 # What a written row costs. Binding each row through executemany costs one
@@ -418,7 +507,7 @@ def _upsert_sql(table: str, rows: int) -> str:
 # few prepared, where a statement per remainder size would not stay cached.
 _UPSERT: Final = {
     (table, 1 << bit): _upsert_sql(table, 1 << bit)
-    for table in ("statestream_entries", "statestream_prepared")
+    for table in ("statestream_entries",)
     for bit in range(_CHUNK.bit_length())
 }
 
@@ -443,17 +532,153 @@ def _upsert_rows(
         left -= size
 
 
-class _SQLiteBackend:
-    """:class:`~statestream.provider.StateBackend` of one namespace in the sqlite file."""
+# The delta of a prepare goes into the log as one record (see the module
+# doc): a little-endian header of the row count, the key lengths and the
+# value lengths (_TOMBSTONE for a deleted key), then the keys and the values
+# back to back. Built and read with array and join, no interpreted step per
+# row unless the delta deletes keys.
+_DELTA_MAGIC: Final = b"SSd1"
+_TOMBSTONE: Final = 0xFFFFFFFF
+_U32: Final = "I" if array("I").itemsize == 4 else "L"
+_SWAP: Final = sys.byteorder != "little"
 
-    __slots__ = ("_ns", "_provider")
+
+def _u32s(values: Iterable[int]) -> bytes:
+    packed = array(_U32, values)
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def encode_delta(delta: Delta) -> bytes:
+    """One log record holding ``delta`` (keys and values as given, None for a deletion)."""
+    if not delta:
+        return _DELTA_MAGIC + _u32s((0,))
+    keys, values = zip(*delta, strict=True)
+    try:
+        value_lengths = _u32s(map(len, values))  # a None raises TypeError
+        stored: Iterable[bytes] = values
+    except TypeError:
+        value_lengths = _u32s(_TOMBSTONE if v is None else len(v) for v in values)
+        stored = [v for v in values if v is not None]
+    return b"".join(
+        (
+            _DELTA_MAGIC,
+            _u32s((len(keys),)),
+            _u32s(map(len, keys)),
+            value_lengths,
+            b"".join(keys),
+            b"".join(stored),
+        )
+    )
+
+
+def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
+    """The keys and values of a log record (None for a deletion), in the order written.
+
+    Raises ValueError if ``record`` is not one ``encode_delta`` made.
+    """
+    if record[:4] != _DELTA_MAGIC or len(record) < 8:
+        raise ValueError("not a statestream delta record")
+    counts = array(_U32)
+    counts.frombytes(record[4:8])
+    if _SWAP:
+        counts.byteswap()
+    n = counts[0]
+    lengths = array(_U32)
+    head = 8 + 8 * n
+    if len(record) < head:
+        raise ValueError(f"a delta record of {n} rows is cut short")
+    lengths.frombytes(record[8:head])
+    if _SWAP:
+        lengths.byteswap()
+    key_lengths, value_lengths = lengths[:n], lengths[n:]
+    pos = head
+    keys: list[bytes] = []
+    for length in key_lengths:
+        keys.append(record[pos : pos + length])
+        pos += length
+    values: list[bytes | None] = []
+    for length in value_lengths:
+        if length == _TOMBSTONE:
+            values.append(None)
+        else:
+            values.append(record[pos : pos + length])
+            pos += length
+    if pos != len(record):
+        raise ValueError(f"a delta record of {n} rows has {len(record) - pos} bytes too many")
+    return keys, values
+
+
+# When the committed records of a namespace are folded into its entries
+# (see the module doc): after this many, or once they hold this many bytes.
+_FOLD_RECORDS: Final = 8
+_FOLD_BYTES: Final = 8 * _MIB
+
+# The committed txid of a namespace, -1 without one (?1 is the namespace).
+_COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?1), -1)"
+
+
+class _SQLiteBackend:
+    """:class:`~statestream.provider.StateBackend` of one namespace in the sqlite file.
+
+    Committed state is the namespace's entries with its committed log
+    records applied over them in order; the records of the prepared txid
+    wait in the log until it commits (or are deleted by a rollback).
+    """
+
+    __slots__ = ("_mark", "_ns", "_overlay", "_provider")
 
     def __init__(self, provider: SQLiteStateProvider, namespace: str) -> None:
         self._provider = provider
         self._ns = namespace
+        # The committed log records applied (key -> value, None: deleted),
+        # for point reads, and what they were read at (see _committed_log).
+        self._overlay: dict[bytes, bytes | None] = {}
+        self._mark: tuple[int, int, int] | None = None
+
+    def _committed_log(self, conn: sqlite3.Connection, cached: bool) -> dict[bytes, bytes | None]:
+        """The committed log records of the namespace, merged in order.
+
+        ``cached``: reuse the last merge while the committed records are the
+        same ones (same committed txid, count and last sequence number),
+        which one query tells; another process may have committed since.
+        """
+        ns = self._ns
+        committed, count, last = conn.execute(
+            f"SELECT c, count(l.seq), coalesce(max(l.seq), 0) FROM (SELECT {_COMMITTED} AS c)"
+            " LEFT JOIN statestream_log l ON l.namespace = ?1 AND l.txid <= c",
+            (ns,),
+        ).fetchone()
+        mark = (committed, count, last)
+        if cached and mark == self._mark:
+            return self._overlay
+        merged: dict[bytes, bytes | None] = {}
+        if count:
+            for (record,) in conn.execute(
+                "SELECT delta FROM statestream_log WHERE namespace = ? AND txid <= ? ORDER BY seq",
+                (ns, committed),
+            ):
+                merged.update(zip(*self._decode(record), strict=True))
+        if cached:
+            self._overlay, self._mark = merged, mark
+        return merged
+
+    def _decode(self, record: bytes) -> tuple[list[bytes], list[bytes | None]]:
+        try:
+            return decode_delta(bytes(record))
+        except ValueError as exc:
+            raise StateCorruptError(
+                f"sqlite state database {str(self._provider.path)!r}: a log record of "
+                f"namespace {self._ns!r} cannot be read ({exc}); restore the file from a "
+                "backup or move it aside"
+            ) from exc
 
     def load(self, key: bytes) -> bytes | None:
         with self._provider._use() as conn:
+            overlay = self._committed_log(conn, cached=True)
+            if key in overlay:
+                return overlay[key]
             row = conn.execute(
                 "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?",
                 (self._ns, key),
@@ -462,7 +687,12 @@ class _SQLiteBackend:
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         # Pages by key, each page its own short read, so that the lock is not
-        # held while the caller iterates and memory stays bounded.
+        # held while the caller iterates and memory stays bounded. The
+        # committed log is read once, first: a key it holds is yielded from
+        # it, never from the entries, so each key comes once even if the log
+        # is folded into the entries meanwhile.
+        with self._provider._use() as conn:
+            overlay = self._committed_log(conn, cached=False)
         after = b""  # every stored key is non-empty, so greater than b""
         while True:
             with self._provider._use() as conn:
@@ -472,10 +702,15 @@ class _SQLiteBackend:
                     (self._ns, after, _SCAN_PAGE),
                 ).fetchall()
             for key, value in rows:
-                yield bytes(key), bytes(value)
+                key = bytes(key)
+                if key not in overlay:
+                    yield key, bytes(value)
             if len(rows) < _SCAN_PAGE:
-                return
+                break
             after = rows[-1][0]
+        for key, value in overlay.items():
+            if value is not None:
+                yield key, value
 
     def load_txids(self) -> tuple[int, int | None]:
         with self._provider._use() as conn:
@@ -488,11 +723,15 @@ class _SQLiteBackend:
     def write_prepared(self, txid: int, delta: Delta) -> None:
         ns = self._ns
         with self._provider._transaction() as conn:
-            _upsert_rows(conn, "statestream_prepared", ns, _by_key(delta))
+            if delta:
+                conn.execute(
+                    "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
+                    (ns, txid, encode_delta(delta)),
+                )
             conn.execute(
                 "INSERT INTO statestream_txids (namespace, prepared) VALUES (?, ?)"
                 " ON CONFLICT (namespace) DO UPDATE SET prepared = excluded.prepared",
-                (self._ns, txid),
+                (ns, txid),
             )
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
@@ -506,44 +745,82 @@ class _SQLiteBackend:
                 return CommitOutcome.ALREADY_COMMITTED
             if prepared != txid:
                 return CommitOutcome.NOT_PREPARED
-            # Each statement walks the prepared rows of this namespace and
-            # probes the entries' primary key: cost follows the delta. An
-            # upsert rewrites a row in place, twice as fast as REPLACE, which
-            # deletes and re-inserts it.
-            conn.execute(
-                "INSERT INTO statestream_entries (namespace, key, value)"
-                " SELECT namespace, key, value FROM statestream_prepared"
-                " WHERE namespace = ? AND value IS NOT NULL"
-                " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
-                (ns,),
-            )
-            conn.execute(
-                "DELETE FROM statestream_entries WHERE namespace = ? AND key IN"
-                " (SELECT key FROM statestream_prepared WHERE namespace = ? AND value IS NULL)",
-                (ns, ns),
-            )
-            conn.execute("DELETE FROM statestream_prepared WHERE namespace = ?", (ns,))
+            # The prepared records become committed by the txid alone: the
+            # commit writes one row whatever the size of the delta.
             conn.execute(
                 "UPDATE statestream_txids SET committed = ?, prepared = NULL WHERE namespace = ?",
                 (txid, ns),
             )
+            self._fold(conn, txid, force=False)
         return CommitOutcome.APPLIED
 
     def commit_direct(self, delta: Delta) -> None:
         ns = self._ns
-        delta = _by_key(delta)
+        if not delta:
+            return
         with self._provider._transaction() as conn:
-            _upsert_rows(
-                conn, "statestream_entries", ns, [row for row in delta if row[1] is not None]
+            # Logged as committed at the current txid, so that it applies
+            # after every record committed before it.
+            conn.execute(
+                "INSERT INTO statestream_txids (namespace) VALUES (?) ON CONFLICT DO NOTHING", (ns,)
             )
-            conn.executemany(
-                "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?",
-                [(ns, bytearray(key)) for key, value in delta if value is None],
+            (committed,) = conn.execute(
+                "SELECT committed FROM statestream_txids WHERE namespace = ?", (ns,)
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
+                (ns, committed, encode_delta(delta)),
             )
+            self._fold(conn, committed, force=False)
+
+    def _fold(self, conn: sqlite3.Connection, committed: int, *, force: bool) -> None:
+        """Fold the committed log records into the entries once there are enough of them
+        (``force``: if there are any).
+
+        Only records before the first uncommitted one are folded, so that
+        records are always applied in the order they were written. A key
+        changed by several records is written once.
+        """
+        ns = self._ns
+        rows = conn.execute(
+            "SELECT seq, txid, length(delta) FROM statestream_log WHERE namespace = ? ORDER BY seq",
+            (ns,),
+        ).fetchall()
+        last = 0
+        count = size = 0
+        for seq, txid, length in rows:
+            if txid > committed:
+                break
+            last, count, size = seq, count + 1, size + length
+        if not count or (not force and count < _FOLD_RECORDS and size < _FOLD_BYTES):
+            return
+        merged: dict[bytes, bytes | None] = {}
+        for (record,) in conn.execute(
+            "SELECT delta FROM statestream_log WHERE namespace = ? AND seq <= ? ORDER BY seq",
+            (ns, last),
+        ).fetchall():
+            merged.update(zip(*self._decode(record), strict=True))
+        live = sorted((k, v) for k, v in merged.items() if v is not None)
+        if live:
+            _upsert_rows(conn, "statestream_entries", ns, live)  # type: ignore[arg-type]
+        conn.executemany(
+            "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?",
+            [(ns, bytearray(k)) for k, v in merged.items() if v is None],
+        )
+        conn.execute("DELETE FROM statestream_log WHERE namespace = ? AND seq <= ?", (ns, last))
+
+    def fold(self) -> None:
+        """Fold every committed log record of the namespace into its entries now."""
+        with self._provider._transaction() as conn:
+            (committed,) = conn.execute(f"SELECT {_COMMITTED}", (self._ns,)).fetchone()
+            self._fold(conn, committed, force=True)
 
     def discard_prepared(self) -> None:
         with self._provider._transaction() as conn:
-            conn.execute("DELETE FROM statestream_prepared WHERE namespace = ?", (self._ns,))
+            conn.execute(
+                f"DELETE FROM statestream_log WHERE namespace = ?1 AND txid > {_COMMITTED}",
+                (self._ns,),
+            )
             conn.execute(
                 "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?", (self._ns,)
             )

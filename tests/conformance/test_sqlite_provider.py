@@ -7,6 +7,7 @@ import pickle
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
 
 from statestream._errors import ConfigError, ProviderUnavailableError, StateCorruptError
@@ -77,11 +78,11 @@ def test_a_wrong_schema_is_corrupt(tmp_path: Path) -> None:
     with _open(path) as provider:
         _commit_one(provider)
     conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE statestream_prepared")
-    conn.execute("CREATE TABLE statestream_prepared (namespace TEXT, k BLOB, v BLOB)")
+    conn.execute("DROP TABLE statestream_log")
+    conn.execute("CREATE TABLE statestream_log (namespace TEXT, k BLOB, v BLOB)")
     conn.commit()
     conn.close()
-    with _open(path) as provider, pytest.raises(StateCorruptError, match="statestream_prepared"):
+    with _open(path) as provider, pytest.raises(StateCorruptError, match="statestream_log"):
         provider.get_state("count-0").get("k")
 
 
@@ -281,3 +282,181 @@ def test_a_large_delta_commits_in_one_transaction(tmp_path: Path) -> None:
         assert sum(1 for _ in state) == 15_000
         assert 0 not in state and state.get(1) == "v" * 40
     crashed.close()
+
+
+def _log_records(path: Path, namespace: str) -> int:
+    with sqlite3.connect(path) as conn:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM statestream_log WHERE namespace = ?", (namespace,)
+        ).fetchone()
+    return int(count)
+
+
+def test_a_commit_writes_the_delta_as_one_log_record(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        for i in range(1000):
+            state.put(f"k{i}", i)
+        state.prepare_commit(0)
+        conn = provider._connection()
+        before = conn.total_changes
+        state.commit(0)
+        # The txid row alone: the delta became committed where it was.
+        assert conn.total_changes - before == 1
+        assert _log_records(path, "count-0") == 1
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        assert state.committed_txid == 0 and state.get("k999") == 999
+
+
+def test_committed_records_fold_into_the_entries(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    folds = sqlite_provider._FOLD_RECORDS
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        seen = []
+        for txid in range(3 * folds):
+            state.put(f"k{txid % 5}", txid)
+            if txid % 7 == 3:
+                state.delete("k0")
+            state.prepare_commit(txid)
+            state.commit(txid)
+            seen.append(_log_records(path, "count-0"))
+        # Never more than the fold threshold of records waits in the log.
+        assert max(seen) == folds - 1 and min(seen) == 0
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        expected = {f"k{t % 5}": t for t in range(3 * folds)}
+        last_delete = max(t for t in range(3 * folds) if t % 7 == 3)
+        if max(t for t in range(3 * folds) if t % 5 == 0) < last_delete:
+            del expected["k0"]
+        assert dict(state.items()) == expected
+        provider.compact()
+        assert _log_records(path, "count-0") == 0
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute(
+                "SELECT key, value FROM statestream_entries WHERE namespace = 'count-0'"
+            ).fetchall()
+        assert {orjson.loads(k): orjson.loads(v) for k, v in rows} == expected
+
+
+def test_point_reads_see_the_log_and_other_writers(tmp_path: Path) -> None:
+    # A state too large to preload reads key by key: through the committed
+    # log records, and again after another process has committed.
+    path = tmp_path / "state.db"
+    with _open(path) as writer, _open(path) as reader:
+        w = writer.get_state("count-0")
+        for i in range(50):
+            w.put(i, "old")
+        w.commit()
+        writer.compact()
+        w.put(7, "new")
+        w.delete(8)
+        w.prepare_commit(0)
+        w.commit(0)
+        w.put(9, "prepared only")
+        w.prepare_commit(1)
+        r = reader.get_state("count-0")
+        r.preload_limit = 10  # type: ignore[attr-defined]
+        assert (r.get(6), r.get(7), r.get(8, "gone"), r.get(9)) == ("old", "new", "gone", "old")
+        backend = sqlite_provider._SQLiteBackend(reader, "count-0")
+        assert backend.load(b"9") == b'"old"'  # the merged log is cached now
+        w.commit(1)  # by another connection: the cache is stale
+        assert backend.load(b"9") == b'"prepared only"'
+        assert backend.load(b"8") is None and backend.load(b"6") == b'"old"'
+
+
+def test_namespaces_follow_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with _open(path) as provider:
+        _commit_one(provider, "logged-0")  # only in the log
+        gone = provider.get_state("gone-0")
+        gone.put("k", 1)
+        gone.commit()
+        provider.compact("gone-0")
+        gone.delete("k")
+        gone.commit()  # in the entries, deleted by the log
+        prepared = provider.get_state("prepared-0")
+        prepared.put("k", 1)
+        prepared.prepare_commit(0)  # not committed: not listed
+        assert provider.namespaces() == ["logged-0"]
+
+
+def test_a_damaged_log_record_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with _open(path) as provider:
+        _commit_one(provider)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE statestream_log SET delta = substr(delta, 1, 9)")
+    with _open(path) as provider, pytest.raises(StateCorruptError, match="log record"):
+        provider.get_state("count-0").get("k")
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        [],
+        [(b'"a"', b"1")],
+        [(b'"a"', None), (b"2", b""), (b'"\\u00e9"', bytes(range(256))), (b"x" * 70_000, None)],
+    ],
+)
+def test_delta_records_round_trip(delta: list[tuple[bytes, bytes | None]]) -> None:
+    keys, values = sqlite_provider.decode_delta(sqlite_provider.encode_delta(delta))
+    assert list(zip(keys, values, strict=True)) == delta
+    with pytest.raises(ValueError, match="too many"):
+        sqlite_provider.decode_delta(sqlite_provider.encode_delta(delta) + b"x")
+
+
+def _schema_1_file(path: Path) -> None:
+    """A file as statestream wrote it before the log (schema 1): committed entries,
+    a prepared delta of txid 4 over committed txid 3."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "CREATE TABLE statestream_entries (namespace TEXT NOT NULL, key BLOB NOT NULL,"
+        " value BLOB NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "CREATE TABLE statestream_prepared (namespace TEXT NOT NULL, key BLOB NOT NULL,"
+        " value BLOB, PRIMARY KEY (namespace, key)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "CREATE TABLE statestream_txids (namespace TEXT NOT NULL PRIMARY KEY,"
+        " committed INTEGER NOT NULL DEFAULT -1, prepared INTEGER) WITHOUT ROWID"
+    )
+    conn.execute(f"PRAGMA application_id = {sqlite_provider.APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.executemany(
+        "INSERT INTO statestream_entries VALUES ('count-0', ?, ?)",
+        [(b'"a"', b"1"), (b'"b"', b"2"), (b'"c"', b"3")],
+    )
+    conn.executemany(
+        "INSERT INTO statestream_prepared VALUES ('count-0', ?, ?)",
+        [(b'"a"', b"10"), (b'"b"', None), (b'"d"', b"4")],
+    )
+    conn.execute("INSERT INTO statestream_txids VALUES ('count-0', 3, 4)")
+    conn.close()
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_a_schema_1_file_is_upgraded_in_place(tmp_path: Path, outcome: str) -> None:
+    path = tmp_path / "state.db"
+    _schema_1_file(path)
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        assert (state.committed_txid, state.prepared_txid) == (3, 4)
+        assert dict(state.items()) == {"a": 1, "b": 2, "c": 3}
+        if outcome == "commit":
+            state.commit(4)
+        else:
+            state.rollback()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "statestream_prepared" not in tables
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        if outcome == "commit":
+            assert dict(state.items()) == {"a": 10, "c": 3, "d": 4}
+        else:
+            assert dict(state.items()) == {"a": 1, "b": 2, "c": 3}

@@ -93,6 +93,7 @@ def test_sqlite_stores_blobs_and_registers_no_adapter(tmp_path: Path) -> None:
         backend.write_prepared(0, [(key, bytes(range(256))) for key in ODD_KEYS])
         backend.apply_prepared(0)
         backend.commit_direct([(b"\x00", b""), (b"a\x00b", None)])
+        provider.compact()  # the committed log records into statestream_entries
     assert sqlite3.adapters == adapters, "no adapter registered for the whole process"
     with sqlite3.connect(path) as conn:
         rows = conn.execute(
