@@ -94,6 +94,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
+import orjson
+
 from statestream.provider import (
     SHARING_MACHINE,
     BackendStateProvider,
@@ -538,6 +540,7 @@ def _upsert_rows(
 # back to back. Built and read with array and join, no interpreted step per
 # row unless the delta deletes keys.
 _DELTA_MAGIC: Final = b"SSd1"
+_PLAIN_MAGIC: Final = b"SSj1"  # a JSON document of plain entries, then an SSd1 record
 _TOMBSTONE: Final = 0xFFFFFFFF
 _U32: Final = "I" if array("I").itemsize == 4 else "L"
 _SWAP: Final = sys.byteorder != "little"
@@ -573,11 +576,33 @@ def encode_delta(delta: Delta) -> bytes:
     )
 
 
-def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
-    """The keys and values of a log record (None for a deletion), in the order written.
+def encode_plain_delta(plain: Mapping[str, Any], delta: Delta) -> bytes:
+    """One log record holding ``delta`` and the entries of ``plain``
+    (see ``StateBackend.write_prepared_plain``): the JSON document of
+    ``plain``, then the record of ``delta``."""
+    document = orjson.dumps(plain)
+    return b"".join((_PLAIN_MAGIC, _u32s((len(document),)), document, encode_delta(delta)))
 
-    Raises ValueError if ``record`` is not one ``encode_delta`` made.
+
+def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
+    """The keys and values of a log record (None for a deletion).
+
+    Raises ValueError if ``record`` is not one that ``encode_delta`` or
+    ``encode_plain_delta`` made.
     """
+    if record[:4] == _PLAIN_MAGIC and len(record) >= 8:
+        size = int.from_bytes(record[4:8], "little")
+        try:
+            plain = orjson.loads(record[8 : 8 + size])
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"its JSON document cannot be read ({exc})") from None
+        if not isinstance(plain, dict):
+            raise ValueError("its JSON document is not an object")
+        rest_keys, rest_values = decode_delta(record[8 + size :])
+        # As the state would have encoded them (encode_json: exact-size bytes).
+        rest_keys.extend([b"%b" % orjson.dumps(key) for key in plain])
+        rest_values.extend([b"%b" % orjson.dumps(value) for value in plain.values()])
+        return rest_keys, rest_values
     if record[:4] != _DELTA_MAGIC or len(record) < 8:
         raise ValueError("not a statestream delta record")
     counts = array(_U32)
@@ -721,18 +746,24 @@ class _SQLiteBackend:
         return (-1, None) if row is None else (int(row[0]), row[1])
 
     def write_prepared(self, txid: int, delta: Delta) -> None:
+        self._write_record(txid, encode_delta(delta) if delta else None)
+
+    def _write_record(self, txid: int, record: bytes | None) -> None:
         ns = self._ns
         with self._provider._transaction() as conn:
-            if delta:
+            if record is not None:
                 conn.execute(
                     "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
-                    (ns, txid, encode_delta(delta)),
+                    (ns, txid, record),
                 )
             conn.execute(
                 "INSERT INTO statestream_txids (namespace, prepared) VALUES (?, ?)"
                 " ON CONFLICT (namespace) DO UPDATE SET prepared = excluded.prepared",
                 (ns, txid),
             )
+
+    def write_prepared_plain(self, txid: int, plain: Mapping[str, Any], delta: Delta) -> None:
+        self._write_record(txid, encode_plain_delta(plain, delta))
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
         ns = self._ns

@@ -441,10 +441,25 @@ class StoredKeyValueState:
                 f"state {self.namespace!r}: cannot prepare txid {t}: txid {committed} is "
                 f"committed already, so the next one to prepare is {committed + 1}"
             )
-        self._settle_plain()
         pending = self._pending
-        self._backend.write_prepared(t, [(e[1], e[3]) for e in pending.values()])
-        self._prepared.update(pending)
+        plain = self._plain
+        staged = self._prepared
+        # A backend that stores the deferred puts as they are (one JSON
+        # document per prepare, see StateBackend) spares the encoding of each
+        # key and value at every checkpoint.
+        write_plain = getattr(self._backend, "write_prepared_plain", None) if plain else None
+        if write_plain is not None:
+            write_plain(t, plain, [(e[1], e[3]) for e in pending.values()])
+            staged.update(pending)
+            # What _prepared's entries are read for is the key (items()) and
+            # that the key is there (rollback); their bytes went to the store.
+            for key, value in plain.items():
+                staged[key] = (key, b"", value, b"")
+            plain.clear()
+        else:
+            self._settle_plain()
+            self._backend.write_prepared(t, [(e[1], e[3]) for e in pending.values()])
+            staged.update(pending)
         pending.clear()
         self._prepared_txid = t
 

@@ -217,6 +217,16 @@ class StateBackend(Protocol):
     store, never a mix. Calls may be repeated after a failure (a lost
     connection), so they must be idempotent. Failures to reach the store raise
     ProviderUnavailableError, unreadable stores StateCorruptError.
+
+    Optional: ``write_prepared_plain(txid, plain, delta)`` does what
+    ``write_prepared(txid, delta)`` does, with the entries of ``plain`` added
+    to the delta. ``plain`` maps ASCII ``str`` keys to values that JSON
+    encodes to what reads back equal and of their type (ASCII ``str``,
+    ``int`` within ``±2**61``, ``bool``, ``None``), not yet encoded; the
+    entry of each is ``(orjson.dumps(key), orjson.dumps(value))``. The state
+    calls it, with the JSON serializer only, for the puts it kept unencoded,
+    so a backend that stores them as one document encodes no key or value
+    one by one. Its keys are never keys of ``delta``.
     """
 
     def load(self, key: bytes) -> bytes | None:

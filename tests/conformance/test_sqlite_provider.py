@@ -460,3 +460,42 @@ def test_a_schema_1_file_is_upgraded_in_place(tmp_path: Path, outcome: str) -> N
             assert dict(state.items()) == {"a": 10, "c": 3, "d": 4}
         else:
             assert dict(state.items()) == {"a": 1, "b": 2, "c": 3}
+
+
+def test_plain_records_read_back_as_the_state_encodes() -> None:
+    from statestream._serde import encode_json
+
+    plain = {"a": 1, "b": "x,y", "c": None, "d": True, "e": -(2**60), "f\\n": "\u007f"}
+    delta = [(encode_json(("t", 1)), None), (encode_json(7), b"\x80\x04")]
+    record = sqlite_provider.encode_plain_delta(plain, delta)
+    keys, values = sqlite_provider.decode_delta(record)
+    assert sorted(zip(keys, values, strict=True), key=repr) == sorted(
+        [*delta, *((encode_json(k), encode_json(v)) for k, v in plain.items())], key=repr
+    )
+    with pytest.raises(ValueError, match="JSON document"):
+        sqlite_provider.decode_delta(record[:12] + b"\xff" + record[13:])
+
+
+def test_deferred_puts_go_to_the_log_unencoded(tmp_path: Path) -> None:
+    # The state's unencoded puts (ASCII str keys, plain values) are one JSON
+    # document in the record; the rest, and what reads them, are unchanged.
+    path = tmp_path / "state.db"
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        state.put("plain", 1)
+        state.put(("tuple", "key"), 2)
+        state.put("dict", {"v": 3})
+        state.put("gone", 4)
+        state.delete("gone")
+        state.prepare_commit(0)
+        with sqlite3.connect(path) as conn:
+            (record,) = conn.execute("SELECT delta FROM statestream_log").fetchone()
+        assert record[:4] == b"SSj1" and b'{"plain":1}' in record
+        assert state.get("plain") == 1 and dict(state.items())["plain"] == 1
+        state.rollback()
+        assert state.get("plain") is None
+        state.put("plain", 5)
+        state.prepare_commit(0)
+        state.commit(0)
+    with _open(path) as provider:
+        assert dict(provider.get_state("count-0").items()) == {"plain": 5}

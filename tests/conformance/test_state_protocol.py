@@ -365,6 +365,14 @@ def test_rollback_discards_a_prepare_whose_reply_was_lost(
             backend.write_prepared(txid, delta)
             raise ProviderUnavailableError("connection lost before the reply")
 
+    if hasattr(backend, "write_prepared_plain"):  # the optional form, lost the same way
+
+        def write_prepared_plain(self: Any, txid: int, plain: Any, delta: Any) -> None:
+            backend.write_prepared_plain(txid, plain, delta)
+            raise ProviderUnavailableError("connection lost before the reply")
+
+        StoredThenLost.write_prepared_plain = write_prepared_plain  # type: ignore[attr-defined]
+
     state.put("lost", 1)
     state._backend = StoredThenLost()  # type: ignore[attr-defined]
     with pytest.raises(ProviderUnavailableError):
