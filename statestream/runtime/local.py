@@ -428,6 +428,11 @@ class _Acking:
         self.any_remote = any(self.remote)
         self.out_acks: list[list[Any]] = [] if link is None else link.ack_lists()
         self.out_completions: list[list[Any]] = [] if link is None else link.completion_lists()
+        # One acker, in this process (the default): every root goes to it,
+        # without the modulo of a 64-bit root and the routing per message.
+        self.only: AckerLedger | None = (
+            self.ledgers[0] if n_ackers == 1 and not self.any_remote else None
+        )
 
     def _route(self, outcome: Any) -> None:
         if outcome is None:
@@ -447,6 +452,10 @@ class _Acking:
         self.out_acks[i % self.workers].append((i, op, root, a, b))
 
     def init(self, root: int, spout_task: int, ack_val: int) -> None:
+        only = self.only
+        if only is not None:
+            self._route(only.init(root, spout_task, ack_val))
+            return
         i = acker_task_for(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 0, root, spout_task, ack_val)
@@ -454,11 +463,15 @@ class _Acking:
         self._route(self.ledgers[i].init(root, spout_task, ack_val))
 
     def ack(self, root: int, xor_val: int) -> None:
-        i = root % self.n  # acker_task_for, inlined
-        if self.any_remote and self.remote[i]:
-            self._send(i, 1, root, xor_val, 0)
-            return
-        outcome = self.ledgers[i].ack(root, xor_val)
+        only = self.only
+        if only is not None:
+            outcome = only.ack(root, xor_val)
+        else:
+            i = root % self.n  # acker_task_for, inlined
+            if self.any_remote and self.remote[i]:
+                self._send(i, 1, root, xor_val, 0)
+                return
+            outcome = self.ledgers[i].ack(root, xor_val)
         if outcome is not None:
             self._route(outcome)
 
