@@ -590,6 +590,42 @@ def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
     Raises ValueError if ``record`` is not one that ``encode_delta`` or
     ``encode_plain_delta`` made.
     """
+    plain, keys, values = _split_record(record)
+    if plain:
+        # As the state would have encoded them (encode_json: exact-size bytes).
+        keys.extend([b"%b" % orjson.dumps(key) for key in plain])
+        values.extend([b"%b" % orjson.dumps(value) for value in plain.values()])
+    return keys, values
+
+
+def merge_records(records: Iterable[bytes]) -> dict[bytes, bytes | None]:
+    """The entries of log records applied in order: encoded key -> encoded value
+    (None: deleted). Raises ValueError as decode_delta does.
+
+    The JSON documents of plain entries are merged as they are and only
+    the union is encoded, once: a key put at every checkpoint is encoded
+    once per fold, not once per record.
+    """
+    plain_union: dict[str, Any] = {}
+    rows: dict[bytes, bytes | None] = {}
+    for record in records:
+        plain, keys, values = _split_record(bytes(record))
+        if plain:
+            if rows:  # an older row of the same key must not outlive this record
+                for name in plain:
+                    rows.pop(b"%b" % orjson.dumps(name), None)
+            plain_union.update(plain)
+        for key, value in zip(keys, values, strict=True):
+            if plain_union and key[:1] == b'"':  # a str key: it may be a plain one
+                plain_union.pop(orjson.loads(key), None)
+            rows[key] = value
+    for name, plain_value in plain_union.items():
+        rows[b"%b" % orjson.dumps(name)] = b"%b" % orjson.dumps(plain_value)
+    return rows
+
+
+def _split_record(record: bytes) -> tuple[dict[str, Any] | None, list[bytes], list[bytes | None]]:
+    """A record's JSON document of plain entries (None if it has none), and its rows."""
     if record[:4] == _PLAIN_MAGIC and len(record) >= 8:
         size = int.from_bytes(record[4:8], "little")
         try:
@@ -598,11 +634,13 @@ def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
             raise ValueError(f"its JSON document cannot be read ({exc})") from None
         if not isinstance(plain, dict):
             raise ValueError("its JSON document is not an object")
-        rest_keys, rest_values = decode_delta(record[8 + size :])
-        # As the state would have encoded them (encode_json: exact-size bytes).
-        rest_keys.extend([b"%b" % orjson.dumps(key) for key in plain])
-        rest_values.extend([b"%b" % orjson.dumps(value) for value in plain.values()])
-        return rest_keys, rest_values
+        keys, values = _decode_rows(record[8 + size :])
+        return plain, keys, values
+    keys, values = _decode_rows(record)
+    return None, keys, values
+
+
+def _decode_rows(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
     if record[:4] != _DELTA_MAGIC or len(record) < 8:
         raise ValueError("not a statestream delta record")
     counts = array(_U32)
@@ -680,18 +718,21 @@ class _SQLiteBackend:
             return self._overlay
         merged: dict[bytes, bytes | None] = {}
         if count:
-            for (record,) in conn.execute(
-                "SELECT delta FROM statestream_log WHERE namespace = ? AND txid <= ? ORDER BY seq",
-                (ns, committed),
-            ):
-                merged.update(zip(*self._decode(record), strict=True))
+            merged = self._merge(
+                row[0]
+                for row in conn.execute(
+                    "SELECT delta FROM statestream_log WHERE namespace = ? AND txid <= ?"
+                    " ORDER BY seq",
+                    (ns, committed),
+                ).fetchall()
+            )
         if cached:
             self._overlay, self._mark = merged, mark
         return merged
 
-    def _decode(self, record: bytes) -> tuple[list[bytes], list[bytes | None]]:
+    def _merge(self, records: Iterable[bytes]) -> dict[bytes, bytes | None]:
         try:
-            return decode_delta(bytes(record))
+            return merge_records(records)
         except ValueError as exc:
             raise StateCorruptError(
                 f"sqlite state database {str(self._provider.path)!r}: a log record of "
@@ -825,12 +866,13 @@ class _SQLiteBackend:
             last, count, size = seq, count + 1, size + length
         if not count or (not force and count < _FOLD_RECORDS and size < _FOLD_BYTES):
             return
-        merged: dict[bytes, bytes | None] = {}
-        for (record,) in conn.execute(
-            "SELECT delta FROM statestream_log WHERE namespace = ? AND seq <= ? ORDER BY seq",
-            (ns, last),
-        ).fetchall():
-            merged.update(zip(*self._decode(record), strict=True))
+        merged = self._merge(
+            row[0]
+            for row in conn.execute(
+                "SELECT delta FROM statestream_log WHERE namespace = ? AND seq <= ? ORDER BY seq",
+                (ns, last),
+            ).fetchall()
+        )
         live = sorted((k, v) for k, v in merged.items() if v is not None)
         if live:
             _upsert_rows(conn, "statestream_entries", ns, live)  # type: ignore[arg-type]

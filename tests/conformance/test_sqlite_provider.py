@@ -499,3 +499,31 @@ def test_deferred_puts_go_to_the_log_unencoded(tmp_path: Path) -> None:
         state.commit(0)
     with _open(path) as provider:
         assert dict(provider.get_state("count-0").items()) == {"plain": 5}
+
+
+def test_records_merge_in_the_order_they_were_written() -> None:
+    # Plain documents and rows of the same key, across records: the later wins,
+    # whichever form each took.
+    from statestream._serde import encode_json
+
+    records = [
+        sqlite_provider.encode_plain_delta({"a": 1, "b": 1, "c": 1}, []),
+        sqlite_provider.encode_delta(
+            [(encode_json("a"), encode_json({"v": 2})), (encode_json("b"), None)]
+        ),
+        sqlite_provider.encode_plain_delta({"a": 3}, [(encode_json(("t",)), b"4")]),
+        sqlite_provider.encode_delta([(encode_json("c"), None)]),
+        sqlite_provider.encode_plain_delta({"c": 5}, []),
+    ]
+    merged = sqlite_provider.merge_records(records)
+    assert merged == {
+        encode_json("a"): encode_json(3),
+        encode_json("b"): None,
+        encode_json("c"): encode_json(5),
+        encode_json(("t",)): b"4",
+    }
+    # Record by record, applied in order, gives the same.
+    one_by_one: dict[bytes, bytes | None] = {}
+    for record in records:
+        one_by_one.update(zip(*sqlite_provider.decode_delta(record), strict=True))
+    assert one_by_one == merged
