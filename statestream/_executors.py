@@ -64,16 +64,17 @@ class ExecutorCollector(OutputCollector, Protocol):
     """What a runtime hands a wrapped bolt: the bolt collector plus the acker transport."""
 
     def hold_acks(self) -> None:
-        """From now on keep this task's acks, XOR-combined per root, until
-        :meth:`take_acks`, instead of sending them to the ackers."""
+        """From now on keep this task's acks until :meth:`take_acks`, instead of
+        sending them to the ackers."""
         ...
 
-    def take_acks(self) -> dict[int, int]:
-        """The acks kept since the last call (root -> XOR value), now forgotten here."""
+    def take_acks(self) -> list[tuple[int, int]]:
+        """The acks kept since the last call, ``(root, XOR value)`` pairs (a root
+        may come more than once), now forgotten here."""
         ...
 
-    def send_acks(self, acks: Mapping[int, int]) -> None:
-        """Send XOR values (root -> value) to the roots' ackers."""
+    def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
+        """Send ``(root, XOR value)`` pairs to the roots' ackers."""
         ...
 
     def fail_roots(self, roots: Iterable[int]) -> None:

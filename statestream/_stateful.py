@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._checkpoint import Action, CheckpointCoordinator, CheckpointState, Phase
@@ -82,60 +82,56 @@ def apply_action(
         raise ProtocolViolation(f"unknown checkpoint action {action!r}")
 
 
+#: An ack as a task sends it to the acker: (root, XOR value).
+Ack = tuple[int, int]
+
+
 class HeldAcks:
     """Acks a stateful task made, held until a commit covers them.
 
-    ``hold`` adds acks (root -> XOR value) made since the last prepare;
-    ``prepare(t)`` marks them as covered by ``t``; ``commit(t)`` returns every
-    ack covered by ``t`` or earlier, to send to the acker; ``rollback()``
-    returns every held root, to fail.
+    ``hold`` adds acks, ``(root, XOR value)`` pairs, made since the last
+    prepare; ``prepare(t)`` marks them as covered by ``t``; ``commit(t)``
+    returns every ack covered by ``t`` or earlier, to send to the acker;
+    ``rollback()`` returns every held root, to fail. A root may come in
+    several pairs: XOR being associative, the acker adds them up, so they
+    are kept as made rather than combined here.
     """
 
     def __init__(self) -> None:
-        self.current: dict[int, int] = {}
-        self.covered: dict[int, dict[int, int]] = {}
+        self.current: list[Ack] = []
+        self.covered: dict[int, list[Ack]] = {}
 
-    def hold(self, acks: Mapping[int, int]) -> None:
-        current = self.current
-        if len(acks) > len(current):
-            # Loop over the smaller side: the acks since a commit are tens of
-            # thousands of roots, those between a prepare and its commit few.
-            current, acks = dict(acks), current
-            self.current = current
-        for root, value in acks.items():
-            current[root] = current.get(root, 0) ^ value
+    def hold(self, acks: Iterable[Ack]) -> None:
+        self.current.extend(acks)
 
     def prepare(self, txid: int) -> None:
         if self.current:
             into = self.covered.get(txid)
             if into is None:
-                # The usual case, a first prepare of txid: hand the dict over
-                # instead of copying it root by root.
                 self.covered[txid] = self.current
-            else:  # txid prepared again (its first prepare failed): merge
-                for root, value in self.current.items():
-                    into[root] = into.get(root, 0) ^ value
-            self.current = {}
+            else:  # txid prepared again (its first prepare failed)
+                into.extend(self.current)
+            self.current = []
 
-    def commit(self, txid: int) -> dict[int, int]:
-        done = [t for t in self.covered if t <= txid]
+    def commit(self, txid: int) -> list[Ack]:
+        done = sorted(t for t in self.covered if t <= txid)
         if len(done) == 1:
             return self.covered.pop(done[0])  # the usual case: one txid covered
-        released: dict[int, int] = {}
+        released: list[Ack] = []
         for t in done:
-            for root, value in self.covered.pop(t).items():
-                released[root] = released.get(root, 0) ^ value
+            released.extend(self.covered.pop(t))
         return released
 
     def rollback(self) -> set[int]:
-        roots = set(self.current)
+        roots = {root for root, _ in self.current}
         for acks in self.covered.values():
-            roots.update(acks)
-        self.current = {}
+            roots.update(root for root, _ in acks)
+        self.current = []
         self.covered = {}
         return roots
 
     def __len__(self) -> int:
+        """The acks held (pairs, not roots)."""
         return len(self.current) + sum(len(a) for a in self.covered.values())
 
 
@@ -154,12 +150,10 @@ class StatefulTaskProtocol:
         self.held = HeldAcks()
         self.ready = False
 
-    def hold(self, acks: Mapping[int, int]) -> None:
+    def hold(self, acks: Iterable[Ack]) -> None:
         self.held.hold(acks)
 
-    def act(
-        self, state: KeyValueState, action: Action, txid: int
-    ) -> tuple[dict[int, int], set[int]]:
+    def act(self, state: KeyValueState, action: Action, txid: int) -> tuple[list[Ack], set[int]]:
         """Returns ``(acks to release, roots to fail)``. Raises what the state raises;
         then nothing changed here and the held acks stay held."""
         apply_action(self.bolt, state, action, txid, self.ready)
@@ -170,10 +164,10 @@ class StatefulTaskProtocol:
         elif action is Action.ROLLBACK:
             # Whatever these tuples did to the state is gone: replay them.
             self.ready = False
-            return {}, self.held.rollback()
+            return [], self.held.rollback()
         else:
             self.ready = True
-        return {}, set()
+        return [], set()
 
 
 class CheckpointSpout(Spout):

@@ -878,10 +878,10 @@ class BoltTask(_Task):
         self.execute_data: Callable[[Tuple], None] = (
             self.executor.data_entry() if self.pausable else self.execute
         )
-        self.ack_buf: dict[int, int] = {}  # root -> XOR of acks not yet sent to the acker
         self.last_root = 0  # the tree of the latest ack, whose XOR is in last_val
         self.last_val = 0
-        self.holding = False  # hold_acks(): acks stay in ack_buf for take_acks()
+        self.holding = False  # hold_acks(): acks stay in `held` for take_acks()
+        self.held: list[tuple[int, int]] = []  # (root, XOR) pairs kept while holding
         # Checkpoint tuples take a priority lane: they must get through while
         # data waits (before INITSTATE, or while a full queue holds it).
         self.control: deque[Tuple] = deque()
@@ -997,14 +997,12 @@ class BoltTask(_Task):
             self._misuse(tup, "ack")
         tup.done = True
         self.acked += 1
-        # Acks are XOR-combined per root and sent once per drain (see
-        # flush_acks): XOR is associative and commutative, so the acker sees
-        # the same sums with far fewer messages.
+        # Consecutive inputs often share a tree (the words of one line): their
+        # acks are XOR-combined into one message (XOR is associative and
+        # commutative, so the acker sees the same sums), sent when an input
+        # of another tree comes (_fold_ack) or the drain ends.
         root = tup.root
         if root:
-            # Consecutive inputs often share a tree (the words of one line):
-            # the current tree's XOR is kept apart from the dict until another
-            # tree's ack comes (_fold_ack).
             if root == self.last_root:
                 self.last_val ^= tup.edge ^ tup.ack_val
             else:
@@ -1013,10 +1011,10 @@ class BoltTask(_Task):
                 self.last_root = root
                 self.last_val = tup.edge ^ tup.ack_val
         elif tup.anchors:
+            self._fold_ack()
             v = tup.ack_val
-            buf = self.ack_buf
             for root, edge in tup.anchors.items():
-                buf[root] = buf.get(root, 0) ^ edge ^ v
+                self._send_ack(root, edge ^ v)
 
     def _misuse(self, tup: Tuple, what: str) -> None:
         """Raise the ReliabilityError for acking/failing a tuple twice or another task's."""
@@ -1028,37 +1026,36 @@ class BoltTask(_Task):
         )
 
     def _fold_ack(self) -> None:
-        """Move the current tree's XOR (see ack) into ack_buf."""
+        """Send the current tree's combined ack (see ack), or keep it while holding."""
         root = self.last_root
         if root:
-            buf = self.ack_buf
-            buf[root] = buf.get(root, 0) ^ self.last_val
             self.last_root = 0
+            self._send_ack(root, self.last_val)
+
+    def _send_ack(self, root: int, xor_val: int) -> None:
+        if self.holding:
+            self.held.append((root, xor_val))  # the executor takes them at its next checkpoint
+            return
+        acking = self.rt.acking
+        if acking is not None:
+            acking.ack(root, xor_val)
 
     def flush_acks(self) -> None:
         self._fold_ack()
-        if self.holding:
-            return  # the executor takes them at its next checkpoint
-        buf = self.ack_buf
-        acking = self.rt.acking
-        if acking is not None:
-            for root, xor_val in buf.items():
-                acking.ack(root, xor_val)
-        buf.clear()
 
     # -- the acker transport the executors use (statestream._executors.ExecutorCollector)
     def hold_acks(self) -> None:
         self.holding = True
 
-    def take_acks(self) -> dict[int, int]:
+    def take_acks(self) -> list[tuple[int, int]]:
         self._fold_ack()
-        taken, self.ack_buf = self.ack_buf, {}
+        taken, self.held = self.held, []
         return taken
 
-    def send_acks(self, acks: Mapping[int, int]) -> None:
+    def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
         acking = self.rt.acking
         if acking is not None:
-            for root, xor_val in acks.items():
+            for root, xor_val in acks:
                 acking.ack(root, xor_val)
 
     def fail_roots(self, roots: Iterable[int]) -> None:
@@ -1077,9 +1074,7 @@ class BoltTask(_Task):
         anchors = tup.trees()
         acking = self.rt.acking
         if anchors and acking is not None:
-            self._fold_ack()
-            if self.ack_buf:
-                self.flush_acks()
+            self._fold_ack()  # this task's acks before its fail
             # Called from an except clause (a bolt that raised, FailedException),
             # the exception being handled is why: the dead-letter record says so.
             cause = (self.component, sys.exc_info()[1], "failed by collector.fail()")
@@ -1117,8 +1112,6 @@ class BoltTask(_Task):
             did = did or self.executed != before
         if self.last_root:
             self._fold_ack()
-        if self.ack_buf and not self.holding:
-            self.flush_acks()
         return did
 
     def _drain_control(self) -> None:
@@ -1956,9 +1949,10 @@ class LocalRuntime:
                 reasons.append(
                     f"bolt {b.component!r} task {b.task_index} has {len(b.inbox):,} tuples queued"
                 )
-            if b.ack_buf:
+            if b.held:
+                trees = len({root for root, _ in b.held})
                 reasons.append(
-                    f"bolt {b.component!r} task {b.task_index} holds acks of {len(b.ack_buf):,} "
+                    f"bolt {b.component!r} task {b.task_index} holds acks of {trees:,} "
                     "tuple trees until its next commit"
                 )
         return reasons
@@ -1973,7 +1967,7 @@ class LocalRuntime:
         cp = self._checkpoint_spout
         if cp is None or cp.coordinator.pending:
             return False
-        if not any(t.holding and t.ack_buf for t in self.bolts):
+        if not any(t.holding and (t.held or t.last_root) for t in self.bolts):
             return False
         cp.request_early()
         return True

@@ -566,7 +566,7 @@ class Worker:
         st.stop = self.stop_requested or rt._stop
         st.deadline = self._deadline
         st.epoch = self.epoch
-        st.holding = any(t.holding and t.ack_buf for t in rt.bolts)
+        st.holding = any(t.holding and (t.held or t.last_root) for t in rt.bolts)
         cp = rt._checkpoint_spout
         if cp is not None:
             st.prepare_due = cp.prepare_due() if ss is not None else False

@@ -56,18 +56,26 @@ def _anchors(anchors: Tuple | Sequence[Tuple] | None) -> list[Tuple]:
     return list(anchors)
 
 
+def _by_root(acks: Iterable[tuple[int, int]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for root, value in acks:
+        out[root] = out.get(root, 0) ^ value
+    return out
+
+
 class FakeCollector:
     """An ExecutorCollector that records every call.
 
-    While holding (after ``hold_acks``) an ack is XOR-combined per root into
-    the buffer that ``take_acks`` hands over, as a runtime does; before that,
-    acks are only recorded.
+    While holding (after ``hold_acks``) an ack goes into the buffer that
+    ``take_acks`` hands over, as a runtime does; before that, acks are only
+    recorded. The acks taken and sent are recorded XOR-combined per root,
+    as the acker adds them up.
     """
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.holding = False
-        self.buffer: dict[int, int] = {}
+        self.buffer: list[tuple[int, int]] = []
 
     # OutputCollector
     def emit(
@@ -90,7 +98,7 @@ class FakeCollector:
     def ack(self, tuple: Tuple) -> None:
         self.calls.append(("ack", tuple))
         if self.holding and tuple.root:
-            self.buffer[tuple.root] = self.buffer.get(tuple.root, 0) ^ tuple.edge
+            self.buffer.append((tuple.root, tuple.edge))
 
     def fail(self, tuple: Tuple) -> None:
         self.calls.append(("fail", tuple))
@@ -106,13 +114,13 @@ class FakeCollector:
         self.calls.append(("hold_acks",))
         self.holding = True
 
-    def take_acks(self) -> dict[int, int]:
-        taken, self.buffer = self.buffer, {}
-        self.calls.append(("take_acks", dict(taken)))
+    def take_acks(self) -> list[tuple[int, int]]:
+        taken, self.buffer = self.buffer, []
+        self.calls.append(("take_acks", _by_root(taken)))
         return taken
 
-    def send_acks(self, acks: Mapping[int, int]) -> None:
-        self.calls.append(("send_acks", dict(acks)))
+    def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
+        self.calls.append(("send_acks", _by_root(acks)))
 
     def fail_roots(self, roots: Iterable[int]) -> None:
         self.calls.append(("fail_roots", set(roots)))

@@ -34,6 +34,23 @@ class _Recorder(StatefulBolt):
 Setup = tuple[StatefulTaskProtocol, _Recorder, Any]
 
 
+def acks(by_root: dict[int, int]) -> list[tuple[int, int]]:
+    """Acks as a task hands them over: (root, XOR value) pairs."""
+    return list(by_root.items())
+
+
+def xors(pairs: list[tuple[int, int]]) -> dict[int, int]:
+    """Released pairs as the acker adds them up: XOR per root."""
+    out: dict[int, int] = {}
+    for root, value in pairs:
+        out[root] = out.get(root, 0) ^ value
+    return out
+
+
+def acted(result: tuple[list[tuple[int, int]], set[int]]) -> tuple[dict[int, int], set[int]]:
+    return xors(result[0]), result[1]
+
+
 @pytest.fixture
 def setup() -> Setup:
     bolt = _Recorder()
@@ -43,14 +60,14 @@ def setup() -> Setup:
 
 def test_acks_are_released_by_the_commit_that_covers_them(setup: Setup) -> None:
     proto, bolt, state = setup
-    assert proto.act(state, Action.INITSTATE, -1) == ({}, set())
+    assert acted(proto.act(state, Action.INITSTATE, -1)) == ({}, set())
     assert proto.ready
-    proto.hold({1: 0b1010, 2: 0b0001})
-    assert proto.act(state, Action.PREPARE, 0) == ({}, set())
-    proto.hold({1: 0b1010, 3: 0b0100})  # after the prepare: belongs to the next txid
-    assert proto.act(state, Action.COMMIT, 0) == ({1: 0b1010, 2: 0b0001}, set())
-    assert proto.act(state, Action.PREPARE, 1) == ({}, set())
-    assert proto.act(state, Action.COMMIT, 1) == ({1: 0b1010, 3: 0b0100}, set())
+    proto.hold(acks({1: 0b1010, 2: 0b0001}))
+    assert acted(proto.act(state, Action.PREPARE, 0)) == ({}, set())
+    proto.hold(acks({1: 0b1010, 3: 0b0100}))  # after the prepare: belongs to the next txid
+    assert acted(proto.act(state, Action.COMMIT, 0)) == ({1: 0b1010, 2: 0b0001}, set())
+    assert acted(proto.act(state, Action.PREPARE, 1)) == ({}, set())
+    assert acted(proto.act(state, Action.COMMIT, 1)) == ({1: 0b1010, 3: 0b0100}, set())
     assert bolt.calls == [
         "init_state",
         "pre_prepare 0",
@@ -63,10 +80,10 @@ def test_acks_are_released_by_the_commit_that_covers_them(setup: Setup) -> None:
 def test_a_rollback_fails_every_held_root_and_waits_for_initstate(setup: Setup) -> None:
     proto, bolt, state = setup
     proto.act(state, Action.INITSTATE, -1)
-    proto.hold({1: 5})
+    proto.hold(acks({1: 5}))
     proto.act(state, Action.PREPARE, 0)
-    proto.hold({2: 6})
-    assert proto.act(state, Action.ROLLBACK, 0) == ({}, {1, 2})
+    proto.hold(acks({2: 6}))
+    assert acted(proto.act(state, Action.ROLLBACK, 0)) == ({}, {1, 2})
     assert proto.ready is False
     assert len(proto.held) == 0
     proto.act(state, Action.INITSTATE, -1)
@@ -76,7 +93,7 @@ def test_a_rollback_fails_every_held_root_and_waits_for_initstate(setup: Setup) 
 
 def test_prepare_before_initstate_is_refused_and_holds_on_to_the_acks(setup: Setup) -> None:
     proto, _, state = setup
-    proto.hold({7: 1})
+    proto.hold(acks({7: 1}))
     with pytest.raises(ProtocolViolation, match="before INITSTATE"):
         proto.act(state, Action.PREPARE, 0)
     assert len(proto.held) == 1
@@ -84,42 +101,42 @@ def test_prepare_before_initstate_is_refused_and_holds_on_to_the_acks(setup: Set
 
 def test_held_acks_merge_a_re_prepared_txid_and_release_every_covered_txid() -> None:
     held = HeldAcks()
-    held.hold({1: 0b0011})
+    held.hold(acks({1: 0b0011}))
     held.prepare(4)
-    held.hold({1: 0b0101, 2: 0b1000})
+    held.hold(acks({1: 0b0101, 2: 0b1000}))
     held.prepare(4)  # txid 4 prepared again: merged, XOR per root
-    held.hold({3: 0b0001})
+    held.hold(acks({3: 0b0001}))
     held.prepare(5)
-    held.hold({9: 0b1111})  # not covered by any prepare yet
-    assert len(held) == 4
+    held.hold(acks({9: 0b1111}))  # not covered by any prepare yet
+    assert len(held) == 5  # pairs as made: root 1 twice
     # Committing 5 releases what 4 and 5 covered (a lost COMMIT 4 is implied).
-    assert held.commit(5) == {1: 0b0110, 2: 0b1000, 3: 0b0001}
-    assert held.commit(5) == {}
+    assert xors(held.commit(5)) == {1: 0b0110, 2: 0b1000, 3: 0b0001}
+    assert xors(held.commit(5)) == {}
     assert held.rollback() == {9}
     assert len(held) == 0
 
 
 def test_held_acks_hand_over_a_single_txid_without_mixing_later_acks() -> None:
     held = HeldAcks()
-    held.hold({1: 1})
+    held.hold(acks({1: 1}))
     held.prepare(0)
-    held.hold({1: 2})  # after the prepare: the next txid's
+    held.hold(acks({1: 2}))  # after the prepare: the next txid's
     released = held.commit(0)
-    assert released == {1: 1}
+    assert released == [(1, 1)]
     held.prepare(1)
-    released[1] = 99  # the caller owns what was released
-    assert held.commit(1) == {1: 2}
+    released.append((1, 99))  # the caller owns what was released
+    assert xors(held.commit(1)) == {1: 2}
 
 
 def test_held_acks_of_one_root_in_two_holds_before_a_prepare_combine_by_xor() -> None:
     held = HeldAcks()
-    first = {1: 0b0110, 2: 0b0001}
+    first = acks({1: 0b0110, 2: 0b0001})
     held.hold(first)
-    first[1] = 0  # the caller keeps its dict: what was held does not change
-    held.hold({1: 0b0011})  # a second drain before the same prepare
-    assert len(held) == 2
+    first[0] = (1, 0)  # the caller keeps its list: what was held does not change
+    held.hold(acks({1: 0b0011}))  # a second drain before the same prepare
+    assert len(held) == 3
     held.prepare(0)
-    assert held.commit(0) == {1: 0b0101, 2: 0b0001}
+    assert xors(held.commit(0)) == {1: 0b0101, 2: 0b0001}
 
 
 @pytest.mark.parametrize(
@@ -131,16 +148,17 @@ def test_held_acks_of_one_root_in_two_holds_before_a_prepare_combine_by_xor() ->
         ([{}, {7: 1}, {}], {7: 1}),
     ],
 )
-def test_held_acks_merge_holds_by_xor_whichever_is_larger(
+def test_held_acks_released_add_up_by_xor_whichever_hold_is_larger(
     holds: list[dict[int, int]], expected: dict[int, int]
 ) -> None:
     held = HeldAcks()
-    copies = [dict(h) for h in holds]
-    for h in holds:
-        held.hold(h)
-    assert holds == copies, "hold changed a caller's dict"
+    given = [acks(h) for h in holds]
+    copies = [list(g) for g in given]
+    for g in given:
+        held.hold(g)
+    assert given == copies, "hold changed a caller's list"
     held.prepare(0)
-    released = held.commit(0)
+    released = xors(held.commit(0))
     assert {r: v for r, v in released.items() if v} == expected
 
 
@@ -148,11 +166,11 @@ def test_a_commit_resent_after_it_committed_is_a_noop_for_the_state(setup: Setup
     proto, bolt, state = setup
     proto.act(state, Action.INITSTATE, -1)
     state.put("a", 1)
-    proto.hold({1: 0b0101})
+    proto.hold(acks({1: 0b0101}))
     proto.act(state, Action.PREPARE, 0)
-    assert proto.act(state, Action.COMMIT, 0) == ({1: 0b0101}, set())
+    assert acted(proto.act(state, Action.COMMIT, 0)) == ({1: 0b0101}, set())
     # The round is re-sent (it failed at another task): no re-prepare, no error.
-    assert proto.act(state, Action.COMMIT, 0) == ({}, set())
+    assert acted(proto.act(state, Action.COMMIT, 0)) == ({}, set())
     assert (state.committed_txid, state.prepared_txid) == (0, None)
     assert bolt.calls == ["init_state", "pre_prepare 0", "pre_commit 0", "pre_commit 0"]
     state.put("a", 2)
@@ -167,7 +185,7 @@ def test_a_commit_to_a_state_that_missed_the_prepare_joins_at_that_txid(setup: S
     proto, _, state = setup
     proto.act(state, Action.INITSTATE, 2)
     state.put("a", 1)
-    assert proto.act(state, Action.COMMIT, 3) == ({}, set())
+    assert acted(proto.act(state, Action.COMMIT, 3)) == ({}, set())
     assert (state.committed_txid, state.prepared_txid) == (3, None)
     assert state.get("a") == 1
     proto.act(state, Action.PREPARE, 4)
@@ -184,12 +202,12 @@ def test_a_new_protocol_is_not_ready_until_initstate(setup: Setup) -> None:
 
 def test_held_acks_of_one_root_in_several_committed_txids_combine_by_xor() -> None:
     held = HeldAcks()
-    held.hold({1: 0b0011, 2: 0b0100})
+    held.hold(acks({1: 0b0011, 2: 0b0100}))
     held.prepare(4)
-    held.hold({1: 0b0101})
+    held.hold(acks({1: 0b0101}))
     held.prepare(5)
     # COMMIT 4 was lost; COMMIT 5 releases both txids, root 1 XOR-combined.
-    assert held.commit(5) == {1: 0b0110, 2: 0b0100}
+    assert xors(held.commit(5)) == {1: 0b0110, 2: 0b0100}
 
 
 def test_apply_action_refuses_an_unknown_action(setup: Setup) -> None:
