@@ -76,10 +76,8 @@ class RotatingMap(Generic[K, V]):
         buckets = self._buckets
         newest = buckets[0]
         if key not in newest:
-            for bucket in buckets:
-                # The newest bucket is tried again here; a miss is cheaper
-                # than slicing the list to skip it.
-                bucket.pop(key, None)
+            for i in range(1, len(buckets)):
+                buckets[i].pop(key, None)
         newest[key] = value
 
     def get(self, key: K, default: V | None = None) -> V | None:

@@ -113,6 +113,7 @@ class _Route:
 
     __slots__ = (
         "custom",
+        "field",
         "index_of_task",
         "key",
         "kind",
@@ -133,6 +134,7 @@ class _Route:
         self.puts: list[Callable[[Any], None]] = [q.append for q in inboxes]
         self.n = len(inboxes)
         self.key: Any = None
+        self.field = 0  # the key of a one-field grouping, typed: a list index in C
         self.rr = 0
         self.custom: Any = None
         self.index_of_task: dict[int, int] = {}
@@ -146,7 +148,7 @@ class _Route:
         value, as Storm's fields grouping, so every runtime and every restart agrees)."""
         # Not useless: in the compiled core the narrowed branch indexes a list
         # (what emits almost always pass) directly, the other through a call.
-        v = values[self.key] if isinstance(values, list) else values[self.key]  # noqa: RUF034
+        v = values[self.field] if isinstance(values, list) else values[self.field]  # noqa: RUF034
         if type(v) is str:
             memo = self.memo
             i = memo.get(v, -1)
@@ -697,8 +699,9 @@ class SpoutTask(_Task):
         failures = self.retries.failures
         replaying = bool(self.rt.replaying)
         left = len(completions) - most if 0 < most < len(completions) else 0
+        pop = completions.popleft  # bound once: deque is not a compiled type
         while len(completions) > left:
-            key, ok = completions.popleft()
+            key, ok = pop()
             msg_id: Any
             entry: Any = (key, (), None)
             if untracked:
@@ -1359,6 +1362,8 @@ class LocalRuntime:
                 inboxes = [self._queue(tid, queue) for tid in task_ids]
                 route = _Route(target, kind, inboxes)
                 route.key = rs.key
+                if isinstance(rs.key, int):
+                    route.field = rs.key
                 if kind == _SHUFFLE:
                     # Start each emitter at a different task so that several
                     # emitters spread evenly from the first tuple on.
