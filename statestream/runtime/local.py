@@ -442,7 +442,7 @@ class _Acking:
         spout = self.rt.spout_by_task.get(outcome.spout_task)
         ok = outcome.kind == "ack"
         if spout is not None:
-            spout.completions.append((outcome.root, ok))
+            spout.complete((outcome.root, ok))
         elif self.link is not None:
             self.out_completions[outcome.spout_task % self.workers].append(
                 (outcome.spout_task, outcome.root, ok)
@@ -534,6 +534,10 @@ class SpoutTask(_Task):
         self.spout: Spout = rt.topology.instantiate(spec.id)
         self.system = spec.id == CHECKPOINT_SPOUT  # the checkpoint spout: not a data source
         self.completions: deque[tuple[int, bool]] = deque()
+        # Its bound append (the acker's outcomes arrive through it): deque is
+        # not a compiled type, so calling ``completions.append`` would look
+        # the method up by name.
+        self.complete: Callable[[tuple[int, bool]], None] = self.completions.append
         # root -> (msg_id, values, origin): what a dead-letter record names.
         self.pending: RotatingMap[int, Any] = RotatingMap(_TIMEOUT_BUCKETS, self._expired)
         self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
@@ -597,7 +601,9 @@ class SpoutTask(_Task):
             if self.failures and self.rt.exactly_once:
                 self.retries.emitted_again(msg_id)
             self.emitted += 1
-            root = self.rt.new_root()
+            rt = self.rt
+            # A direct call unless a test or the workers runtime put their own in.
+            root = new_id(None) if rt.new_root is new_id else rt.new_root()
             self.pending.put(root, (msg_id, values, origin))
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
