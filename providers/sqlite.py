@@ -464,8 +464,8 @@ class SQLiteStateProvider(BackendStateProvider):
         into the entries now, each namespace in one transaction.
 
         Never needed for correctness: a commit folds a namespace's records
-        once enough have gathered. It leaves the committed state in
-        ``statestream_entries`` alone, for tools that read the table itself.
+        once enough have gathered. Afterwards the committed state is all in
+        ``statestream_entries``, for tools that read that table themselves.
         """
         if namespace is None:
             with self._use() as conn:
