@@ -107,6 +107,7 @@ from statestream.provider import (
     StateError,
     check_config_keys,
     config_option,
+    encode_json,
     get_serializer,
 )
 
@@ -489,16 +490,16 @@ class SQLiteStateProvider(BackendStateProvider):
 # adaptation step on every ``bytes`` it binds (a look-up of the adapters,
 # then of ``__adapt__`` and ``__conform__``, each building an AttributeError:
 # ~3,300 instructions a value), but never on a ``bytearray``, which it binds
-# as the same BLOB. So the rows of a checkpoint go in as bytearrays, _CHUNK
+# as the same BLOB. So the rows of a fold go in as bytearrays, _CHUNK
 # rows per multi-row INSERT. Stored bytes, and what reads return, are the
 # same; a process that registered adapters of its own is not touched.
 _CHUNK: Final = 256  # 513 parameters a statement, within sqlite's old limit of 999
 
 
-def _upsert_sql(table: str, rows: int) -> str:
+def _upsert_sql(rows: int) -> str:
     # "?1" is the namespace, bound once; each "?" after it takes the next number.
     return (
-        f"INSERT INTO {table} (namespace, key, value) VALUES "
+        "INSERT INTO statestream_entries (namespace, key, value) VALUES "
         + ", ".join(["(?1, ?, ?)"] * rows)
         + " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
     )
@@ -507,29 +508,18 @@ def _upsert_sql(table: str, rows: int) -> str:
 # Statements of _CHUNK rows and of every smaller power of two: any count of
 # rows is a sum of them, and the connection's statement cache keeps these
 # few prepared, where a statement per remainder size would not stay cached.
-_UPSERT: Final = {
-    (table, 1 << bit): _upsert_sql(table, 1 << bit)
-    for table in ("statestream_entries",)
-    for bit in range(_CHUNK.bit_length())
-}
+_UPSERT: Final = {1 << bit: _upsert_sql(1 << bit) for bit in range(_CHUNK.bit_length())}
 
 
-def _upsert_rows(
-    conn: sqlite3.Connection, table: str, ns: str, rows: list[tuple[bytes, bytes | None]]
-) -> None:
-    """Upsert ``rows`` into ``table`` in order (a later duplicate key wins), in the caller's
-    transaction; a ``None`` value is stored as NULL."""
-    try:
-        # map() runs bytearray without an interpreted step per value; a None
-        # raises TypeError (mypy sees it may come), and the slower way follows.
-        params: list[Any] = list(map(bytearray, chain.from_iterable(rows)))  # type: ignore[arg-type]
-    except TypeError:  # a tombstone among the values
-        params = [None if item is None else bytearray(item) for row in rows for item in row]
+def _upsert_entries(conn: sqlite3.Connection, ns: str, rows: list[tuple[bytes, bytes]]) -> None:
+    """Upsert ``rows`` into the entries of ``ns`` in order, in the caller's transaction."""
+    # map() runs bytearray without an interpreted step per value.
+    params: list[Any] = list(map(bytearray, chain.from_iterable(rows)))
     done, left, size = 0, len(rows), _CHUNK
     while left:
         while size > left:
             size >>= 1
-        conn.execute(_UPSERT[table, size], [ns, *params[2 * done : 2 * (done + size)]])
+        conn.execute(_UPSERT[size], [ns, *params[2 * done : 2 * (done + size)]])
         done += size
         left -= size
 
@@ -556,7 +546,7 @@ def _u32s(values: Iterable[int]) -> bytes:
 def encode_delta(delta: Delta) -> bytes:
     """One log record holding ``delta`` (keys and values as given, None for a deletion)."""
     if not delta:
-        return _DELTA_MAGIC + _u32s((0,))
+        return _DELTA_MAGIC + (0).to_bytes(4, "little")
     keys, values = zip(*delta, strict=True)
     try:
         value_lengths = _u32s(map(len, values))  # a None raises TypeError
@@ -567,7 +557,7 @@ def encode_delta(delta: Delta) -> bytes:
     return b"".join(
         (
             _DELTA_MAGIC,
-            _u32s((len(keys),)),
+            len(keys).to_bytes(4, "little"),
             _u32s(map(len, keys)),
             value_lengths,
             b"".join(keys),
@@ -581,7 +571,8 @@ def encode_plain_delta(plain: Mapping[str, Any], delta: Delta) -> bytes:
     (see ``StateBackend.write_prepared_plain``): the JSON document of
     ``plain``, then the record of ``delta``."""
     document = orjson.dumps(plain)
-    return b"".join((_PLAIN_MAGIC, _u32s((len(document),)), document, encode_delta(delta)))
+    size = len(document).to_bytes(4, "little")
+    return b"".join((_PLAIN_MAGIC, size, document, encode_delta(delta)))
 
 
 def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
@@ -592,9 +583,9 @@ def decode_delta(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
     """
     plain, keys, values = _split_record(record)
     if plain:
-        # As the state would have encoded them (encode_json: exact-size bytes).
-        keys.extend([b"%b" % orjson.dumps(key) for key in plain])
-        values.extend([b"%b" % orjson.dumps(value) for value in plain.values()])
+        # As the state would have encoded them.
+        keys.extend(map(encode_json, plain))
+        values.extend(map(encode_json, plain.values()))
     return keys, values
 
 
@@ -613,14 +604,14 @@ def merge_records(records: Iterable[bytes]) -> dict[bytes, bytes | None]:
         if plain:
             if rows:  # an older row of the same key must not outlive this record
                 for name in plain:
-                    rows.pop(b"%b" % orjson.dumps(name), None)
+                    rows.pop(encode_json(name), None)
             plain_union.update(plain)
         for key, value in zip(keys, values, strict=True):
             if plain_union and key[:1] == b'"':  # a str key: it may be a plain one
                 plain_union.pop(orjson.loads(key), None)
             rows[key] = value
     for name, plain_value in plain_union.items():
-        rows[b"%b" % orjson.dumps(name)] = b"%b" % orjson.dumps(plain_value)
+        rows[encode_json(name)] = encode_json(plain_value)
     return rows
 
 
@@ -643,11 +634,7 @@ def _split_record(record: bytes) -> tuple[dict[str, Any] | None, list[bytes], li
 def _decode_rows(record: bytes) -> tuple[list[bytes], list[bytes | None]]:
     if record[:4] != _DELTA_MAGIC or len(record) < 8:
         raise ValueError("not a statestream delta record")
-    counts = array(_U32)
-    counts.frombytes(record[4:8])
-    if _SWAP:
-        counts.byteswap()
-    n = counts[0]
+    n = int.from_bytes(record[4:8], "little")
     lengths = array(_U32)
     head = 8 + 8 * n
     if len(record) < head:
@@ -833,12 +820,7 @@ class _SQLiteBackend:
         with self._provider._transaction() as conn:
             # Logged as committed at the current txid, so that it applies
             # after every record committed before it.
-            conn.execute(
-                "INSERT INTO statestream_txids (namespace) VALUES (?) ON CONFLICT DO NOTHING", (ns,)
-            )
-            (committed,) = conn.execute(
-                "SELECT committed FROM statestream_txids WHERE namespace = ?", (ns,)
-            ).fetchone()
+            (committed,) = conn.execute(f"SELECT {_COMMITTED}", (ns,)).fetchone()
             conn.execute(
                 "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
                 (ns, committed, encode_delta(delta)),
@@ -875,7 +857,7 @@ class _SQLiteBackend:
         )
         live = sorted((k, v) for k, v in merged.items() if v is not None)
         if live:
-            _upsert_rows(conn, "statestream_entries", ns, live)  # type: ignore[arg-type]
+            _upsert_entries(conn, ns, live)
         conn.executemany(
             "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?",
             [(ns, bytearray(k)) for k, v in merged.items() if v is None],

@@ -450,7 +450,6 @@ class StoredKeyValueState:
         write_plain = getattr(self._backend, "write_prepared_plain", None) if plain else None
         if write_plain is not None:
             write_plain(t, plain, [(e[1], e[3]) for e in pending.values()])
-            staged.update(pending)
             # What _prepared's entries are read for is the key (items()) and
             # that the key is there (rollback); their bytes went to the store.
             for key, value in plain.items():
@@ -459,7 +458,7 @@ class StoredKeyValueState:
         else:
             self._settle_plain()
             self._backend.write_prepared(t, [(e[1], e[3]) for e in pending.values()])
-            staged.update(pending)
+        staged.update(pending)  # its keys are never plain ones (put keeps them apart)
         pending.clear()
         self._prepared_txid = t
 
