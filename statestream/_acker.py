@@ -27,9 +27,9 @@ root to task :func:`acker_task_for`)::
 An :class:`Outcome` goes to ``spout_task``, which calls its spout's
 ``ack``/``fail`` for the message id behind ``root``.
 
-Memory: an entry is one packed ``int`` in a dict (see ``_TASK_SHIFT``), so
-a pending tree costs a dict slot plus one 3-digit int, whatever the size of
-the tree. ``bench/bench_acker_memory.py`` measures it.
+Memory: an entry is one small mutable object in a dict (see :class:`_Entry`):
+an ack changes it in place, with no dict store and no new int, which is what
+an ack costs most. ``bench/bench_acker_memory.py`` measures the bytes per tree.
 
 Pure: no threads, no I/O, no clock. Time passes only through :meth:`tick`.
 Not thread-safe: the acker task that owns a ledger is its only caller.
@@ -38,7 +38,7 @@ Not thread-safe: the acker task that owns a ledger is its only caller.
 from __future__ import annotations
 
 import random
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, final
 
 from statestream._errors import ReliabilityError
 from statestream._rotating import RotatingMap
@@ -90,7 +90,7 @@ class Outcome:
 
 
 class LedgerEntry(NamedTuple):
-    """An unpacked view of one ledger entry, for inspection and tests.
+    """A read-only copy of one ledger entry, for inspection and tests.
 
     ``spout_task`` is ``None`` while the init message has not arrived.
     """
@@ -100,19 +100,22 @@ class LedgerEntry(NamedTuple):
     failed: bool
 
 
-# Layout of a packed entry (one Python int per pending tree):
-#
-#   bits 0..63   the 64-bit ack value
-#   bit  64      failed flag (a fail arrived before the init)
-#   bits 65..    spout task + 1; 0 means "init not seen yet"
-#
-# 64 bits already need three 30-bit digits in CPython, and three digits hold
-# 90 bits, so the flag and a spout task below 2**25 make the int no bigger:
-# the whole entry costs what the ack value alone would.
-_VAL_MASK: Final = (1 << 64) - 1
-_FAILED: Final = 1 << 64
-_TASK_SHIFT: Final = 65
-_TASK_ONE: Final = 1 << _TASK_SHIFT  # an entry >= this has a known spout task
+@final
+class _Entry:
+    """One pending tree, changed in place by every message about it.
+
+    ``val`` is the XOR ack value; ``task`` is the spout task + 1, 0 while the
+    init has not arrived; ``failed`` says a fail arrived before the init (a
+    known spout with a fail is reported at once, never stored).
+    """
+
+    __slots__ = ("failed", "task", "val")
+
+    def __init__(self, val: int, task: int, failed: bool) -> None:
+        self.val = val
+        self.task = task
+        self.failed = failed
+
 
 _getrandbits: Final = random.getrandbits
 
@@ -184,7 +187,7 @@ class AckerLedger:
         ``(timeout_buckets - 1) * T`` and ``timeout_buckets * T`` after it was
         created (or last reset). Must be at least 2.
         """
-        self._pending: RotatingMap[int, int] = RotatingMap(timeout_buckets)
+        self._pending: RotatingMap[int, _Entry] = RotatingMap(timeout_buckets)
         # The hot paths walk the buckets directly (newest first) instead of
         # going through RotatingMap methods: an ack must update the value in
         # whichever bucket holds it, without moving it, in one lookup. The
@@ -217,28 +220,29 @@ class AckerLedger:
         else:
             # The common case: the init comes first.
             if ack_val:
-                buckets[0][root] = ack_val | ((spout_task + 1) << _TASK_SHIFT)
+                buckets[0][root] = _Entry(ack_val, spout_task + 1, False)
                 return None
             # A tracked tuple sent to nobody is complete at once.
             return Outcome("ack", root, spout_task)
         return self._init_existing(root, spout_task, ack_val, entry, bucket)
 
     def _init_existing(
-        self, root: int, spout_task: int, ack_val: int, entry: int, bucket: dict[int, int]
+        self, root: int, spout_task: int, ack_val: int, entry: _Entry, bucket: dict[int, _Entry]
     ) -> Outcome | None:
         # Rare path, kept out of init() so the common path stays short.
-        known = entry >> _TASK_SHIFT
+        known = entry.task
         if known and known - 1 != spout_task:
             bucket[root] = entry  # leave the ledger as it was
             raise ReliabilityError(
                 f"root {root} was initialised by spout task {known - 1} and now by "
                 f"spout task {spout_task}; root ids must be unique per tracked tuple"
             )
-        entry = ((entry & (_VAL_MASK | _FAILED)) ^ ack_val) | ((spout_task + 1) << _TASK_SHIFT)
-        if entry & _FAILED:
+        if entry.failed:
             return Outcome("fail", root, spout_task)
-        if not entry & _VAL_MASK:
+        entry.val ^= ack_val
+        if not entry.val:
             return Outcome("ack", root, spout_task)
+        entry.task = spout_task + 1
         self._buckets[0][root] = entry  # the init restarts the timeout
         return None
 
@@ -257,15 +261,16 @@ class AckerLedger:
         for bucket in self._buckets:
             entry = bucket.get(root)
             if entry is not None:
-                entry ^= xor_val  # only touches the low 64 bits
-                if entry & _VAL_MASK or entry < _TASK_ONE:
-                    bucket[root] = entry  # incomplete, or init not seen yet
-                    return None
+                val = entry.val ^ xor_val
+                entry.val = val
+                task = entry.task
+                if val or not task:
+                    return None  # incomplete, or init not seen yet
                 # Value 0 and spout known. A known spout with the failed flag
                 # is never stored (fail() reports it at once), so this is an ack.
                 del bucket[root]
-                return Outcome("ack", root, (entry >> _TASK_SHIFT) - 1)
-        self._buckets[0][root] = xor_val
+                return Outcome("ack", root, task - 1)
+        self._buckets[0][root] = _Entry(xor_val, 0, False)
         return None
 
     def fail(self, root: int) -> Outcome | None:
@@ -279,12 +284,12 @@ class AckerLedger:
         for bucket in buckets:
             entry = bucket.get(root)
             if entry is not None:
-                if entry >= _TASK_ONE:
+                if entry.task:
                     del bucket[root]
-                    return Outcome("fail", root, (entry >> _TASK_SHIFT) - 1)
-                bucket[root] = entry | _FAILED
+                    return Outcome("fail", root, entry.task - 1)
+                entry.failed = True
                 return None
-        buckets[0][root] = _FAILED
+        buckets[0][root] = _Entry(0, 0, True)
         return None
 
     def reset_timeout(self, root: int) -> None:
@@ -310,8 +315,8 @@ class AckerLedger:
         """
         outcomes: list[Outcome] = []
         for root, entry in self._pending.rotate():
-            if entry >= _TASK_ONE:
-                outcomes.append(Outcome("timeout", root, (entry >> _TASK_SHIFT) - 1))
+            if entry.task:
+                outcomes.append(Outcome("timeout", root, entry.task - 1))
             else:
                 self.late_acks += 1
         return outcomes
@@ -326,21 +331,19 @@ class AckerLedger:
         return root in self._pending
 
     def entry(self, root: int) -> LedgerEntry | None:
-        """Return the unpacked entry for ``root``, or ``None`` if it is not pending."""
-        packed = self._pending.get(root)
-        if packed is None:
+        """Return a copy of the entry for ``root``, or ``None`` if it is not pending."""
+        entry = self._pending.get(root)
+        if entry is None:
             return None
-        task = packed >> _TASK_SHIFT
+        task = entry.task
         return LedgerEntry(
-            ack_val=packed & _VAL_MASK,
-            spout_task=task - 1 if task else None,
-            failed=bool(packed & _FAILED),
+            ack_val=entry.val, spout_task=task - 1 if task else None, failed=entry.failed
         )
 
     def ack_value(self, root: int) -> int | None:
         """Return the current 64-bit ack value of ``root``, or ``None`` if not pending."""
-        packed = self._pending.get(root)
-        return None if packed is None else packed & _VAL_MASK
+        entry = self._pending.get(root)
+        return None if entry is None else entry.val
 
     def clear(self) -> None:
         """Forget every pending root, as when the acker task dies.
