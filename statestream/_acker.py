@@ -214,8 +214,11 @@ class AckerLedger:
             )
         buckets = self._buckets
         for bucket in buckets:
-            entry = bucket.pop(root, None)
+            # get, then del when found (rare): the compiled core calls
+            # dict.pop(key, default) as a method, a get directly.
+            entry = bucket.get(root)
             if entry is not None:
+                del bucket[root]
                 break
         else:
             # The common case: the init comes first.
@@ -301,8 +304,9 @@ class AckerLedger:
         if root in buckets[0]:
             return
         for bucket in buckets:
-            entry = bucket.pop(root, None)
+            entry = bucket.get(root)
             if entry is not None:
+                del bucket[root]
                 buckets[0][root] = entry
                 return
 

@@ -77,7 +77,11 @@ class RotatingMap(Generic[K, V]):
         newest = buckets[0]
         if key not in newest:
             for i in range(1, len(buckets)):
-                buckets[i].pop(key, None)
+                older = buckets[i]
+                # "in" then del: the compiled core calls dict.pop(key, default)
+                # as a method, ``in`` directly (and the key is rarely there).
+                if key in older:
+                    del older[key]
         newest[key] = value
 
     def get(self, key: K, default: V | None = None) -> V | None:
@@ -94,8 +98,9 @@ class RotatingMap(Generic[K, V]):
     def pop(self, key: K, default: V | None = None) -> V | None:
         """Remove ``key`` and return its value, else return ``default``."""
         for bucket in self._buckets:
-            value = bucket.pop(key, _MISSING)
+            value = bucket.get(key, _MISSING)  # get and del: see put()
             if value is not _MISSING:
+                del bucket[key]
                 return value  # type: ignore[return-value]
         return default
 
