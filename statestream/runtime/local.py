@@ -33,7 +33,7 @@ from typing import Any, Final
 import xxhash
 from mypy_extensions import i64
 
-from .._acker import AckerLedger, acker_task_for, new_id
+from .._acker import AckerLedger, acker_task_for
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
 from .._deadletter import (
@@ -81,6 +81,7 @@ _xxh3: Final = xxhash.xxh3_64_intdigest
 _getrandbits: Final = random.getrandbits
 _EDGE_BITS: Final = 62
 _EDGE_MASK: Final = (1 << _EDGE_BITS) - 1
+_ROOT_BIT: Final = 1 << _EDGE_BITS  # set in every root id (see next_root)
 
 # Route kinds, as small ints so the emit loop compares cheaply.
 _SHUFFLE: Final = 0
@@ -603,7 +604,7 @@ class SpoutTask(_Task):
             self.emitted += 1
             rt = self.rt
             # A direct call unless a test or the workers runtime put their own in.
-            root = new_id(None) if rt.new_root is new_id else rt.new_root()
+            root = rt.next_root() if rt.new_root is None else rt.new_root()
             self.pending.put(root, (msg_id, values, origin))
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
@@ -1200,11 +1201,11 @@ class LocalRuntime:
         self.config = as_config(config, topology_prefixes=(topology.name,))
         self.plan = RuntimePlan(topology, self.config)
         self.clock: Clock = clock or SystemClock()
-        # Where tuple ids come from (a test may set its own): a root is a full
-        # 64-bit id; an edge has 62 bits, so that XORs of edges stay small
-        # ints, which the compiled core handles unboxed (2**-62 per ack is
-        # still no chance of a false completion).
-        self.new_root: Callable[[], int] = new_id
+        # Where tuple ids come from (a test or the workers runtime may set its
+        # own new_root; None means next_root): an edge has 62 bits, so that
+        # XORs of edges stay small ints, which the compiled core handles
+        # unboxed (2**-62 per ack is still no chance of a false completion).
+        self.new_root: Callable[[], int] | None = None
         self.randbits: Callable[[int], int] = _getrandbits
         self._edge_state: i64 = _getrandbits(_EDGE_BITS) or 1  # see next_edge
         #: Called after every step of run(): where a test looks at the queues.
@@ -1342,6 +1343,16 @@ class LocalRuntime:
         x ^= (x << 17) & _EDGE_MASK
         self._edge_state = x
         return int(x)
+
+    def next_root(self) -> int:
+        """A new root id: 62 bits of next_edge's generator with bit 62 set.
+
+        Roots and edges come from one generator, so they never repeat within
+        its period (2**62 - 1) and the bit keeps roots apart from edges. A
+        few machine instructions where ``random.getrandbits(64)`` cost a call.
+        """
+        x: i64 = self.next_edge()
+        return int(x | _ROOT_BIT)
 
     # -- wiring ---------------------------------------------------------------
     def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
@@ -1551,7 +1562,7 @@ class LocalRuntime:
                 self.replay_acked(rid)
                 continue
             self.replaying.add(rid)
-            root = self.new_root()
+            root = self.next_root() if self.new_root is None else self.new_root()
             task.pending.put(root, (rid, record.values, origin))
             self.acking.init(
                 root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)

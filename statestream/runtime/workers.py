@@ -529,7 +529,7 @@ class Worker:
         mine = [i for i in range(n) if i % self.workers == self.index]
         if not mine or rt.acking is None:
             return
-        draw = rt.new_root
+        draw = rt.new_root or rt.next_root
         k = len(mine)
         top = 1 << 64
 
