@@ -28,7 +28,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, final
 
 import xxhash
 from mypy_extensions import i64
@@ -107,6 +107,23 @@ _TIMEOUT_BUCKETS: Final = 3
 _ROUTE_MEMO: Final = 50_000  # str values a route remembers the target of (a few MB at most)
 _SPOUT_BATCH: Final = 64
 _COMPLETIONS_PER_POLL: Final = 1024
+
+
+@final
+class _Stream:
+    """What a task emits on one output stream: its origin, arity, routes and kind.
+
+    A native class, not a tuple: the compiled core reads a field directly,
+    where it unpacks and type-checks a whole tuple at each subscript.
+    """
+
+    __slots__ = ("arity", "direct", "origin", "routes")
+
+    def __init__(self, origin: Origin, arity: int, routes: list[_Route], direct: bool) -> None:
+        self.origin = origin
+        self.arity = arity
+        self.routes = routes
+        self.direct = direct
 
 
 class _Route:
@@ -198,8 +215,7 @@ class _Task(NativeCollector):
         self.last_error = ""
         self.last_error_at = 0.0
         self.tracking = rt.acking is not None  # acking on: anchored tuples get edge ids
-        # stream -> (origin, arity, routes, is_direct)
-        self.streams: dict[str, tuple[Origin, int, list[_Route], bool]] = {}
+        self.streams: dict[str, _Stream] = {}
         self.out_queues: list[deque[Any]] = []
 
     @property
@@ -232,7 +248,7 @@ class _Task(NativeCollector):
         self.last_error_at = self.rt.clock.monotonic()
         self.rt.report_error(self, exc, tup)
 
-    def _stream_entry(self, stream: str, values: Sequence[Any], direct: bool) -> Any:
+    def _stream_entry(self, stream: str, values: Sequence[Any], direct: bool) -> _Stream:
         check_emit(self.component, self.task_index, stream, values, self.spec.outputs, direct)
         return self.streams[stream]
 
@@ -564,14 +580,15 @@ class SpoutTask(_Task):
     # -- the collector the spout sees ------------------------------------
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
         entry = self.streams.get(stream)
-        if entry is None or len(values) != entry[1] or entry[3]:
+        if entry is None or len(values) != entry.arity or entry.direct:
             entry = self._stream_entry(stream, values, False)  # raises the right error
-        self._emit(entry[0], entry[2], values, msg_id, None)
+        self._emit(entry.origin, entry.routes, values, msg_id, None)
 
     def emit_direct(
         self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = "default"
     ) -> None:
-        origin, _, routes, _ = self._stream_entry(stream, values, True)
+        entry = self._stream_entry(stream, values, True)
+        origin, routes = entry.origin, entry.routes
         self._check_direct(routes, task)
         self._emit(origin, routes, values, msg_id, task)
 
@@ -907,9 +924,9 @@ class BoltTask(_Task):
             self.emit_anchored(values, anchors, stream)
             return
         entry = self.streams.get(stream)
-        if entry is None or len(values) != entry[1] or entry[3]:
+        if entry is None or len(values) != entry.arity or entry.direct:
             entry = self._stream_entry(stream, values, False)  # raises the right error
-        self._emit(entry[0], entry[2], values, anchors, None)
+        self._emit(entry.origin, entry.routes, values, anchors, None)
 
     def emit_anchored(self, values: Sequence[Any], anchor: Tuple, stream: str = "default") -> None:
         """``emit`` anchored to one input: the hot path of every splitting or mapping bolt.
@@ -922,21 +939,21 @@ class BoltTask(_Task):
         root = anchor.root
         if (
             entry is None
-            or len(values) != entry[1]
-            or entry[3]
+            or len(values) != entry.arity
+            or entry.direct
             or not root
             or anchor.done
             or not self.tracking
         ):
-            if entry is None or len(values) != entry[1] or entry[3]:
+            if entry is None or len(values) != entry.arity or entry.direct:
                 entry = self._stream_entry(stream, values, False)  # raises the right error
-            self._emit(entry[0], entry[2], values, anchor, None)
+            self._emit(entry.origin, entry.routes, values, anchor, None)
             return
         self.emitted += 1
-        origin = entry[0]
+        origin = entry.origin
         rt = self.rt
         created = 0
-        for r in entry[2]:
+        for r in entry.routes:
             kind = r.kind
             if kind == _FIELDS1:
                 i = r.value_index(values)
@@ -961,7 +978,8 @@ class BoltTask(_Task):
         anchors: Tuple | Sequence[Tuple] | None = None,
         stream: str = "default",
     ) -> None:
-        origin, _, routes, _ = self._stream_entry(stream, values, True)
+        entry = self._stream_entry(stream, values, True)
+        origin, routes = entry.origin, entry.routes
         self._check_direct(routes, task)
         self._emit(origin, routes, values, anchors, task)
 
@@ -1404,7 +1422,7 @@ class LocalRuntime:
                 stream,
                 self.plan.output_fields[spec.id][stream],
             )
-            task.streams[stream] = (origin, len(origin.fields), routes, direct)
+            task.streams[stream] = _Stream(origin, len(origin.fields), routes, direct)
         task.out_queues = outs
 
     def deliver_remote(
@@ -1552,11 +1570,11 @@ class LocalRuntime:
             if entry is None:
                 fits_stream(record, None, False)  # says why in the log
                 continue
-            if not fits_stream(record, entry[1], entry[3]):
+            if not fits_stream(record, entry.arity, entry.direct):
                 continue
             n += 1
             task.emitted += 1
-            origin, _, routes, _ = entry
+            origin, routes = entry.origin, entry.routes
             if self.acking is None:
                 task.deliver_untracked(origin, routes, record.values, None)
                 self.replay_acked(rid)
