@@ -84,6 +84,12 @@ class RotatingMap(Generic[K, V]):
                     del older[key]
         newest[key] = value
 
+    def put_new(self, key: K, value: V) -> None:
+        """:meth:`put` for a key known to be absent (a freshly drawn id): one store,
+        no search of the older buckets. A key that is in fact present would be
+        stored twice, and its older copy would expire on its own."""
+        self._buckets[0][key] = value
+
     def get(self, key: K, default: V | None = None) -> V | None:
         """Return the value for ``key`` without touching its expiry, else ``default``."""
         for bucket in self._buckets:

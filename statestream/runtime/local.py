@@ -622,7 +622,7 @@ class SpoutTask(_Task):
             rt = self.rt
             # A direct call unless a test or the workers runtime put their own in.
             root = rt.next_root() if rt.new_root is None else rt.new_root()
-            self.pending.put(root, (msg_id, values, origin))
+            self.pending.put_new(root, (msg_id, values, origin))  # a fresh root
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
             )
@@ -1581,7 +1581,7 @@ class LocalRuntime:
                 continue
             self.replaying.add(rid)
             root = self.next_root() if self.new_root is None else self.new_root()
-            task.pending.put(root, (rid, record.values, origin))
+            task.pending.put_new(root, (rid, record.values, origin))  # a fresh root
             self.acking.init(
                 root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)
             )

@@ -63,6 +63,17 @@ def test_put_moves_the_key_instead_of_duplicating_it() -> None:
     assert m.rotate() == [("a", 2)]  # the old copy did not expire separately
 
 
+def test_put_new_stores_in_the_newest_bucket_without_searching() -> None:
+    m: RotatingMap[str, int] = RotatingMap(3)
+    m.put_new("a", 1)
+    m.rotate()
+    m.put_new("b", 2)
+    assert list(m.items()) == [("b", 2), ("a", 1)]
+    assert m.rotate() == []
+    assert m.rotate() == [("a", 1)]  # "a" expires on its own schedule, "b" one tick later
+    assert m.rotate() == [("b", 2)]
+
+
 # (operations before the lookup, key looked up, expected get, expected contains)
 LOOKUPS = [
     ([], "x", None, False),
