@@ -181,11 +181,19 @@ class BasicBoltExecutor(_Wrapper):
         self._native: NativeCollector | None = (
             collector if isinstance(collector, NativeCollector) else None
         )
+        self._basic: _BasicCollector | None = None
         self.bolt.prepare(conf, context)
 
     def execute(self, tuple: Tuple) -> None:
+        # One collector, pointed at each input in turn (as Storm's
+        # BasicOutputCollector.setContext): no object made per input.
+        basic = self._basic
+        if basic is None:
+            basic = self._basic = _BasicCollector(self, tuple)
+        else:
+            basic._input = tuple
         try:
-            self.bolt.execute(tuple, _BasicCollector(self, tuple))
+            self.bolt.execute(tuple, basic)
         except FailedException:
             self.collector.fail(tuple)
             return

@@ -33,7 +33,7 @@ from typing import Any, Final, final
 import xxhash
 from mypy_extensions import i64
 
-from .._acker import AckerLedger, acker_task_for
+from .._acker import AckerLedger, Outcome, acker_task_for
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
 from .._deadletter import (
@@ -453,7 +453,7 @@ class _Acking:
             self.ledgers[0] if n_ackers == 1 and not self.any_remote else None
         )
 
-    def _route(self, outcome: Any) -> None:
+    def _route(self, outcome: Outcome | None) -> None:
         if outcome is None:
             return
         spout = self.rt.spout_by_task.get(outcome.spout_task)
