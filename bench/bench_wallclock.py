@@ -1,6 +1,7 @@
 """Wall clock and peak RSS: statestream's documented word count against Bytewax 0.21.1 (issue 14).
 
     python bench/bench_wallclock.py [--rounds 6] [--sentences 200000] [--tree /tmp/wc_tree] [--sync]
+    python bench/bench_wallclock.py --tree NEW --against OLD [--rounds 6]   (two versions)
 
 Issue 14 asks for Storm's word count written as documented (examples/wordcount.py:
 state.get/state.put per word, the count emitted anchored, the word acked; split
@@ -42,6 +43,13 @@ ratio of medians the table gives the median of the per-pair ratios (each
 statestream run against the Bytewax run right after it). Every run's final
 counts are checked exactly against collections.Counter of the corpus, and a few
 words' counts are printed from both systems.
+
+`--against OLD` runs no Bytewax: it interleaves the statestream runs of two
+built copies (rounds of old EO, new EO, old ALO, new ALO) and prints old/new
+as medians and as the median of per-pair ratios, the way to see a code change
+in wall clock on a noisy machine (a copy made with `git archive COMMIT | tar
+-x -C DIR`, built with `setup.py build_ext --inplace`, its commit written to
+DIR/.wallclock-commit).
 """
 
 from __future__ import annotations
@@ -290,6 +298,57 @@ def fmt(xs: list[float], f: str = "{:.2f}") -> tuple[str, str, str]:
     return f.format(statistics.median(xs)), f.format(min(xs)), f.format(max(xs))
 
 
+def compare_trees(new: Path, old: Path, rounds: int, sentences: int) -> None:
+    """Rounds of (old EO, new EO, old ALO, new ALO): the wall-clock ratio of two
+    versions, each pair run back to back so that both see the same machine."""
+    from corpus import corpus_path
+
+    corpus = str(corpus_path(sentences))
+    with open(corpus) as f:
+        expected = dict(collections.Counter(f.read().split()))
+
+    def commit_of(tree: Path) -> str:
+        f = tree / ".wallclock-commit"
+        return f.read_text().strip() if f.exists() else "unknown"
+
+    walls: dict[tuple[str, bool], list[float]] = {}
+    inners: dict[tuple[str, bool], list[float]] = {}
+    for rnd in range(rounds):
+        for eo in (True, False):
+            for label, tree in (("old", old), ("new", new)):
+                r = run_statestream(tree, corpus, eo)
+                if r["counts"] != expected:
+                    raise SystemExit(f"{label} tree {tree}: counts differ from the corpus")
+                walls.setdefault((label, eo), []).append(r["wall"])
+                inners.setdefault((label, eo), []).append(r["inner"])
+                print(
+                    f"  round {rnd + 1}: {label} {'EO' if eo else 'ALO'}: {r['wall']:.2f} s wall, "
+                    f"{r['inner']:.2f} s inner",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(
+        f"command: python bench/bench_wallclock.py --tree {new} --against {old}"
+        f" --rounds {rounds}; new {commit_of(new)}, old {commit_of(old)}; "
+        f"{sentences:,} sentences; every run's counts exact"
+    )
+    print()
+    print(
+        "| mode | old wall s median | new wall s median | old / new, median of per-pair "
+        "ratios (min-max) | old / new, medians of inner time |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for eo in (True, False):
+        o, n = walls[("old", eo)], walls[("new", eo)]
+        per_pair = [a / b for a, b in zip(o, n, strict=True)]
+        inner = statistics.median(inners[("old", eo)]) / statistics.median(inners[("new", eo)])
+        print(
+            f"| {'exactly-once' if eo else 'at-least-once'} | {statistics.median(o):.2f} | "
+            f"{statistics.median(n):.2f} | {statistics.median(per_pair):.2f}x "
+            f"({min(per_pair):.2f}-{max(per_pair):.2f}) | {inner:.2f}x |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument(
@@ -302,6 +361,12 @@ def main() -> None:
     ap.add_argument("--tree", default="/tmp/wc_tree", help="private copy of the work tree")
     ap.add_argument(
         "--sync", action="store_true", help="copy the repository to --tree and build it first"
+    )
+    ap.add_argument(
+        "--against",
+        metavar="TREE",
+        help="instead of Bytewax: interleave --tree's runs with those of another built copy "
+        "(exactly-once and at-least-once), to compare two versions of statestream",
     )
     ap.add_argument(
         "--rss-scan",
@@ -336,6 +401,10 @@ def main() -> None:
         print("| corpus | distinct words | wall s | state.db MB | peak RSS MB |")
         print("|---|---:|---:|---:|---:|")
         rss_scan(tree)
+        return
+
+    if args.against:
+        compare_trees(tree, Path(args.against).resolve(), args.rounds, args.sentences)
         return
 
     from bench_bytewax import ensure_venv
