@@ -155,6 +155,7 @@ class Origin:
         )
 
 
+@mypyc_attr(acyclic=True)
 class Tuple:
     """One tuple as a bolt receives it: values readable by index or field name.
 
@@ -171,6 +172,11 @@ class Tuple:
     against acking it twice; ``owner`` is the task it was delivered to, the
     only one that may ack or fail it. (Two int slots instead of a one-entry
     dict: the dict would more than double the size of a tuple in flight.)
+
+    The compiled core does not track tuples for the cycle collector (one is
+    made for every emit, and tracking cost about 90 instructions per word of
+    the word count), so a tuple must not be reachable from its own values:
+    a value that refers back to the tuple carrying it would never be freed.
     """
 
     __slots__ = ("ack_val", "anchors", "done", "edge", "origin", "owner", "root", "values")
