@@ -113,7 +113,8 @@ class _Entry:
     ``val`` is the XOR ack value. ``task`` is the spout task + 1 once the
     init has arrived; before it, 0, or -1 if a fail came first (a known
     spout's fail is reported at once, never stored). Two fields, not three:
-    40 bytes an entry, the size of the 3-digit int a packed entry was.
+    40 bytes requested, 48 allocated, as for the 3-digit int of the packed
+    entry this replaced (bench/bench_acker_memory.py).
     """
 
     __slots__ = ("task", "val")
