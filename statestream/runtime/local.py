@@ -619,9 +619,7 @@ class SpoutTask(_Task):
             if self.failures and self.rt.exactly_once:
                 self.retries.emitted_again(msg_id)
             self.emitted += 1
-            rt = self.rt
-            # A direct call unless a test or the workers runtime put their own in.
-            root = rt.next_root() if rt.new_root is None else rt.new_root()
+            root = self.rt.draw_root()
             self.pending.put_new(root, (msg_id, values, origin))  # a fresh root
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
@@ -1362,6 +1360,12 @@ class LocalRuntime:
         self._edge_state = x
         return int(x)
 
+    def draw_root(self) -> int:
+        """The root id of a new tree: from ``new_root`` if a test or the workers
+        runtime set one, else from :meth:`next_root` (a direct call)."""
+        new_root = self.new_root
+        return self.next_root() if new_root is None else new_root()
+
     def next_root(self) -> int:
         """A new root id: 62 bits of next_edge's generator with bit 62 set.
 
@@ -1580,7 +1584,7 @@ class LocalRuntime:
                 self.replay_acked(rid)
                 continue
             self.replaying.add(rid)
-            root = self.next_root() if self.new_root is None else self.new_root()
+            root = self.draw_root()
             task.pending.put_new(root, (rid, record.values, origin))  # a fresh root
             self.acking.init(
                 root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)
