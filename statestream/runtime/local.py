@@ -25,6 +25,7 @@ import random
 import signal
 import sys
 import traceback
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -82,6 +83,8 @@ _getrandbits: Final = random.getrandbits
 _EDGE_BITS: Final = 62
 _EDGE_MASK: Final = (1 << _EDGE_BITS) - 1
 _ROOT_BIT: Final = 1 << _EDGE_BITS  # set in every root id (see next_root)
+#: In a RemoteInbox group's lane: the group's values are a one-field stream's, unwrapped.
+FLAT: Final = 2
 
 # Route kinds, as small ints so the emit loop compares cheaply.
 _SHUFFLE: Final = 0
@@ -138,6 +141,8 @@ class _Route:
         "memo",
         "n",
         "puts",
+        "remote",
+        "remotes",
         "rr",
         "target",
         "task_ids",
@@ -150,6 +155,13 @@ class _Route:
         # deque is not a compiled type, so calling ``inboxes[i].append`` would
         # look the method up on every tuple.
         self.puts: list[Callable[[Any], None]] = [q.append for q in inboxes]
+        # The inboxes of tasks in other workers (topology.workers) take the
+        # tuple's parts: a Tuple made only to be taken apart costs as much as
+        # the rest of its crossing.
+        self.remotes: list[RemoteInbox | None] = [
+            q if isinstance(q, RemoteInbox) else None for q in inboxes
+        ]
+        self.remote = any(q is not None for q in self.remotes)
         self.n = len(inboxes)
         self.key: Any = None
         self.field = 0  # the key of a one-field grouping, typed: a list index in C
@@ -346,15 +358,38 @@ class _Task(NativeCollector):
                 puts[i](tup)
 
 
+def pack_ids(ids: list[int]) -> Any:
+    """A group's root and edge ids as unsigned 64-bit words in this machine's
+    byte order (marshal would write each int 15 bits at a time); as they are
+    if one does not fit."""
+    try:
+        return array("Q", ids).tobytes()
+    except OverflowError:
+        return ids
+
+
+def unpack_ids(ids: Any) -> list[int]:
+    """The ids :func:`pack_ids` packed."""
+    if type(ids) is not bytes:
+        return ids  # type: ignore[no-any-return]
+    words = array("Q")
+    words.frombytes(ids)
+    return words.tolist()
+
+
 class RemoteInbox:
     """The inbox (or control lane) of a task in another worker, as a route sees it
     (``topology.workers``, :mod:`statestream.runtime.workers`).
 
     ``append`` adds the tuple to the frame for that worker, in columns: a
     group per run of tuples from one (source task, stream), ``(target, lane,
-    source task, stream, values, roots, edges, anchors)``, so that a frame
-    holds a few lists rather than a record per tuple. Groups keep the order
+    source task, stream, values, ids, anchors)``, where ``ids`` holds each
+    tuple's root and edge in turn, so that a frame holds a few lists rather
+    than a record per tuple (the link sends ``ids`` as 64-bit words). Groups keep the order
     of appends to this queue. A multi-anchored tuple is a group of its own.
+    On a one-field stream ``values`` holds the values themselves, not a
+    list of one per tuple, and ``lane`` has bit ``FLAT`` set: a list per
+    tuple cost more to encode and decode than the rest of the tuple.
     ``len``, what backpressure compares with the capacity, is the task's
     inbox length in the status its worker sent two rounds ago plus what was
     sent to it since beyond ``slack`` (``topology.transfer.buffer.size``):
@@ -373,9 +408,9 @@ class RemoteInbox:
         self.sent1 = 0  # the round before
         self.sent2 = 0  # two rounds before
         self.origin: Origin | None = None  # of the group being filled
+        self.flat = False  # the group's stream has one field
         self.values: list[Any] = []
-        self.roots: list[int] = []
-        self.edges: list[int] = []
+        self.ids: list[int] = []
 
     def next_round(self) -> None:
         """The frame went out: the next append starts a new group."""
@@ -389,37 +424,43 @@ class RemoteInbox:
         self.origin = None
 
     def append(self, tup: Tuple) -> None:
-        values: Any = tup.values
-        if type(values) is not list:
-            values = list(values)
-        o = tup.origin
-        self.sent += 1
         if tup.anchors is not None:
+            values: Any = tup.values
+            o = tup.origin
+            self.sent += 1
             self.out.append(
-                (self.task_id, self.lane, o.task, o.stream, [values], [0], [0], tup.anchors)
+                (self.task_id, self.lane, o.task, o.stream, [list(values)], [0, 0], tup.anchors)
             )
             self.origin = None
             return
+        self.add(tup.values, tup.origin, tup.root, tup.edge)
+
+    def add(self, values: Sequence[Any], o: Origin, root: int, edge: int) -> None:
+        """Append a tuple in one tree (or none) by its parts."""
+        self.sent += 1
         if o is not self.origin:
             self.origin = o
+            self.flat = len(o.fields) == 1
             self.values = []
-            self.roots = []
-            self.edges = []
+            self.ids = []
             self.out.append(
                 (
                     self.task_id,
-                    self.lane,
+                    self.lane | FLAT if self.flat else self.lane,
                     o.task,
                     o.stream,
                     self.values,
-                    self.roots,
-                    self.edges,
+                    self.ids,
                     None,
                 )
             )
-        self.values.append(values)
-        self.roots.append(tup.root)
-        self.edges.append(tup.edge)
+        # emit checked the arity: a one-field stream's values have one item
+        if self.flat:
+            self.values.append(values[0])
+        else:
+            self.values.append(values if type(values) is list else list(values))
+        self.ids.append(root)
+        self.ids.append(edge)
 
     def __len__(self) -> int:
         flying = self.sent + self.sent1 + self.sent2 - self.slack
@@ -966,6 +1007,11 @@ class BoltTask(_Task):
                 continue
             edge = rt.next_edge()
             created ^= edge
+            if r.remote:
+                remote = r.remotes[i]
+                if remote is not None:
+                    remote.add(values, origin, root, edge)
+                    continue
             r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
         anchor.ack_val ^= created
 
@@ -1436,16 +1482,20 @@ class LocalRuntime:
         completions another worker sent into this worker's queues. A tracked
         tuple belongs to the task it is delivered to, as on one process."""
         bolts = self.bolt_by_id
-        for target, lane, src, stream, values, roots, edges, anchors in groups:
+        for target, lane, src, stream, group, wire_ids, anchors in groups:
             origin = origins[(src, stream)]
             bolt = bolts[target]
-            q = bolt.control if lane else bolt.inbox
+            q = bolt.control if lane & 1 else bolt.inbox
+            values: list[Any] = group
             if anchors is not None:
-                q.append(Tuple(values[0], origin, anchors, target))
+                q.append(Tuple([values[0]] if lane & FLAT else values[0], origin, anchors, target))
                 continue
+            ids: list[int] = unpack_ids(wire_ids)
+            flat = bool(lane & FLAT)
             for i in range(len(values)):
-                root: int = roots[i]
-                q.append(Tuple(values[i], origin, None, target if root else -1, root, edges[i]))
+                root = ids[2 * i]
+                v = [values[i]] if flat else values[i]
+                q.append(Tuple(v, origin, None, target if root else -1, root, ids[2 * i + 1]))
         spouts = self.spout_by_task
         for spout_task, root, ok in completions:
             spouts[spout_task].completions.append((root, ok))

@@ -88,6 +88,10 @@ _SPOUT_BATCH = 64
 # Pipe reads of 64 KiB: a 1 MiB read buffer costs an mmap, mremap and munmap per read.
 _READ_SIZE = 1 << 16
 _STEPS_PER_ROUND = 4
+# marshal's format 2: from 3 on every object goes through a table of shared
+# references, which costs more than the rest of the encoding of a frame's
+# words, ids and statuses (each is written once anyway).
+_MARSHAL_VERSION = 2
 _PR_SET_PDEATHSIG = 1
 
 
@@ -221,9 +225,12 @@ class Link:
     def encode(self, peer: int, status: Any) -> bytes:
         box = self.out[peer]
         causes = {r: _portable_cause(c) for r, c in box.causes.items()}
-        body = (status, box.tuples, box.acks, box.completions, box.touches)
+        from .local import pack_ids
+
+        tuples = [(*g[:5], pack_ids(g[5]), g[6]) for g in box.tuples]
+        body = (status, tuples, box.acks, box.completions, box.touches)
         try:
-            m = marshal.dumps(body)
+            m = marshal.dumps(body, _MARSHAL_VERSION)
             data = (
                 b"M" + len(m).to_bytes(8, "little") + m + (pickle.dumps(causes) if causes else b"")
             )
@@ -241,8 +248,11 @@ class Link:
 
     def _unpicklable(self, records: list[Any], exc: Exception) -> SerializationError:
         """The error naming the tuple whose values cannot go to another worker."""
-        for target, _, src, stream, group, *_ in records:
-            for value in (v for values in group for v in values):
+        from .local import FLAT
+
+        for target, lane, src, stream, group, *_ in records:
+            tuples = ([v] for v in group) if lane & FLAT else group
+            for value in (v for values in tuples for v in values):
                 try:
                     pickle.dumps(value)
                 except Exception as err:

@@ -30,6 +30,8 @@ from statestream import (
 )
 from statestream._errors import ConfigError
 from statestream._run import make_runtime
+from statestream._tuple import Fields, Origin
+from statestream.runtime.local import FLAT, RemoteInbox, pack_ids, unpack_ids
 from statestream.runtime.plan import as_config
 from statestream.runtime.workers import Link, WorkerSupervisor, worker_of_task
 from statestream.testing import ListSpout
@@ -214,6 +216,35 @@ def test_shuffle_targets_table() -> None:
         link = Link.__new__(Link)
         link.index, link.workers = index, 2
         assert link.shuffle_targets(sources, targets) == expected, (sources, targets, index)
+
+
+def test_ids_cross_as_64_bit_words_or_as_ints_when_one_does_not_fit() -> None:
+    table: list[tuple[list[int], bool]] = [
+        ([], True),
+        ([1, 2], True),
+        ([(1 << 64) - 1, 1 << 62, 0, 7], True),
+        ([1 << 64, 5], False),
+        ([-1, 3], False),
+    ]
+    for ids, as_words in table:
+        packed = pack_ids(ids)
+        assert isinstance(packed, bytes) == as_words, ids
+        assert unpack_ids(packed) == ids
+
+
+def test_a_one_field_group_carries_bare_values_and_a_wider_one_lists() -> None:
+    out: list[Any] = []
+    q = RemoteInbox(out, 7, False)
+    one = Origin("a", 1, 0, "default", Fields("w"))
+    two = Origin("b", 2, 0, "pairs", Fields("w", "n"))
+    q.add(["x"], one, 11, 12)
+    q.add(("y",), one, 13, 14)
+    q.add(("z", 1), two, 15, 16)
+    q.add(["u", 2], two, 17, 18)
+    assert out == [
+        (7, FLAT, 1, "default", ["x", "y"], [11, 12, 13, 14], None),
+        (7, 0, 2, "pairs", [["z", 1], ["u", 2]], [15, 16, 17, 18], None),
+    ]
 
 
 def test_values_marshal_cannot_carry_cross_workers_as_pickles(tmp_path: Path) -> None:
