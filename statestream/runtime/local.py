@@ -385,28 +385,31 @@ class RemoteInbox:
     group per run of tuples from one (source task, stream), ``(target, lane,
     source task, stream, values, ids, anchors)``, where ``ids`` holds each
     tuple's root and edge in turn, so that a frame holds a few lists rather
-    than a record per tuple (the link sends ``ids`` as 64-bit words). Groups keep the order
-    of appends to this queue. A multi-anchored tuple is a group of its own.
+    than a record per tuple (the link sends ``ids`` as 64-bit words). Groups
+    keep the order of appends to this queue. A multi-anchored tuple is a
+    group of its own.
     On a one-field stream ``values`` holds the values themselves, not a
     list of one per tuple, and ``lane`` has bit ``FLAT`` set: a list per
     tuple cost more to encode and decode than the rest of the tuple.
     ``len``, what backpressure compares with the capacity, is the task's
-    inbox length in the status its worker sent two rounds ago plus what was
-    sent to it since beyond ``slack`` (``topology.transfer.buffer.size``):
-    three rounds of tuples are in flight between workers one round apart,
-    and counting them against the receive buffer would hold every round to
-    a third of it.
+    inbox length in the last status of its worker plus what was sent to it
+    in the ``flying`` rounds that status cannot show, beyond ``slack``
+    (``topology.transfer.buffer.size``): counting every tuple in flight
+    against the receive buffer would hold each round to a fraction of it.
     """
 
-    def __init__(self, out: list[Any], task_id: int, control: bool, slack: int = 0) -> None:
+    def __init__(
+        self, out: list[Any], task_id: int, control: bool, slack: int = 0, flying: int = 3
+    ) -> None:
         self.out = out
         self.task_id = task_id
         self.lane = 1 if control else 0
         self.slack = slack
         self.remote_len = 0
         self.sent = 0  # this round
-        self.sent1 = 0  # the round before
-        self.sent2 = 0  # two rounds before
+        # what was sent in each of the flying - 1 rounds before, and their sum
+        self.before: deque[int] = deque([0] * (flying - 1))
+        self.sent_before = 0
         self.origin: Origin | None = None  # of the group being filled
         self.flat = False  # the group's stream has one field
         self.values: list[Any] = []
@@ -414,13 +417,17 @@ class RemoteInbox:
 
     def next_round(self) -> None:
         """The frame went out: the next append starts a new group."""
-        self.sent2 = self.sent1
-        self.sent1 = self.sent
+        before = self.before
+        if before:
+            self.sent_before += self.sent - before.popleft()
+            before.append(self.sent)
         self.sent = 0
         self.origin = None
 
     def clear(self) -> None:
-        self.sent = self.sent1 = self.sent2 = 0
+        self.sent = self.sent_before = 0
+        for i in range(len(self.before)):
+            self.before[i] = 0
         self.origin = None
 
     def append(self, tup: Tuple) -> None:
@@ -463,7 +470,7 @@ class RemoteInbox:
         self.ids.append(edge)
 
     def __len__(self) -> int:
-        flying = self.sent + self.sent1 + self.sent2 - self.slack
+        flying = self.sent + self.sent_before - self.slack
         return self.remote_len + flying if flying > 0 else self.remote_len
 
     def __bool__(self) -> bool:

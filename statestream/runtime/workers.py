@@ -88,6 +88,11 @@ _SPOUT_BATCH = 64
 # Pipe reads of 64 KiB: a 1 MiB read buffer costs an mmap, mremap and munmap per read.
 _READ_SIZE = 1 << 16
 _STEPS_PER_ROUND = 4
+# Rounds a worker may run ahead of a peer (it reads the peer's frame of round
+# r-_LAG in round r): a peer's longer round (a checkpoint's commit, the
+# machine giving its core to another process) is then waited out only when
+# it lasts longer than _LAG of this worker's rounds.
+_LAG = 1
 # marshal's format 2: from 3 on every object goes through a table of shared
 # references, which costs more than the rest of the encoding of a frame's
 # words, ids and statuses (each is written once anyway).
@@ -194,8 +199,10 @@ class Link:
         q = self.queues.get((task_id, control))
         if q is None:
             w = worker_of_task(task_id, self.workers)
+            # what the last status of the task's worker (round r-_LAG-1) does
+            # not show: rounds r-2*_LAG-1 to r, as _decide reasons
             q = self.queues[(task_id, control)] = RemoteInbox(
-                self.out[w].tuples, task_id, control, self.slack
+                self.out[w].tuples, task_id, control, self.slack, 2 * _LAG + 2
             )
         return q
 
@@ -266,7 +273,9 @@ class Link:
                     )
         return SerializationError(f"a frame to another worker cannot be pickled: {exc}")
 
-    def decode(self, data: bytes) -> tuple[Any, tuple[Any, Any, Any, Any, dict[int, Any]]]:
+    def decode(
+        self, data: bytes | bytearray
+    ) -> tuple[Any, tuple[Any, Any, Any, Any, dict[int, Any]]]:
         """``(status, rest)``: a peer's status, and what :meth:`deliver` takes."""
         if data[:1] == b"M":
             n = int.from_bytes(data[1:9], "little")
@@ -321,7 +330,7 @@ class Mesh:
         self.rbuf: dict[int, bytearray] = {p: bytearray() for p in readers}
         self.wbuf: dict[int, bytearray] = {p: bytearray() for p in writers}
 
-    def exchange(self, frames: Mapping[int, bytes], need: bool) -> dict[int, bytes]:
+    def exchange(self, frames: Mapping[int, bytes], need: bool) -> dict[int, bytes | bytearray]:
         """Queue ``frames`` (one per peer) and write what the pipes take; if
         ``need``, wait for the next frame of every peer (writing meanwhile, so
         that two workers never wait on each other's full pipes). Bytes a pipe
@@ -330,7 +339,7 @@ class Mesh:
             buf = self.wbuf[p]
             buf += len(f).to_bytes(8, "little")
             buf += f
-        done: dict[int, bytes] = {}
+        done: dict[int, bytes | bytearray] = {}
         if need:
             for p in self.readers:
                 frame = self._take(p)
@@ -425,7 +434,7 @@ class Mesh:
             for key in list(sel.get_map().values()):
                 sel.unregister(key.fd)
 
-    def _take(self, p: int) -> bytes | None:
+    def _take(self, p: int) -> bytes | bytearray | None:
         """The next whole frame from peer ``p``, if it is all buffered."""
         buf = self.rbuf[p]
         if len(buf) < 8:
@@ -433,7 +442,12 @@ class Mesh:
         n = int.from_bytes(buf[:8], "little")
         if len(buf) < 8 + n:
             return None
-        frame = bytes(buf[8 : 8 + n])
+        if len(buf) == 8 + n:  # the usual case: the buffer is the frame, uncopied
+            self.rbuf[p] = bytearray()
+            del buf[:8]  # O(1): a bytearray's start moves
+            return buf
+        with memoryview(buf) as view:
+            frame = bytes(view[8 : 8 + n])
         del buf[: 8 + n]
         return frame
 
@@ -614,8 +628,8 @@ class Worker:
 
     def _decide(self, statuses: list[_Status], quiet_before: bool) -> StandstillStep | str:
         """The standstill replica's decision for round r, from the statuses of round
-        r-2 (the last every worker has; see run). ``quiet_before``: nothing was
-        sent in round r-3 either."""
+        q = r-_LAG-1 (the last every worker has; see run). ``quiet_before``:
+        nothing was sent in rounds q-_LAG to q-1 either."""
         ss = self.rt.standstill
         assert ss is not None
         if any(s.rewind for s in statuses):
@@ -623,29 +637,29 @@ class Worker:
         ss.emitted += sum(s.emitted for s in statuses)
         if self._hold:
             # After a cut the data spouts wait until the PREPARE has reached the
-            # first bolts of every worker (two rounds: sent, then delivered).
+            # first bolts of every worker (sent, then delivered _LAG rounds later).
             self._hold -= 1
             return StandstillStep.DRAIN
         if any(s.hold for s in statuses):
             return StandstillStep.DRAIN
         cp = statuses[self._cp_worker]
-        # Nothing anywhere: nothing queued or sent in r-2, nothing sent in r-3
-        # (delivered after r-2's statuses), and no spout polled in r-2 or r-1
-        # (so the positions in r-2's statuses still hold).
-        still = self._decided[-1] is not StandstillStep.POLL
-        still = still and self._decided[-2] is not StandstillStep.POLL
+        # Nothing anywhere: nothing queued or sent in q, nothing sent in the
+        # _LAG rounds before (delivered after q's statuses), and no spout
+        # polled in q or since (so the positions in q's statuses still hold).
+        still = all(d is not StandstillStep.POLL for d in self._decided)
         queued = not (quiet_before and still) or any(s.queued or s.sent for s in statuses)
         return ss.step(cp.prepare_due, queued, cp.committed, cp.in_checkpoint)
 
     def run(self, until_idle: bool, duration: float | None) -> RunResult:
         """Run rounds until every worker agrees to stop.
 
-        Round r: decide from the statuses of round r-2, step, send frame r, then
-        read every peer's frame r-1 and deliver it. A worker thus runs at most
-        one round ahead of a peer, and waits only when a peer is further behind;
-        a tuple sent in round r is executed in round r+2. Decisions that must be
-        the same everywhere (stop, idle, the standstill, a rewind) use only what
-        every worker knows: the statuses of round r-2 and the decisions before.
+        Round r: decide from the statuses of round q = r-_LAG-1, step, send
+        frame r, then read every peer's frame r-_LAG and deliver it. A worker
+        thus runs at most _LAG rounds ahead of a peer, and waits only when a
+        peer is further behind; a tuple sent in round r is executed in round
+        r+_LAG+1. Decisions that must be the same everywhere (stop, idle, the
+        standstill, a rewind) use only what every worker knows: the statuses of
+        round q and the decisions before.
         """
         from .local import _restore_gc, _tune_gc
 
@@ -660,10 +674,12 @@ class Worker:
         self._cp_worker = worker_of_task(cp_tasks[0], self.workers) if cp_tasks else 0
         eo = rt.standstill is not None
         held = StandstillStep.DRAIN if eo else None
-        self._decided: list[Any] = [held, held]
-        old: list[_Status] | None = None  # statuses of round r-2
-        sent_before = True  # anything sent in round r-3
-        mine_before: _Status | None = None  # this worker's status of round r-1
+        # the decisions of rounds q to r-1 (see _decide)
+        self._decided: deque[Any] = deque([held] * (_LAG + 1), maxlen=_LAG + 1)
+        old: list[_Status] | None = None  # statuses of round q = r-_LAG-1
+        # for each round q-_LAG to q-1: was anything sent (unknown: yes)
+        sent_before: deque[bool] = deque([True] * _LAG, maxlen=_LAG)
+        mine_before: deque[_Status] = deque()  # this worker's statuses of rounds r-_LAG to r-1
         reason = "stopped"
         gc_before = _tune_gc()
         try:
@@ -674,12 +690,12 @@ class Worker:
                     if any(s.stop for s in old):
                         reason = "duration" if any(s.deadline for s in old) else "stopped"
                         break
-                    moved = sent_before or any(s.busy or s.sent for s in old)
+                    moved = any(sent_before) or any(s.busy or s.sent for s in old)
                     if until_idle and fresh and not moved and all(s.idle for s in old):
                         reason = "idle"
                         break
                     if eo and fresh:
-                        decision = self._decide(old, not sent_before)
+                        decision = self._decide(old, not any(sent_before))
                         if decision == "rewind":
                             rt._rewind()
                             self.link.clear()
@@ -717,15 +733,16 @@ class Worker:
                     rt.after_step()
                 if deadline is not None and clock.monotonic() >= deadline:
                     self.stop_requested = self._deadline = True
-                self._decided = [self._decided[-1], decision]
+                self._decided.append(decision)
                 draining = decision is not None and decision is not StandstillStep.POLL
                 mine = self._status(busy, emitted, draining)
-                peers = self._exchange(mine, need=mine_before is not None)
-                if mine_before is not None:
-                    sent_before = old is None or any(s.sent for s in old)
-                    peers[self.index] = mine_before
+                need = len(mine_before) == _LAG
+                peers = self._exchange(mine, need=need)
+                if need:
+                    sent_before.append(old is None or any(s.sent for s in old))
+                    peers[self.index] = mine_before.popleft()
                     old = peers
-                mine_before = mine
+                mine_before.append(mine)
                 self._maybe_report()
             self.mesh.close()
             rt._finish_queued()
@@ -748,7 +765,7 @@ class Worker:
         rt = self.rt
         for s in rt.data_spouts:
             s.retries.passed_cut()
-        self._hold = 2
+        self._hold = _LAG + 1
         cp = rt._checkpoint_spout
         if cp is None:
             return
