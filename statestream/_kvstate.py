@@ -116,10 +116,13 @@ class StoredKeyValueState:
     * ``_prepared``: the delta this object prepared and that is not yet
       committed, mirrored from the store so rollback knows what to forget;
     * ``_view``: what ``get`` returns, for every key in the two above and for
-      every committed key read so far (``_ABSENT`` for known misses).
+      every committed key read so far (``_ABSENT`` for known misses), but for
+      the keys of ``_plain`` (the deferred puts, see ``__init__``), whose
+      values there are newer: ``get`` looks there first, and the view takes
+      them when they are settled.
 
-    So a hot ``get`` is one dict lookup, ``put`` is two dict writes plus the
-    encoding, opening a state reads nothing (keys load one by one on a miss,
+    So a hot ``get`` is one dict lookup, a deferred ``put`` one dict write, any
+    other ``put`` two plus the encoding, opening a state reads nothing (keys load one by one on a miss,
     ``items()`` scans the store), and a commit sends only the changed keys.
     The view grows with the keys touched; it is never larger than the state.
 
@@ -165,6 +168,8 @@ class StoredKeyValueState:
         # _PLAIN_VALUE, the JSON serializer) wait here unencoded, key ->
         # value, until something reads the pending changes (_settle_plain):
         # the bytes are the same, made once per checkpoint instead of per put.
+        # Its values are newer than the view's, which takes them when they
+        # are settled: a put writes one dict, not two.
         self._plain: dict[str, Any] = {}
         self._defer = type(serializer) is JsonSerializer
         self._prepared: dict[Hashable, _Entry] = {}
@@ -281,6 +286,10 @@ class StoredKeyValueState:
         """The visible value of ``key``, or ``default`` when it has none."""
         cls = type(key)
         cache_key = key if cls is str or cls is int else self._key(key)[0]
+        if self._plain and type(cache_key) is str:
+            value = self._plain.get(cache_key, _MISSING)
+            if value is not _MISSING:
+                return value  # never _ABSENT: a deferred put's value
         value = self._view.get(cache_key, _MISSING)
         if value is _MISSING:
             value = self._load(key, cache_key)
@@ -297,8 +306,7 @@ class StoredKeyValueState:
             pending = self._pending
             if pending and key in pending:
                 del pending[key]
-            self._plain[key] = value
-            self._view[key] = value
+            self._plain[key] = value  # the view takes it when it is settled
             return
         cache_key, encoded_key = self._key(key)
         try:
@@ -324,19 +332,22 @@ class StoredKeyValueState:
         committed, then the key is gone from the store.
         """
         cache_key, encoded_key = self._key(key)
-        old = self._view.get(cache_key, _MISSING)
+        old: Any = _MISSING
+        if self._plain and type(cache_key) is str:
+            old = self._plain.pop(cache_key, _MISSING)  # newer than the view
+        if old is _MISSING:
+            old = self._view.get(cache_key, _MISSING)
         if old is _MISSING:
             old = self._load(key, cache_key)
-        if self._plain and type(cache_key) is str:
-            self._plain.pop(cache_key, None)
         self._pending[cache_key] = (key, encoded_key, None, None)
         self._view[cache_key] = _ABSENT
         return None if old is _ABSENT else old
 
     def _settle_plain(self) -> None:
-        """Encode the deferred puts into the pending changes (see ``_plain``)."""
+        """Encode the deferred puts into the pending changes and the view (see ``_plain``)."""
         plain = self._plain
         if plain:
+            self._view.update(plain)
             pending = self._pending
             for key, value in plain.items():
                 # encode_json, inlined as in _key: a call into _serde per key costs
@@ -454,6 +465,7 @@ class StoredKeyValueState:
             # that the key is there (rollback); their bytes went to the store.
             for key, value in plain.items():
                 staged[key] = (key, b"", value, b"")
+            self._view.update(plain)
             plain.clear()
         else:
             self._settle_plain()

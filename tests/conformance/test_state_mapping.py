@@ -365,3 +365,32 @@ def test_rollback_of_a_key_both_prepared_and_pending(
     state.prepare_commit(1)
     state.commit(1)
     assert _visible(state) == {"a": 1}
+
+
+def test_the_latest_write_of_a_key_wins_whatever_its_kind(
+    provider: StateProvider, namespace: str
+) -> None:
+    # Plain puts (an ASCII str key, an int or str value) and the others are
+    # kept apart until a checkpoint; reads must see the last one made.
+    state = provider.get_state(namespace)
+    state.put("k", [1])
+    state.put("k", 2)
+    assert state.get("k") == 2 and _visible(state) == {"k": 2}
+    state.put("k", 3)
+    state.put("k", {"v": 4})
+    assert state.get("k") == {"v": 4}
+    state.put("k", 5)
+    assert state.delete("k") == 5 and state.get("k") is None
+    state.put("k", 6)
+    state.prepare_commit(0)
+    assert state.get("k") == 6 and "k" in state
+    state.put("k", 7)
+    state.rollback()
+    assert state.get("k") is None and _visible(state) == {}
+    state.put("k", 8)
+    state.prepare_commit(0)
+    state.commit(0)
+    state.put("k", 9)
+    assert state.get("k") == 9 and list(state.keys()) == ["k"]
+    state.rollback()
+    assert state.get("k") == 8
