@@ -999,10 +999,13 @@ class BoltTask(_Task):
             self._emit(entry.origin, entry.routes, values, anchor, None)
             return
         self.emitted += 1
+        routes = entry.routes
+        if not routes:
+            return  # a stream nobody subscribes to (a last bolt's): no tuple, no edge
         origin = entry.origin
         rt = self.rt
         created = 0
-        for r in entry.routes:
+        for r in routes:
             kind = r.kind
             if kind == _FIELDS1:
                 i = r.value_index(values)
