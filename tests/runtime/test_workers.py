@@ -10,6 +10,9 @@ different workers.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ from statestream._run import make_runtime
 from statestream._tuple import Fields, Origin
 from statestream.runtime.local import FLAT, RemoteInbox, pack_ids, unpack_ids
 from statestream.runtime.plan import as_config
-from statestream.runtime.workers import Link, WorkerSupervisor, worker_of_task
+from statestream.runtime.workers import Link, Mesh, WorkerSupervisor, worker_of_task
 from statestream.testing import ListSpout
 
 
@@ -245,6 +248,41 @@ def test_a_one_field_group_carries_bare_values_and_a_wider_one_lists() -> None:
         (7, FLAT, 1, "default", ["x", "y"], [11, 12, 13, 14], None),
         (7, 0, 2, "pairs", [["z", 1], ["u", 2]], [15, 16, 17, 18], None),
     ]
+
+
+def test_the_mesh_reads_frames_whole_and_in_order_however_the_pipe_cuts_them() -> None:
+    # Two meshes over real pipes: worker 0 sends frames of several sizes (empty,
+    # small, larger than the pipe and than a 64 KiB read) to worker 1, which reads
+    # them one per exchange in a thread, whether a read holds part of a frame,
+    # one, or more than one.
+    r01, w01 = os.pipe()
+    r10, w10 = os.pipe()
+    a, b = Mesh(0, {1: w01}, {1: r10}), Mesh(1, {0: w10}, {0: r01})
+    frames = [b"", b"x" * 10, os.urandom(200_000), b"tail", os.urandom(70_000), b"y"]
+    got: list[bytes] = []
+
+    def read() -> None:
+        for _ in frames:
+            got.append(bytes(b.exchange({}, need=True)[0]))
+
+    reader = threading.Thread(target=read)
+    try:
+        for f in frames[:4]:  # some frames wait in the pipe before the reader starts
+            a.exchange({1: f}, need=False)
+        reader.start()
+        for f in frames[4:]:
+            a.exchange({1: f}, need=False)
+        deadline = time.monotonic() + 10
+        while any(a.wbuf.values()) and time.monotonic() < deadline:
+            a.exchange({}, need=False)  # what the pipe did not take yet
+            time.sleep(0.001)
+        reader.join(10)
+        assert not reader.is_alive()
+        assert got == frames
+    finally:
+        for fd in (r01, w01, r10, w10):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def test_values_marshal_cannot_carry_cross_workers_as_pickles(tmp_path: Path) -> None:
