@@ -89,13 +89,15 @@ _SPOUT_BATCH = 64
 _READ_SIZE = 1 << 16
 _STEPS_PER_ROUND = 4
 # Rounds a worker may run ahead of a peer (it reads the peer's frame of round
-# r-_LAG in round r): a peer's longer round (a checkpoint's commit, the
-# machine giving its core to another process) is then waited out only when
-# it lasts longer than _LAG of this worker's rounds.
+# r-_LAG in round r). A deeper lag would let a worker go on through a peer's
+# longer round, but lag 4 ran no faster than lag 1 on the word count (and the
+# hops it lengthens are every cross-worker ack's), see bench/RESULTS-workers.md.
 _LAG = 1
 # marshal's format 2: from 3 on every object goes through a table of shared
 # references, which costs more than the rest of the encoding of a frame's
-# words, ids and statuses (each is written once anyway).
+# words, ids and statuses. Without it an object met twice in a frame arrives
+# as two equal copies; a structure that contains itself makes marshal raise,
+# and the frame goes as a pickle.
 _MARSHAL_VERSION = 2
 _PR_SET_PDEATHSIG = 1
 
