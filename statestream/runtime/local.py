@@ -1502,8 +1502,8 @@ class LocalRuntime:
             bolt = bolts[target]
             q = bolt.control if lane & 1 else bolt.inbox
             values: list[Any] = group
-            if anchors is not None:
-                q.append(Tuple([values[0]] if lane & FLAT else values[0], origin, anchors, target))
+            if anchors is not None:  # a group of its own, never FLAT (RemoteInbox.append)
+                q.append(Tuple(values[0], origin, anchors, target))
                 continue
             ids: list[int] = unpack_ids(wire_ids)
             flat = bool(lane & FLAT)
