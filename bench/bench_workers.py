@@ -114,7 +114,7 @@ def _sent_counts(box: Any) -> tuple[int, int, int]:
     for g in groups:
         vals = g[4] if isinstance(g, tuple) and len(g) > 4 else None
         n += len(vals) if isinstance(vals, list) else 1
-    return len(groups), n, len(getattr(box, "acks", ()))
+    return len(groups), n, len(getattr(box, "acks", ())) + len(getattr(box, "pairs", ())) // 2
 
 
 def _instrument(stats_dir: str) -> None:
@@ -517,9 +517,9 @@ def frame_setup(kind: str) -> dict[str, Any]:
         )
         for i in range(n_words)
     ]  # fmt: skip
-    # As _Acking._send appends them: (acker, op, root, a, b); op 1 = ack.
-    acks = [(0, 1, rng.getrandbits(64), rng.getrandbits(62), 0) for _ in range(n_acks)]
-    ack_list = sender.ack_lists()[0]
+    # As _Acking.ack appends an ack for another worker's acker: root, then XOR.
+    acks = [w for _ in range(n_acks) for w in (rng.getrandbits(64), rng.getrandbits(62))]
+    ack_list = sender.ack_pair_lists()[0]
     q_split, q_count = sender.queue(to_split, False), sender.queue(to_count, False)
     status = _Status(busy=True, sent=True, emitted=64, lengths={3: 12, 5: 40}).wire()
     for t in lines:
@@ -529,7 +529,7 @@ def frame_setup(kind: str) -> dict[str, Any]:
     ack_list.extend(acks)
     box = sender.out[0]
     # The wire form, to refill an outbox without RemoteInbox.append.
-    wire_tuples, wire_acks = list(box.tuples), list(box.acks)
+    wire_tuples, wire_acks = list(box.tuples), list(box.pairs)
     frame = sender.encode(0, status)
     sender.next_round()
     return dict(
@@ -573,12 +573,12 @@ def frame_ops(f: dict[str, Any]) -> dict[str, Any]:
 
     def refill() -> None:  # the baseline encode is measured against
         box.tuples.extend(wire_tuples)
-        box.acks.extend(wire_acks)
+        box.pairs.extend(wire_acks)
         box.clear()
 
     def encode() -> None:
         box.tuples.extend(wire_tuples)
-        box.acks.extend(wire_acks)
+        box.pairs.extend(wire_acks)
         sender.encode(0, status)
 
     def decode() -> None:
@@ -716,7 +716,7 @@ def part_pipe(args: argparse.Namespace, cmd: str) -> None:
                     data = sender.encode(0, empty)
                 else:
                     box.tuples.extend(wire_tuples)
-                    box.acks.extend(wire_acks)
+                    box.pairs.extend(wire_acks)
                     data = sender.encode(0, f["status"])
                 frame_len = len(data)
                 got = mesh.exchange({peer: data}, r > 0)

@@ -497,6 +497,7 @@ class _Acking:
         self.remote = [link is not None and not link.owns_acker(i) for i in range(n_ackers)]
         self.any_remote = any(self.remote)
         self.out_acks: list[list[Any]] = [] if link is None else link.ack_lists()
+        self.out_pairs: list[list[int]] = [] if link is None else link.ack_pair_lists()
         self.out_completions: list[list[Any]] = [] if link is None else link.completion_lists()
         # One acker, in this process (the default): every root goes to it,
         # without the modulo of a 64-bit root and the routing per message.
@@ -539,7 +540,9 @@ class _Acking:
         else:
             i = root % self.n  # acker_task_for, inlined
             if self.any_remote and self.remote[i]:
-                self._send(i, 1, root, xor_val, 0)
+                pairs = self.out_pairs[i % self.workers]
+                pairs.append(root)
+                pairs.append(xor_val)
                 return
             outcome = self.ledgers[i].ack(root, xor_val)
         if outcome is not None:
@@ -575,6 +578,16 @@ class _Acking:
                 self._route(ledgers[i].fail(root))
             else:
                 ledgers[i].reset_timeout(root)
+
+    def receive_acks(self, pairs: list[int]) -> None:
+        """Acks for this worker's ackers from another worker: root and XOR in turn."""
+        ledgers = self.ledgers
+        n = self.n
+        for k in range(0, len(pairs), 2):
+            root = pairs[k]
+            outcome = ledgers[root % n].ack(root, pairs[k + 1])
+            if outcome is not None:
+                self._route(outcome)
 
     def tick(self) -> None:
         # Expired ledger entries are dropped; the spout's own pending map
@@ -1457,7 +1470,10 @@ class LocalRuntime:
                     task_ids = self.link.shuffle_targets(
                         self.plan.component_tasks[spec.id], task_ids
                     )
-                inboxes = [self._queue(tid, queue) for tid in task_ids]
+                # The checkpoint spout's own hop takes as many rounds within a
+                # worker as across (see workers._DelayedControl).
+                delay = control and spec.id == CHECKPOINT_SPOUT and self.link is not None
+                inboxes = [self._queue(tid, queue, delay) for tid in task_ids]
                 route = _Route(target, kind, inboxes)
                 route.key = rs.key
                 if isinstance(rs.key, int):
@@ -1521,11 +1537,14 @@ class LocalRuntime:
             if root in spout.pending:
                 spout.pending.put(root, spout.pending.get(root))
 
-    def _queue(self, task_id: int, lane: str) -> Any:
-        """The ``inbox`` or ``control`` queue of a task: its own, or, for a task of
-        another worker, the link's queue that sends to it."""
+    def _queue(self, task_id: int, lane: str, delay: bool = False) -> Any:
+        """The ``inbox`` or ``control`` queue of a task: its own (``delay``: the
+        link's delayed control lane to it), or, for a task of another worker, the
+        link's queue that sends to it."""
         task = self.task_by_id.get(task_id)
         if task is not None:
+            if delay and isinstance(task, BoltTask):
+                return self.link.local_control(task_id, task.control)
             return getattr(task, lane)
         return self.link.queue(task_id, lane == "control")
 

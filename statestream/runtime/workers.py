@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import logging
 import marshal
 import multiprocessing
@@ -74,6 +75,7 @@ from .._exactly_once import StandstillStep
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._topology import Topology
 from .._tuple import Origin
+from .local import pack_ids, unpack_ids
 from .plan import RuntimePlan, as_config
 
 __all__ = ["WorkerSupervisor", "worker_of_task"]
@@ -88,6 +90,7 @@ _SPOUT_BATCH = 64
 # Pipe reads of 64 KiB: a 1 MiB read buffer costs an mmap, mremap and munmap per read.
 _READ_SIZE = 1 << 16
 _STEPS_PER_ROUND = 4
+_PIPE_SIZE = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
 # Rounds a worker may run ahead of a peer (it reads the peer's frame of round
 # r-_LAG in round r). A deeper lag would let a worker go on through a peer's
 # longer round, but lag 4 ran no faster than lag 1 on the word count (and the
@@ -100,6 +103,17 @@ _LAG = 1
 # and the frame goes as a pickle.
 _MARSHAL_VERSION = 2
 _PR_SET_PDEATHSIG = 1
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe for the mesh, its buffer raised to _PIPE_SIZE where the kernel allows:
+    with the default 64 KiB a commit's frame (every ack a bolt held, 800 KB on
+    the word count) crosses in a dozen write/read turns, each a wake-up of the
+    peer, while both workers wait for it."""
+    r, w = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):  # Linux only; capped by pipe-max-size
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    return r, w
 
 
 def worker_of_task(task_id: int, workers: int) -> int:
@@ -117,21 +131,25 @@ class WorkerLost(Exception):
 class _Outbox:
     """What one worker sends one peer in the next frame."""
 
-    __slots__ = ("acks", "causes", "completions", "touches", "tuples")
+    __slots__ = ("acks", "causes", "completions", "pairs", "touches", "tuples")
 
     def __init__(self) -> None:
         self.tuples: list[Any] = []
-        self.acks: list[Any] = []
+        self.acks: list[Any] = []  # acker messages other than acks (init, fail, reset)
+        # acks, the bulk of acker messages (a commit releases every held one):
+        # root and XOR in turn, sent as 64-bit words (pack_ids)
+        self.pairs: list[int] = []
         self.completions: list[Any] = []
         self.touches: list[int] = []  # roots whose spout timeout a bolt reset
         self.causes: dict[int, Any] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.tuples or self.acks or self.completions or self.touches)
+        return bool(self.tuples or self.acks or self.pairs or self.completions or self.touches)
 
     def clear(self) -> None:
         self.tuples.clear()
         self.acks.clear()
+        self.pairs.clear()
         self.completions.clear()
         self.touches.clear()
         self.causes.clear()
@@ -152,6 +170,51 @@ def _portable_cause(cause: Any) -> Any:
     return (component, exc, text)
 
 
+class _DelayedControl:
+    """The control lane of a task of this worker, as the checkpoint spout's routes
+    see it: a checkpoint tuple appended in round r reaches the task's
+    ``control`` deque at the end of round r+_LAG, when one sent to another
+    worker in round r is delivered there.
+
+    The checkpoint spout's first hop then takes the same rounds to every
+    worker, so the bolts after it (and, with a component on every worker, the
+    stateful bolts after those) prepare and commit in the same round: each
+    worker's long commit round overlaps the others' instead of holding them
+    up in turn (bench_workers.py measured 30-80 ms waits per commit, one
+    worker after the other). Only that hop: the checkpoint spout emits no
+    data that could overtake its checkpoint tuples here, and the hold after a
+    cut (Worker._cut) already waits for the slower, remote, delivery. A
+    delayed hop between two bolts would let the first bolt's later data,
+    handed over at once, overtake the barrier.
+    """
+
+    __slots__ = ("control", "rounds")
+
+    def __init__(self, control: deque[Any]) -> None:
+        self.control = control
+        # what was appended in rounds r-_LAG to r (the current round last)
+        self.rounds: deque[list[Any]] = deque([[] for _ in range(_LAG + 1)])
+
+    def append(self, tup: Any) -> None:
+        self.rounds[-1].append(tup)
+
+    def sent(self) -> bool:
+        return bool(self.rounds[-1])
+
+    def next_round(self) -> None:
+        """The end of a round: release what was appended _LAG rounds ago."""
+        rounds = self.rounds
+        due = rounds.popleft()
+        if due:
+            self.control.extend(due)
+            due.clear()
+        rounds.append(due)
+
+    def clear(self) -> None:
+        for r in self.rounds:
+            r.clear()
+
+
 class Link:
     """A worker's end of the mesh: outboxes per peer and the task/acker placement."""
 
@@ -161,6 +224,7 @@ class Link:
         self.out = [_Outbox() for _ in range(workers)]
         self.queues: dict[tuple[int, bool], Any] = {}
         self.rt: Any = None
+        self.delayed: dict[int, _DelayedControl] = {}  # by task id
         self.slack = int(plan.config["topology.transfer.buffer.size"])
         self.origins: dict[tuple[int, str], Origin] = {}
         for cid, tids in plan.component_tasks.items():
@@ -208,8 +272,19 @@ class Link:
             )
         return q
 
+    def local_control(self, task_id: int, control: deque[Any]) -> _DelayedControl:
+        """The control lane of this worker's task ``task_id``, for its routes
+        (see :class:`_DelayedControl`); a rewind's new task gets a new one."""
+        q = self.delayed.get(task_id)
+        if q is None or q.control is not control:
+            q = self.delayed[task_id] = _DelayedControl(control)
+        return q
+
     def ack_lists(self) -> list[list[Any]]:
         return [box.acks for box in self.out]
+
+    def ack_pair_lists(self) -> list[list[int]]:
+        return [box.pairs for box in self.out]
 
     def completion_lists(self) -> list[list[Any]]:
         return [box.completions for box in self.out]
@@ -229,15 +304,13 @@ class Link:
 
     # -- frames -----------------------------------------------------------------
     def sent_any(self) -> bool:
-        return any(self.out)
+        return any(self.out) or any(q.sent() for q in self.delayed.values())
 
     def encode(self, peer: int, status: Any) -> bytes:
         box = self.out[peer]
         causes = {r: _portable_cause(c) for r, c in box.causes.items()}
-        from .local import pack_ids
-
         tuples = [(*g[:5], pack_ids(g[5]), g[6]) for g in box.tuples]
-        body = (status, tuples, box.acks, box.completions, box.touches)
+        body = (status, tuples, box.acks, pack_ids(box.pairs), box.completions, box.touches)
         try:
             m = marshal.dumps(body, _MARSHAL_VERSION)
             data = (
@@ -253,6 +326,11 @@ class Link:
 
     def next_round(self) -> None:
         for q in self.queues.values():
+            q.next_round()
+
+    def release(self) -> None:
+        """The end of a round: local checkpoint tuples due now reach their tasks."""
+        for q in self.delayed.values():
             q.next_round()
 
     def _unpicklable(self, records: list[Any], exc: Exception) -> SerializationError:
@@ -277,7 +355,7 @@ class Link:
 
     def decode(
         self, data: bytes | bytearray
-    ) -> tuple[Any, tuple[Any, Any, Any, Any, dict[int, Any]]]:
+    ) -> tuple[Any, tuple[Any, Any, Any, Any, Any, dict[int, Any]]]:
         """``(status, rest)``: a peer's status, and what :meth:`deliver` takes."""
         if data[:1] == b"M":
             n = int.from_bytes(data[1:9], "little")
@@ -285,12 +363,12 @@ class Link:
             causes = pickle.loads(data[9 + n :]) if len(data) > 9 + n else {}
         else:
             body, causes = pickle.loads(data[1:])
-        status, tuples, acks, completions, touches = body
-        return status, (tuples, acks, completions, touches, causes)
+        status, tuples, acks, pairs, completions, touches = body
+        return status, (tuples, acks, pairs, completions, touches, causes)
 
-    def deliver(self, rest: tuple[Any, Any, Any, Any, dict[int, Any]]) -> None:
+    def deliver(self, rest: tuple[Any, Any, Any, Any, Any, dict[int, Any]]) -> None:
         """Put what a peer sent into this worker's queues, ledgers and spouts."""
-        tuples, acks, completions, touches, causes = rest
+        tuples, acks, pairs, completions, touches, causes = rest
         rt = self.rt
         for root in touches:
             rt.touch_root(root)
@@ -299,6 +377,8 @@ class Link:
         rt.deliver_remote(tuples, completions, self.origins)
         if acks:
             rt.acking.receive(acks)
+        if pairs:
+            rt.acking.receive_acks(unpack_ids(pairs))
 
     def remote_lengths(self, lengths: Mapping[int, int]) -> None:
         for tid, n in lengths.items():
@@ -311,6 +391,8 @@ class Link:
             box.clear()
         for q in self.queues.values():
             q.clear()
+        for d in self.delayed.values():
+            d.clear()
 
 
 # -- the mesh of pipes ------------------------------------------------------------
@@ -809,6 +891,7 @@ class Worker:
             st = statuses[p] = _Status.of(status)
             if st.epoch == self.epoch:
                 self.link.deliver(rest)
+        self.link.release()
         self.deliver_time += time.perf_counter() - t2
         self.rounds += 1
         return statuses
@@ -1071,7 +1154,7 @@ class WorkerSupervisor:
         for a in range(n):
             for b in range(n):
                 if a != b:
-                    pipes[(a, b)] = os.pipe()
+                    pipes[(a, b)] = _pipe()
         _PIPES[:] = [fd for pair in pipes.values() for fd in pair]
         procs = []
         conns = []
@@ -1301,6 +1384,9 @@ class _NoLink:
         return deque()
 
     def ack_lists(self) -> list[list[Any]]:
+        return [[]]
+
+    def ack_pair_lists(self) -> list[list[int]]:
         return [[]]
 
     def completion_lists(self) -> list[list[Any]]:

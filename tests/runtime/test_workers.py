@@ -14,6 +14,7 @@ import contextlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 from runtime_harness import Records, records
+from word_bolts import Count, Split
 
 from statestream import (
     Bolt,
@@ -34,9 +36,19 @@ from statestream import (
 from statestream._errors import ConfigError
 from statestream._run import make_runtime
 from statestream._tuple import Fields, Origin
-from statestream.runtime.local import FLAT, RemoteInbox, pack_ids, unpack_ids
-from statestream.runtime.plan import as_config
-from statestream.runtime.workers import Link, Mesh, WorkerSupervisor, worker_of_task
+from statestream.runtime.local import FLAT, LocalRuntime, RemoteInbox, pack_ids, unpack_ids
+from statestream.runtime.plan import RuntimePlan, as_config
+from statestream.runtime.workers import (
+    _LAG,
+    _PIPE_SIZE,
+    Link,
+    Mesh,
+    WorkerSupervisor,
+    _DelayedControl,
+    _pipe,
+    _Status,
+    worker_of_task,
+)
 from statestream.testing import ListSpout
 
 
@@ -283,6 +295,104 @@ def test_the_mesh_reads_frames_whole_and_in_order_however_the_pipe_cuts_them() -
         for fd in (r01, w01, r10, w10):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _worker_runtimes(topology: Any, tmp_path: Path) -> list[LocalRuntime]:
+    """Both workers' runtimes as Worker builds them (not opened), each with its Link."""
+    conf = as_config(
+        {
+            "topology.workers": 2,
+            "topology.acker.executors": 2,  # one per worker, as the supervisor sets it
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        },
+        topology_prefixes=(topology.name,),
+    )
+    plan = RuntimePlan(topology, conf)
+    rts = []
+    for index in range(2):
+        link = Link(index, 2, plan)
+        owned = [t for ts in plan.component_tasks.values() for t in ts if t % 2 == index]
+        link.rt = LocalRuntime(topology, conf, None, owned=owned, link=link)
+        rts.append(link.rt)
+    return rts
+
+
+def test_a_delayed_control_lane_hands_over_when_a_frame_of_the_same_round_arrives() -> None:
+    control: deque[Any] = deque()
+    lane = _DelayedControl(control)
+    lane.append("prepare")  # round r
+    assert lane.sent()
+    for _ in range(_LAG):  # the ends of rounds r .. r+_LAG-1
+        lane.next_round()
+        assert not control and not lane.sent()
+    lane.next_round()  # the end of round r+_LAG: a frame of round r is delivered now
+    assert list(control) == ["prepare"]
+    lane.append("commit")
+    lane.clear()  # a rewind drops it, as it drops the frames in flight
+    for _ in range(_LAG + 1):
+        lane.next_round()
+    assert list(control) == ["prepare"]
+
+
+def test_the_checkpoint_spouts_hop_is_delayed_in_its_worker_and_no_other_hop_is(
+    tmp_path: Path,
+) -> None:
+    b = TopologyBuilder("delayed")
+    b.set_spout("src", ListSpout(["a b", "c d"], fields=["line"]), 2)
+    b.set_bolt("fwd", Split(), 2).shuffle_grouping("src")
+    b.set_bolt("count", Count(), 2).fields_grouping("fwd", ["word"])
+    cp_workers = 0
+    for rt in _worker_runtimes(b.build(), tmp_path):
+        queues = [
+            getattr(put, "__self__", None)  # a route holds each queue's bound append
+            for task in rt.spouts + rt.bolts
+            for stream in task.streams.values()
+            for route in stream.routes
+            for put in route.puts
+        ]
+        delayed = [q for q in queues if isinstance(q, _DelayedControl)]
+        cp = [s for s in rt.spouts if s.system]
+        if cp:  # the checkpoint spout's worker: its hop to each local first bolt
+            cp_workers += 1
+            local_fwd = [t for t in rt.bolts if t.component == "fwd"]
+            assert local_fwd and [d.control for d in delayed] == [t.control for t in local_fwd]
+        else:
+            assert delayed == []
+    assert cp_workers == 1
+
+
+def test_acks_cross_as_root_and_xor_words_and_complete_the_tree(tmp_path: Path) -> None:
+    b = TopologyBuilder("acks")
+    b.set_spout("src", ListSpout(list(range(10))), 2)
+    b.set_bolt("fwd", Where("fwd"), 2).shuffle_grouping("src")
+    w0, w1 = _worker_runtimes(b.build(), tmp_path)
+    spout = w0.spouts[0]
+    assert w0.acking is not None and w1.acking is not None
+    # A tree of worker 0's spout, acked by bolts of worker 1 (acker 0 is worker 0's).
+    roots = [(1 << 63) + 2 * k for k in range(3)]  # acker root % 2 == 0
+    edges = [0x1234_5678_9ABC_DEF0 + k for k in range(3)]
+    for root, edge in zip(roots, edges, strict=True):
+        w0.acking.init(root, spout.task_id, edge)
+        w1.acking.ack(root, edge)
+    assert w1.link.out[0].pairs == [w for pair in zip(roots, edges, strict=True) for w in pair]
+    frame = w1.link.encode(0, _Status().wire())
+    assert len(frame) < 200  # 16 bytes per ack, not a record each
+    _, rest = w0.link.decode(frame)
+    w0.link.deliver(rest)
+    assert list(spout.completions) == [(root, True) for root in roots]
+
+
+def test_mesh_pipes_hold_a_commits_frame(tmp_path: Path) -> None:
+    import fcntl
+
+    r, w = _pipe()
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        assert fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= min(_PIPE_SIZE, limit)
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_values_marshal_cannot_carry_cross_workers_as_pickles(tmp_path: Path) -> None:
