@@ -463,6 +463,9 @@ FRAMES = {
 }
 
 
+WORDS_PER_ROOT = 5
+
+
 def frame_setup(kind: str) -> dict[str, Any]:
     """Links of worker 1 (sender) and worker 0 (receiver) of the example, and the Tuples
     and acker messages of a frame of ``kind`` (values and ids as a real run carries them)."""
@@ -510,10 +513,13 @@ def frame_setup(kind: str) -> dict[str, Any]:
         for i in range(n_lines)
     ]  # fmt: skip
     all_words = [w for line in text[1000:1200] for w in line.split()]
+    # The words of one line that go to one count task follow each other and
+    # share the line's root: about half of a line's 10 words, on 2 count tasks.
+    word_roots = [rng.getrandbits(64) for _ in range(n_words // WORDS_PER_ROOT + 1)]
     words = [
         Tuple(
             [all_words[i % len(all_words)]], word_origin, None, to_count,
-            rng.getrandbits(64), rng.getrandbits(62),
+            word_roots[i // WORDS_PER_ROOT], rng.getrandbits(62),
         )
         for i in range(n_words)
     ]  # fmt: skip

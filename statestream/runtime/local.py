@@ -361,12 +361,18 @@ class _Task(NativeCollector):
                 puts[i](tup)
 
 
+# Unsigned 64-bit words for ids: "L" where a C long has 64 bits (LP64: Linux,
+# macOS), since CPython 3.11 converts an int of more than one digit to an
+# unsigned long with a loop over its digits but to an unsigned long long
+# through _PyLong_AsByteArray, at twice the cost.
+_ID_CODE: Final = "L" if array("L").itemsize == 8 else "Q"
+
+
 def pack_ids(ids: list[int]) -> Any:
-    """A group's root and edge ids as unsigned 64-bit words in this machine's
-    byte order (marshal would write each int 15 bits at a time); as they are
-    if one does not fit."""
+    """Ids as unsigned 64-bit words in this machine's byte order (marshal would
+    write each int 15 bits at a time); as they are if one does not fit."""
     try:
-        return array("Q", ids).tobytes()
+        return array(_ID_CODE, ids).tobytes()
     except OverflowError:
         return ids
 
@@ -375,7 +381,7 @@ def unpack_ids(ids: Any) -> list[int]:
     """The ids :func:`pack_ids` packed."""
     if type(ids) is not bytes:
         return ids  # type: ignore[no-any-return]
-    words = array("Q")
+    words = array(_ID_CODE)
     words.frombytes(ids)
     return words.tolist()
 
@@ -386,11 +392,12 @@ class RemoteInbox:
 
     ``append`` adds the tuple to the frame for that worker, in columns: a
     group per run of tuples from one (source task, stream), ``(target, lane,
-    source task, stream, values, ids, anchors)``, where ``ids`` holds each
-    tuple's root and edge in turn, so that a frame holds a few lists rather
-    than a record per tuple (the link sends ``ids`` as 64-bit words). Groups
-    keep the order of appends to this queue. A multi-anchored tuple is a
-    group of its own.
+    source task, stream, values, edges, roots, anchors)``, where ``edges``
+    holds each tuple's edge and ``roots`` their roots as runs, a root and
+    how many tuples in a row have it (the words of one line share it), so
+    that a frame holds a few lists rather than a record per tuple (the link
+    sends both as 64-bit words). Groups keep the order of appends to this
+    queue. A multi-anchored tuple is a group of its own.
     On a one-field stream ``values`` holds the values themselves, not a
     list of one per tuple, and ``lane`` has bit ``FLAT`` set: a list per
     tuple cost more to encode and decode than the rest of the tuple.
@@ -416,7 +423,9 @@ class RemoteInbox:
         self.origin: Origin | None = None  # of the group being filled
         self.flat = False  # the group's stream has one field
         self.values: list[Any] = []
-        self.ids: list[int] = []
+        self.edges: list[int] = []
+        self.roots: list[int] = []  # root, count, root, count, ...
+        self.root = -1  # of the last run
 
     def next_round(self) -> None:
         """The frame went out: the next append starts a new group."""
@@ -439,7 +448,7 @@ class RemoteInbox:
             o = tup.origin
             self.sent += 1
             self.out.append(
-                (self.task_id, self.lane, o.task, o.stream, [list(values)], [0, 0], tup.anchors)
+                (self.task_id, self.lane, o.task, o.stream, [list(values)], [], [], tup.anchors)
             )
             self.origin = None
             return
@@ -452,7 +461,9 @@ class RemoteInbox:
             self.origin = o
             self.flat = len(o.fields) == 1
             self.values = []
-            self.ids = []
+            self.edges = []
+            self.roots = []
+            self.root = -1
             self.out.append(
                 (
                     self.task_id,
@@ -460,7 +471,8 @@ class RemoteInbox:
                     o.task,
                     o.stream,
                     self.values,
-                    self.ids,
+                    self.edges,
+                    self.roots,
                     None,
                 )
             )
@@ -469,8 +481,13 @@ class RemoteInbox:
             self.values.append(values[0])
         else:
             self.values.append(values if type(values) is list else list(values))
-        self.ids.append(root)
-        self.ids.append(edge)
+        self.edges.append(edge)
+        if root == self.root:
+            self.roots[-1] += 1
+        else:
+            self.root = root
+            self.roots.append(root)
+            self.roots.append(1)
 
     def __len__(self) -> int:
         flying = self.sent + self.sent_before - self.slack
@@ -1513,7 +1530,7 @@ class LocalRuntime:
         completions another worker sent into this worker's queues. A tracked
         tuple belongs to the task it is delivered to, as on one process."""
         bolts = self.bolt_by_id
-        for target, lane, src, stream, group, wire_ids, anchors in groups:
+        for target, lane, src, stream, group, wire_edges, wire_roots, anchors in groups:
             origin = origins[(src, stream)]
             bolt = bolts[target]
             q = bolt.control if lane & 1 else bolt.inbox
@@ -1521,12 +1538,22 @@ class LocalRuntime:
             if anchors is not None:  # a group of its own, never FLAT (RemoteInbox.append)
                 q.append(Tuple(values[0], origin, anchors, target))
                 continue
-            ids: list[int] = unpack_ids(wire_ids)
+            edges: list[int] = unpack_ids(wire_edges)
+            roots: list[int] = unpack_ids(wire_roots)
             flat = bool(lane & FLAT)
-            for i in range(len(values)):
-                root = ids[2 * i]
-                v = [values[i]] if flat else values[i]
-                q.append(Tuple(v, origin, None, target if root else -1, root, ids[2 * i + 1]))
+            # built first and handed over in one extend: deque is not a compiled
+            # type, so each append would be a method call
+            batch: list[Tuple] = []
+            i = 0
+            for k in range(0, len(roots), 2):
+                root = roots[k]
+                owner = target if root else -1
+                for _ in range(roots[k + 1]):
+                    # a one-field value in a 1-tuple: one allocation, a list takes two
+                    v: Any = (values[i],) if flat else values[i]
+                    batch.append(Tuple(v, origin, None, owner, root, edges[i]))
+                    i += 1
+            q.extend(batch)
         spouts = self.spout_by_task
         for spout_task, root, ok in completions:
             spouts[spout_task].completions.append((root, ok))

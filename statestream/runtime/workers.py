@@ -309,7 +309,7 @@ class Link:
     def encode(self, peer: int, status: Any) -> bytes:
         box = self.out[peer]
         causes = {r: _portable_cause(c) for r, c in box.causes.items()}
-        tuples = [(*g[:5], pack_ids(g[5]), g[6]) for g in box.tuples]
+        tuples = [(*g[:5], pack_ids(g[5]), pack_ids(g[6]), g[7]) for g in box.tuples]
         body = (status, tuples, box.acks, pack_ids(box.pairs), box.completions, box.touches)
         try:
             m = marshal.dumps(body, _MARSHAL_VERSION)

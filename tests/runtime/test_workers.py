@@ -253,12 +253,14 @@ def test_a_one_field_group_carries_bare_values_and_a_wider_one_lists() -> None:
     one = Origin("a", 1, 0, "default", Fields("w"))
     two = Origin("b", 2, 0, "pairs", Fields("w", "n"))
     q.add(["x"], one, 11, 12)
-    q.add(("y",), one, 13, 14)
+    q.add(("y",), one, 11, 14)
+    q.add(["v"], one, 13, 15)
     q.add(("z", 1), two, 15, 16)
     q.add(["u", 2], two, 17, 18)
     assert out == [
-        (7, FLAT, 1, "default", ["x", "y"], [11, 12, 13, 14], None),
-        (7, 0, 2, "pairs", [["z", 1], ["u", 2]], [15, 16, 17, 18], None),
+        # edges, then roots as runs: root 11 for two tuples, root 13 for one
+        (7, FLAT, 1, "default", ["x", "y", "v"], [12, 14, 15], [11, 2, 13, 1], None),
+        (7, 0, 2, "pairs", [["z", 1], ["u", 2]], [16, 18], [15, 1, 17, 1], None),
     ]
 
 
@@ -381,6 +383,26 @@ def test_acks_cross_as_root_and_xor_words_and_complete_the_tree(tmp_path: Path) 
     _, rest = w0.link.decode(frame)
     w0.link.deliver(rest)
     assert list(spout.completions) == [(root, True) for root in roots]
+
+
+def test_a_group_arrives_as_the_tuples_that_were_sent(tmp_path: Path) -> None:
+    b = TopologyBuilder("group")
+    b.set_spout("src", ListSpout(["a b"], fields=["line"]), 2)
+    b.set_bolt("split", Split(), 2).shuffle_grouping("src")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    w0, w1 = _worker_runtimes(b.build(), tmp_path)
+    count = next(t for t in w0.bolts if t.component == "count")
+    split = next(t for t in w1.bolts if t.component == "split")
+    sent = [("x", 5, 50), ("y", 5, 51), ("z", 9, 52), ("x", 0, 0), ("w", 5, 53)]
+    q = w1.link.queue(count.task_id, False)
+    for word, root, edge in sent:
+        q.add([word], split.default_stream.origin, root, edge)
+    _, rest = w0.link.decode(w1.link.encode(0, _Status().wire()))
+    w0.link.deliver(rest)
+    got = [(t[0], t.root, t.edge, t.owner, t.origin.task) for t in count.inbox]
+    # an untracked tuple (root 0) belongs to no task
+    owner = [count.task_id, count.task_id, count.task_id, -1, count.task_id]
+    assert got == [(w, r, e, o, split.task_id) for (w, r, e), o in zip(sent, owner, strict=True)]
 
 
 def test_mesh_pipes_hold_a_commits_frame(tmp_path: Path) -> None:
