@@ -39,6 +39,7 @@ from statestream._tuple import Fields, Origin
 from statestream.runtime.local import FLAT, LocalRuntime, RemoteInbox, pack_ids, unpack_ids
 from statestream.runtime.plan import RuntimePlan, as_config
 from statestream.runtime.workers import (
+    _JOINED,
     _LAG,
     _PIPE_SIZE,
     Link,
@@ -47,6 +48,7 @@ from statestream.runtime.workers import (
     _DelayedControl,
     _pipe,
     _Status,
+    _wire_group,
     worker_of_task,
 )
 from statestream.testing import ListSpout
@@ -385,7 +387,18 @@ def test_acks_cross_as_root_and_xor_words_and_complete_the_tree(tmp_path: Path) 
     assert list(spout.completions) == [(root, True) for root in roots]
 
 
-def test_a_group_arrives_as_the_tuples_that_were_sent(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("words", "joined"),
+    [
+        (["x", "y", "z", "x", "w"], True),
+        (["x", "", "é€", "", "w"], True),
+        (["x", "a\x00b", "z", "x", "w"], False),  # holds the separator: a list
+        (["x", 7, "z", None, "w"], False),  # not all strs
+    ],
+)
+def test_a_group_arrives_as_the_tuples_that_were_sent(
+    tmp_path: Path, words: list[Any], joined: bool
+) -> None:
     b = TopologyBuilder("group")
     b.set_spout("src", ListSpout(["a b"], fields=["line"]), 2)
     b.set_bolt("split", Split(), 2).shuffle_grouping("src")
@@ -393,10 +406,13 @@ def test_a_group_arrives_as_the_tuples_that_were_sent(tmp_path: Path) -> None:
     w0, w1 = _worker_runtimes(b.build(), tmp_path)
     count = next(t for t in w0.bolts if t.component == "count")
     split = next(t for t in w1.bolts if t.component == "split")
-    sent = [("x", 5, 50), ("y", 5, 51), ("z", 9, 52), ("x", 0, 0), ("w", 5, 53)]
+    ids = [(5, 50), (5, 51), (9, 52), (0, 0), (5, 53)]
+    sent = [(w, r, e) for w, (r, e) in zip(words, ids, strict=True)]
     q = w1.link.queue(count.task_id, False)
     for word, root, edge in sent:
         q.add([word], split.default_stream.origin, root, edge)
+    (group,) = w1.link.out[0].tuples
+    assert bool(_wire_group(*group)[1] & _JOINED) == joined
     _, rest = w0.link.decode(w1.link.encode(0, _Status().wire()))
     w0.link.deliver(rest)
     got = [(t[0], t.root, t.edge, t.owner, t.origin.task) for t in count.inbox]
