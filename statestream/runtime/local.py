@@ -83,6 +83,7 @@ _getrandbits: Final = random.getrandbits
 _EDGE_BITS: Final = 62
 _EDGE_MASK: Final = (1 << _EDGE_BITS) - 1
 _ROOT_BIT: Final = 1 << _EDGE_BITS  # set in every root id (see next_root)
+_I64_MAX: Final = (1 << 63) - 1
 #: In a RemoteInbox group's lane: the group's values are a one-field stream's, unwrapped.
 FLAT: Final = 2
 
@@ -394,9 +395,9 @@ class RemoteInbox:
     group per run of tuples from one (source task, stream), ``(target, lane,
     source task, stream, values, edges, roots, anchors)``, where ``edges``
     holds each tuple's edge and ``roots`` their roots as runs, a root and
-    how many tuples in a row have it (the words of one line share it), so
-    that a frame holds a few lists rather than a record per tuple (the link
-    sends both as 64-bit words). Groups keep the order of appends to this
+    the index of the first tuple with it (the words of one line share it),
+    so that a frame holds a few lists rather than a record per tuple (the
+    link sends both as 64-bit words). Groups keep the order of appends to this
     queue. A multi-anchored tuple is a group of its own.
     On a one-field stream ``values`` holds the values themselves, not a
     list of one per tuple, and ``lane`` has bit ``FLAT`` set: a list per
@@ -424,7 +425,7 @@ class RemoteInbox:
         self.flat = False  # the group's stream has one field
         self.values: list[Any] = []
         self.edges: list[int] = []
-        self.roots: list[int] = []  # root, count, root, count, ...
+        self.roots: list[int] = []  # root, first index, root, first index, ...
         self.root = -1  # of the last run
 
     def next_round(self) -> None:
@@ -476,18 +477,18 @@ class RemoteInbox:
                     None,
                 )
             )
-        # emit checked the arity: a one-field stream's values have one item
-        if self.flat:
-            self.values.append(values[0])
-        else:
-            self.values.append(values if type(values) is list else list(values))
-        self.edges.append(edge)
-        if root == self.root:
-            self.roots[-1] += 1
-        else:
+        if root != self.root:
             self.root = root
             self.roots.append(root)
-            self.roots.append(1)
+            self.roots.append(len(self.edges))
+        self.edges.append(edge)
+        # emit checked the arity: a one-field stream's values have one item
+        if not self.flat:
+            self.values.append(values if type(values) is list else list(values))
+        elif isinstance(values, list):  # the item without a generic lookup
+            self.values.append(values[0])
+        else:
+            self.values.append(values[0])
 
     def __len__(self) -> int:
         flying = self.sent + self.sent_before - self.slack
@@ -1306,11 +1307,12 @@ class LocalRuntime:
         self.config = as_config(config, topology_prefixes=(topology.name,))
         self.plan = RuntimePlan(topology, self.config)
         self.clock: Clock = clock or SystemClock()
-        # Where tuple ids come from (a test or the workers runtime may set its
-        # own new_root; None means next_root): an edge has 62 bits, so that
+        # Where tuple ids come from (a test may set its own new_root; None
+        # means next_root, or _local_root in a worker): an edge has 62 bits, so that
         # XORs of edges stay small ints, which the compiled core handles
         # unboxed (2**-62 per ack is still no chance of a false completion).
         self.new_root: Callable[[], int] | None = None
+        self._local_ackers: list[int] = []  # see use_local_roots
         self.randbits: Callable[[int], int] = _getrandbits
         self._edge_state: i64 = _getrandbits(_EDGE_BITS) or 1  # see next_edge
         #: Called after every step of run(): where a test looks at the queues.
@@ -1450,10 +1452,35 @@ class LocalRuntime:
         return int(x)
 
     def draw_root(self) -> int:
-        """The root id of a new tree: from ``new_root`` if a test or the workers
-        runtime set one, else from :meth:`next_root` (a direct call)."""
+        """The root id of a new tree: from ``new_root`` if a test set one, else
+        from :meth:`next_root` (a direct call), with a residue of this
+        worker's ackers if the workers runtime set them (:meth:`use_local_roots`)."""
         new_root = self.new_root
-        return self.next_root() if new_root is None else new_root()
+        if new_root is not None:
+            return new_root()
+        if self._local_ackers:
+            return self._local_root()
+        return self.next_root()
+
+    def use_local_roots(self, ackers: list[int]) -> None:
+        """Give new trees a root whose acker task (``root % n_ackers``) is one of
+        ``ackers``, this worker's: a tree's init and outcome then stay in the
+        spout's own worker, and only the acks of other workers' bolts cross."""
+        self._local_ackers = ackers
+
+    def _local_root(self) -> int:
+        # next_root's id with its residue modulo n replaced by one of this
+        # worker's ackers (chosen by the next digits), in i64: a root is below 2**63
+        x: i64 = self.next_edge()
+        r: i64 = x | _ROOT_BIT
+        n: i64 = self.n_ackers
+        ackers = self._local_ackers
+        k: i64 = len(ackers)
+        base: i64 = r - r % n
+        m: i64 = ackers[(r // n) % k]
+        if base > _I64_MAX - m:  # keep it below 2**63, with the same residue
+            base -= n
+        return int(base + m)
 
     def next_root(self) -> int:
         """A new root id: 62 bits of next_edge's generator with bit 62 set.
@@ -1544,15 +1571,15 @@ class LocalRuntime:
             # built first and handed over in one extend: deque is not a compiled
             # type, so each append would be a method call
             batch: list[Tuple] = []
-            i = 0
-            for k in range(0, len(roots), 2):
+            runs = len(roots)
+            for k in range(0, runs, 2):
                 root = roots[k]
                 owner = target if root else -1
-                for _ in range(roots[k + 1]):
+                end = roots[k + 3] if k + 2 < runs else len(values)
+                for i in range(roots[k + 1], end):
                     # a one-field value in a 1-tuple: one allocation, a list takes two
                     v: Any = (values[i],) if flat else values[i]
                     batch.append(Tuple(v, origin, None, owner, root, edges[i]))
-                    i += 1
             q.extend(batch)
         spouts = self.spout_by_task
         for spout_task, root, ok in completions:

@@ -651,28 +651,12 @@ class Worker:
         self._reported_at = 0.0
 
     def _local_roots(self) -> None:
-        """Give new tuple trees a root id whose acker task lives in this worker:
-        the acker is ``root % ackers``, so choosing the residue among this
-        worker's ackers keeps a tree's init and outcome in the spout's own
-        worker, and only the acks of other workers' bolts cross. The rest of
-        the id stays random."""
+        """Give new tuple trees a root id whose acker task lives in this worker
+        (LocalRuntime.use_local_roots); the rest of the id stays random."""
         rt = self.rt
-        n = rt.n_ackers
-        mine = [i for i in range(n) if i % self.workers == self.index]
-        if not mine or rt.acking is None:
-            return
-        draw = rt.new_root or rt.next_root
-        k = len(mine)
-        top = 1 << 64
-
-        def local_root() -> int:
-            r = draw()
-            root = r - r % n + mine[(r // n) % k]
-            if root >= top:
-                root -= n
-            return root or n  # 0 means "no tree"; n is acker 0's too
-
-        rt.new_root = local_root
+        mine = [i for i in range(rt.n_ackers) if i % self.workers == self.index]
+        if mine and rt.acking is not None:
+            rt.use_local_roots(mine)
 
     # -- one round ---------------------------------------------------------------
     def _status(self, busy: bool, emitted: int, draining: bool) -> _Status:

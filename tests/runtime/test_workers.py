@@ -260,9 +260,9 @@ def test_a_one_field_group_carries_bare_values_and_a_wider_one_lists() -> None:
     q.add(("z", 1), two, 15, 16)
     q.add(["u", 2], two, 17, 18)
     assert out == [
-        # edges, then roots as runs: root 11 for two tuples, root 13 for one
-        (7, FLAT, 1, "default", ["x", "y", "v"], [12, 14, 15], [11, 2, 13, 1], None),
-        (7, 0, 2, "pairs", [["z", 1], ["u", 2]], [16, 18], [15, 1, 17, 1], None),
+        # edges, then roots as runs: root 11 from tuple 0 on, root 13 from tuple 2
+        (7, FLAT, 1, "default", ["x", "y", "v"], [12, 14, 15], [11, 0, 13, 2], None),
+        (7, 0, 2, "pairs", [["z", 1], ["u", 2]], [16, 18], [15, 0, 17, 1], None),
     ]
 
 
@@ -419,6 +419,23 @@ def test_a_group_arrives_as_the_tuples_that_were_sent(
     # an untracked tuple (root 0) belongs to no task
     owner = [count.task_id, count.task_id, count.task_id, -1, count.task_id]
     assert got == [(w, r, e, o, split.task_id) for (w, r, e), o in zip(sent, owner, strict=True)]
+
+
+@pytest.mark.parametrize(("ackers", "mine"), [(2, [0]), (2, [1]), (3, [1]), (5, [0, 3]), (4, [3])])
+def test_a_workers_roots_go_to_its_own_ackers(ackers: int, mine: list[int]) -> None:
+    b = TopologyBuilder("roots")
+    b.set_spout("src", ListSpout([1]))
+    b.set_bolt("sink", Where("roots"), 1).shuffle_grouping("src")
+    rt = LocalRuntime(b.build(), {"topology.acker.executors": ackers})
+    rt.use_local_roots(mine)
+    # the generator's ids, then the largest and the smallest it can give
+    edges = iter([*(rt.next_edge() for _ in range(300)), (1 << 62) - 1, 1])
+    rt.randbits = lambda bits: next(edges)
+    roots = [rt.draw_root() for _ in range(302)]
+    assert all(r % ackers in mine and 1 << 62 <= r < 1 << 63 for r in roots), roots[-2:]
+    assert len(set(roots)) == len(roots)
+    if len(mine) > 1:
+        assert {r % ackers for r in roots} == set(mine)
 
 
 def test_mesh_pipes_hold_a_commits_frame(tmp_path: Path) -> None:
