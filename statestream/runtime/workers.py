@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import gc
 import logging
 import marshal
 import multiprocessing
@@ -75,7 +76,7 @@ from .._exactly_once import StandstillStep
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._topology import Topology
 from .._tuple import Origin
-from .local import FLAT, pack_ids, unpack_ids
+from .local import _GC_YOUNG, FLAT, pack_ids, unpack_ids
 from .plan import RuntimePlan, as_config
 
 __all__ = ["WorkerSupervisor", "worker_of_task"]
@@ -91,6 +92,9 @@ _SPOUT_BATCH = 64
 _READ_SIZE = 1 << 16
 _STEPS_PER_ROUND = 4
 _PIPE_SIZE = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
+# The collector's own young-generation threshold in a worker, in _GC_YOUNGs:
+# a backstop for rounds too long for the collections in step (_collect).
+_GC_BACKSTOP = 4
 # Rounds a worker may run ahead of a peer (it reads the peer's frame of round
 # r-_LAG in round r). A deeper lag would let a worker go on through a peer's
 # longer round, but lag 4 ran no faster than lag 1 on the word count (and the
@@ -114,6 +118,24 @@ def _pipe() -> tuple[int, int]:
     with contextlib.suppress(OSError, AttributeError):  # Linux only; capped by pipe-max-size
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     return r, w
+
+
+def _collect() -> None:
+    """Collect garbage as the collector would at this point on its own: the
+    oldest generation whose count is over its threshold, else the young one.
+
+    Workers collect in step: the young generation fills as tuple trees wait
+    for their commit, and a collection walks it (4-5 ms at _GC_YOUNG). Left
+    to itself each worker's collector ran at its own moment and held the
+    others up at the next exchange, so the pauses added up (bench_workers.py:
+    8 collections, 36 ms, per worker and run). A worker whose young
+    generation is due says so in its status and every worker collects in the
+    round that reads it, so the pauses overlap (and skips the statuses sent
+    before it).
+    """
+    counts, thresholds = gc.get_count(), gc.get_threshold()
+    gen = 2 if counts[2] > thresholds[2] else 1 if counts[1] > thresholds[1] else 0
+    gc.collect(gen)
 
 
 def worker_of_task(task_id: int, workers: int) -> int:
@@ -585,6 +607,7 @@ class _Status:
     positions: dict[str, Any] | None = None
     epoch: int = 0  # rewinds so far: what was sent before a rewind is dropped
     deadline: bool = False  # the stop is --duration's
+    gc: bool = False  # this worker's young generation is due for a collection
 
     def wire(self) -> tuple[Any, ...]:
         return (
@@ -604,6 +627,7 @@ class _Status:
             self.positions,
             self.epoch,
             self.deadline,
+            self.gc,
         )
 
     @classmethod
@@ -682,6 +706,7 @@ class Worker:
         st.stop = self.stop_requested or rt._stop
         st.deadline = self._deadline
         st.epoch = self.epoch
+        st.gc = gc.get_count()[0] >= _GC_YOUNG
         st.holding = any(t.holding and (t.held or t.last_root) for t in rt.bolts)
         cp = rt._checkpoint_spout
         if cp is not None:
@@ -774,6 +799,8 @@ class Worker:
         mine_before: deque[_Status] = deque()  # this worker's statuses of rounds r-_LAG to r-1
         reason = "stopped"
         gc_before = _tune_gc()
+        # Collections in step (see _collect); the collector's own only as a backstop.
+        gc.set_threshold(_GC_YOUNG * _GC_BACKSTOP, *gc.get_threshold()[1:])
         try:
             while True:
                 decision: StandstillStep | str | None = held
@@ -794,6 +821,12 @@ class Worker:
                             self.epoch += 1
                             decision = StandstillStep.DRAIN
                     self.link.remote_lengths({k: v for s in old for k, v in s.lengths.items()})
+                    if self._gc_wait:
+                        self._gc_wait -= 1
+                    elif any(s.gc for s in old):
+                        _collect()
+                        # the statuses of the rounds before this one say "due" still
+                        self._gc_wait = _LAG
                     if fresh and not moved:
                         self._quiet(old, until_idle)
                 busy = False
@@ -847,6 +880,7 @@ class Worker:
 
     _cp_worker = 0
     _hold = 0
+    _gc_wait = 0
     _deadline = False
     epoch = 0
 

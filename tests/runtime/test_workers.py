@@ -438,6 +438,28 @@ def test_a_workers_roots_go_to_its_own_ackers(ackers: int, mine: list[int]) -> N
         assert {r % ackers for r in roots} == set(mine)
 
 
+@pytest.mark.parametrize(
+    ("counts", "generation"),
+    [
+        ((60_000, 3, 2), 0),  # the young generation only
+        ((60_000, 11, 2), 1),  # the middle one is over its threshold too
+        ((60_000, 11, 11), 2),  # and the oldest
+        ((60_000, 3, 11), 2),
+    ],
+)
+def test_workers_collect_the_generation_the_collector_would(
+    monkeypatch: pytest.MonkeyPatch, counts: tuple[int, int, int], generation: int
+) -> None:
+    from statestream.runtime import workers
+
+    collected: list[int] = []
+    monkeypatch.setattr(workers.gc, "get_count", lambda: counts)
+    monkeypatch.setattr(workers.gc, "get_threshold", lambda: (200_000, 10, 10))
+    monkeypatch.setattr(workers.gc, "collect", collected.append)
+    workers._collect()
+    assert collected == [generation]
+
+
 def test_mesh_pipes_hold_a_commits_frame(tmp_path: Path) -> None:
     import fcntl
 
