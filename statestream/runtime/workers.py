@@ -60,6 +60,7 @@ import marshal
 import multiprocessing
 import os
 import pickle
+import select
 import selectors
 import signal
 import time
@@ -464,63 +465,65 @@ class Mesh:
         """Queue ``frames`` (one per peer) and write what the pipes take; if
         ``need``, wait for the next frame of every peer (writing meanwhile, so
         that two workers never wait on each other's full pipes). Bytes a pipe
-        does not take now go out during the next exchange, in order."""
+        does not take now go out during the next exchange, in order.
+
+        Non-blocking reads and writes first, and ``select`` only when a peer's
+        frame is not there yet: a round's exchange is a few system calls
+        rather than a selector's registrations (Python code) each time.
+        """
         for p, f in frames.items():
             buf = self.wbuf[p]
             buf += len(f).to_bytes(8, "little")
             buf += f
         done: dict[int, bytes | bytearray] = {}
+        waiting: list[int] = []
         if need:
             for p in self.readers:
                 frame = self._take(p)
+                if frame is None:
+                    waiting.append(p)
+                else:
+                    done[p] = frame
+        while True:
+            for p, buf in self.wbuf.items():
+                if buf:
+                    self._write(p, buf)
+            for p in list(waiting):
+                frame = self._read(p)
                 if frame is not None:
                     done[p] = frame
-        sel = self.sel
-        for p, fd in self.writers.items():
-            if self.wbuf[p]:
-                sel.register(fd, selectors.EVENT_WRITE, ("w", p))
-        if need:
-            for p, fd in self.readers.items():
-                if p not in done:
-                    sel.register(fd, selectors.EVENT_READ, ("r", p))
+                    waiting.remove(p)
+            if not waiting:
+                return done
+            select.select(
+                [self.readers[p] for p in waiting],
+                [fd for p, fd in self.writers.items() if self.wbuf[p]],
+                [],
+            )
+
+    def _write(self, p: int, buf: bytearray) -> None:
         try:
-            while sel.get_map():
-                waiting = need and len(done) < len(self.readers)
-                events = sel.select(None if waiting else 0)
-                if not events:
-                    break  # nothing to wait for: what the pipes did not take waits
-                for key, _ in events:
-                    kind, p = key.data
-                    if kind == "w":
-                        buf = self.wbuf[p]
-                        try:
-                            n = os.write(key.fd, buf)
-                        except BlockingIOError:
-                            continue
-                        except BrokenPipeError as exc:
-                            raise WorkerLost(f"worker {p} is gone") from exc
-                        self.bytes_out += n
-                        del buf[:n]
-                        if not buf:
-                            sel.unregister(key.fd)
-                    else:
-                        try:
-                            chunk = os.read(key.fd, _READ_SIZE)
-                        except BlockingIOError:
-                            continue
-                        if not chunk:
-                            raise WorkerLost(f"worker {p} is gone")
-                        self.rbuf[p] += chunk
-                        frame = self._take(p)
-                        if frame is not None:
-                            done[p] = frame
-                            sel.unregister(key.fd)
-                if not waiting and not any(self.wbuf.values()):
-                    break
-        finally:
-            for key in list(sel.get_map().values()):
-                sel.unregister(key.fd)
-        return done
+            n = os.write(self.writers[p], buf)
+        except BlockingIOError:
+            return
+        except BrokenPipeError as exc:
+            raise WorkerLost(f"worker {p} is gone") from exc
+        self.bytes_out += n
+        del buf[:n]
+
+    def _read(self, p: int) -> bytes | bytearray | None:
+        """Peer ``p``'s next frame if it is all there (reading what the pipe holds)."""
+        while True:
+            try:
+                chunk = os.read(self.readers[p], _READ_SIZE)
+            except BlockingIOError:
+                return None
+            if not chunk:
+                raise WorkerLost(f"worker {p} is gone")
+            self.rbuf[p] += chunk
+            frame = self._take(p)
+            if frame is not None:
+                return frame
 
     def close(self, timeout: float = 10.0) -> None:
         """Leave the mesh in step with the peers: a peer may be a round behind and
