@@ -36,10 +36,11 @@ older results: a default acker count is now raised to ``topology.workers``.
 ``frame``: the cost of moving word-count tuples between workers in one
 process, on synthetic frames built as a run builds them (worker 1's
 ``RemoteInbox`` for split task 2 and count task 4, in columns: one group per
-source task and stream per round; acker messages as ``_Acking._send``
-appends them): ``RemoteInbox.append``, ``Link.encode``, ``Link.decode`` and
-``Link.deliver`` into a real, unopened worker ``LocalRuntime`` (its inbox
-deques and acker ledger), in microseconds per tuple (best of 7).
+source task and stream per round, the words of a line sharing its root; acks
+as ``_Acking.ack`` appends them, root and XOR words): ``RemoteInbox.append``,
+``Link.encode``, ``Link.decode`` and ``Link.deliver`` into a real, unopened
+worker ``LocalRuntime`` (its inbox deques and acker ledger), in microseconds
+per tuple (best of 7).
 
 ``callgrind``: the same operations under ``valgrind --tool=callgrind``,
 counting instructions inside ``functools.reduce`` (as bench_instructions.py
