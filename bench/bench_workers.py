@@ -27,7 +27,9 @@ the worker keeps itself: encoding, ``Mesh.exchange``, decoding +
 delivering), ``Link.encode`` (frames, groups, tuples and acker messages
 sent, counted per group), ``Worker._poll_spouts`` and ``Worker._quiet``
 (time in the spouts, idle sleeps). The wall clock is taken by the parent
-around the child process (interpreter start-up and imports included) and,
+around the child process (interpreter start-up and imports included; the
+child runs without PYTHONDONTWRITEBYTECODE, so that its modules are compiled
+once, as an installed package's are) and,
 separately, the run's own ``RunResult.elapsed``; the final counts are checked
 (the word total, the same counts in every run of every variant).
 ``2w-acker2`` (``topology.acker.executors: 2``) is kept for comparison with
@@ -257,6 +259,13 @@ def child(args: argparse.Namespace) -> None:
 _ELAPSED = re.compile(r"statestream: idle after ([0-9.]+) s, (\d+) errors")
 
 
+# A child runs as an installed package does, its modules compiled once and read
+# from __pycache__ after that: a PYTHONDONTWRITEBYTECODE=1 in the environment
+# (as on this machine kind) would make every run compile statestream's sources
+# again (about 40 ms of each process's start-up, for 1 worker and for 2).
+_CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def one_wall_run(variant: str, corpus: Path, keep: dict[str, Any]) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"bw-{variant}-"))
     stats = work / "stats"
@@ -277,7 +286,7 @@ def one_wall_run(variant: str, corpus: Path, keep: dict[str, Any]) -> dict[str, 
     ]
     load = Path("/proc/loadavg").read_text().split()[0]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=_CHILD_ENV)
     wall = time.perf_counter() - t0
     found = _ELAPSED.search(proc.stderr)
     if proc.returncode != 0 or found is None or found.group(2) != "0":
