@@ -485,10 +485,10 @@ class RemoteInbox:
         # emit checked the arity: a one-field stream's values have one item
         if not self.flat:
             self.values.append(values if type(values) is list else list(values))
-        elif isinstance(values, list):  # the item without a generic lookup
-            self.values.append(values[0])
+        elif isinstance(values, list):
+            self.values.append(values[0])  # compiled: a direct read of the list's item
         else:
-            self.values.append(values[0])
+            self.values.append(values[0])  # any other sequence: the generic lookup
 
     def __len__(self) -> int:
         flying = self.sent + self.sent_before - self.slack
@@ -538,6 +538,8 @@ class _Acking:
                 self.link.forward_cause(outcome.spout_task % self.workers, outcome.root)
 
     def _send(self, i: int, op: int, root: int, a: int, b: int) -> None:
+        """An init (op 0), fail (2) or timeout reset (3) for acker ``i`` of another
+        worker; acks, the bulk, go as words (``ack``, ``receive_acks``)."""
         self.out_acks[i % self.workers].append((i, op, root, a, b))
 
     def init(self, root: int, spout_task: int, ack_val: int) -> None:
@@ -586,11 +588,7 @@ class _Acking:
         """Messages for this worker's ackers from another worker (see ``_send``)."""
         ledgers = self.ledgers
         for i, op, root, a, b in messages:
-            if op == 1:
-                outcome = ledgers[i].ack(root, a)
-                if outcome is not None:
-                    self._route(outcome)
-            elif op == 0:
+            if op == 0:
                 self._route(ledgers[i].init(root, a, b))
             elif op == 2:
                 self._route(ledgers[i].fail(root))

@@ -126,7 +126,7 @@ def _collect() -> None:
     oldest generation whose count is over its threshold, else the young one.
 
     Workers collect in step: the young generation fills as tuple trees wait
-    for their commit, and a collection walks it (4-5 ms at _GC_YOUNG). Left
+    for their commit, and a collection walks it (4-9 ms at _GC_YOUNG). Left
     to itself each worker's collector ran at its own moment and held the
     others up at the next exchange, so the pauses added up (bench_workers.py:
     8 collections, 36 ms, per worker and run). A worker whose young
