@@ -24,7 +24,10 @@ worker that dies. Here ``statestream run`` (or :func:`statestream.run`) with
   carry goes as a pickle (only ever between our own processes).
 * **The same protocols.** Acks go to the worker of their acker task, the
   acker's outcome to the worker of the spout task; checkpoint tuples travel
-  like data. Exactly-once state keeps its standstill: every worker runs a
+  like data, except that the checkpoint spout's reach the bolts of its own
+  worker in the round they reach the others' (:class:`_DelayedControl`), so
+  every worker commits in the same round. Exactly-once state keeps its
+  standstill: every worker runs a
   replica of :class:`~statestream._exactly_once.Standstill` fed with the
   same statuses, so all of them decide POLL / DRAIN / CUT alike; the cut is
   taken when no worker has had anything queued or in flight for two rounds,
@@ -32,6 +35,8 @@ worker that dies. Here ``statestream run`` (or :func:`statestream.run`) with
   wait two more rounds so that the PREPARE reaches the first bolts of every
   worker before new data does. A failure anywhere rewinds every worker in
   the same round; frames sent before a rewind are dropped.
+* **Garbage.** Workers collect in the same round too (:func:`_collect`), so
+  that one worker's pause does not hold the others up in turn.
 * **Backpressure.** Each status carries the inbox length of every bolt task
   of its worker; a queue to a task of another worker counts as full when
   that length plus what was sent to it since, less
