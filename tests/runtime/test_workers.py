@@ -460,7 +460,7 @@ def test_workers_collect_the_generation_the_collector_would(
     assert collected == [generation]
 
 
-def test_mesh_pipes_hold_a_commits_frame(tmp_path: Path) -> None:
+def test_mesh_pipes_hold_a_commits_frame() -> None:
     import fcntl
 
     r, w = _pipe()
