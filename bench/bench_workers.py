@@ -110,7 +110,7 @@ BASELINE = {"2w": "1w", "2w-acker2": "1w", "1w-s2": "1w", "2w-s2": "1w-s2"}
 
 def _sent_counts(box: Any) -> tuple[int, int, int]:
     """(groups, tuples, acker messages) in an outbox: a group of the tuple part is
-    ``(target, lane, src, stream, values, roots, edges, anchors)``; anything else
+    ``(target, lane, src, stream, values, edges, roots, anchors)``; anything else
     counts as one tuple."""
     groups = getattr(box, "tuples", ())
     n = 0

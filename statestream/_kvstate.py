@@ -121,8 +121,9 @@ class StoredKeyValueState:
       values there are newer: ``get`` looks there first, and the view takes
       them when they are settled.
 
-    So a hot ``get`` is one dict lookup, a deferred ``put`` one dict write, any
-    other ``put`` two plus the encoding, opening a state reads nothing (keys load one by one on a miss,
+    So a hot ``get`` is one dict lookup (two while deferred puts wait), a
+    deferred ``put`` one dict write, any other ``put`` two plus the encoding,
+    opening a state reads nothing (keys load one by one on a miss,
     ``items()`` scans the store), and a commit sends only the changed keys.
     The view grows with the keys touched; it is never larger than the state.
 
