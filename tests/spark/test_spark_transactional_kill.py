@@ -33,9 +33,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.redis]
 REDIS_URL = "redis://127.0.0.1:6379/0"
 WORDS = 15_000
 TAKE = 1000  # 3,000 words a transaction: 5 transactions
-# The local runtime is faster: 4 transactions of 15,000 words, so that a kill lands mid-way.
-LOCAL_WORDS = 60_000
-LOCAL_TAKE = 5000
+# The local runtime is faster: 4 transactions of 75,000 words, so that a kill lands
+# mid-way. With 60,000 words the whole local run took about 0.25 s, and a kill
+# (at 1-6% of the work, seen on a 50 ms progress line, plus up to 0.1 s) could
+# land after the last commit (1 run in 3 with one seed, in a CI run).
+LOCAL_WORDS = 300_000
+LOCAL_TAKE = 25_000
 
 
 @pytest.fixture
