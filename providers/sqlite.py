@@ -74,6 +74,18 @@ keep the cost of each page down (bench/bench_state.py measures them):
 
 None of these changes what a crash or a power cut leaves.
 
+One run per topology. A run claims its topology's scope of the file
+(:meth:`SQLiteStateProvider.claim`) before it touches any state: an
+exclusive ``flock`` on ``<path>.<topology>.lock`` beside the database (the
+topology's name URL-quoted), which holds the claimer's pid. A second
+``statestream run`` of the same topology on the same file waits for it,
+then stops with StateLockedError naming that pid; other topologies on the
+file run beside it. ``flock`` rather than ``fcntl`` record locks because it
+belongs to the open file description: the worker processes a supervisor
+forks share its claim, and it ends when the last of them is gone (the
+workers die with their supervisor). The lock files are left in place:
+removing one would race with the next claimer.
+
 A file that is not a sqlite database, or is one with another schema, raises
 StateCorruptError and is never overwritten or read as empty.
 
@@ -83,16 +95,21 @@ workers), and again in a forked child, which must not use its parent's.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import sqlite3
 import sys
 import threading
+import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
+from urllib.parse import quote
 
 import orjson
 
@@ -105,6 +122,7 @@ from statestream.provider import (
     ProviderUnavailableError,
     StateCorruptError,
     StateError,
+    StateLockedError,
     check_config_keys,
     config_option,
     encode_json,
@@ -478,11 +496,163 @@ class SQLiteStateProvider(BackendStateProvider):
         for ns in names:
             _SQLiteBackend(self, ns).fold()
 
+    def claim(self, scope: str, wait: float) -> _ClaimHandle | None:
+        """Hold topology ``scope`` of this file for one run (see the module doc).
+
+        Waits up to ``wait`` seconds for another process's claim, trying every
+        50 ms, then raises StateLockedError naming its pid. A scope this
+        process holds already is granted again; each claim is released on
+        its own. An in-memory database (``path: ":memory:"``) is this
+        connection's alone: nothing to claim (None).
+        """
+        if str(self.path) == _IN_MEMORY:
+            return None
+        path = _lock_path(self.path, scope)
+        joined = _join_claim(path)
+        if joined is not None:
+            return joined
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ProviderUnavailableError(
+                f"cannot open the lock file {str(path)!r} of the sqlite state database "
+                f"{str(self.path)!r}: {exc}; check that its directory is writable"
+            ) from exc
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                # Held: by another thread of this process that got there first?
+                joined = _join_claim(path)
+                left = deadline - time.monotonic()
+                if joined is not None or left <= 0:
+                    pid = None if joined is not None else _holder(fd)
+                    os.close(fd)
+                    if joined is not None:
+                        return joined
+                    raise StateLockedError.for_scope(
+                        scope, str(self.path), pid=pid, wait=wait
+                    ) from None
+                time.sleep(min(_CLAIM_POLL_S, left))
+            except OSError as exc:
+                os.close(fd)
+                raise ProviderUnavailableError(
+                    f"cannot lock {str(path)!r} for topology {scope!r}: {exc}"
+                ) from exc
+        # Who holds it, for the error of the next claimer (only that: a full
+        # disk costs the pid in that message, not the claim).
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        held = _Claim(path, fd)
+        with _CLAIMS_LOCK:
+            _CLAIMS[path] = held
+        return _ClaimHandle(held)
+
     def _close(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
             if conn is not None and self._pid == os.getpid():
                 conn.close()
+
+
+# ---------------------------------------------------------------------- claims
+
+_IN_MEMORY: Final = ":memory:"
+_CLAIM_POLL_S: Final = 0.05
+_MAX_LOCK_NAME: Final = 200  # bytes of a lock file's name; most file systems allow 255
+
+
+def _lock_path(db: Path, scope: str) -> Path:
+    """``<db>.<scope quoted>.lock``, absolute, so that every path to the file
+    gives one registry key; a scope too long for a file name is hashed."""
+    name = f"{db.name}.{quote(scope, safe='')}.lock"
+    if len(name.encode()) > _MAX_LOCK_NAME:
+        digest = hashlib.sha256(scope.encode()).hexdigest()[:32]
+        name = f"{db.name}.{digest}.lock"
+    return (db.parent / name).absolute()
+
+
+class _Claim:
+    """This process's flock of one lock file, shared by every claim of its scope here."""
+
+    __slots__ = ("fd", "holders", "path", "pid")
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.holders = 1
+        self.pid = os.getpid()
+
+
+class _ClaimHandle:
+    """One claim of a scope (a :class:`~statestream.provider.ScopeClaim`)."""
+
+    __slots__ = ("_claim",)
+
+    def __init__(self, claim: _Claim) -> None:
+        self._claim: _Claim | None = claim
+
+    def release(self) -> None:
+        """Let this claim go (idempotent); the lock goes with the last claim of the process."""
+        claim, self._claim = self._claim, None
+        if claim is None or claim.pid != os.getpid():
+            # A forked child (a worker) shares its parent's lock through the
+            # inherited descriptor; its LOCK_UN would free the parent's too.
+            return
+        with _CLAIMS_LOCK:
+            claim.holders -= 1
+            if claim.holders:
+                return
+            if _CLAIMS.get(claim.path) is claim:
+                del _CLAIMS[claim.path]
+        # Unlocked and closed, never deleted: a claimer that opened the file
+        # before a deletion would lock a name nobody else can find.
+        fcntl.flock(claim.fd, fcntl.LOCK_UN)
+        os.close(claim.fd)
+
+    def __repr__(self) -> str:
+        claim = self._claim
+        return f"<sqlite claim {str(claim.path) if claim else '(released)'!r}>"
+
+
+# The scopes this process holds: lock file -> its claim.
+_CLAIMS: dict[Path, _Claim] = {}
+_CLAIMS_LOCK = threading.Lock()
+
+
+def _join_claim(path: Path) -> _ClaimHandle | None:
+    """Another claim of ``path``'s scope if this process holds it already (re-entrant)."""
+    with _CLAIMS_LOCK:
+        held = _CLAIMS.get(path)
+        if held is None:
+            return None
+        held.holders += 1
+        return _ClaimHandle(held)
+
+
+def _holder(fd: int) -> int | None:
+    """The pid written in a lock file, if there is one yet."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _forget_claims_after_fork() -> None:
+    # A child holds its parent's claims only through the inherited descriptors
+    # (kept open: they keep the lock while the child lives); a claim it makes
+    # itself must be decided as another process's would be.
+    global _CLAIMS_LOCK
+    _CLAIMS_LOCK = threading.Lock()
+    _CLAIMS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_claims_after_fork)
 
 
 # What a written row costs. Binding each row through executemany costs one

@@ -146,8 +146,11 @@ def run(
     old_term = signal.signal(signal.SIGTERM, on_signal)
     reporter = _Progress(rt, conf, live=show_live and (progress is not False))
     try:
-        with reporter, _errors(verbose):
+        # Opened before the progress starts: a run refused at open (another run
+        # holds the store, after waiting for it) shows its one error line only.
+        with _errors(verbose):
             _start_line(rt, topo.name, conf)
+        with reporter, _errors(verbose):
             result = rt.run(until_idle=until_idle, duration=duration)
     except KeyboardInterrupt:
         click.echo("statestream: aborted", err=True)

@@ -324,6 +324,9 @@ _NON_EMPTY_STR: Final = _Kind("a non-empty string", _non_empty_str(), _text_as_s
 _NON_EMPTY_STR_OR_NULL: Final = _Kind(
     "a non-empty string or null", _non_empty_str(nullable=True), _text_as_str, str | None
 )
+_NON_NEGATIVE_NUMBER: Final = _Kind(
+    "a non-negative number", _number_at_least(0), _text_as_number, float
+)
 _NUMBER_AT_LEAST_1: Final = _Kind("a number >= 1", _number_at_least(1), _text_as_number, float)
 _PROVIDER_CONFIG: Final = _Kind(
     "a mapping or a JSON object string", _provider_config, _scalar, dict[str, Any]
@@ -503,6 +506,16 @@ class Settings:
         topology.message.timeout.secs * 1000, or tuples held for a checkpoint
         would time out before it commits.""",
         storm=_SAME,
+    )
+    topology_state_claim_wait_secs: float = _key(
+        "topology.state.claim.wait.secs",
+        _NON_NEGATIVE_NUMBER,
+        5.0,
+        """Seconds a run waits for another run of the same topology on the same
+        state store to end before it stops with StateLockedError. A run holds
+        its topology's scope of the store for its whole life (sqlite: a lock
+        file beside the database), since two runs would undo each other's
+        checkpoints; 0 gives up at once.""",
     )
     topology_executor_receive_buffer_size: int = _key(
         "topology.executor.receive.buffer.size",

@@ -13,7 +13,10 @@
     ├── StateError                      a state operation that cannot be honoured
     │   ├── SerializationError(TypeError)  a key or value the serializer cannot encode
     │   ├── ProtocolViolation           prepare n+1 before n committed, and similar
+    │   │   └── PrepareRefused          a state's stored txids refuse a checkpoint's PREPARE
+    │   │                               (another run writing the same namespaces?)
     │   ├── StateCorruptError           a store that exists but cannot be read
+    │   ├── StateLockedError            another run of the topology holds its store
     │   └── ProviderUnavailableError(ConnectionError)  the store cannot be reached
     └── RuntimeFailure(RuntimeError)    a runtime could not keep running
         └── SourceError                 a spout's input cannot be read on (an undecodable
@@ -35,6 +38,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "FailedException",
+    "PrepareRefused",
     "ProtocolViolation",
     "ProviderNotFoundError",
     "ProviderUnavailableError",
@@ -45,6 +49,7 @@ __all__ = [
     "SourceError",
     "StateCorruptError",
     "StateError",
+    "StateLockedError",
     "StatestreamError",
     "TopologyError",
     "TupleError",
@@ -87,8 +92,44 @@ class ProtocolViolation(StateError):
     """A prepare/commit/rollback sequence that the state contract forbids."""
 
 
+class PrepareRefused(ProtocolViolation):
+    """A state refused a checkpoint's ``PREPARE(txid)``: its stored txids do not allow
+    it (``txid`` is committed already, or another txid is prepared).
+
+    With one run per topology and store this does not happen; the checkpoint
+    fails and the run goes back to its last committed checkpoint. If the same
+    namespace refuses again after that, retrying cannot help (something else
+    moves its txids: another run of the topology on the same store, most
+    likely), and the run stops with a :class:`RuntimeFailure` naming it.
+    """
+
+
 class StateCorruptError(StateError):
     """A state store exists but cannot be read; it is never treated as empty."""
+
+
+class StateLockedError(StateError):
+    """Another run of the topology holds its store: the claim of ``(store, topology)``
+    (``claim`` of the provider SDK) was not granted within the wait.
+
+    Two runs of one topology on one store would take turns undoing each
+    other's checkpoints. Build it with :meth:`for_scope`, so that the message
+    says who holds what and how to go on.
+    """
+
+    @classmethod
+    def for_scope(
+        cls, scope: str, store: str, *, pid: int | None = None, wait: float | None = None
+    ) -> StateLockedError:
+        """The error for topology ``scope`` on ``store`` (a path, a URL), held by ``pid``
+        if known, after waiting ``wait`` seconds if given."""
+        holder = f" (pid {pid})" if pid else ""
+        waited = f" and did not let go within {wait:g} s" if wait else ""
+        return cls(
+            f"another `statestream run` of topology {scope!r} holds {store}{holder}{waited}; "
+            "wait for it to end or stop it, or run this one under another topology name "
+            "or store"
+        )
 
 
 class ProviderUnavailableError(StateError, ConnectionError):

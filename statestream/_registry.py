@@ -25,12 +25,13 @@ from typing import Any, Final, cast
 import orjson
 
 from statestream._errors import ConfigError, ProviderNotFoundError
-from statestream._state import SHARING_PROCESS, SHARING_SCOPES, StateProvider
+from statestream._state import SHARING_PROCESS, SHARING_SCOPES, ScopeClaim, StateProvider
 
 __all__ = [
     "DEFAULT_PROVIDER",
     "ENTRY_POINT_GROUP",
     "STORM_ALIASES",
+    "claim_scope",
     "installed_providers",
     "open_provider",
     "parse_provider_config",
@@ -167,6 +168,23 @@ def open_provider(
     """
     provider = resolve_provider(spec).from_config(parse_provider_config(config))
     return provider if scope is None else cast(StateProvider, ScopedProvider(provider, scope))
+
+
+def claim_scope(provider: Any, scope: str, wait: float) -> ScopeClaim | None:
+    """Claim ``scope`` of ``provider``'s store for one run, if the provider can.
+
+    ``provider`` may be a :class:`ScopedProvider` (the claim is its store's).
+    A provider without the optional ``claim`` (one written to the
+    :class:`StateProvider` protocol alone) cannot tell: None, as from the
+    default :meth:`~statestream._state.BackendStateProvider.claim`. Raises
+    StateLockedError when another run holds the scope past ``wait`` seconds
+    (the runtimes pass ``topology.state.claim.wait.secs``).
+    """
+    inner = provider.provider if isinstance(provider, ScopedProvider) else provider
+    claim = getattr(inner, "claim", None)
+    if claim is None:
+        return None
+    return cast("ScopeClaim | None", claim(scope, wait))
 
 
 SCOPE_SEPARATOR = "/"

@@ -61,6 +61,7 @@ __all__ = [
     "CommitOutcome",
     "Delta",
     "KeyValueState",
+    "ScopeClaim",
     "State",
     "StateBackend",
     "StateProvider",
@@ -178,6 +179,10 @@ class StateProvider(Protocol):
     :data:`SHARING_NETWORK` (any process that reaches the store). A runtime
     that spreads tasks over processes or hosts refuses a provider whose
     scope is too narrow (see ``statestream._registry.provider_sharing``).
+
+    Optional: ``claim(scope, wait) -> ScopeClaim | None`` (see
+    :meth:`BackendStateProvider.claim`). A provider without it is treated as
+    one that cannot tell whether another run uses the store.
     """
 
     name: ClassVar[str]
@@ -206,6 +211,14 @@ class StateProvider(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+class ScopeClaim(Protocol):
+    """A run's exclusive hold on one scope of a store, from :meth:`BackendStateProvider.claim`."""
+
+    def release(self) -> None:
+        """Let the scope go; idempotent. A process that dies lets it go too."""
+        ...
 
 
 class StateBackend(Protocol):
@@ -348,6 +361,32 @@ class BackendStateProvider(ABC):
     @abstractmethod
     def namespaces(self) -> list[str]:
         """Namespaces that have committed entries, sorted."""
+
+    def claim(self, scope: str, wait: float) -> ScopeClaim | None:
+        """Hold ``scope`` (a topology's name) of this store for one run, exclusively.
+
+        Two runs of one topology on one store would take turns undoing each
+        other's checkpoints: the process that owns a run (not its workers,
+        not Spark's executors) claims its scope before it reads or writes
+        any state, and releases the claim when the run ends. A claim
+        another process holds is waited for, up to ``wait`` seconds, then
+        refused with :class:`~statestream._errors.StateLockedError`
+        (``StateLockedError.for_scope(scope, store, pid=..., wait=...)``).
+        A claim of a scope this same process holds already is granted
+        (re-entrant: a runtime restarted within a process, as the tests
+        do, claims again before the old one let go). A claim must not
+        outlive its holder: a process that dies without releasing it lets
+        it go (an OS file lock does; a lease would expire), and processes
+        forked by the holder may share it. Other scopes of the store stay
+        free. Nothing connects before the claim is asked for, as ever.
+
+        The default returns None: the provider cannot tell, and nothing
+        is guarded (a store private to the process, as ``memory`` is, needs
+        nothing more). The runtime then still stops a run whose checkpoints
+        another run keeps refusing (see
+        :class:`~statestream._errors.PrepareRefused`), after the fact.
+        """
+        return None
 
     def _close(self) -> None:  # noqa: B027 - an optional hook, not abstract on purpose
         """Release resources; called once, by :meth:`close`."""

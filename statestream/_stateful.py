@@ -11,6 +11,9 @@
   runtimes that move checkpoints as tuples (the local runtime): it wraps the
   pure :class:`~statestream._checkpoint.CheckpointCoordinator` and stores its
   phase in the state provider before each emission.
+* :class:`RefusedPrepares` decides when a PREPARE refused by a state's stored
+  txids (:class:`~statestream._errors.PrepareRefused`) stops the run: the
+  safety net for stores that cannot be claimed for one run.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ._components import (
     StatefulBolt,
     TopologyContext,
 )
-from ._errors import ProtocolViolation
+from ._errors import PrepareRefused, ProtocolViolation, RuntimeFailure
 from ._exactly_once import CheckpointRecord
 from ._tuple import Fields
 
@@ -39,6 +42,7 @@ __all__ = [
     "CHECKPOINT_STREAM",
     "CheckpointSpout",
     "HeldAcks",
+    "RefusedPrepares",
     "StatefulTaskProtocol",
     "apply_action",
 ]
@@ -63,7 +67,13 @@ def apply_action(
                 f"PREPARE({txid}) reached a task before INITSTATE; failing the checkpoint"
             )
         bolt.pre_prepare(txid)
-        state.prepare_commit(txid)
+        try:
+            state.prepare_commit(txid)
+        except PrepareRefused:
+            raise
+        except ProtocolViolation as exc:
+            # The state's stored txids refuse it: marked, for RefusedPrepares.
+            raise PrepareRefused(str(exc)) from exc
     elif action is Action.COMMIT:
         bolt.pre_commit(txid)
         if state.prepared_txid is None and txid > state.committed_txid:
@@ -80,6 +90,46 @@ def apply_action(
         bolt.init_state(state)
     else:  # pragma: no cover - Action is closed
         raise ProtocolViolation(f"unknown checkpoint action {action!r}")
+
+
+class RefusedPrepares:
+    """When a refused PREPARE stops the run: the second refusal of one namespace.
+
+    A state refuses ``PREPARE(t)`` (:class:`~statestream._errors.PrepareRefused`)
+    when its stored txids do not allow ``t``: ``t`` is committed already, or
+    another txid is prepared. One run alone never gets there; the checkpoint
+    fails, and the run recovers (exactly-once: a rewind to the last
+    committed checkpoint; at-least-once: ROLLBACK, then INITSTATE) before the
+    next PREPARE reaches the namespace. If that namespace refuses again,
+    something outside the run keeps moving its txids, most likely another
+    run of the topology on the same store (a provider that cannot claim its
+    scope, see ``BackendStateProvider.claim``), and retrying would loop
+    forever: the run stops.
+
+    Pure: the runtime calls :meth:`refused` with each refusal its tasks
+    report; the instance lives as long as the run (across rewinds).
+    """
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}  # namespace -> refusals in this run
+
+    def refused(self, namespace: str) -> bool:
+        """Note a refusal of ``namespace``; True if the run must stop (it refused before)."""
+        n = self.count[namespace] = self.count.get(namespace, 0) + 1
+        return n > 1
+
+    @staticmethod
+    def fatal(namespace: str, topology: str, store: str, cause: BaseException) -> RuntimeFailure:
+        """The error that stops the run: names the namespace, the cause and the fix."""
+        error = RuntimeFailure(
+            f"state {namespace!r} refused a checkpoint's PREPARE again after the run went "
+            f"back to its last committed checkpoint ({cause}); something else is moving its "
+            f"txids, most likely another run of topology {topology!r} writing the same store "
+            f"({store}). The run stops rather than retry forever: stop the other run, or run "
+            "this one under another topology name or store"
+        )
+        error.__cause__ = cause
+        return error
 
 
 #: An ack as a task sends it to the acker: (root, XOR value).

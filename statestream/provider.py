@@ -36,7 +36,22 @@ the txid rules of the checkpoint protocol) is implemented once, in
    and ``_open_backend`` must not connect: providers are pickled and
    shipped to workers, so connect on first use, and again after a fork.
 
-3. **Register it** under the entry-point group ``statestream.providers``
+3. **Optional: claim a run's scope.** Two runs of one topology on one
+   store would undo each other's checkpoints. If your store can tell who
+   uses it, override :meth:`BackendStateProvider.claim`: ``claim(scope,
+   wait)`` holds ``scope`` (the topology's name) of the store for one run,
+   exclusively, and returns a :class:`ScopeClaim` (its ``release()`` lets
+   go, idempotently); a scope that another process holds is waited for up
+   to ``wait`` seconds, then refused with
+   ``StateLockedError.for_scope(scope, store, pid=..., wait=wait)``. A
+   claim of a scope this process holds already is granted (re-entrant), and
+   a claim must end with its process (an OS file lock does; a lease would
+   expire). The runtime claims before the run reads any state and releases
+   at its end. The default returns None (nothing is guarded; a run whose
+   checkpoints another run keeps refusing is still stopped, after the
+   fact). ``sqlite`` claims with a ``flock`` on a file beside the database.
+
+4. **Register it** under the entry-point group ``statestream.providers``
    in your package's ``pyproject.toml``::
 
        [project.entry-points."statestream.providers"]
@@ -46,7 +61,7 @@ the txid rules of the checkpoint protocol) is implemented once, in
    (``statestream providers`` lists it); ``mypkg.state:DictStateProvider``
    works without registering.
 
-4. **Run the conformance suite** from a statestream checkout; it runs every
+5. **Run the conformance suite** from a statestream checkout; it runs every
    test on your provider, unchanged::
 
        SSTREAM_CONFORMANCE_PROVIDER='mypkg.state:DictStateProvider' \\
@@ -175,6 +190,7 @@ from statestream._errors import (
     SerializationError,
     StateCorruptError,
     StateError,
+    StateLockedError,
 )
 from statestream._registry import ENTRY_POINT_GROUP
 from statestream._serde import (
@@ -194,6 +210,7 @@ from statestream._state import (
     CommitOutcome,
     Delta,
     KeyValueState,
+    ScopeClaim,
     State,
     StateBackend,
     StateProvider,
@@ -217,12 +234,14 @@ __all__ = [
     "PickleSerializer",
     "ProtocolViolation",
     "ProviderUnavailableError",
+    "ScopeClaim",
     "SerializationError",
     "Serializer",
     "State",
     "StateBackend",
     "StateCorruptError",
     "StateError",
+    "StateLockedError",
     "StateProvider",
     "StoredKeyValueState",
     "check_config_keys",

@@ -2,17 +2,23 @@
 
 ``Split`` emits one ``(word,)`` per word of a ``line``; ``Count`` keeps each
 word's count in its KeyValueState (``state.get``/``state.put`` per tuple),
-emits ``(word, count)`` anchored to its input and acks it.
+emits ``(word, count)`` anchored to its input and acks it. :func:`word_count`
+wires them to a file's lines.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from statestream import (
     BasicBolt,
     BasicOutputCollector,
+    FileSpout,
     KeyValueState,
     OutputFieldsDeclarer,
     StatefulBolt,
+    Topology,
+    TopologyBuilder,
     Tuple,
 )
 
@@ -39,3 +45,12 @@ class Count(StatefulBolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(["word", "count"])
+
+
+def word_count(name: str, corpus: Path) -> Topology:
+    """Topology ``name``: the lines of ``corpus`` split (2 tasks) and counted (2 tasks)."""
+    b = TopologyBuilder(name)
+    b.set_spout("lines", FileSpout(corpus))
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    return b.build()

@@ -48,6 +48,7 @@ from .._deadletter import (
 from .._errors import (
     ConfigError,
     FailedException,
+    PrepareRefused,
     ReliabilityError,
     RuntimeFailure,
     SimulatedCrash,
@@ -67,7 +68,7 @@ from .._results import ErrorReport, RunResult, TaskMetrics
 from .._retry import Retries, RetryPolicy, VerdictKind, msg_id_key_fast
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
-from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout
+from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
 from .._topology import ComponentSpec, Topology
 from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple, check_emit
 from .plan import RuntimePlan, as_config
@@ -1331,6 +1332,14 @@ class LocalRuntime:
         self._start_time = 0.0
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
         self.provider: Any = None
+        # This run's hold on its topology's scope of the store (_open_provider),
+        # and whether it was asked for (a provider may not claim: None).
+        self._claim: Any = None
+        self._claimed = False
+        # PREPAREs the states refused (outlive a rewind), and the error that
+        # stops the run once one namespace refuses again (_note_refusal).
+        self.refused_prepares = RefusedPrepares()
+        self.fatal: BaseException | None = None
         self._states: dict[str, Any] = {}
         # Counts of the tasks a rewind replaced, so metrics cover the whole run.
         self._past: dict[tuple[str, int], TaskMetrics] = {}
@@ -1627,16 +1636,42 @@ class LocalRuntime:
         """The provider's state for ``namespace`` (the provider opens on first use)."""
         state = self._states.get(namespace)
         if state is None:
-            if self.provider is None:
-                from .._registry import open_provider
-
-                self.provider = open_provider(
-                    self.config["topology.state.provider"],
-                    self.config["topology.state.provider.config"],
-                    scope=self.topology.name,
-                )
-            state = self._states[namespace] = self.provider.get_state(namespace)
+            state = self._states[namespace] = self._open_provider().get_state(namespace)
         return state
+
+    def _open_provider(self) -> Any:
+        """The provider of this topology's state (it connects on first use).
+
+        The first one of a run claims the topology's scope of the store
+        first, before anything reads or writes it (``BackendStateProvider.claim``;
+        the claim is held until :meth:`close`). Only the process that owns
+        the run claims: a worker runs with a link, under a supervisor that
+        holds the claim for it. Raises StateLockedError if another run
+        holds it."""
+        if self.provider is None:
+            from .._registry import claim_scope, open_provider
+
+            provider = open_provider(
+                self.config["topology.state.provider"],
+                self.config["topology.state.provider.config"],
+                scope=self.topology.name,
+            )
+            if not self._claimed and self.link is None:
+                wait = float(self.config["topology.state.claim.wait.secs"])
+                try:
+                    self._claim = claim_scope(provider, self.topology.name, wait)
+                except BaseException:
+                    provider.close()
+                    raise
+                self._claimed = True
+            self.provider = provider
+        return self.provider
+
+    def _release_store(self) -> None:
+        """Let the run's claim of the store go (idempotent)."""
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
     def retries_for(self, namespace: str) -> Retries:
@@ -1765,6 +1800,25 @@ class LocalRuntime:
                 type(exc).__name__,
                 seen,
             )
+        if isinstance(exc, PrepareRefused):
+            self._note_refusal(task, exc)
+
+    def _note_refusal(self, task: _Task, exc: PrepareRefused) -> None:
+        """A state refused a PREPARE: the second time for one namespace, the run
+        stops (:class:`RefusedPrepares`); :meth:`run` raises :attr:`fatal`."""
+        from .._registry import SCOPE_SEPARATOR
+
+        namespace = self.topology.name + SCOPE_SEPARATOR + task.namespace
+        if not self.refused_prepares.refused(namespace) or self.fatal is not None:
+            return
+        provider = self.provider
+        store = (
+            repr(getattr(provider, "provider", provider))
+            if provider is not None
+            else f"topology.state.provider: {self.config['topology.state.provider']}"
+        )
+        self.fatal = RefusedPrepares.fatal(namespace, self.topology.name, store, exc)
+        self._stop = True
 
     def _log_repeats(self) -> None:
         for (component, task_index, type_name, _), seen in self._error_seen.items():
@@ -1783,7 +1837,20 @@ class LocalRuntime:
         """Call ``open``/``prepare`` on every task (``run`` does it for you)."""
         if self._started:
             return
+        had_claim = self._claimed
+        if self.topology.has_stateful_bolts and self.link is None:
+            # The claim of the store, first: refused, it leaves the runtime
+            # unopened (close() has nothing to do).
+            self._open_provider()
         self._started = True
+        try:
+            self._open_tasks()
+        except BaseException:
+            if not had_claim:  # a failed rewind keeps it: the run's close() lets it go
+                self._release_store()
+            raise
+
+    def _open_tasks(self) -> None:
         if self.topology.has_stateful_bolts and self.link is None:
             # Before any task reads its state: a bolt whose parallelism
             # changed since the last run gets its keys re-partitioned. (With
@@ -1936,20 +2003,24 @@ class LocalRuntime:
         self._release_spouts()
         if self.provider is not None:
             self.provider.close()
+        self._release_store()  # as a dead process's lock goes with it
 
     def close(self) -> None:
         """Call ``close``/``cleanup`` on every task; idempotent."""
         if self._closed or not self._started:
             return
         self._closed = True
-        self._release_spouts()
-        for bolt in self.bolts:
-            try:
-                bolt.executor.cleanup()
-            except Exception as exc:
-                bolt.report(exc, "cleanup()")
-        if self.provider is not None:
-            self.provider.close()
+        try:
+            self._release_spouts()
+            for bolt in self.bolts:
+                try:
+                    bolt.executor.cleanup()
+                except Exception as exc:
+                    bolt.report(exc, "cleanup()")
+            if self.provider is not None:
+                self.provider.close()
+        finally:
+            self._release_store()
 
     def __enter__(self) -> LocalRuntime:
         return self
@@ -2066,6 +2137,8 @@ class LocalRuntime:
                     if self._waiting_for_commit():
                         continue
                     clock.sleep(self.idle_sleep)
+            if self.fatal is not None:
+                raise self.fatal
             self._finish_queued()
         except SimulatedCrash:
             self._abandon()

@@ -1299,6 +1299,7 @@ class SparkRuntime:
         self.errors: list[ErrorReport] = []
         self.counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
         self.provider: Any = None
+        self._claim: Any = None  # the run's hold on its scope of the store (_claim_store)
         self._tokens: dict[str, str] = {}
         self.component_tasks = self.plan.component_tasks
         self.spouts = self.plan.data_spouts
@@ -1424,6 +1425,28 @@ class SparkRuntime:
             )
         return self.provider
 
+    def _claim_store(self) -> None:
+        """Claim this topology's scope of the store for the run, on the driver, before
+        the checkpoint record is read (``BackendStateProvider.claim``; executors
+        never claim). Held until :meth:`_close_provider`. Raises
+        StateLockedError if another run holds it."""
+        if self._claim is None:
+            from .._registry import claim_scope
+
+            wait = float(self.config["topology.state.claim.wait.secs"])
+            self._claim = claim_scope(self._open_provider(), self.topology.name, wait)
+
+    def _close_provider(self) -> None:
+        """The end of a run: close the store and let the claim go."""
+        try:
+            if self.provider is not None:
+                self.provider.close()
+                self.provider = None
+        finally:
+            claim, self._claim = self._claim, None
+            if claim is not None:
+                claim.release()
+
     def _context(self, cid: str, index: int) -> TopologyContext:
         return self.plan.context(
             cid,
@@ -1465,6 +1488,7 @@ class SparkRuntime:
         prepare that may not have finished, finishes a decided commit, and
         ends with ``INITSTATE``.
         """
+        self._claim_store()
         if self.topology.has_stateful_bolts:
             # Before any job: a bolt whose parallelism changed since the last
             # run gets its keys re-partitioned (statestream._rescale).
@@ -1756,12 +1780,12 @@ class SparkRuntime:
 
     def _release(self, spark: Any) -> None:
         """The end of every run: stop a session this runtime started, close the store."""
-        if self._own_session:
-            spark.stop()
-            self._spark = None
-        if self.provider is not None:
-            self.provider.close()
-            self.provider = None
+        try:
+            if self._own_session:
+                spark.stop()
+                self._spark = None
+        finally:
+            self._close_provider()
 
     def _result(self, start_time: float, reason: str) -> RunResult:
         return RunResult(
@@ -2016,17 +2040,22 @@ class SparkRuntime:
         check_provider(self.config, self.master)
         start_time = time.monotonic()
         planned, _ = spark_checkpoint_batches(checkpoint)
-        stored = self._load().state
-        if stored.txid > planned:
-            raise ConfigError(
-                f"the state provider has transaction {stored} but the Spark checkpoint "
-                f"{checkpoint!r} has planned batches only up to {planned}: the checkpoint "
-                "was lost or belongs to another query, and its batches would be skipped as "
-                "already applied; restore the checkpoint, or start over with a fresh store"
-            )
-        sc = self._spark.sparkContext
-        token = uuid.uuid4().hex
-        payload = self._payload(sc, self.exactly_once)
+        self._claim_store()
+        try:
+            stored = self._load().state
+            if stored.txid > planned:
+                raise ConfigError(
+                    f"the state provider has transaction {stored} but the Spark checkpoint "
+                    f"{checkpoint!r} has planned batches only up to {planned}: the checkpoint "
+                    "was lost or belongs to another query, and its batches would be skipped as "
+                    "already applied; restore the checkpoint, or start over with a fresh store"
+                )
+            sc = self._spark.sparkContext
+            token = uuid.uuid4().hex
+            payload = self._payload(sc, self.exactly_once)
+        except BaseException:
+            self._close_provider()
+            raise
         query = None
         try:
             # Spark's offset log replays batches: no spout positions are stored.
@@ -2076,9 +2105,7 @@ class SparkRuntime:
                     query.stop()
                 payload.unpersist()
             finally:
-                if self.provider is not None:
-                    self.provider.close()
-                    self.provider = None
+                self._close_provider()
         return self._result(start_time, "fed")
 
     def _job(self, sc: Any, token: str, payload: Any, txid: int, batch: _Batch) -> list[_Ack]:
@@ -2199,6 +2226,7 @@ class SparkRuntime:
         spout_coordinator: Any = None
         clean = False
         try:
+            self._claim_store()
             provider = self._open_provider()
             store = CoordinatorStore(
                 fresh_state(provider, coordinator_namespace(self.topology.name))

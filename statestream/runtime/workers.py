@@ -862,6 +862,8 @@ class Worker:
                     if not (moved or s_busy):
                         break
                     busy = True
+                if rt.fatal is not None:
+                    raise rt.fatal  # the supervisor stops every worker
                 if rt.after_step is not None:
                     rt.after_step()
                 if deadline is not None and clock.monotonic() >= deadline:
@@ -1122,6 +1124,7 @@ class WorkerSupervisor:
         self._past: list[TaskMetrics] = []
         self._past_counters: dict[str, int] = {}
         self._opened = False
+        self._claim: Any = None  # the run's hold on its scope of the store (open)
 
     def _check_not_transactional(self) -> None:
         from .._transactional.components import TransactionalCoordinatorSpout
@@ -1148,13 +1151,19 @@ class WorkerSupervisor:
             )
 
     def open(self) -> None:
-        """Re-partition stored state for changed parallelism, once, before any worker starts."""
+        """Claim the topology's scope of the store for the run, then re-partition stored
+        state for changed parallelism, once, before any worker starts.
+
+        The claim (``BackendStateProvider.claim``) is held until :meth:`run`
+        ends; the workers, forked from this process, share it and never
+        claim themselves. Raises StateLockedError if another run holds it.
+        """
         if self._opened:
             return
-        self._opened = True
         if not self.topology.has_stateful_bolts:
+            self._opened = True
             return
-        from .._registry import open_provider
+        from .._registry import claim_scope, open_provider
         from .._rescale import LAYOUT_NAMESPACE, rescale_state
 
         provider = open_provider(
@@ -1163,10 +1172,23 @@ class WorkerSupervisor:
             scope=self.topology.name,
         )
         try:
-            provider.get_state(LAYOUT_NAMESPACE)
-            rescale_state(provider, self.topology)
+            wait = float(self.config["topology.state.claim.wait.secs"])
+            self._claim = claim_scope(provider, self.topology.name, wait)
+            try:
+                provider.get_state(LAYOUT_NAMESPACE)
+                rescale_state(provider, self.topology)
+            except BaseException:
+                self._release_store()
+                raise
+            self._opened = True
         finally:
             provider.close()
+
+    def _release_store(self) -> None:
+        """Let the run's claim of the store go (idempotent)."""
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     def stop(self) -> None:
         """Ask every worker to stop after its current round (safe from a signal handler)."""
@@ -1270,7 +1292,11 @@ class WorkerSupervisor:
             return self._run(until_idle, duration)
         finally:
             # An exception here (Ctrl-C twice, a fatal worker) leaves no worker behind.
-            self._kill_all()
+            try:
+                self._kill_all()
+            finally:
+                # The workers are gone (joined), so nothing shares the claim now.
+                self._release_store()
 
     def _run(self, until_idle: bool, duration: float | None) -> RunResult:
         from multiprocessing.connection import wait

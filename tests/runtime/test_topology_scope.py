@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 from runtime_harness import Runner
-from word_bolts import Count, Split
+from word_bolts import Count, Split, word_count
 
 from statestream import (
     ConfigError,
     FileSpout,
-    Topology,
     TopologyBuilder,
     TopologyError,
     run,
@@ -26,14 +25,6 @@ from statestream._registry import open_provider, stored_topologies
 from statestream.testing import committed_state, random_text
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def _topology(name: str, corpus: Path) -> Topology:
-    b = TopologyBuilder(name)
-    b.set_spout("lines", FileSpout(corpus))
-    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
-    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
-    return b.build()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
@@ -63,7 +54,7 @@ def test_two_topologies_on_one_store_each_count_exactly(
     clicks_text, words_text = tmp_path / "clicks.txt", tmp_path / "words.txt"
     clicks_expected = random_text(clicks_text, 300, vocabulary=50, seed=1)
     words_expected = random_text(words_text, 500, vocabulary=80, seed=2)
-    clicks, words = _topology("clicks", clicks_text), _topology("wordcount", words_text)
+    clicks, words = word_count("clicks", clicks_text), word_count("wordcount", words_text)
     config = local_runner.config({**store, "topology.state.checkpoint.interval.ms": 10})
 
     assert run(clicks, config, until_idle=True).errors == []
@@ -91,8 +82,8 @@ def test_a_new_topology_with_the_same_bolt_name_starts_from_zero(
     text = tmp_path / "text.txt"
     expected = random_text(text, 200, vocabulary=30, seed=3)
     config = local_runner.config({**store, "topology.state.checkpoint.interval.ms": 10})
-    run(_topology("first", text), config, until_idle=True)
-    second = _topology("second", text)
+    run(word_count("first", text), config, until_idle=True)
+    second = word_count("second", text)
     run(second, config, until_idle=True)
     assert committed_state(second, config, "count") == dict(expected)
     assert sum(collections.Counter(committed_state(second, config, "count")).values()) == sum(
@@ -117,7 +108,7 @@ def test_another_topology_under_the_same_name_is_refused(
     )
     text = tmp_path / "text.txt"
     random_text(text, 20, vocabulary=10, seed=4)
-    run(_topology("shared", text), config, until_idle=True)
+    run(word_count("shared", text), config, until_idle=True)
 
     b = TopologyBuilder("shared")
     b.set_spout("lines", FileSpout(text))

@@ -44,6 +44,7 @@ EXPECTED_DEFAULTS: dict[str, Any] = {
     "topology.state.provider": "memory",
     "topology.state.provider.config": {},
     "topology.state.checkpoint.interval.ms": 1000,
+    "topology.state.claim.wait.secs": 5.0,
     "topology.executor.receive.buffer.size": 1024,
     "topology.transfer.buffer.size": 4096,
     "topology.sleep.spout.wait.strategy.time.ms": 1,

@@ -87,6 +87,8 @@ def test_all_covers_what_a_provider_needs() -> None:
         "SHARING_PROCESS",
         "SHARING_MACHINE",
         "SHARING_NETWORK",
+        "ScopeClaim",
+        "StateLockedError",
     }
     assert needed <= set(sdk.__all__)
 

@@ -9,8 +9,8 @@ import pytest
 
 from statestream import StatefulBolt
 from statestream._checkpoint import Action
-from statestream._errors import ProtocolViolation
-from statestream._stateful import HeldAcks, StatefulTaskProtocol, apply_action
+from statestream._errors import PrepareRefused, ProtocolViolation, RuntimeFailure
+from statestream._stateful import HeldAcks, RefusedPrepares, StatefulTaskProtocol, apply_action
 from statestream_providers.memory import MemoryStateProvider
 
 
@@ -94,9 +94,79 @@ def test_a_rollback_fails_every_held_root_and_waits_for_initstate(setup: Setup) 
 def test_prepare_before_initstate_is_refused_and_holds_on_to_the_acks(setup: Setup) -> None:
     proto, _, state = setup
     proto.hold(acks({7: 1}))
-    with pytest.raises(ProtocolViolation, match="before INITSTATE"):
+    with pytest.raises(ProtocolViolation, match="before INITSTATE") as info:
         proto.act(state, Action.PREPARE, 0)
+    assert not isinstance(info.value, PrepareRefused), "not the store's refusal"
     assert len(proto.held) == 1
+
+
+@pytest.mark.parametrize(
+    ("committed", "prepared", "txid", "why"),
+    [
+        (3, None, 3, "txid 3 is committed already"),
+        (3, None, 1, "txid 3 is committed already"),
+        (3, 4, 6, "txid 4 is prepared and not committed"),
+    ],
+)
+def test_a_prepare_the_stored_txids_refuse_is_a_prepare_refused(
+    setup: Setup, committed: int, prepared: int | None, txid: int, why: str
+) -> None:
+    proto, bolt, state = setup
+    proto.act(state, Action.INITSTATE, committed)
+    state.prepare_commit(committed)
+    state.commit(committed)
+    if prepared is not None:
+        state.prepare_commit(prepared)
+    with pytest.raises(PrepareRefused, match=why) as info:
+        proto.act(state, Action.PREPARE, txid)
+    assert isinstance(info.value.__cause__, ProtocolViolation)
+    assert bolt.calls[-1] == f"pre_prepare {txid}"  # the hook ran; the state refused
+
+
+def test_an_error_of_the_pre_prepare_hook_is_not_a_refusal(setup: Setup) -> None:
+    proto, bolt, state = setup
+
+    def pre_prepare(txid: int) -> None:
+        raise ProtocolViolation("the bolt's own")
+
+    bolt.pre_prepare = pre_prepare  # type: ignore[method-assign]
+    proto.act(state, Action.INITSTATE, -1)
+    with pytest.raises(ProtocolViolation, match="the bolt's own") as info:
+        proto.act(state, Action.PREPARE, 0)
+    assert not isinstance(info.value, PrepareRefused)
+
+
+# (refusals reported, in order) -> the refusal that stops the run (its index), if any
+REFUSAL_TABLE: list[tuple[list[str], int | None]] = [
+    ([], None),
+    (["w/count-0"], None),  # once: the run recovers and tries again
+    (["w/count-0", "w/count-1"], None),  # one each
+    (["w/count-0", "w/count-0"], 1),  # again after the recovery: stop
+    (["w/count-0", "w/count-1", "w/count-1"], 2),
+    (["w/count-0", "w/count-1", "w/count-0", "w/count-1"], 2),
+]
+
+
+@pytest.mark.parametrize(("refusals", "fatal_at"), REFUSAL_TABLE)
+def test_refused_prepares_stop_the_run_at_a_namespace_s_second_refusal(
+    refusals: list[str], fatal_at: int | None
+) -> None:
+    decider = RefusedPrepares()
+    verdicts = [decider.refused(ns) for ns in refusals]
+    assert next((i for i, stop in enumerate(verdicts) if stop), None) == fatal_at
+
+
+def test_the_fatal_error_names_the_namespace_the_cause_and_the_fix() -> None:
+    cause = PrepareRefused("state 'w/count-0': cannot prepare txid 4: txid 9 is committed already")
+    error = RefusedPrepares.fatal("w/count-0", "w", "SQLiteStateProvider(path='s.db')", cause)
+    assert isinstance(error, RuntimeFailure)
+    assert error.__cause__ is cause
+    message = str(error)
+    assert message.startswith("state 'w/count-0' refused a checkpoint's PREPARE again")
+    assert "txid 9 is committed already" in message
+    assert "another run of topology 'w' writing the same store" in message
+    assert "(SQLiteStateProvider(path='s.db'))" in message
+    assert "another topology name or store" in message
 
 
 def test_held_acks_merge_a_re_prepared_txid_and_release_every_covered_txid() -> None:

@@ -1,0 +1,163 @@
+"""One run per topology and store.
+
+* A run claims its topology's scope of the store before it reads or writes
+  any state, and holds it until it ends, however it ends: a second run of
+  the topology is refused with StateLockedError; other topologies on the
+  store are not held up (local, two workers, Spark).
+* The safety net for stores that cannot be claimed: a namespace refusing a
+  checkpoint's PREPARE again after the run recovered stops the run, where it
+  would loop forever (local, two workers; Spark bounds its retries already).
+
+Holders in other processes come from ``tests/claims.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from claims import claims_elsewhere, holding
+from runtime_harness import Runner
+from word_bolts import Count, Split, word_count
+
+from statestream import (
+    PrepareRefused,
+    RuntimeFailure,
+    SourceError,
+    StateLockedError,
+    TopologyBuilder,
+)
+from statestream._registry import open_provider
+from statestream.runtime.local import LocalRuntime
+from statestream.testing import CRASH, FakeClock, ListSpout, SimulatedCrash, committed_state
+from statestream.testing import random_text as write_text
+
+
+def _corpus(tmp_path: Path) -> tuple[Path, collections.Counter[str]]:
+    text = tmp_path / "text.txt"
+    return text, collections.Counter(write_text(text, 200, vocabulary=30, seed=5))
+
+
+def test_a_run_of_a_topology_another_run_holds_is_refused(runner: Runner, tmp_path: Path) -> None:
+    text, expected = _corpus(tmp_path)
+    db = tmp_path / "state.db"
+    topology = word_count("wordcount", text)
+    config = {"topology.state.claim.wait.secs": 0.2}
+    with holding(db, "wordcount") as holder:
+        with pytest.raises(StateLockedError) as info:
+            runner.run(topology, config)
+        message = str(info.value)
+        assert f"topology 'wordcount' holds {db} (pid {holder.pids[0]})" in message
+        assert not db.exists(), "the refused run touched the store"
+        # Another topology on the same file is not held up.
+        other = word_count("clicks", text)
+        assert runner.run(other, config).errors == []
+    assert runner.run(topology, config).errors == []
+    assert committed_state(topology, runner.config(), "count") == dict(expected)
+    assert committed_state(other, runner.config(), "count") == dict(expected)
+    assert claims_elsewhere(db, "wordcount"), "the run kept its claim after it ended"
+
+
+def test_a_run_holds_its_claim_while_it_runs(tmp_path: Path) -> None:
+    text, _ = _corpus(tmp_path)
+    db = tmp_path / "state.db"
+    config = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(db)},
+    }
+    rt = LocalRuntime(word_count("wordcount", text), config, clock=FakeClock())
+    seen: list[tuple[bool, bool]] = []
+
+    def look() -> None:
+        if not seen:
+            seen.append((claims_elsewhere(db, "wordcount"), claims_elsewhere(db, "clicks")))
+
+    rt.after_step = look
+    assert rt.run(until_idle=True).errors == []
+    assert seen == [(False, True)]
+    assert claims_elsewhere(db, "wordcount")
+
+
+class _Raising(ListSpout):
+    """A ListSpout that raises ``error`` at its second item."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(["a b", "c d", "e f"])
+        self.error = error
+
+    def next_tuple(self) -> None:
+        if self._next == 1:
+            raise self.error
+        super().next_tuple()
+
+
+def _ending(how: str) -> Callable[[], Any]:
+    if how == "crash":
+        return lambda: ListSpout(["a b", CRASH, "c d"])
+    if how == "interrupt":
+        return lambda: _Raising(KeyboardInterrupt())
+    return lambda: _Raising(SourceError("the input cannot be read on"))
+
+
+@pytest.mark.parametrize(
+    ("how", "raised"),
+    [("crash", SimulatedCrash), ("interrupt", KeyboardInterrupt), ("error", SourceError)],
+)
+def test_a_run_lets_go_however_it_ends(tmp_path: Path, how: str, raised: type) -> None:
+    db = tmp_path / "state.db"
+    b = TopologyBuilder("wordcount")
+    b.set_spout("lines", _ending(how)())
+    b.set_bolt("split", Split()).shuffle_grouping("lines")
+    b.set_bolt("count", Count()).fields_grouping("split", ["word"])
+    config = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(db)},
+    }
+    rt = LocalRuntime(b.build(), config, clock=FakeClock())
+    with pytest.raises(raised):
+        rt.run(until_idle=True)
+    assert claims_elsewhere(db, "wordcount")
+
+
+def _move_ahead(config: dict[str, Any], namespace: str, txid: int) -> None:
+    """Commit ``txid`` in ``namespace`` of topology 'wordcount', as another run would."""
+    with open_provider(
+        config["topology.state.provider"],
+        config["topology.state.provider.config"],
+        scope="wordcount",
+    ) as provider:
+        state = provider.get_state(namespace)
+        state.put("the", 1000)
+        state.prepare_commit(txid)
+        state.commit(txid)
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_prepare_refused_again_stops_the_run(
+    local_runner: Runner, tmp_path: Path, exactly_once: bool
+) -> None:
+    # A store whose committed txid another writer moved ahead of the
+    # checkpoint record: every PREPARE of count-0 is refused. A provider that
+    # claims keeps such writers out; this is the net for those that cannot.
+    text, _ = _corpus(tmp_path)
+    config = local_runner.config(
+        {
+            "statestream.state.exactly.once": exactly_once,
+            "topology.state.checkpoint.interval.ms": 10,
+        }
+    )
+    _move_ahead(config, "count-0", 100)
+    with pytest.raises(RuntimeFailure) as info:
+        local_runner.run(word_count("wordcount", text), config)
+    message = str(info.value)
+    assert "state 'wordcount/count-0' refused a checkpoint's PREPARE again" in message
+    assert "txid 100 is committed already" in message
+    assert "another run of topology 'wordcount' writing the same store" in message
+    if local_runner.local:
+        rt = local_runner.last
+        assert rt.rewinds == (1 if exactly_once else 0), "the run went on after the second refusal"
+        assert isinstance(info.value.__cause__, PrepareRefused)
+    assert claims_elsewhere(tmp_path / "state.db", "wordcount")
