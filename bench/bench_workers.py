@@ -39,7 +39,9 @@ older results: a default acker count is now raised to ``topology.workers``.
 process, on synthetic frames built as a run builds them (worker 1's
 ``RemoteInbox`` for split task 2 and count task 4, in columns: one group per
 source task and stream per round, the words of a line sharing its root; acks
-as ``_Acking.ack`` appends them, root and XOR words): ``RemoteInbox.append``,
+as ``_Acking.ack`` appends them, root and XOR words): ``RemoteInbox.add_drawn``
+(what a spout's and an anchored emit's routes call for a task of another
+worker: the queue draws the edge, and a group's edges cross as one int),
 ``Link.encode``, ``Link.decode`` and ``Link.deliver`` into a real, unopened
 worker ``LocalRuntime`` (its inbox deques and acker ledger), in microseconds
 per tuple (best of 7).
@@ -476,6 +478,11 @@ FRAMES = {
 WORDS_PER_ROOT = 5
 
 
+def root_id(rng: random.Random) -> int:
+    """A root id as LocalRuntime.next_root draws one: 62 random bits and bit 62."""
+    return rng.getrandbits(62) | 1 << 62
+
+
 def frame_setup(kind: str) -> dict[str, Any]:
     """Links of worker 1 (sender) and worker 0 (receiver) of the example, and the Tuples
     and acker messages of a frame of ``kind`` (values and ids as a real run carries them)."""
@@ -518,14 +525,14 @@ def frame_setup(kind: str) -> dict[str, Any]:
     lines = [
         Tuple(
             [offsets[i], text[i]], line_origin, None, to_split,
-            rng.getrandbits(64), rng.getrandbits(62),
+            root_id(rng), rng.getrandbits(62),
         )
         for i in range(n_lines)
     ]  # fmt: skip
     all_words = [w for line in text[1000:1200] for w in line.split()]
     # The words of one line that go to one count task follow each other and
     # share the line's root: about half of a line's 10 words, on 2 count tasks.
-    word_roots = [rng.getrandbits(64) for _ in range(n_words // WORDS_PER_ROOT + 1)]
+    word_roots = [root_id(rng) for _ in range(n_words // WORDS_PER_ROOT + 1)]
     words = [
         Tuple(
             [all_words[i % len(all_words)]], word_origin, None, to_count,
@@ -534,14 +541,14 @@ def frame_setup(kind: str) -> dict[str, Any]:
         for i in range(n_words)
     ]  # fmt: skip
     # As _Acking.ack appends an ack for another worker's acker: root, then XOR.
-    acks = [w for _ in range(n_acks) for w in (rng.getrandbits(64), rng.getrandbits(62))]
+    acks = [w for _ in range(n_acks) for w in (root_id(rng), rng.getrandbits(62))]
     ack_list = sender.ack_pair_lists()[0]
     q_split, q_count = sender.queue(to_split, False), sender.queue(to_count, False)
     status = _Status(busy=True, sent=True, emitted=64, lengths={3: 12, 5: 40}).wire()
     for t in lines:
-        q_split.append(t)
+        q_split.add_drawn(t.values, t.origin, t.root)
     for t in words:
-        q_count.append(t)
+        q_count.add_drawn(t.values, t.origin, t.root)
     ack_list.extend(acks)
     box = sender.out[0]
     # The wire form, to refill an outbox without RemoteInbox.append.
@@ -579,10 +586,11 @@ def frame_ops(f: dict[str, Any]) -> dict[str, Any]:
     _, rest = receiver.decode(frame)
 
     def append() -> None:  # routes hand the frame's tuples (and the acker its messages)
+        # as a spout's and an anchored emit's routes do: an edge drawn by the queue
         for t in lines:
-            q_split.append(t)
+            q_split.add_drawn(t.values, t.origin, t.root)
         for t in words:
-            q_count.append(t)
+            q_count.add_drawn(t.values, t.origin, t.root)
         for m in acks:
             ack_list.append(m)
         sender.clear()

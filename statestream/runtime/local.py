@@ -34,7 +34,7 @@ from typing import Any, Final, final
 import xxhash
 from mypy_extensions import i64
 
-from .._acker import AckerLedger, Outcome, acker_task_for
+from .._acker import AckerLedger, Outcome
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
 from .._deadletter import (
@@ -324,6 +324,11 @@ class _Task(NativeCollector):
                 targets = r.choose(values, direct)
             puts = r.puts
             for i in targets:
+                if r.remote:
+                    remote = r.remotes[i]
+                    if remote is not None:  # a task of another worker
+                        created ^= remote.add_drawn(values, origin, root)
+                        continue
                 edge = rt.next_edge()
                 created ^= edge
                 puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
@@ -379,6 +384,26 @@ def pack_ids(ids: list[int]) -> Any:
         return ids
 
 
+def next_edge_of(x: i64) -> i64:
+    """The state after ``x`` of the edge generator (LocalRuntime.next_edge), which
+    is also the edge drawn: xorshift steps that keep 62 bits, nonzero from nonzero."""
+    x ^= (x << 13) & _EDGE_MASK
+    x ^= x >> 7
+    x ^= (x << 17) & _EDGE_MASK
+    return x
+
+
+def acker_of(root: int, n: i64) -> int:
+    """``root % n`` (acker_task_for) in machine integers: a root the runtime
+    draws is below 2**63 but above the compiled core's small ints, where ``%``
+    on the int object costs a long division (some 230 instructions a call)."""
+    try:
+        r: i64 = root
+    except (OverflowError, ValueError):  # above 2**63: a root from a test; compiled: ValueError
+        return root % int(n)
+    return int(r % n)
+
+
 def unpack_ids(ids: Any) -> list[int]:
     """The ids :func:`pack_ids` packed."""
     if type(ids) is not bytes:
@@ -398,8 +423,11 @@ class RemoteInbox:
     holds each tuple's edge and ``roots`` their roots as runs, a root and
     the index of the first tuple with it (the words of one line share it),
     so that a frame holds a few lists rather than a record per tuple (the
-    link sends both as 64-bit words). Groups keep the order of appends to this
-    queue. A multi-anchored tuple is a group of its own.
+    link sends both as 64-bit words). A group of tuples whose edges this
+    queue drew (``add_drawn``, what spouts and anchored emits use) holds in
+    place of ``edges`` one int, the state of the queue's generator before
+    the first of them. Groups keep the order of appends to this queue. A
+    multi-anchored tuple is a group of its own.
     On a one-field stream ``values`` holds the values themselves, not a
     list of one per tuple, and ``lane`` has bit ``FLAT`` set: a list per
     tuple cost more to encode and decode than the rest of the tuple.
@@ -411,7 +439,13 @@ class RemoteInbox:
     """
 
     def __init__(
-        self, out: list[Any], task_id: int, control: bool, slack: int = 0, flying: int = 3
+        self,
+        out: list[Any],
+        task_id: int,
+        control: bool,
+        slack: int = 0,
+        flying: int = 3,
+        seed: int = 1,
     ) -> None:
         self.out = out
         self.task_id = task_id
@@ -428,6 +462,10 @@ class RemoteInbox:
         self.edges: list[int] = []
         self.roots: list[int] = []  # root, first index, root, first index, ...
         self.root = -1  # of the last run
+        # The edges this queue draws itself (add_drawn): a group of them
+        # crosses as the generator's state before its first one.
+        self.edge_state: i64 = seed & _EDGE_MASK or 1
+        self.drawn = False  # the group being filled holds drawn edges
 
     def next_round(self) -> None:
         """The frame went out: the next append starts a new group."""
@@ -458,31 +496,52 @@ class RemoteInbox:
 
     def add(self, values: Sequence[Any], o: Origin, root: int, edge: int) -> None:
         """Append a tuple in one tree (or none) by its parts."""
-        self.sent += 1
-        if o is not self.origin:
-            self.origin = o
-            self.flat = len(o.fields) == 1
-            self.values = []
-            self.edges = []
-            self.roots = []
-            self.root = -1
-            self.out.append(
-                (
-                    self.task_id,
-                    self.lane | FLAT if self.flat else self.lane,
-                    o.task,
-                    o.stream,
-                    self.values,
-                    self.edges,
-                    self.roots,
-                    None,
-                )
+        if o is not self.origin or self.drawn:
+            self._group(o, False)
+        self.edges.append(edge)
+        self._put(values, root)
+
+    def add_drawn(self, values: Sequence[Any], o: Origin, root: int) -> int:
+        """Append a tuple of the tree ``root`` with an edge drawn here, and return
+        the edge: a group of drawn edges crosses as one int, the generator's
+        state before them, from which the receiver draws the same edges
+        (LocalRuntime.deliver_remote), where a list of edges cost a boxed int
+        per tuple on each side and a conversion each way."""
+        if o is not self.origin or not self.drawn:
+            self._group(o, True)
+        x = next_edge_of(self.edge_state)
+        self.edge_state = x
+        self._put(values, root)
+        return int(x)
+
+    def _group(self, o: Origin, drawn: bool) -> None:
+        """Start a group: tuples of ``o`` with edges drawn here, or given."""
+        self.origin = o
+        self.drawn = drawn
+        self.flat = len(o.fields) == 1
+        self.values = []
+        self.edges = []
+        self.roots = []
+        self.root = -1
+        self.out.append(
+            (
+                self.task_id,
+                self.lane | FLAT if self.flat else self.lane,
+                o.task,
+                o.stream,
+                self.values,
+                int(self.edge_state) if drawn else self.edges,
+                self.roots,
+                None,
             )
+        )
+
+    def _put(self, values: Sequence[Any], root: int) -> None:
+        self.sent += 1
         if root != self.root:
             self.root = root
             self.roots.append(root)
-            self.roots.append(len(self.edges))
-        self.edges.append(edge)
+            self.roots.append(len(self.values))
         # emit checked the arity: a one-field stream's values have one item
         if not self.flat:
             self.values.append(values if type(values) is list else list(values))
@@ -548,7 +607,7 @@ class _Acking:
         if only is not None:
             self._route(only.init(root, spout_task, ack_val))
             return
-        i = acker_task_for(root, self.n)
+        i = acker_of(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 0, root, spout_task, ack_val)
             return
@@ -559,7 +618,7 @@ class _Acking:
         if only is not None:
             outcome = only.ack(root, xor_val)
         else:
-            i = root % self.n  # acker_task_for, inlined
+            i = acker_of(root, self.n)  # acker_task_for
             if self.any_remote and self.remote[i]:
                 pairs = self.out_pairs[i % self.workers]
                 pairs.append(root)
@@ -570,7 +629,7 @@ class _Acking:
             self._route(outcome)
 
     def fail(self, root: int) -> None:
-        i = acker_task_for(root, self.n)
+        i = acker_of(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 2, root, 0, 0)
             # The spout's worker writes why in a dead-letter record.
@@ -579,7 +638,7 @@ class _Acking:
         self._route(self.ledgers[i].fail(root))
 
     def reset_timeout(self, root: int) -> None:
-        i = acker_task_for(root, self.n)
+        i = acker_of(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 3, root, 0, 0)
             return
@@ -602,7 +661,7 @@ class _Acking:
         n = self.n
         for k in range(0, len(pairs), 2):
             root = pairs[k]
-            outcome = ledgers[root % n].ack(root, pairs[k + 1])
+            outcome = ledgers[acker_of(root, n)].ack(root, pairs[k + 1])
             if outcome is not None:
                 self._route(outcome)
 
@@ -1048,13 +1107,13 @@ class BoltTask(_Task):
                     created ^= edge
                     r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
                 continue
-            edge = rt.next_edge()
-            created ^= edge
             if r.remote:
                 remote = r.remotes[i]
                 if remote is not None:
-                    remote.add(values, origin, root, edge)
+                    created ^= remote.add_drawn(values, origin, root)
                     continue
+            edge = rt.next_edge()
+            created ^= edge
             r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
         anchor.ack_val ^= created
 
@@ -1451,10 +1510,7 @@ class LocalRuntime:
         """
         if self.randbits is not _getrandbits:
             return self.randbits(_EDGE_BITS) or 1
-        x: i64 = self._edge_state
-        x ^= (x << 13) & _EDGE_MASK
-        x ^= x >> 7
-        x ^= (x << 17) & _EDGE_MASK
+        x = next_edge_of(self._edge_state)
         self._edge_state = x
         return int(x)
 
@@ -1572,7 +1628,10 @@ class LocalRuntime:
             if anchors is not None:  # a group of its own, never FLAT (RemoteInbox.append)
                 q.append(Tuple(values[0], origin, anchors, target))
                 continue
-            edges: list[int] = unpack_ids(wire_edges)
+            # drawn edges (RemoteInbox.add_drawn): drawn again from their state
+            drawn = type(wire_edges) is int
+            state: i64 = wire_edges if drawn else 0
+            edges: list[int] = [] if drawn else unpack_ids(wire_edges)
             roots: list[int] = unpack_ids(wire_roots)
             flat = bool(lane & FLAT)
             # built first and handed over in one extend: deque is not a compiled
@@ -1586,7 +1645,12 @@ class LocalRuntime:
                 for i in range(roots[k + 1], end):
                     # a one-field value in a 1-tuple: one allocation, a list takes two
                     v: Any = (values[i],) if flat else values[i]
-                    batch.append(Tuple(v, origin, None, owner, root, edges[i]))
+                    if drawn:
+                        state = next_edge_of(state)
+                        edge = int(state)
+                    else:
+                        edge = edges[i]
+                    batch.append(Tuple(v, origin, None, owner, root, edge))
             q.extend(batch)
         spouts = self.spout_by_task
         for spout_task, root, ok in completions:

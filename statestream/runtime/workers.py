@@ -65,6 +65,7 @@ import marshal
 import multiprocessing
 import os
 import pickle
+import random
 import select
 import selectors
 import signal
@@ -202,7 +203,9 @@ def _wire_group(
             joined = None
         if joined is not None and joined.count(_SEP) == len(values) - 1:
             lane, values = lane | _JOINED, joined
-    return (target, lane, src, stream, values, pack_ids(edges), pack_ids(roots), anchors)
+    # edges drawn by the RemoteInbox: their generator's state, an int
+    wire_edges = edges if type(edges) is int else pack_ids(edges)
+    return (target, lane, src, stream, values, wire_edges, pack_ids(roots), anchors)
 
 
 def _portable_cause(cause: Any) -> Any:
@@ -318,7 +321,12 @@ class Link:
             # what the last status of the task's worker (round r-_LAG-1) does
             # not show: rounds r-2*_LAG-1 to r, as _decide reasons
             q = self.queues[(task_id, control)] = RemoteInbox(
-                self.out[w].tuples, task_id, control, self.slack, 2 * _LAG + 2
+                self.out[w].tuples,
+                task_id,
+                control,
+                self.slack,
+                2 * _LAG + 2,
+                seed=random.getrandbits(62),
             )
         return q
 

@@ -387,6 +387,19 @@ def test_acks_cross_as_root_and_xor_words_and_complete_the_tree(tmp_path: Path) 
     assert list(spout.completions) == [(root, True) for root in roots]
 
 
+def _split_to_count(tmp_path: Path) -> tuple[LocalRuntime, LocalRuntime, Any, Any]:
+    """The word count's two worker runtimes, worker 1's split task and worker 0's
+    count task: a route that crosses from worker 1 to worker 0."""
+    b = TopologyBuilder("group")
+    b.set_spout("src", ListSpout(["a b"], fields=["line"]), 2)
+    b.set_bolt("split", Split(), 2).shuffle_grouping("src")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    w0, w1 = _worker_runtimes(b.build(), tmp_path)
+    count = next(t for t in w0.bolts if t.component == "count")
+    split = next(t for t in w1.bolts if t.component == "split")
+    return w0, w1, split, count
+
+
 @pytest.mark.parametrize(
     ("words", "joined"),
     [
@@ -399,13 +412,7 @@ def test_acks_cross_as_root_and_xor_words_and_complete_the_tree(tmp_path: Path) 
 def test_a_group_arrives_as_the_tuples_that_were_sent(
     tmp_path: Path, words: list[Any], joined: bool
 ) -> None:
-    b = TopologyBuilder("group")
-    b.set_spout("src", ListSpout(["a b"], fields=["line"]), 2)
-    b.set_bolt("split", Split(), 2).shuffle_grouping("src")
-    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
-    w0, w1 = _worker_runtimes(b.build(), tmp_path)
-    count = next(t for t in w0.bolts if t.component == "count")
-    split = next(t for t in w1.bolts if t.component == "split")
+    w0, w1, split, count = _split_to_count(tmp_path)
     ids = [(5, 50), (5, 51), (9, 52), (0, 0), (5, 53)]
     sent = [(w, r, e) for w, (r, e) in zip(words, ids, strict=True)]
     q = w1.link.queue(count.task_id, False)
@@ -548,3 +555,20 @@ def test_transactional_topologies_stay_on_one_process() -> None:
     topo = load_topology(str(Path(__file__).parents[2] / "examples/transactional_global_count.py"))
     with pytest.raises(ConfigError, match=r"topology\.workers: 1"):
         WorkerSupervisor(topo, {"topology.workers": 2, "topology.state.provider": "sqlite"})
+
+
+def test_edges_drawn_by_the_queue_arrive_as_drawn(tmp_path: Path) -> None:
+    w0, w1, split, count = _split_to_count(tmp_path)
+    origin = split.default_stream.origin
+    q = w1.link.queue(count.task_id, False)
+    sent = [(w, r, q.add_drawn([w], origin, r)) for w, r in [("x", 5), ("y", 5), ("z", 9)]]
+    q.add(["w"], origin, 9, 77)  # a given edge: a group of its own
+    sent.append(("w", 9, 77))
+    sent.append(("v", 9, q.add_drawn(["v"], origin, 9)))
+    drawn = [e for w, _, e in sent if w != "w"]
+    assert len(set(drawn)) == 4 and all(0 < e < 1 << 62 for e in drawn)
+    assert [type(g[5]) for g in w1.link.out[0].tuples] == [int, list, int]
+    _, rest = w0.link.decode(w1.link.encode(0, _Status().wire()))
+    w0.link.deliver(rest)
+    got = [(t[0], t.root, t.edge, t.owner) for t in count.inbox]
+    assert got == [(w, r, e, count.task_id) for w, r, e in sent]
