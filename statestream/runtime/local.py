@@ -1217,6 +1217,20 @@ class BoltTask(_Task):
     def flush_acks(self) -> None:
         self._fold_ack()
 
+    def awaits_checkpoint(self) -> bool:
+        """True if this task holds acks that only a checkpoint's commit releases:
+        in ``held``, or already handed to its executor's protocol, where
+        StatefulBoltExecutor puts them when it acks a checkpoint tuple (acks of
+        data executed between a PREPARE and its COMMIT). Checked when nothing
+        moves, to ask for a checkpoint then (LocalRuntime._waiting_for_commit,
+        the workers' statuses) rather than wait out the interval."""
+        if not self.holding:
+            return False
+        if self.held or self.last_root:
+            return True
+        protocol = getattr(self.executor, "protocol", None)
+        return protocol is not None and len(protocol.held) > 0
+
     # -- the acker transport the executors use (statestream._executors.ExecutorCollector)
     def hold_acks(self) -> None:
         self.holding = True
@@ -2284,7 +2298,7 @@ class LocalRuntime:
         cp = self._checkpoint_spout
         if cp is None or cp.coordinator.pending:
             return False
-        if not any(t.holding and (t.held or t.last_root) for t in self.bolts):
+        if not any(t.awaits_checkpoint() for t in self.bolts):
             return False
         cp.request_early()
         return True

@@ -723,7 +723,7 @@ class Worker:
         st.deadline = self._deadline
         st.epoch = self.epoch
         st.gc = gc.get_count()[0] >= _GC_YOUNG
-        st.holding = any(t.holding and (t.held or t.last_root) for t in rt.bolts)
+        st.holding = any(t.awaits_checkpoint() for t in rt.bolts)
         cp = rt._checkpoint_spout
         if cp is not None:
             st.prepare_due = cp.prepare_due() if ss is not None else False

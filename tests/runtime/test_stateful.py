@@ -274,6 +274,26 @@ def test_acks_reach_the_spout_only_after_the_commit() -> None:
     rt.close()
 
 
+def test_acks_handed_to_the_protocol_still_ask_for_a_checkpoint_when_nothing_moves() -> None:
+    # Acks of data a stateful task executed between a PREPARE and its COMMIT
+    # reach its protocol with the COMMIT (StatefulBoltExecutor.handle_checkpoint),
+    # not the task's own list. When nothing moves after that (a finite input's
+    # last lines, spouts at max pending), they too must ask for the next
+    # checkpoint at once: a 2-worker word count waited out the interval there.
+    clock = FakeClock()
+    rt = LocalRuntime(counter_topology(["a"]), memory_config(), clock=clock)
+    rt.open()
+    (count,) = (b for b in rt.bolts if b.component == "count")
+    cp = rt._checkpoint_spout
+    assert cp is not None
+    assert not count.awaits_checkpoint() and not rt._waiting_for_commit()
+    count.executor.protocol.hold([(12345, 678)])  # type: ignore[attr-defined]
+    assert count.held == [] and not count.last_root
+    assert count.awaits_checkpoint()
+    assert rt._waiting_for_commit() and cp._early  # checkpoint at the next poll
+    rt.close()
+
+
 def test_acks_held_for_the_commit_reach_a_spout_in_another_worker_after_it(
     local_runner: Runner,
 ) -> None:
