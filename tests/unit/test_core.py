@@ -134,13 +134,20 @@ def test_the_mypyc_build_type_checks_with_no_dependency_installed(tmp_path: Path
 
 EDGES = """
 import json, statestream
-from statestream.runtime.local import LocalRuntime
+from statestream.runtime.local import LocalRuntime, next_edge_of
 from statestream.testing import ListSpout
 b = statestream.TopologyBuilder("t")
 b.set_spout("s", ListSpout([1]))
 rt = LocalRuntime(b.build(), {})
 rt._edge_state = (1 << 61) + 12345
-print(json.dumps([rt.next_edge() for _ in range(50_000)]))
+edges = [rt.next_edge() for _ in range(50_000)]
+# a remote queue's generator (next_edge_of) takes the same steps
+drawn, x = [], (1 << 61) + 12345
+for _ in range(50_000):
+    x = next_edge_of(x)
+    drawn.append(x)
+assert drawn == edges
+print(json.dumps(edges))
 """
 
 
