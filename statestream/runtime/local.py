@@ -1218,18 +1218,20 @@ class BoltTask(_Task):
         self._fold_ack()
 
     def awaits_checkpoint(self) -> bool:
-        """True if this task holds acks that only a checkpoint's commit releases:
-        in ``held``, or already handed to its executor's protocol, where
-        StatefulBoltExecutor puts them when it acks a checkpoint tuple (acks of
-        data executed between a PREPARE and its COMMIT). Checked when nothing
-        moves, to ask for a checkpoint then (LocalRuntime._waiting_for_commit,
-        the workers' statuses) rather than wait out the interval."""
+        """True if this task holds acks that no checkpoint covers yet: in
+        ``held``, or already handed to its executor's protocol, where
+        StatefulBoltExecutor puts them when it handles a checkpoint tuple (acks
+        of data executed between a PREPARE and its COMMIT stay there,
+        uncovered, after the COMMIT). Checked when nothing moves, to ask for a
+        checkpoint then (LocalRuntime._waiting_for_commit, the workers'
+        statuses) rather than wait out the interval. Acks a PREPARE covered
+        wait for that checkpoint, under way."""
         if not self.holding:
             return False
         if self.held or self.last_root:
             return True
         protocol = getattr(self.executor, "protocol", None)
-        return protocol is not None and len(protocol.held) > 0
+        return protocol is not None and bool(protocol.held.current)
 
     # -- the acker transport the executors use (statestream._executors.ExecutorCollector)
     def hold_acks(self) -> None:
