@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "ENTRY_POINT_GROUP",
     "STORM_ALIASES",
+    "RunClaim",
     "claim_scope",
     "installed_providers",
     "open_provider",
@@ -185,6 +186,33 @@ def claim_scope(provider: Any, scope: str, wait: float) -> ScopeClaim | None:
     if claim is None:
         return None
     return cast("ScopeClaim | None", claim(scope, wait))
+
+
+class RunClaim:
+    """A run's hold on its topology's scope of the store, as the process that owns
+    the run keeps it (LocalRuntime without a link, WorkerSupervisor, Spark's
+    driver): asked for once, before any state is read, with the wait
+    ``topology.state.claim.wait.secs``, and released once when the run ends."""
+
+    def __init__(self) -> None:
+        self.asked = False  # claim_scope was called (its answer may be None)
+        self._claim: ScopeClaim | None = None
+
+    def take(self, provider: Any, scope: str, config: Mapping[str, Any]) -> None:
+        """Claim ``scope`` of ``provider``'s store, unless this run did already (a
+        store opened again within the run, after a rewind, keeps the first
+        claim). Raises StateLockedError if another run holds it."""
+        if not self.asked:
+            wait = float(config["topology.state.claim.wait.secs"])
+            self._claim = claim_scope(provider, scope, wait)
+            self.asked = True
+
+    def release(self) -> None:
+        """Let the claim go (idempotent); the next :meth:`take` claims again."""
+        claim, self._claim = self._claim, None
+        self.asked = False
+        if claim is not None:
+            claim.release()
 
 
 SCOPE_SEPARATOR = "/"

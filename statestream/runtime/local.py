@@ -34,7 +34,7 @@ from typing import Any, Final, final
 import xxhash
 from mypy_extensions import i64
 
-from .._acker import AckerLedger, Outcome
+from .._acker import AckerLedger, Outcome, acker_task_for
 from .._clock import Clock, SystemClock
 from .._components import Bolt, Spout, TopologyContext, task_namespace
 from .._deadletter import (
@@ -393,17 +393,6 @@ def next_edge_of(x: i64) -> i64:
     return x
 
 
-def acker_of(root: int, n: i64) -> int:
-    """``root % n`` (acker_task_for) in machine integers: a root the runtime
-    draws is below 2**63 but above the compiled core's small ints, where ``%``
-    on the int object costs a long division (some 230 instructions a call)."""
-    try:
-        r: i64 = root
-    except (OverflowError, ValueError):  # above 2**63: a root from a test; compiled: ValueError
-        return root % int(n)
-    return int(r % n)
-
-
 def unpack_ids(ids: Any) -> list[int]:
     """The ids :func:`pack_ids` packed."""
     if type(ids) is not bytes:
@@ -607,7 +596,7 @@ class _Acking:
         if only is not None:
             self._route(only.init(root, spout_task, ack_val))
             return
-        i = acker_of(root, self.n)
+        i = acker_task_for(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 0, root, spout_task, ack_val)
             return
@@ -618,7 +607,7 @@ class _Acking:
         if only is not None:
             outcome = only.ack(root, xor_val)
         else:
-            i = acker_of(root, self.n)  # acker_task_for
+            i = acker_task_for(root, self.n)
             if self.any_remote and self.remote[i]:
                 pairs = self.out_pairs[i % self.workers]
                 pairs.append(root)
@@ -629,7 +618,7 @@ class _Acking:
             self._route(outcome)
 
     def fail(self, root: int) -> None:
-        i = acker_of(root, self.n)
+        i = acker_task_for(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 2, root, 0, 0)
             # The spout's worker writes why in a dead-letter record.
@@ -638,7 +627,7 @@ class _Acking:
         self._route(self.ledgers[i].fail(root))
 
     def reset_timeout(self, root: int) -> None:
-        i = acker_of(root, self.n)
+        i = acker_task_for(root, self.n)
         if self.any_remote and self.remote[i]:
             self._send(i, 3, root, 0, 0)
             return
@@ -661,7 +650,7 @@ class _Acking:
         n = self.n
         for k in range(0, len(pairs), 2):
             root = pairs[k]
-            outcome = ledgers[acker_of(root, n)].ack(root, pairs[k + 1])
+            outcome = ledgers[acker_task_for(root, n)].ack(root, pairs[k + 1])
             if outcome is not None:
                 self._route(outcome)
 
@@ -1407,10 +1396,10 @@ class LocalRuntime:
         self._start_time = 0.0
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
         self.provider: Any = None
-        # This run's hold on its topology's scope of the store (_open_provider),
-        # and whether it was asked for (a provider may not claim: None).
-        self._claim: Any = None
-        self._claimed = False
+        # This run's hold on its topology's scope of the store (_open_provider).
+        from .._registry import RunClaim
+
+        self._claim: Any = RunClaim()
         # PREPAREs the states refused (outlive a rewind), and the error that
         # stops the run once one namespace refuses again (_note_refusal).
         self.refused_prepares = RefusedPrepares()
@@ -1734,29 +1723,21 @@ class LocalRuntime:
         holds the claim for it. Raises StateLockedError if another run
         holds it."""
         if self.provider is None:
-            from .._registry import claim_scope, open_provider
+            from .._registry import open_provider
 
             provider = open_provider(
                 self.config["topology.state.provider"],
                 self.config["topology.state.provider.config"],
                 scope=self.topology.name,
             )
-            if not self._claimed and self.link is None:
-                wait = float(self.config["topology.state.claim.wait.secs"])
+            if self.link is None:
                 try:
-                    self._claim = claim_scope(provider, self.topology.name, wait)
+                    self._claim.take(provider, self.topology.name, self.config)
                 except BaseException:
                     provider.close()
                     raise
-                self._claimed = True
             self.provider = provider
         return self.provider
-
-    def _release_store(self) -> None:
-        """Let the run's claim of the store go (idempotent)."""
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            claim.release()
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
     def retries_for(self, namespace: str) -> Retries:
@@ -1922,7 +1903,7 @@ class LocalRuntime:
         """Call ``open``/``prepare`` on every task (``run`` does it for you)."""
         if self._started:
             return
-        had_claim = self._claimed
+        had_claim = self._claim.asked
         if self.topology.has_stateful_bolts and self.link is None:
             # The claim of the store, first: refused, it leaves the runtime
             # unopened (close() has nothing to do).
@@ -1932,7 +1913,7 @@ class LocalRuntime:
             self._open_tasks()
         except BaseException:
             if not had_claim:  # a failed rewind keeps it: the run's close() lets it go
-                self._release_store()
+                self._claim.release()
             raise
 
     def _open_tasks(self) -> None:
@@ -2088,7 +2069,7 @@ class LocalRuntime:
         self._release_spouts()
         if self.provider is not None:
             self.provider.close()
-        self._release_store()  # as a dead process's lock goes with it
+        self._claim.release()  # as a dead process's lock goes with it
 
     def close(self) -> None:
         """Call ``close``/``cleanup`` on every task; idempotent."""
@@ -2105,7 +2086,7 @@ class LocalRuntime:
             if self.provider is not None:
                 self.provider.close()
         finally:
-            self._release_store()
+            self._claim.release()
 
     def __enter__(self) -> LocalRuntime:
         return self

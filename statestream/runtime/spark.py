@@ -206,6 +206,7 @@ from .._deadletter import (
 )
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
+from .._registry import RunClaim
 from .._rescale import rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._retry import Retries, RetryPolicy, VerdictKind
@@ -1299,7 +1300,7 @@ class SparkRuntime:
         self.errors: list[ErrorReport] = []
         self.counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
         self.provider: Any = None
-        self._claim: Any = None  # the run's hold on its scope of the store (_claim_store)
+        self._claim = RunClaim()  # the run's hold on its scope of the store (_claim_store)
         self._tokens: dict[str, str] = {}
         self.component_tasks = self.plan.component_tasks
         self.spouts = self.plan.data_spouts
@@ -1430,11 +1431,7 @@ class SparkRuntime:
         the checkpoint record is read (``BackendStateProvider.claim``; executors
         never claim). Held until :meth:`_close_provider`. Raises
         StateLockedError if another run holds it."""
-        if self._claim is None:
-            from .._registry import claim_scope
-
-            wait = float(self.config["topology.state.claim.wait.secs"])
-            self._claim = claim_scope(self._open_provider(), self.topology.name, wait)
+        self._claim.take(self._open_provider(), self.topology.name, self.config)
 
     def _close_provider(self) -> None:
         """The end of a run: close the store and let the claim go."""
@@ -1443,9 +1440,7 @@ class SparkRuntime:
                 self.provider.close()
                 self.provider = None
         finally:
-            claim, self._claim = self._claim, None
-            if claim is not None:
-                claim.release()
+            self._claim.release()
 
     def _context(self, cid: str, index: int) -> TopologyContext:
         return self.plan.context(

@@ -80,6 +80,7 @@ from .._clock import Clock
 from .._config import Config
 from .._errors import ConfigError, RuntimeFailure, SerializationError
 from .._exactly_once import StandstillStep
+from .._registry import RunClaim
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._topology import Topology
 from .._tuple import Origin
@@ -1132,7 +1133,7 @@ class WorkerSupervisor:
         self._past: list[TaskMetrics] = []
         self._past_counters: dict[str, int] = {}
         self._opened = False
-        self._claim: Any = None  # the run's hold on its scope of the store (open)
+        self._claim = RunClaim()  # the run's hold on its scope of the store (open)
 
     def _check_not_transactional(self) -> None:
         from .._transactional.components import TransactionalCoordinatorSpout
@@ -1171,7 +1172,7 @@ class WorkerSupervisor:
         if not self.topology.has_stateful_bolts:
             self._opened = True
             return
-        from .._registry import claim_scope, open_provider
+        from .._registry import open_provider
         from .._rescale import LAYOUT_NAMESPACE, rescale_state
 
         provider = open_provider(
@@ -1180,23 +1181,16 @@ class WorkerSupervisor:
             scope=self.topology.name,
         )
         try:
-            wait = float(self.config["topology.state.claim.wait.secs"])
-            self._claim = claim_scope(provider, self.topology.name, wait)
+            self._claim.take(provider, self.topology.name, self.config)
             try:
                 provider.get_state(LAYOUT_NAMESPACE)
                 rescale_state(provider, self.topology)
             except BaseException:
-                self._release_store()
+                self._claim.release()
                 raise
             self._opened = True
         finally:
             provider.close()
-
-    def _release_store(self) -> None:
-        """Let the run's claim of the store go (idempotent)."""
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            claim.release()
 
     def stop(self) -> None:
         """Ask every worker to stop after its current round (safe from a signal handler)."""
@@ -1304,7 +1298,7 @@ class WorkerSupervisor:
                 self._kill_all()
             finally:
                 # The workers are gone (joined), so nothing shares the claim now.
-                self._release_store()
+                self._claim.release()
 
     def _run(self, until_idle: bool, duration: float | None) -> RunResult:
         from multiprocessing.connection import wait
