@@ -116,9 +116,11 @@ import orjson
 from statestream.provider import (
     SHARING_MACHINE,
     BackendStateProvider,
+    ClaimHandle,
     CommitOutcome,
     ConfigError,
     Delta,
+    ProcessClaims,
     ProviderUnavailableError,
     StateCorruptError,
     StateError,
@@ -496,7 +498,7 @@ class SQLiteStateProvider(BackendStateProvider):
         for ns in names:
             _SQLiteBackend(self, ns).fold()
 
-    def claim(self, scope: str, wait: float) -> _ClaimHandle | None:
+    def claim(self, scope: str, wait: float) -> ClaimHandle[_Claim] | None:
         """Hold topology ``scope`` of this file for one run (see the module doc).
 
         Waits up to ``wait`` seconds for another process's claim, trying every
@@ -508,7 +510,7 @@ class SQLiteStateProvider(BackendStateProvider):
         if str(self.path) == _IN_MEMORY:
             return None
         path = _lock_path(self.path, scope)
-        joined = _join_claim(path)
+        joined = _CLAIMS.join(path)
         if joined is not None:
             return joined
         try:
@@ -526,7 +528,7 @@ class SQLiteStateProvider(BackendStateProvider):
                 break
             except BlockingIOError:
                 # Held: by another thread of this process that got there first?
-                joined = _join_claim(path)
+                joined = _CLAIMS.join(path)
                 left = deadline - time.monotonic()
                 if joined is not None or left <= 0:
                     pid = None if joined is not None else _holder(fd)
@@ -547,10 +549,7 @@ class SQLiteStateProvider(BackendStateProvider):
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        held = _Claim(path, fd)
-        with _CLAIMS_LOCK:
-            _CLAIMS[path] = held
-        return _ClaimHandle(held)
+        return _CLAIMS.add(path, _Claim(path, fd))
 
     def _close(self) -> None:
         with self._lock:
@@ -577,61 +576,29 @@ def _lock_path(db: Path, scope: str) -> Path:
 
 
 class _Claim:
-    """This process's flock of one lock file, shared by every claim of its scope here."""
+    """This process's flock of one lock file (a :class:`~statestream.provider.Hold`),
+    shared by every claim of its scope here."""
 
-    __slots__ = ("fd", "holders", "path", "pid")
+    __slots__ = ("fd", "path")
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self.fd = fd
-        self.holders = 1
-        self.pid = os.getpid()
 
-
-class _ClaimHandle:
-    """One claim of a scope (a :class:`~statestream.provider.ScopeClaim`)."""
-
-    __slots__ = ("_claim",)
-
-    def __init__(self, claim: _Claim) -> None:
-        self._claim: _Claim | None = claim
-
-    def release(self) -> None:
-        """Let this claim go (idempotent); the lock goes with the last claim of the process."""
-        claim, self._claim = self._claim, None
-        if claim is None or claim.pid != os.getpid():
-            # A forked child (a worker) shares its parent's lock through the
-            # inherited descriptor; its LOCK_UN would free the parent's too.
-            return
-        with _CLAIMS_LOCK:
-            claim.holders -= 1
-            if claim.holders:
-                return
-            if _CLAIMS.get(claim.path) is claim:
-                del _CLAIMS[claim.path]
+    def end(self) -> None:
         # Unlocked and closed, never deleted: a claimer that opened the file
         # before a deletion would lock a name nobody else can find.
-        fcntl.flock(claim.fd, fcntl.LOCK_UN)
-        os.close(claim.fd)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
     def __repr__(self) -> str:
-        claim = self._claim
-        return f"<sqlite claim {str(claim.path) if claim else '(released)'!r}>"
+        return f"sqlite lock {str(self.path)!r}"
 
 
-# The scopes this process holds: lock file -> its claim.
-_CLAIMS: dict[Path, _Claim] = {}
-_CLAIMS_LOCK = threading.Lock()
-
-
-def _join_claim(path: Path) -> _ClaimHandle | None:
-    """Another claim of ``path``'s scope if this process holds it already (re-entrant)."""
-    with _CLAIMS_LOCK:
-        held = _CLAIMS.get(path)
-        if held is None:
-            return None
-        held.holders += 1
-        return _ClaimHandle(held)
+# The scopes this process holds, by lock file. A child holds its parent's
+# claims only through the inherited descriptors (kept open: they keep the
+# lock while the child lives); see ProcessClaims.
+_CLAIMS: ProcessClaims[_Claim] = ProcessClaims()
 
 
 def _holder(fd: int) -> int | None:
@@ -641,18 +608,6 @@ def _holder(fd: int) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
-
-
-def _forget_claims_after_fork() -> None:
-    # A child holds its parent's claims only through the inherited descriptors
-    # (kept open: they keep the lock while the child lives); a claim it makes
-    # itself must be decided as another process's would be.
-    global _CLAIMS_LOCK
-    _CLAIMS_LOCK = threading.Lock()
-    _CLAIMS.clear()
-
-
-os.register_at_fork(after_in_child=_forget_claims_after_fork)
 
 
 # What a written row costs. Binding each row through executemany costs one

@@ -46,10 +46,15 @@ the txid rules of the checkpoint protocol) is implemented once, in
    ``StateLockedError.for_scope(scope, store, pid=..., wait=wait)``. A
    claim of a scope this process holds already is granted (re-entrant), and
    a claim must end with its process (an OS file lock does; a lease would
-   expire). The runtime claims before the run reads any state and releases
-   at its end. The default returns None (nothing is guarded; a run whose
-   checkpoints another run keeps refusing is still stopped, after the
-   fact). ``sqlite`` claims with a ``flock`` on a file beside the database.
+   expire). :class:`ProcessClaims` does the bookkeeping of that: take your
+   hold on the store (a :class:`Hold`: a lock, a lease, with ``end()``)
+   once per process and scope, ``add`` it, ``join`` it for the claims that
+   follow; the :class:`ClaimHandle` it hands out counts the releases and
+   leaves a forked child's alone. The runtime claims before the run reads
+   any state and releases at its end. The default returns None (nothing is
+   guarded; a run whose checkpoints another run keeps refusing is still
+   stopped, after the fact). ``sqlite`` claims with a ``flock`` on a file
+   beside the database.
 
 4. **Register it** under the entry-point group ``statestream.providers``
    in your package's ``pyproject.toml``::
@@ -183,6 +188,7 @@ has the same bytes in every provider and reading keys back never runs code.
 
 from __future__ import annotations
 
+from statestream._claims import ClaimHandle, Hold, ProcessClaims
 from statestream._errors import (
     ConfigError,
     ProtocolViolation,
@@ -226,12 +232,15 @@ __all__ = [
     "SHARING_PROCESS",
     "SHARING_SCOPES",
     "BackendStateProvider",
+    "ClaimHandle",
     "CommitOutcome",
     "ConfigError",
     "Delta",
+    "Hold",
     "JsonSerializer",
     "KeyValueState",
     "PickleSerializer",
+    "ProcessClaims",
     "ProtocolViolation",
     "ProviderUnavailableError",
     "ScopeClaim",
