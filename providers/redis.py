@@ -16,6 +16,7 @@ Config (``topology.state.provider.config``), statestream's keys::
     retries:     3                            # retries of a failed command, with a short backoff
     key_prefix:  ""                           # put before every key (several topologies, one db)
     serializer:  "json"                       # or "pickle" (see statestream.provider)
+    claim_ttl_ms: 10000                       # ms a run's claim outlives its last renewal (>= 100)
 
 and Storm's ``RedisKeyValueStateProvider`` JSON, so a storm.yaml carries over::
 
@@ -34,6 +35,7 @@ Key layout, for namespace ``N`` and key prefix ``P``::
     P{N}            hash  committed entries: encoded key -> encoded value
     P{N}$prepare    hash  prepared delta: encoded key -> encoded value, or "" (tombstone)
     P{N}$txid       hash  fields "commit" (last committed txid), "prepare" (prepared txid)
+    P{T}$claim      string  the claim of topology ``T`` by a run (see below), with an expiry
 
 ``{N}`` is a Redis Cluster hash tag: the three hashes of a namespace live in
 one slot, which the commit script needs. Keys and values are the
@@ -49,6 +51,32 @@ changed keys; a txid at or below the committed one is a no-op. Every
 operation can be repeated after a lost connection, which is what redis-py's
 retries and the runtime's checkpoint retries do.
 
+One run per topology. A run claims its topology's scope of the store
+(:meth:`RedisStateProvider.claim`) before it touches any state, with a
+lease: ``SET P{T}$claim <holder> NX PX claim_ttl_ms``, where the holder is
+JSON naming a random token, the host, the pid and the process's start time
+(``/proc/<pid>/stat``, so that a reused pid is not taken for the holder).
+A thread of the claiming process renews the lease every third of the ttl
+with a script that extends it only while it still holds our holder, and
+releasing deletes it with a script that deletes only ours. Another
+``statestream run`` of the topology polls for it, then stops with
+StateLockedError naming the holder's pid and host. A lease
+whose holder died on the same machine (same host name, boot and pid
+namespace; the pid gone, or now another process) is taken over at once,
+atomically; one held from another machine cannot be judged from here, and
+lapses at most ``claim_ttl_ms`` after its holder died. Unlike sqlite's
+file lock, the lease is the claiming process's alone: the workers it forks
+neither renew nor release it, and do not keep it once it is dead (the
+workers runtime kills its workers with their supervisor).
+
+A lease can be lost while its run goes on: the key deleted, or expired
+while the server could not be reached for ``claim_ttl_ms`` (the renewal
+retries until then), and perhaps taken by another run since. The renewal
+thread then logs an error (logger ``statestream.redis``) and the claim's
+``lost`` says why (``RunClaim.lost`` for the runtimes); the run should be
+stopped. Two runs writing one topology's state would also have the
+second's checkpoints refused, which stops it after the fact.
+
 The client connects on first use and again in a forked child. A server that
 cannot be reached raises ProviderUnavailableError after the retries, naming
 host and port; committed data is only ever changed by the commit script, so
@@ -57,23 +85,33 @@ a connection lost at any moment leaves it whole.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import secrets
+import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, cast
 
+import orjson
+
 from statestream.provider import (
     SHARING_NETWORK,
     BackendStateProvider,
+    ClaimHandle,
     CommitOutcome,
     ConfigError,
     Delta,
+    ProcessClaims,
     ProviderUnavailableError,
     StateCorruptError,
     StateError,
+    StateLockedError,
     check_config_keys,
     config_option,
     get_serializer,
@@ -83,12 +121,16 @@ if TYPE_CHECKING:
     import redis as redis_module
     from redis.commands.core import Script
 
-__all__ = ["RedisStateProvider", "key_names"]
+__all__ = ["RedisStateProvider", "claim_key", "key_names"]
+
+log = logging.getLogger("statestream.redis")
 
 #: Storm's default serializer class names: they stand for "the configured serializer".
 STORM_DEFAULT_SERIALIZERS: Final = frozenset({"org.apache.storm.state.DefaultStateSerializer"})
 _POOL_KEYS: Final = frozenset({"host", "port", "timeout", "database", "password"})
 _CHUNK: Final = 10_000  # fields per HSET/HDEL command in a pipeline
+DEFAULT_CLAIM_TTL_MS: Final = 10_000
+_MIN_CLAIM_TTL_MS: Final = 100
 _BACKOFF_BASE_S: Final = 0.05
 _BACKOFF_CAP_S: Final = 1.0
 
@@ -148,6 +190,12 @@ def key_names(namespace: str, key_prefix: str = "") -> tuple[str, str, str]:
     return base, f"{base}$prepare", f"{base}$txid"
 
 
+def claim_key(scope: str, key_prefix: str = "") -> str:
+    """The Redis key of the claim of topology ``scope`` (a string, never a namespace's
+    hash: ``namespaces()`` lists hashes only)."""
+    return f"{key_prefix}{{{scope}}}$claim"
+
+
 def _import_redis() -> ModuleType:
     try:
         import redis
@@ -181,6 +229,7 @@ class RedisStateProvider(BackendStateProvider):
             "retries",
             "key_prefix",
             "serializer",
+            "claim_ttl_ms",
             "jedisPoolConfig",
             "jedisClusterConfig",
             "keyClass",
@@ -204,6 +253,7 @@ class RedisStateProvider(BackendStateProvider):
         retries: int = 3,
         key_prefix: str = "",
         serializer: str = "json",
+        claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS,
     ) -> None:
         super().__init__(get_serializer(serializer))
         if retries < 0:
@@ -212,6 +262,12 @@ class RedisStateProvider(BackendStateProvider):
             raise ConfigError(
                 f"redis state provider config 'timeout' (ms) must be > 0, not {timeout_ms}"
             )
+        if claim_ttl_ms < _MIN_CLAIM_TTL_MS:
+            raise ConfigError(
+                f"redis state provider config 'claim_ttl_ms' must be >= {_MIN_CLAIM_TTL_MS} "
+                f"(ms: how long a run's claim outlives its last renewal), not {claim_ttl_ms!r}"
+            )
+        self.claim_ttl_ms = claim_ttl_ms
         self._url = url
         self._connect: dict[str, Any] = {
             "host": host,
@@ -235,8 +291,13 @@ class RedisStateProvider(BackendStateProvider):
             self.address = (
                 parts.path if parts.scheme == "unix" else f"{parts.hostname}:{parts.port or 6379}"
             )
+            query = urllib.parse.parse_qs(parts.query)
+            db_name = (parts.path if parts.scheme != "unix" else "").strip("/")
+            url_db = db_name or query.get("db", ["0"])[0]
+            self._store_id = f"{self.address}/{url_db}"
         else:
             self.address = f"{host}:{port}"
+            self._store_id = f"{self.address}/{db}"
         self._lock = threading.Lock()
         self._client_obj: redis_module.Redis | None = None
         self._script: Script | None = None
@@ -311,6 +372,7 @@ class RedisStateProvider(BackendStateProvider):
             retries=config_option(name, config, "retries", int, 3),
             key_prefix=config_option(name, config, "key_prefix", str, ""),
             serializer=config_option(name, config, "serializer", str, "json"),
+            claim_ttl_ms=config_option(name, config, "claim_ttl_ms", int, DEFAULT_CLAIM_TTL_MS),
         )
 
     def __repr__(self) -> str:
@@ -412,6 +474,86 @@ class RedisStateProvider(BackendStateProvider):
                     found.add(key[len(prefix) + 1 : -1].decode())
         return sorted(found)
 
+    def claim(self, scope: str, wait: float) -> ClaimHandle[_Lease]:
+        """Hold topology ``scope`` of this store for one run, with a lease (see the
+        module doc).
+
+        Polls every 50 ms for up to ``wait`` seconds while another process
+        holds it, then raises StateLockedError naming that process's pid and
+        host; a holder that died on this machine is taken over at once. A
+        scope this process holds already is granted again; each claim is
+        released on its own, and the last one deletes the key. The claim has
+        a client of its own, so it outlives :meth:`close` of this provider (a
+        run closes and reopens its store; the claim is the run's).
+        ProviderUnavailableError if the server cannot be reached.
+        """
+        if self._closed:
+            raise StateError("the redis state provider is closed; open a new one")
+        key = claim_key(scope, self.key_prefix)
+        ident = (self._store_id, key)
+        joined = _CLAIMS.join(ident)
+        if joined is not None:
+            return joined
+        client = self._make_client()
+        try:
+            with self._errors(f"claim topology {scope!r}"):
+                return self._take(client, scope, key, ident, wait)
+        except BaseException:
+            client.close()
+            raise
+
+    def _take(
+        self, client: redis_module.Redis, scope: str, key: str, ident: _Ident, wait: float
+    ) -> ClaimHandle[_Lease]:
+        """Poll for the lease of ``key`` until it is ours or ``wait`` is over (see claim)."""
+        ttl = self.claim_ttl_ms
+        value = _Holder.of_this_process(secrets.token_hex(16)).encode()
+        take_over = client.register_script(_TAKE_OVER_LUA)
+        where = f"{key!r} on redis at {self.address}"
+        deadline = time.monotonic() + wait
+        _TAKING.add(value)
+        try:
+            while True:
+                sent = time.monotonic()
+                if client.set(key, value, nx=True, px=ttl):
+                    break
+                pipe = client.pipeline(transaction=True)
+                pipe.get(key)
+                pipe.pttl(key)
+                held, pttl = pipe.execute()
+                if held is None:
+                    continue  # let go between the two commands: try again at once
+                if held == value:
+                    break  # ours: a retried command whose first reply was lost took it
+                # The same store named otherwise (localhost, 127.0.0.1): the same lease.
+                joined = _CLAIMS.join(ident, functools.partial(_has_value, held))
+                if joined is not None:
+                    client.close()
+                    return joined
+                holder = _Holder.decode(held)
+                if holder is not None and holder.is_gone(held):
+                    sent = time.monotonic()
+                    if take_over(keys=[key], args=[held, value, ttl]) == 1:
+                        log.info(
+                            "took over the claim of topology %r (%s) from pid %d, which "
+                            "died without letting go of it",
+                            scope,
+                            where,
+                            holder.pid,
+                        )
+                        break
+                    continue  # another claimer took it first: see who holds it now
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _locked(scope, key, where, wait, holder, held, int(pttl))
+                time.sleep(min(_CLAIM_POLL_S, left))
+            lease = _Lease(client, scope, key, where, value, ttl)
+            handle = _CLAIMS.add(ident, lease)
+            lease.start(sent)
+            return handle
+        finally:
+            _TAKING.discard(value)
+
     def _close(self) -> None:
         with self._lock:
             client, self._client_obj, self._script = self._client_obj, None, None
@@ -498,3 +640,316 @@ class _RedisBackend:
             pipe.delete(self._prepare)
             pipe.hdel(self._txid, "prepare")
             pipe.execute()
+
+
+# ---------------------------------------------------------------------- claims
+
+_CLAIM_POLL_S: Final = 0.05
+_RENEW_JOIN_S: Final = 1.0  # how long release waits for a renewal under way
+
+# KEYS[1]: a claim key. ARGV: the value a claimer found (a dead holder's), its
+# own, the ttl in ms. Takes the key over only if it still holds the dead
+# holder (or nothing), so that of two claimers taking it over one wins.
+_TAKE_OVER_LUA: Final = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+# ARGV: our value, the ttl in ms. 1: renewed; else what the key holds now (nil: gone).
+_RENEW_LUA: Final = """
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return held
+"""
+# ARGV: our value. Deletes the key only if it is still ours.
+_RELEASE_LUA: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+_Ident = tuple[str, str]  # (store, claim key): which lease a claim of this process joins
+
+
+def _process_stat(pid: int) -> tuple[bytes, int] | None:
+    """The state letter and the start time (field 22, clock ticks since boot) of process
+    ``pid``, from /proc/<pid>/stat; None if that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read(path: str, link: bool = False) -> str | None:
+    try:
+        if link:
+            return os.readlink(path)
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+@functools.cache
+def _this_process(pid: int) -> tuple[str, int | None, str | None, str | None]:
+    """Host name, start time, boot id and pid namespace of this process (cached per pid:
+    a forked child asks again)."""
+    stat = _process_stat(pid)
+    return (
+        socket.gethostname(),
+        None if stat is None else stat[1],
+        _read("/proc/sys/kernel/random/boot_id"),
+        _read("/proc/self/ns/pid", link=True),
+    )
+
+
+class _Holder:
+    """Who holds a claim key: what its value says, as JSON."""
+
+    __slots__ = ("boot", "host", "pid", "pidns", "start", "token")
+
+    def __init__(
+        self,
+        token: str,
+        host: str,
+        pid: int,
+        start: int | None,
+        boot: str | None,
+        pidns: str | None,
+    ) -> None:
+        self.token = token
+        self.host = host
+        self.pid = pid
+        self.start = start  # the process's start time: a reused pid is another process
+        self.boot = boot  # start times and pids are of one boot of one machine ...
+        self.pidns = pidns  # ... and pids of one pid namespace (containers share a host name)
+
+    @classmethod
+    def of_this_process(cls, token: str) -> _Holder:
+        pid = os.getpid()
+        host, start, boot, pidns = _this_process(pid)
+        return cls(token, host, pid, start, boot, pidns)
+
+    def encode(self) -> bytes:
+        return orjson.dumps({name: getattr(self, name) for name in self.__slots__})
+
+    @classmethod
+    def decode(cls, value: bytes) -> _Holder | None:
+        """The holder ``value`` names, or None if it is not a claim's value."""
+        try:
+            fields = orjson.loads(value)
+            holder = cls(**{name: fields[name] for name in cls.__slots__})
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            return None
+        if not isinstance(holder.pid, int) or not isinstance(holder.host, str):
+            return None
+        return holder
+
+    def on_this_machine(self) -> bool:
+        """Whether the holder's pid can be looked at here: same host name, boot and pid
+        namespace (containers may share a host name), and a /proc to look in."""
+        me = _Holder.of_this_process("")
+        return (
+            me.boot is not None
+            and me.pidns is not None
+            and (self.host, self.boot, self.pidns) == (me.host, me.boot, me.pidns)
+        )
+
+    def is_gone(self, value: bytes) -> bool:
+        """Whether the holding process is certainly dead, so that its lease (``value``)
+        may be taken over now.
+
+        Only a process of this machine (this boot, this pid namespace) can be
+        looked at; anything that cannot be told counts as alive. A lease of
+        this very process that none of its claims holds is a leftover too (a
+        release that could not reach the server).
+        """
+        if not self.on_this_machine():
+            return False
+        me = _Holder.of_this_process("")
+        if self.pid == me.pid:
+            # _TAKING first: a value leaves it only once it is in _CLAIMS.
+            ours = value in _TAKING or any(lease.value == value for lease in _CLAIMS.holds())
+            return self.start != me.start or not ours
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, another user's
+        stat = _process_stat(self.pid)
+        if stat is None:
+            return False  # hidden from us (hidepid): alive as far as we can tell
+        state, start = stat
+        # A zombie holds nothing any more; another start time is another process.
+        return state in (b"Z", b"X") or (self.start is not None and start != self.start)
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+def _locked(
+    scope: str, key: str, where: str, wait: float, holder: _Holder | None, held: bytes, pttl: int
+) -> StateLockedError:
+    """The StateLockedError of a claim another process holds past the wait."""
+    if pttl < 0:
+        hint = (
+            f"the key has no expiry, so no statestream claim set it: if no run of the "
+            f"topology is running, delete it (redis-cli DEL {key!r})"
+        )
+    elif holder is None:
+        hint = (
+            f"the key holds {held[:80]!r}, not a statestream claim; "
+            f"it expires within {pttl / 1000:.1f} s"
+        )
+    elif holder.on_this_machine():
+        hint = None  # alive: a dead holder of this machine would have been taken over
+    else:
+        hint = f"if that process is gone, its lease expires within {pttl / 1000:.1f} s"
+    return StateLockedError.for_scope(
+        scope,
+        where,
+        pid=None if holder is None else holder.pid,
+        host=None if holder is None else holder.host,
+        wait=wait,
+        hint=hint,
+    )
+
+
+class _Lease:
+    """This process's lease of one claim key (a :class:`~statestream.provider.Hold`),
+    shared by every claim of its scope here, and the daemon thread that renews it."""
+
+    def __init__(
+        self,
+        client: redis_module.Redis,
+        scope: str,
+        key: str,
+        where: str,
+        value: bytes,
+        ttl_ms: int,
+    ) -> None:
+        self.client = client
+        self.scope = scope
+        self.key = key
+        self.where = where
+        self.value = value
+        self.ttl_ms = ttl_ms
+        self.lost: str | None = None  # why, once the lease is no longer ours
+        self._renew = client.register_script(_RENEW_LUA)
+        self._delete = client.register_script(_RELEASE_LUA)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, taken: float) -> None:
+        """Start renewing; ``taken`` is when the command that took the lease was sent."""
+        self._thread = threading.Thread(
+            target=self._keep, args=(taken,), name=f"statestream-claim-{self.scope}", daemon=True
+        )
+        self._thread.start()
+
+    def _keep(self, renewed: float) -> None:
+        """Renew every third of the ttl until released or lost; never raises.
+
+        ``renewed`` is when the last renewal that succeeded was sent: the
+        server extended the lease at that moment or later, so it holds at
+        least until ``renewed + ttl``, and a renewal that fails is retried
+        until then.
+        """
+        ttl = self.ttl_ms / 1000
+        delay = ttl / 3
+        failing = False
+        while not self._stop.wait(delay):
+            sent = time.monotonic()
+            try:
+                held = self._renew(keys=[self.key], args=[self.value, self.ttl_ms])
+            except Exception as exc:  # the lease outlives any error but its expiry
+                if self._stop.is_set():
+                    return
+                left = renewed + ttl - time.monotonic()
+                if left <= 0:
+                    self._lose(
+                        f"it could not be renewed for {ttl:g} s ({type(exc).__name__}: {exc}), "
+                        "so it has expired and another run may hold it now"
+                    )
+                    return
+                if not failing:
+                    log.warning(
+                        "cannot renew the claim of topology %r (%s): %s: %s; retrying for "
+                        "%.1f s more, until the lease would expire",
+                        self.scope,
+                        self.where,
+                        type(exc).__name__,
+                        exc,
+                        left,
+                    )
+                failing = True
+                delay = min(ttl / 3, max(ttl / 20, _CLAIM_POLL_S))
+                continue
+            if held == 1:
+                renewed, delay, failing = sent, ttl / 3, False
+                continue
+            if self._stop.is_set():
+                return  # released meanwhile: the key went with it
+            if held is None:
+                self._lose("its key is gone (deleted, or expired unrenewed)")
+            else:
+                holder = _Holder.decode(held)
+                who = f"{held[:80]!r}" if holder is None else holder.describe()
+                self._lose(f"another process holds it now ({who})")
+            return
+
+    def _lose(self, why: str) -> None:
+        lost = f"the claim of topology {self.scope!r} ({self.where}) was lost: {why}"
+        _CLAIMS.forget(self)  # new claims here decide afresh
+        log.error(
+            "%s. Another run of the topology may write its state now, and this run would "
+            "undo its checkpoints: stop this run",
+            lost,
+        )
+        self.lost = lost  # last: whoever sees it finds the error logged
+
+    def end(self) -> None:
+        """Stop renewing and delete the key if it is still ours; never raises, since
+        runs let go of their claim on the way out of a failure."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(_RENEW_JOIN_S)
+        try:
+            self._delete(keys=[self.key], args=[self.value])
+        except Exception as exc:  # the lease expires by itself; a release must not fail a run
+            log.warning(
+                "could not delete the claim of topology %r (%s): %s: %s; it expires within %g s",
+                self.scope,
+                self.where,
+                type(exc).__name__,
+                exc,
+                self.ttl_ms / 1000,
+            )
+        finally:
+            self.client.close()
+
+    def __repr__(self) -> str:
+        return f"redis lease {self.where}"
+
+
+def _has_value(value: bytes, lease: _Lease) -> bool:
+    return lease.value == value
+
+
+# The leases this process holds, by (store, claim key); and the values it is
+# taking right now, which a claim of another of its threads must not take
+# for leftovers (set operations are atomic: no lock).
+_CLAIMS: ProcessClaims[_Lease] = ProcessClaims()
+_TAKING: set[bytes] = set()

@@ -119,16 +119,26 @@ class StateLockedError(StateError):
 
     @classmethod
     def for_scope(
-        cls, scope: str, store: str, *, pid: int | None = None, wait: float | None = None
+        cls,
+        scope: str,
+        store: str,
+        *,
+        pid: int | None = None,
+        wait: float | None = None,
+        host: str | None = None,
+        hint: str | None = None,
     ) -> StateLockedError:
         """The error for topology ``scope`` on ``store`` (a path, a URL), held by ``pid``
-        if known, after waiting ``wait`` seconds if given."""
-        holder = f" (pid {pid})" if pid else ""
+        (on ``host``) if known, after waiting ``wait`` seconds if given; ``hint``
+        is a last clause of advice the store alone can give (when a lease lapses)."""
+        who = " on ".join(part for part in (f"pid {pid}" if pid else "", host or "") if part)
+        holder = f" ({who})" if who else ""
         waited = f" and did not let go within {wait:g} s" if wait else ""
+        advice = f"; {hint}" if hint else ""
         return cls(
             f"another `statestream run` of topology {scope!r} holds {store}{holder}{waited}; "
             "wait for it to end or stop it, or run this one under another topology name "
-            "or store"
+            f"or store{advice}"
         )
 
 

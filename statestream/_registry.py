@@ -24,7 +24,7 @@ from typing import Any, Final, cast
 
 import orjson
 
-from statestream._errors import ConfigError, ProviderNotFoundError
+from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
 from statestream._state import SHARING_PROCESS, SHARING_SCOPES, ScopeClaim, StateProvider
 
 __all__ = [
@@ -197,15 +197,41 @@ class RunClaim:
     def __init__(self) -> None:
         self.asked = False  # claim_scope was called (its answer may be None)
         self._claim: ScopeClaim | None = None
+        self._scope = ""
 
     def take(self, provider: Any, scope: str, config: Mapping[str, Any]) -> None:
         """Claim ``scope`` of ``provider``'s store, unless this run did already (a
         store opened again within the run, after a rewind, keeps the first
-        claim). Raises StateLockedError if another run holds it."""
-        if not self.asked:
-            wait = float(config["topology.state.claim.wait.secs"])
-            self._claim = claim_scope(provider, scope, wait)
-            self.asked = True
+        claim). Raises StateLockedError if another run holds it, or if the
+        claim this run took was lost since (see :attr:`lost`)."""
+        if self.asked:
+            self.check()
+            return
+        wait = float(config["topology.state.claim.wait.secs"])
+        self._claim = claim_scope(provider, scope, wait)
+        self._scope = scope
+        self.asked = True
+
+    @property
+    def lost(self) -> str | None:
+        """Why the claim this run holds was lost while it ran, or None while it holds.
+
+        Only a claim that can end on its own is ever lost: a lease (redis)
+        that another process took over, or that lapsed while the store could
+        not be reached. Another run may then write the topology's state, so
+        the run should stop; the provider has logged it as an error already.
+        A file lock (sqlite) and a provider that cannot claim give None.
+        """
+        lost = getattr(self._claim, "lost", None)
+        return None if lost is None else str(lost)
+
+    def check(self) -> None:
+        """Raise StateLockedError if the claim this run holds was lost (:attr:`lost`)."""
+        lost = self.lost
+        if lost is not None:
+            raise StateLockedError(
+                f"this run of topology {self._scope!r} lost its claim of the store: {lost}"
+            )
 
     def release(self) -> None:
         """Let the claim go (idempotent); the next :meth:`take` claims again."""

@@ -214,7 +214,14 @@ class StateProvider(Protocol):
 
 
 class ScopeClaim(Protocol):
-    """A run's exclusive hold on one scope of a store, from :meth:`BackendStateProvider.claim`."""
+    """A run's exclusive hold on one scope of a store, from :meth:`BackendStateProvider.claim`.
+
+    Optional: ``lost -> str | None``, for a claim that can end while it is
+    held (a lease another process took over, or one that lapsed while the
+    store could not be reached): why it was lost, None while it holds. A
+    claim without it (a file lock) cannot be lost. The runtimes read it
+    through ``statestream._registry.RunClaim.lost``.
+    """
 
     def release(self) -> None:
         """Let the scope go; idempotent. A process that dies lets it go too."""
@@ -379,6 +386,8 @@ class BackendStateProvider(ABC):
         it go (an OS file lock does; a lease would expire), and processes
         forked by the holder may share it. Other scopes of the store stay
         free. Nothing connects before the claim is asked for, as ever.
+        ``sqlite`` claims with a file lock, ``redis`` with a lease (a key
+        with an expiry that a thread of the holder renews).
 
         The default returns None: the provider cannot tell, and nothing
         is guarded (a store private to the process, as ``memory`` is, needs

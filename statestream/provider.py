@@ -54,7 +54,9 @@ the txid rules of the checkpoint protocol) is implemented once, in
    any state and releases at its end. The default returns None (nothing is
    guarded; a run whose checkpoints another run keeps refusing is still
    stopped, after the fact). ``sqlite`` claims with a ``flock`` on a file
-   beside the database.
+   beside the database; ``redis`` with a lease (a key that expires unless
+   the holder's thread renews it; a hold that can be lost so says in its
+   ``lost``, see :class:`ScopeClaim`).
 
 4. **Register it** under the entry-point group ``statestream.providers``
    in your package's ``pyproject.toml``::

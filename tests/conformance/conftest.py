@@ -10,7 +10,7 @@ test ends.
 Providers covered: ``memory``; ``sqlite`` (a file in ``tmp_path``); ``redis``
 against the real server on 127.0.0.1:6379 (marker ``redis``; a unique
 ``key_prefix`` per test, deleted afterwards; skipped when no server answers,
-failed instead when ``CI`` is set); ``fakeredis``, the same provider on
+failed instead when ``CI`` is set; see ``tests/redis_server.py``); ``fakeredis``, the same provider on
 fakeredis, a fast variant that needs ``lupa`` for the Lua commit script;
 ``sdk-example``, the example provider in the docstring of
 :mod:`statestream.provider`, so that the documented example stays correct.
@@ -40,19 +40,16 @@ Adding a provider:
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis_server import REDIS_HOST, REDIS_PORT, delete_prefix, require_real_redis, unique_prefix
 
 from statestream._registry import open_provider, parse_provider_config, resolve_provider
 from statestream._state import StateProvider
-
-REDIS_HOST = "127.0.0.1"
-REDIS_PORT = 6379
 
 # Not STATESTREAM_*: the config layer would read those as config keys (see above).
 ENV_PROVIDER = "SSTREAM_CONFORMANCE_PROVIDER"
@@ -127,41 +124,9 @@ def _make_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFact
 # ------------------------------------------------------------------ redis
 
 
-def redis_available(host: str = REDIS_HOST, port: int = REDIS_PORT) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def require_real_redis() -> None:
-    """Skip without a Redis server, except on CI, where its absence is a failure."""
-    if not redis_available():
-        message = f"no Redis server on {REDIS_HOST}:{REDIS_PORT}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}, and CI must run the redis tests")
-        pytest.skip(message)
-
-
-def delete_prefix(prefix: str) -> None:
-    import redis
-
-    from statestream_providers.redis import _glob_escape
-
-    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)
-    try:
-        pattern = _glob_escape(prefix) + "*"
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        for start in range(0, len(keys), 1000):
-            client.delete(*keys[start : start + 1000])
-    finally:
-        client.close()
-
-
 def make_real_redis_factory(**config: Any) -> ProviderFactory:
     require_real_redis()
-    prefix = f"ssconf:{uuid.uuid4().hex}:"
+    prefix = unique_prefix("ssconf")
     base = {"host": REDIS_HOST, "port": REDIS_PORT, "key_prefix": prefix, **config}
     return ProviderFactory("redis", _registered("redis"), base, lambda: delete_prefix(prefix))
 

@@ -1,4 +1,6 @@
-"""The sqlite provider's claim: one run per topology and file (``SQLiteStateProvider.claim``).
+"""The sqlite provider's claim: one run per topology and file (``SQLiteStateProvider.claim``),
+a ``flock`` on a lock file beside the database. The contract every claiming provider
+honours is tested in ``test_claims.py``; this is what is sqlite's own.
 
 Holders in other processes come from ``tests/claims.py``.
 """
@@ -6,16 +8,12 @@ Holders in other processes come from ``tests/claims.py``.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from claims import claims_elsewhere, holding, with_pid_gone
+from claims import holding, with_pid_gone
 
 from statestream._errors import StateLockedError
-from statestream._registry import claim_scope, open_provider
-from statestream_providers.memory import MemoryStateProvider
 from statestream_providers.sqlite import SQLiteStateProvider
 
 
@@ -30,69 +28,6 @@ def claim_now(db: Path, scope: str = "wordcount") -> None:
     claim.release()
 
 
-def test_a_claim_held_by_another_process_is_refused_after_the_wait(tmp_path: Path) -> None:
-    db = tmp_path / "data" / "state.db"
-    with holding(db, "wordcount") as holder:
-        start = time.monotonic()
-        with pytest.raises(StateLockedError) as info:
-            provider(db).claim("wordcount", 0.3)
-        waited = time.monotonic() - start
-    assert 0.3 <= waited < 3
-    message = str(info.value)
-    assert "another `statestream run` of topology 'wordcount'" in message
-    assert f"holds {db} (pid {holder.pids[0]})" in message
-    assert "within 0.3 s" in message
-    assert "another topology name or store" in message
-    assert not db.exists(), "a claim never creates the database"
-
-
-def test_wait_zero_gives_up_at_once(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    with holding(db, "wordcount"):
-        start = time.monotonic()
-        with pytest.raises(StateLockedError):
-            claim_now(db)
-        assert time.monotonic() - start < 0.2
-
-
-def test_a_claim_waits_for_a_holder_that_lets_go(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    with holding(db, "wordcount") as holder:
-        timer = threading.Timer(0.3, holder.release)
-        timer.start()
-        try:
-            start = time.monotonic()
-            claim = provider(db).claim("wordcount", 10)
-            assert 0.25 <= time.monotonic() - start < 5
-        finally:
-            timer.join()
-        assert claim is not None
-        claim.release()
-
-
-def test_another_scope_of_the_same_file_is_free(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    with holding(db, "wordcount"):
-        claim_now(db, "clicks")
-        claim_now(tmp_path / "other.db")  # and another file's same scope
-
-
-def test_after_release_a_claim_succeeds(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    with holding(db, "wordcount") as holder:
-        holder.release()
-        claim_now(db)
-
-
-def test_a_killed_holder_lets_go(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
-    with holding(db, "wordcount") as holder:
-        with pytest.raises(StateLockedError):
-            claim_now(db)
-        holder.kill()
-        claim_now(db)
-
-
 def test_forked_children_share_the_claim_until_the_last_is_gone(tmp_path: Path) -> None:
     # A supervisor's workers inherit its claim (flock: the open file
     # description's); SIGKILLed, the supervisor leaves it to them.
@@ -104,20 +39,6 @@ def test_forked_children_share_the_claim_until_the_last_is_gone(tmp_path: Path) 
             claim_now(db)
         with_pid_gone(child)
         claim_now(db)
-
-
-def test_the_same_process_claims_again_and_holds_until_every_claim_is_released(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "state.db"
-    first = provider(db).claim("wordcount", 0)
-    second = provider(db).claim("wordcount", 0)  # re-entrant: another runtime of this process
-    assert first is not None and second is not None
-    first.release()
-    first.release()  # idempotent: does not let go of the second claim
-    assert not claims_elsewhere(db, "wordcount")
-    second.release()
-    assert claims_elsewhere(db, "wordcount")
 
 
 def test_the_lock_file_is_beside_the_database_and_stays(tmp_path: Path) -> None:
@@ -136,17 +57,3 @@ def test_the_lock_file_is_beside_the_database_and_stays(tmp_path: Path) -> None:
 
 def test_an_in_memory_database_needs_no_claim() -> None:
     assert SQLiteStateProvider(":memory:").claim("wordcount", 0) is None
-
-
-def test_claim_scope_unwraps_the_topology_scope_and_skips_providers_that_cannot(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "state.db"
-    scoped = open_provider("sqlite", {"path": str(db)}, scope="wordcount")
-    claim = claim_scope(scoped, "wordcount", 0)
-    assert claim is not None
-    assert not claims_elsewhere(db, "wordcount")
-    claim.release()
-    assert claims_elsewhere(db, "wordcount")
-    assert claim_scope(MemoryStateProvider(), "wordcount", 0) is None
-    assert claim_scope(object(), "wordcount", 0) is None  # the StateProvider protocol alone

@@ -3,7 +3,8 @@
 * A run claims its topology's scope of the store before it reads or writes
   any state, and holds it until it ends, however it ends: a second run of
   the topology is refused with StateLockedError; other topologies on the
-  store are not held up (local, two workers, Spark).
+  store are not held up (local, two workers, Spark; sqlite's file lock and
+  a real Redis's lease).
 * The safety net for stores that cannot be claimed: a namespace refusing a
   checkpoint's PREPARE again after the run recovered stops the run, where it
   would loop forever (local, two workers; Spark bounds its retries already).
@@ -14,12 +15,12 @@ Holders in other processes come from ``tests/claims.py``.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from claims import claims_elsewhere, holding
+from claims import Store, claims_elsewhere, holding, redis_store
 from runtime_harness import Runner
 from word_bolts import Count, Split, word_count
 
@@ -41,44 +42,51 @@ def _corpus(tmp_path: Path) -> tuple[Path, collections.Counter[str]]:
     return text, collections.Counter(write_text(text, 200, vocabulary=30, seed=5))
 
 
-def test_a_run_of_a_topology_another_run_holds_is_refused(runner: Runner, tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The store the runs claim: a sqlite file in tmp_path, or keys of this test's own
+    on the real Redis server."""
+    if request.param == "sqlite":
+        yield Store.sqlite(tmp_path / "state.db")
+        return
+    with redis_store() as store:
+        yield store
+
+
+def test_a_run_of_a_topology_another_run_holds_is_refused(
+    runner: Runner, tmp_path: Path, store: Store
+) -> None:
     text, expected = _corpus(tmp_path)
-    db = tmp_path / "state.db"
     topology = word_count("wordcount", text)
-    config = {"topology.state.claim.wait.secs": 0.2}
-    with holding(db, "wordcount") as holder:
+    config = {**store.run_config(), "topology.state.claim.wait.secs": 0.2}
+    with holding(store, "wordcount") as holder:
         with pytest.raises(StateLockedError) as info:
             runner.run(topology, config)
-        message = str(info.value)
-        assert f"topology 'wordcount' holds {db} (pid {holder.pids[0]})" in message
-        assert not db.exists(), "the refused run touched the store"
-        # Another topology on the same file is not held up.
+        held = f"topology 'wordcount' holds {store.where('wordcount')} (pid {holder.pids[0]}"
+        assert held in str(info.value)
+        assert store.untouched(), "the refused run touched the store"
+        # Another topology on the same store is not held up.
         other = word_count("clicks", text)
         assert runner.run(other, config).errors == []
     assert runner.run(topology, config).errors == []
-    assert committed_state(topology, runner.config(), "count") == dict(expected)
-    assert committed_state(other, runner.config(), "count") == dict(expected)
-    assert claims_elsewhere(db, "wordcount"), "the run kept its claim after it ended"
+    assert committed_state(topology, runner.config(config), "count") == dict(expected)
+    assert committed_state(other, runner.config(config), "count") == dict(expected)
+    assert claims_elsewhere(store, "wordcount"), "the run kept its claim after it ended"
 
 
-def test_a_run_holds_its_claim_while_it_runs(tmp_path: Path) -> None:
+def test_a_run_holds_its_claim_while_it_runs(tmp_path: Path, store: Store) -> None:
     text, _ = _corpus(tmp_path)
-    db = tmp_path / "state.db"
-    config = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(db)},
-    }
-    rt = LocalRuntime(word_count("wordcount", text), config, clock=FakeClock())
+    rt = LocalRuntime(word_count("wordcount", text), store.run_config(), clock=FakeClock())
     seen: list[tuple[bool, bool]] = []
 
     def look() -> None:
         if not seen:
-            seen.append((claims_elsewhere(db, "wordcount"), claims_elsewhere(db, "clicks")))
+            seen.append((claims_elsewhere(store, "wordcount"), claims_elsewhere(store, "clicks")))
 
     rt.after_step = look
     assert rt.run(until_idle=True).errors == []
     assert seen == [(False, True)]
-    assert claims_elsewhere(db, "wordcount")
+    assert claims_elsewhere(store, "wordcount")
 
 
 class _Raising(ListSpout):
@@ -106,20 +114,15 @@ def _ending(how: str) -> Callable[[], Any]:
     ("how", "raised"),
     [("crash", SimulatedCrash), ("interrupt", KeyboardInterrupt), ("error", SourceError)],
 )
-def test_a_run_lets_go_however_it_ends(tmp_path: Path, how: str, raised: type) -> None:
-    db = tmp_path / "state.db"
+def test_a_run_lets_go_however_it_ends(store: Store, how: str, raised: type) -> None:
     b = TopologyBuilder("wordcount")
     b.set_spout("lines", _ending(how)())
     b.set_bolt("split", Split()).shuffle_grouping("lines")
     b.set_bolt("count", Count()).fields_grouping("split", ["word"])
-    config = {
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(db)},
-    }
-    rt = LocalRuntime(b.build(), config, clock=FakeClock())
+    rt = LocalRuntime(b.build(), store.run_config(), clock=FakeClock())
     with pytest.raises(raised):
         rt.run(until_idle=True)
-    assert claims_elsewhere(db, "wordcount")
+    assert claims_elsewhere(store, "wordcount")
 
 
 def _move_ahead(config: dict[str, Any], namespace: str, txid: int) -> None:
