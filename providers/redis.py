@@ -59,8 +59,8 @@ JSON naming a random token, the host, the pid and the process's start time
 A thread of the claiming process renews the lease every third of the ttl
 with a script that extends it only while it still holds our holder, and
 releasing deletes it with a script that deletes only ours. Another
-``statestream run`` of the topology polls for it, then stops with
-StateLockedError naming the holder's pid and host. A lease
+``statestream run`` of the topology (or a ``state clear``) polls for it,
+then stops with StateLockedError naming the holder's pid and host. A lease
 whose holder died on the same machine (same host name, boot and pid
 namespace; the pid gone, or now another process) is taken over at once,
 atomically; one held from another machine cannot be judged from here, and

@@ -397,6 +397,7 @@ class _Store:
                 "ever checkpointed there. Is it the config the topology ran with?",
                 EXIT_USAGE,
             )
+        self.conf = conf
         self.topologies = stored_topologies(self.provider.namespaces())
         self.name = name
 
@@ -428,6 +429,27 @@ class _Store:
             for t in self.topologies
         ]
         return "topologies with state: " + (", ".join(names) or "none")
+
+    @contextmanager
+    def claim(self, topology: str) -> Iterator[list[str]]:
+        """Hold ``topology``'s scope of the store as a run does, for a command that
+        writes its state; yields its namespaces, read again under the claim.
+
+        Raises StateLockedError if a run (or another command) holds it past
+        ``topology.state.claim.wait.secs``; a run started meanwhile waits for
+        it likewise. The unscoped namespaces of old stores (topology ``""``)
+        belong to no run: nothing to claim for them.
+        """
+        from ._registry import RunClaim, stored_topologies
+
+        claim = RunClaim()
+        if topology:
+            claim.take(self.provider, topology, self.conf)
+        try:
+            self.topologies = stored_topologies(self.provider.namespaces())
+            yield self.topologies.get(topology, [])
+        finally:
+            claim.release()
 
     def namespace(self, topology: str, namespace: str) -> str:
         from ._registry import SCOPE_SEPARATOR
@@ -480,7 +502,11 @@ def state_dump(
     topology: str | None,
 ) -> None:
     """Print the committed entries of COMPONENT as JSON lines
-    {"topology", "component", "task", "key", "value"}."""
+    {"topology", "component", "task", "key", "value"}.
+
+    Read-only: it takes no claim of the store, so it also reads a topology
+    while it runs (what its last checkpoint committed).
+    """
     import orjson
 
     with _errors(), _Store(configs, sets, topology) as store:
@@ -510,7 +536,11 @@ def state_dump(
 @_topology_option
 def state_info(configs: tuple[str, ...], sets: tuple[str, ...], topology: str | None) -> None:
     """Print, per topology in the store, the checkpoint's txid and phase and the
-    namespaces that hold state."""
+    namespaces that hold state.
+
+    Read-only: it takes no claim of the store, so it also reads a topology
+    while it runs (what its last checkpoint committed).
+    """
     from ._checkpoint import CheckpointState
     from ._exactly_once import CHECKPOINT_KEY as CHECKPOINT_STATE_KEY
     from ._stateful import CHECKPOINT_SPOUT
@@ -549,18 +579,24 @@ def state_info(configs: tuple[str, ...], sets: tuple[str, ...], topology: str | 
 def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, yes: bool) -> None:
     """Delete every committed entry of one topology: its bolts' state, its spouts'
     positions; the next run starts from the beginning. Other topologies in the
-    store are untouched."""
+    store are untouched.
+
+    It claims the topology's part of the store as a run does: while a run of
+    the topology holds it, it waits topology.state.claim.wait.secs, then
+    exits 1 naming that run; a run started meanwhile waits for it (the
+    confirmation included) likewise.
+    """
     with _errors(), _Store(configs, sets, topology) as store:
         name = store.pick()
-        namespaces = store.topologies[name]
-        if not yes:
-            click.confirm(
-                f"delete the state of topology {name!r} ({len(namespaces)} namespaces: "
-                f"{', '.join(namespaces[:5])}{', ...' if len(namespaces) > 5 else ''})?",
-                abort=True,
-            )
-        for ns in namespaces:
-            _clear_namespace(store.provider.get_state(store.namespace(name, ns)))
+        with store.claim(name) as namespaces:
+            if not yes:
+                click.confirm(
+                    f"delete the state of topology {name!r} ({len(namespaces)} namespaces: "
+                    f"{', '.join(namespaces[:5])}{', ...' if len(namespaces) > 5 else ''})?",
+                    abort=True,
+                )
+            for ns in namespaces:
+                _clear_namespace(store.provider.get_state(store.namespace(name, ns)))
         click.echo(f"cleared {len(namespaces)} namespaces of topology {name!r}")
 
 

@@ -514,8 +514,9 @@ class Settings:
         """Seconds a run waits for another run of the same topology on the same
         state store to end before it stops with StateLockedError. A run holds
         its topology's scope of the store for its whole life (sqlite: a lock
-        file beside the database), since two runs would undo each other's
-        checkpoints; 0 gives up at once.""",
+        file beside the database; redis: a lease key its process renews),
+        since two runs would undo each other's checkpoints; `statestream
+        state clear` takes it too, with the same wait. 0 gives up at once.""",
     )
     topology_executor_receive_buffer_size: int = _key(
         "topology.executor.receive.buffer.size",

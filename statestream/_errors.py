@@ -16,7 +16,8 @@
     │   │   └── PrepareRefused          a state's stored txids refuse a checkpoint's PREPARE
     │   │                               (another run writing the same namespaces?)
     │   ├── StateCorruptError           a store that exists but cannot be read
-    │   ├── StateLockedError            another run of the topology holds its store
+    │   ├── StateLockedError            another run of the topology (or a `state clear`)
+    │   │                               holds its store
     │   └── ProviderUnavailableError(ConnectionError)  the store cannot be reached
     └── RuntimeFailure(RuntimeError)    a runtime could not keep running
         └── SourceError                 a spout's input cannot be read on (an undecodable
@@ -135,10 +136,11 @@ class StateLockedError(StateError):
         holder = f" ({who})" if who else ""
         waited = f" and did not let go within {wait:g} s" if wait else ""
         advice = f"; {hint}" if hint else ""
+        # Both take the claim: a run for its life, `state clear` while it deletes.
         return cls(
-            f"another `statestream run` of topology {scope!r} holds {store}{holder}{waited}; "
-            "wait for it to end or stop it, or run this one under another topology name "
-            f"or store{advice}"
+            f"another `statestream run` or `state clear` of topology {scope!r} holds "
+            f"{store}{holder}{waited}; wait for it to end or stop it, or run this one under "
+            f"another topology name or store{advice}"
         )
 
 

@@ -121,9 +121,9 @@ def test_a_second_run_of_a_topology_on_its_store_is_refused(tmp_path: Path, work
         assert second.returncode == 1, second.stderr
         error = [line for line in second.stderr.splitlines() if line.strip()]
         assert error == [
-            f"statestream: error: another `statestream run` of topology 'wordcount' holds "
-            f"{db} (pid {first.pid}) and did not let go within 0.3 s; wait for it to end or "
-            "stop it, or run this one under another topology name or store"
+            "statestream: error: another `statestream run` or `state clear` of topology "
+            f"'wordcount' holds {db} (pid {first.pid}) and did not let go within 0.3 s; wait "
+            "for it to end or stop it, or run this one under another topology name or store"
         ]
 
         # Another topology on the same file, meanwhile: it runs to its end.

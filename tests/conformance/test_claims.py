@@ -58,7 +58,7 @@ def test_a_claim_held_by_another_process_is_refused_after_the_wait(store: Store)
         waited = time.monotonic() - start
     assert 0.3 <= waited < 3
     message = str(info.value)
-    assert "another `statestream run` of topology 'wordcount'" in message
+    assert "another `statestream run` or `state clear` of topology 'wordcount'" in message
     assert f"holds {store.where('wordcount')} {store.held_by(holder.pids[0])}" in message
     assert "did not let go within 0.3 s" in message
     assert message.endswith("or run this one under another topology name or store")
