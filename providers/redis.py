@@ -73,9 +73,10 @@ A lease can be lost while its run goes on: the key deleted, or expired
 while the server could not be reached for ``claim_ttl_ms`` (the renewal
 retries until then), and perhaps taken by another run since. The renewal
 thread then logs an error (logger ``statestream.redis``) and the claim's
-``lost`` says why (``RunClaim.lost`` for the runtimes); the run should be
-stopped. Two runs writing one topology's state would also have the
-second's checkpoints refused, which stops it after the fact.
+``lost`` says why (``RunClaim.lost`` for the runtimes), and the run stops
+within about a second with StateLockedError. Two runs writing one
+topology's state would also have the second's checkpoints refused, which
+stops it after the fact.
 
 The client connects on first use and again in a forked child. A server that
 cannot be reached raises ProviderUnavailableError after the retries, naming
@@ -915,7 +916,7 @@ class _Lease:
         _CLAIMS.forget(self)  # new claims here decide afresh
         log.error(
             "%s. Another run of the topology may write its state now, and this run would "
-            "undo its checkpoints: stop this run",
+            "undo its checkpoints: it stops (the runtimes look every second)",
             lost,
         )
         self.lost = lost  # last: whoever sees it finds the error logged

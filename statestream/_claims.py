@@ -70,6 +70,12 @@ class ClaimHandle(Generic[H]):
         lost = getattr(self.hold, "lost", None)
         return None if lost is None else str(lost)
 
+    @property
+    def can_lapse(self) -> bool:
+        """The hold can be lost while this claim has it: it says so in a ``lost`` of
+        its own (a lease); a file lock cannot."""
+        return hasattr(self.hold, "lost")
+
     def release(self) -> None:
         """Let this claim go (idempotent); the hold goes with the last claim of the process."""
         entry, self._entry = self._entry, None

@@ -225,6 +225,13 @@ class RunClaim:
         lost = getattr(self._claim, "lost", None)
         return None if lost is None else str(lost)
 
+    @property
+    def can_lapse(self) -> bool:
+        """The claim this run holds can be lost while it runs (a lease): the runtime
+        then looks at :attr:`lost` now and then (every second)."""
+        claim = self._claim
+        return claim is not None and bool(getattr(claim, "can_lapse", hasattr(claim, "lost")))
+
     def check(self) -> None:
         """Raise StateLockedError if the claim this run holds was lost (:attr:`lost`)."""
         lost = self.lost

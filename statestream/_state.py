@@ -219,8 +219,10 @@ class ScopeClaim(Protocol):
     Optional: ``lost -> str | None``, for a claim that can end while it is
     held (a lease another process took over, or one that lapsed while the
     store could not be reached): why it was lost, None while it holds. A
-    claim without it (a file lock) cannot be lost. The runtimes read it
-    through ``statestream._registry.RunClaim.lost``.
+    claim without it (a file lock) cannot be lost. A claim type that has
+    ``lost`` only for some of its holds says which with ``can_lapse -> bool``.
+    The runtimes read them through ``statestream._registry.RunClaim``, and
+    stop a run whose claim was lost within a second or so.
     """
 
     def release(self) -> None:

@@ -52,6 +52,7 @@ from .._errors import (
     ReliabilityError,
     RuntimeFailure,
     SimulatedCrash,
+    StateLockedError,
     StatestreamError,
     TupleError,
 )
@@ -976,6 +977,10 @@ def _error_signature(task: _Task, exc: BaseException) -> tuple[str, int, str, An
 # with CPython's default young-generation threshold (700) the collector runs
 # every few hundred tuples and walks the live ones each time.
 _GC_YOUNG: Final = 50_000
+
+# Seconds between two looks at a claim of the store that can lapse (a lease):
+# well within a lease's life, and a timer, so nothing per tuple.
+_CLAIM_CHECK_S: Final = 1.0
 
 
 def _tune_gc() -> tuple[tuple[int, int, int], bool]:
@@ -2030,8 +2035,22 @@ class LocalRuntime:
         for freq, bolts in by_freq.items():
             origin = Origin(SYSTEM_COMPONENT, -1, 0, TICK_STREAM, Fields("freq"))
             self._timers.append([now + freq, freq, _TickSender(bolts, origin, freq)])
+        if self._claim.can_lapse:
+            self._timers.append([now + _CLAIM_CHECK_S, _CLAIM_CHECK_S, self._check_claim])
         # So that step() fires timers when a caller drives the loop itself.
         self._next_due = min((t[0] for t in self._timers), default=float("inf"))
+
+    def _check_claim(self) -> None:
+        """Stop the run once its claim of the store is lost (a lease taken over, or
+        lapsed while the store could not be reached): another run may be writing
+        this topology's state, and two would undo each other's checkpoints.
+        :meth:`run` raises :attr:`fatal`; what was committed stays."""
+        if self.fatal is None and self._claim.lost is not None:
+            try:
+                self._claim.check()
+            except StateLockedError as exc:
+                self.fatal = exc
+                self._stop = True
 
     def _rotate_timeouts(self) -> None:
         assert self.acking is not None

@@ -1808,6 +1808,7 @@ class SparkRuntime:
         coordinator = self.coordinator
         failures = 0
         while True:
+            self._claim.check()  # a lost lease: another run may own the state now
             self._cut = batch.positions
             try:
                 emission = coordinator.poll(self._now_ms(), early=True)
@@ -2265,6 +2266,7 @@ class SparkRuntime:
                     ready=ready,
                     initialize=spout_coordinator.initialize_transaction,
                 )
+                self._claim.check()  # a lost lease: another run may own the state now
                 for e in emissions:
                     if e.kind == "commit":
                         self._tx_commit(sc, token, payload, tx, protocol, e)

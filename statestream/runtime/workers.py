@@ -1318,6 +1318,11 @@ class WorkerSupervisor:
             exited: set[int] = set()
             while len(results) < self.workers and failure is None and fatal is None:
                 ready = wait(list(live_conns) + list(by_sentinel), timeout=1.0)
+                if self._claim.lost is not None:
+                    # Another run may write this topology's state now: stop at
+                    # once, as a crash would; what was committed stays.
+                    self._kill_all()
+                    self._claim.check()
                 for r in ready:
                     if r in live_conns:
                         i = live_conns[r]

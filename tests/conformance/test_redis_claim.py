@@ -226,7 +226,7 @@ def test_a_lost_lease_is_reported(
         assert "its key is gone" in lost
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.name for r in errors] == ["statestream.redis"]
-    assert lost in errors[0].getMessage() and "stop this run" in errors[0].getMessage()
+    assert lost in errors[0].getMessage() and "it stops" in errors[0].getMessage()
     with pytest.raises(StateLockedError, match="lost its claim of the store"):
         run_claim.check()
     with pytest.raises(StateLockedError, match="lost its claim of the store"):
