@@ -2261,12 +2261,14 @@ class SparkRuntime:
                 if duration is not None and time.monotonic() - start_time >= duration:
                     reason = "duration"
                     break
+                # A lost lease: another run may own the state now; before the poll,
+                # which may store a new transaction's metadata.
+                self._claim.check()
                 emissions = protocol.poll(
                     self._now_ms(),
                     ready=ready,
                     initialize=spout_coordinator.initialize_transaction,
                 )
-                self._claim.check()  # a lost lease: another run may own the state now
                 for e in emissions:
                     if e.kind == "commit":
                         self._tx_commit(sc, token, payload, tx, protocol, e)

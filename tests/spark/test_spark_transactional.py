@@ -14,11 +14,14 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from claims import redis_store
 
 from statestream import (
     BatchBolt,
@@ -29,6 +32,7 @@ from statestream import (
     OpaqueMemoryTransactionalSpout,
     OutputFieldsDeclarer,
     RuntimeFailure,
+    StateLockedError,
     Topology,
     TopologyContext,
     TransactionalBolt,
@@ -40,6 +44,7 @@ from statestream._transactional.components import CoordinatorStore, coordinator_
 from statestream.runtime.local import LocalRuntime
 from statestream.runtime.spark import SparkRuntime
 from statestream.testing import SimulatedCrash
+from statestream_providers.redis import claim_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import transactional_global_count as global_count
@@ -330,3 +335,29 @@ def test_a_transactional_topology_cannot_be_fed_by_a_dataframe(
     rt = SparkRuntime(topology(30, 10), conf, spark=spark_session)
     with pytest.raises(ConfigError, match="is transactional"):
         rt.feed(spark_session.range(3), checkpoint="unused")
+
+
+@pytest.mark.redis
+def test_a_transactional_run_whose_lease_is_lost_stops(spark_session: Any, tmp_path: Path) -> None:
+    # The driver looks at the run's claim before each poll of the protocol:
+    # once the lease is lost (here its key deleted after transaction 2's
+    # PREPARE), no transaction starts or commits, and the run stops. Nothing
+    # committed is lost: a new run finishes every transaction exactly once.
+    with redis_store(claim_ttl_ms=300) as store:
+        conf = {**store.run_config(), f"{NAME}.dir": str(tmp_path)}
+        key = claim_key(NAME, store.config["key_prefix"])
+
+        def lose(point: str, txid: int) -> None:
+            if point == "prepared" and txid == 2:
+                with redis.Redis(host=store.config["host"], port=store.config["port"]) as client:
+                    assert client.delete(key) == 1, "the run held no claim key"
+                time.sleep(0.3)  # the lease is renewed every 100 ms: it is seen lost by now
+
+        rt = SparkRuntime(topology(600, 10), conf, spark=spark_session)
+        rt.fault_hook = lose
+        with pytest.raises(StateLockedError, match="lost its claim of the store"):
+            rt.run(until_idle=True)
+        # 20 transactions of 30 rows: the run stopped near the second.
+        assert len(read_log(tmp_path, "commits")) <= 3
+        LocalRuntime(topology(600, 10), conf).run(until_idle=True)
+        assert_commits_exact(tmp_path, 600, 10)
