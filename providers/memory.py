@@ -26,7 +26,6 @@ from statestream.provider import (
     BackendStateProvider,
     CommitOutcome,
     Delta,
-    StateError,
     check_config_keys,
     config_option,
     get_serializer,
@@ -96,8 +95,7 @@ class _MemoryBackend:
 
     def _ns(self) -> _Namespace:
         """The namespace, created on first use; call with the lock held."""
-        if self._provider.closed:
-            raise StateError("the memory state provider is closed; open a new one")
+        self._provider.check_open()
         namespace = self._store.namespaces.get(self._namespace)
         if namespace is None:
             namespace = self._store.namespaces[self._namespace] = _Namespace()

@@ -393,8 +393,7 @@ class RedisStateProvider(BackendStateProvider):
 
     def _client(self) -> tuple[redis_module.Redis, Script]:
         """This process's client and commit script, created on first use (no I/O)."""
-        if self._closed:
-            raise StateError("the redis state provider is closed; open a new one")
+        self.check_open()
         client, script = self._client_obj, self._script
         if client is not None and script is not None and self._pid == os.getpid():
             return client, script
@@ -488,8 +487,7 @@ class RedisStateProvider(BackendStateProvider):
         run closes and reopens its store; the claim is the run's).
         ProviderUnavailableError if the server cannot be reached.
         """
-        if self._closed:
-            raise StateError("the redis state provider is closed; open a new one")
+        self.check_open()
         key = claim_key(scope, self.key_prefix)
         ident = (self._store_id, key)
         joined = _CLAIMS.join(ident)

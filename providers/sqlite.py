@@ -123,7 +123,6 @@ from statestream.provider import (
     ProcessClaims,
     ProviderUnavailableError,
     StateCorruptError,
-    StateError,
     StateLockedError,
     check_config_keys,
     config_option,
@@ -265,8 +264,7 @@ class SQLiteStateProvider(BackendStateProvider):
 
     def _connection(self) -> sqlite3.Connection:
         """The connection of this process, opened (and checked) on first use. Lock held."""
-        if self._closed:
-            raise StateError("the sqlite state provider is closed; open a new one")
+        self.check_open()
         if self._conn is not None:
             if self._pid == os.getpid():
                 return self._conn

@@ -406,10 +406,14 @@ class BackendStateProvider(ABC):
     def closed(self) -> bool:
         return self._closed
 
-    def get_state(self, namespace: str) -> StoredKeyValueState:
-        """The state of ``namespace``: the same object on every call."""
+    def check_open(self) -> None:
+        """Raise StateError if this provider was closed (every operation asks)."""
         if self._closed:
             raise StateError(f"the {self.name} state provider is closed; open a new one")
+
+    def get_state(self, namespace: str) -> StoredKeyValueState:
+        """The state of ``namespace``: the same object on every call."""
+        self.check_open()
         state = self._states.get(namespace)
         if state is None:
             if not isinstance(namespace, str) or not namespace:
