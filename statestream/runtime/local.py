@@ -1301,6 +1301,12 @@ class BoltTask(_Task):
     def _drain_control(self) -> None:
         control = self.control
         execute = self.execute
+        # Checkpoint tuples are the protocol's traffic, not the user's data: what
+        # handling them emits, acks or fails is taken back out of the task's
+        # counts here, where they are handled (they are rare), so the data paths
+        # stay as they are. Only checkpoints run in here: a paused task's data
+        # waits in its inbox, never in the executor's buffer.
+        emitted, acked, failed = self.emitted, self.acked, self.failed
         while control:
             tup = control.popleft()
             try:
@@ -1309,6 +1315,7 @@ class BoltTask(_Task):
                 self.report(exc, tup)
                 if not tup.done:
                     self.fail(tup)
+        self.emitted, self.acked, self.failed = emitted, acked, failed
 
     def _drain(self) -> None:
         inbox = self.inbox

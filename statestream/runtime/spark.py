@@ -1881,6 +1881,7 @@ class SparkRuntime:
                 if type(msg_id) is Replay:
                     replayed.append(msg_id.record)
                 elif msg_id is not None:
+                    self._metrics[task.cid].acked += 1  # a spout counts its acks, as on local
                     task.spout.ack(msg_id)
         if replayed:
             # After the commit, as the local runtime marks one once its tree is
