@@ -55,6 +55,8 @@ def _errors(verbose: bool = False) -> Iterator[None]:
     try:
         yield
     except (ConfigError, TopologyError) as exc:
+        if verbose and exc.__cause__ is not None:
+            traceback.print_exc()  # the user's own traceback (a topology file that raised)
         _fail(str(exc), EXIT_USAGE)
     except StatestreamError as exc:
         if verbose:
@@ -577,15 +579,17 @@ def state_info(configs: tuple[str, ...], sets: tuple[str, ...], topology: str | 
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, yes: bool) -> None:
-    """Delete every committed entry of one topology: its bolts' state, its spouts'
-    positions; the next run starts from the beginning. Other topologies in the
-    store are untouched.
+    """Delete everything one topology keeps in the store: its bolts' state, its
+    spouts' positions, its checkpoint and their txids; the next run starts from
+    the beginning, as on a new store. Other topologies in the store are untouched.
 
     It claims the topology's part of the store as a run does: while a run of
     the topology holds it, it waits topology.state.claim.wait.secs, then
     exits 1 naming that run; a run started meanwhile waits for it (the
     confirmation included) likewise.
     """
+    from ._registry import clear_topology
+
     with _errors(), _Store(configs, sets, topology) as store:
         name = store.pick()
         with store.claim(name) as namespaces:
@@ -595,22 +599,8 @@ def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, 
                     f"{', '.join(namespaces[:5])}{', ...' if len(namespaces) > 5 else ''})?",
                     abort=True,
                 )
-            for ns in namespaces:
-                _clear_namespace(store.provider.get_state(store.namespace(name, ns)))
-        click.echo(f"cleared {len(namespaces)} namespaces of topology {name!r}")
-
-
-def _clear_namespace(kv: Any) -> None:
-    """Delete every committed entry, keeping the txids: the checkpoint spout's
-    record keeps its txid so the bolts' states (still at that txid) and the
-    next checkpoint agree, while the positions stored with it go."""
-    from ._exactly_once import CHECKPOINT_KEY as CHECKPOINT_STATE_KEY
-
-    kv.rollback()
-    for key in list(kv.keys()):
-        if key != CHECKPOINT_STATE_KEY:
-            kv.delete(key)
-    kv.commit()
+            dropped = clear_topology(store.provider, name)
+        click.echo(f"cleared {len(dropped)} namespaces of topology {name!r}")
 
 
 @main.command()

@@ -15,6 +15,7 @@ from ._clock import Clock
 from ._config import Config
 from ._errors import ConfigError, TopologyError
 from ._topology import Topology
+from ._user_code import user_code
 from .runtime.plan import as_config
 
 __all__ = ["as_config", "load_topology", "run"]
@@ -30,7 +31,8 @@ def _import_path(path: Path) -> Any:
     sys.modules[module_name] = module
     # The file's directory goes on sys.path so that it can import its siblings.
     sys.path.insert(0, str(path.parent.resolve()))
-    spec.loader.exec_module(module)
+    with user_code(f"topology file {str(path)!r}", path):
+        spec.loader.exec_module(module)
     # Executors (Spark) cannot import a module loaded from a path, so its
     # classes travel by value.
     cloudpickle.register_pickle_by_value(module)
@@ -49,16 +51,17 @@ def load_topology(target: str) -> Topology:
         if not path.is_file():
             raise TopologyError(f"topology file {spec!r} does not exist")
         module = _import_path(path)
+        what, main = f"topology file {spec!r}", path
     else:
         if not attr:
             raise TopologyError(
                 f"{target!r} is neither a .py file nor 'module:attribute'; "
                 "e.g. examples/wordcount.py or mypkg.flows:topology"
             )
-        try:
+        # A module's frames are named with their file, the module's own included.
+        what, main = f"topology module {spec!r}", None
+        with user_code(what):
             module = importlib.import_module(spec)
-        except ImportError as exc:
-            raise TopologyError(f"cannot import module {spec!r}: {exc}") from exc
     attr = attr or "topology"
     obj = getattr(module, attr, None)
     if obj is None:
@@ -66,7 +69,8 @@ def load_topology(target: str) -> Topology:
         hint = f"; it has the topologies {found}" if found else ""
         raise TopologyError(f"{target!r} has no attribute {attr!r}{hint}")
     if callable(obj) and not isinstance(obj, Topology):
-        obj = obj()
+        with user_code(what, main):
+            obj = obj()
     if not isinstance(obj, Topology):
         raise TopologyError(
             f"{target!r} gave a {type(obj).__name__}, not a Topology; return "
