@@ -78,7 +78,7 @@ from typing import Any
 
 from .._clock import Clock
 from .._config import Config
-from .._errors import ConfigError, RuntimeFailure, SerializationError
+from .._errors import ConfigError, RuntimeFailure, SerializationError, StatestreamError
 from .._exactly_once import StandstillStep
 from .._registry import RunClaim
 from .._results import ErrorReport, RunResult, TaskMetrics
@@ -1376,6 +1376,11 @@ class WorkerSupervisor:
             if fatal is not None:
                 self._kill_all()
                 i, (err, line, text) = fatal
+                if isinstance(err, StatestreamError):
+                    # Our own errors say what to do in their one line, which the
+                    # caller prints: the worker's traceback is for --verbose only.
+                    log.debug("worker %d failed:\n%s", i, text)
+                    raise err
                 log.error("worker %d failed:\n%s", i, text)
                 if isinstance(err, BaseException):
                     raise err
