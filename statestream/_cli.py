@@ -1,8 +1,8 @@
 """The ``statestream`` command line.
 
 Exit codes: 0 done, 1 runtime failure, 2 usage or configuration error (one
-line, no traceback), 130 interrupted twice with Ctrl-C (the first Ctrl-C
-asks for a clean shutdown).
+line, no traceback), 130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM (the
+first signal asks for a clean shutdown, a second aborts at once).
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from ._run import load_topology, make_runtime
 __all__ = ["main"]
 
 # 0 clean; 1 the run failed; 2 a usage or config mistake; 3 the run finished
-# but components reported errors; 130 aborted with a second Ctrl-C.
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_WITH_ERRORS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# but components reported errors; 128 + the signal's number when a signal
+# stopped the run (130 Ctrl-C, 143 SIGTERM), as a shell reports it: a run that
+# was stopped did not finish, whatever its summary says.
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_WITH_ERRORS = 0, 1, 2, 3
 
 _CONFIG_HELP = "A YAML or JSON config file; repeat to layer several (later wins)."
 _SET_HELP = "Set one config key, e.g. --set topology.max.spout.pending=1000; repeatable, wins over files and STATESTREAM_* variables."
@@ -119,7 +121,9 @@ def run(
 
     Exit codes: 0 finished cleanly; 1 the run failed; 2 a usage or config
     mistake; 3 finished, but components reported errors (the summary says
-    how many; the log has the first tracebacks); 130 aborted.
+    how many; the log has the first tracebacks); 130 stopped by Ctrl-C,
+    143 by SIGTERM (the first signal stops cleanly: what was processed is
+    committed and the summary printed; a second one aborts at once).
     """
     if until_idle and duration is not None:
         _fail("--until-idle and --duration exclude each other; pick one", EXIT_USAGE)
@@ -134,12 +138,11 @@ def run(
         )
         rt = make_runtime(topo, conf)
     show_live = sys.stderr.isatty() if progress is None else progress
-    stop_requests = 0
+    signals: list[int] = []  # those that asked the run to stop, in order
 
     def on_signal(signum: int, frame: Any) -> None:
-        nonlocal stop_requests
-        stop_requests += 1
-        if stop_requests > 1:
+        signals.append(signum)
+        if len(signals) > 1:
             raise KeyboardInterrupt
         click.echo("statestream: stopping (Ctrl-C again to abort)", err=True)
         rt.stop()
@@ -156,7 +159,7 @@ def run(
             result = rt.run(until_idle=until_idle, duration=duration)
     except KeyboardInterrupt:
         click.echo("statestream: aborted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(128 + (signals[0] if signals else signal.SIGINT))
     except Exception as exc:
         if verbose:
             traceback.print_exc()
@@ -169,6 +172,8 @@ def run(
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
     _print_summary(result)
+    if signals:
+        sys.exit(128 + signals[0])
     if result.errors:
         sys.exit(EXIT_WITH_ERRORS)
 

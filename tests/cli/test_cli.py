@@ -210,11 +210,18 @@ topology = topology.build()
 """
 
 
-def test_sigint_shuts_a_running_topology_down_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_shuts_a_running_topology_down_cleanly_and_exits_128_plus_it(
+    tmp_path: Path, workers: int, signum: int, code: int
+) -> None:
+    """Ctrl-C (SIGINT) exits 130 and SIGTERM 143, as `run --help` says: a stopped
+    run did not finish, so it never exits 0 as one that did."""
     path = tmp_path / "endless.py"
     path.write_text(ENDLESS.format(markers=str(tmp_path)))
+    args = ["run", str(path), "--no-progress", "--set", f"topology.workers={workers}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "statestream", "run", str(path), "--no-progress"],
+        [sys.executable, "-m", "statestream", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -228,13 +235,13 @@ def test_sigint_shuts_a_running_topology_down_cleanly(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert line == "acked 100\n", (line, proc.communicate())
         assert (tmp_path / "opened").exists()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=30)  # TimeoutExpired: it did not stop
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == code, stderr
     assert "Traceback" not in stderr
     assert (tmp_path / "closed").exists(), "the spout's close was not called"
     assert int((tmp_path / "closed").read_text()) >= 100
