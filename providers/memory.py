@@ -196,6 +196,22 @@ class MemoryStateProvider(BackendStateProvider):
         with self._store.lock:
             return sorted(name for name, ns in self._store.namespaces.items() if ns.committed)
 
+    def stored_namespaces(self) -> list[str]:
+        with self._store.lock:
+            return sorted(
+                name
+                for name, ns in self._store.namespaces.items()
+                if ns.committed
+                or ns.prepared
+                or ns.committed_txid != -1
+                or ns.prepared_txid is not None
+            )
+
+    def _drop(self, namespaces: list[str]) -> None:
+        with self._store.lock:
+            for name in namespaces:
+                self._store.namespaces.pop(name, None)
+
     @classmethod
     def clear(cls, name: str | None = None) -> None:
         """Empty the store called ``name``, or every store (for tests).

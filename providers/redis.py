@@ -462,17 +462,36 @@ class RedisStateProvider(BackendStateProvider):
     def _open_backend(self, namespace: str) -> _RedisBackend:
         return _RedisBackend(self, namespace)
 
-    def namespaces(self) -> list[str]:
-        prefix = self.key_prefix.encode()
+    def _hashes(self) -> Iterator[bytes]:
+        """The names of the store's hashes, without the key prefix: ``{N}``,
+        ``{N}$prepare``, ``{N}$txid`` (a claim is a string: never one)."""
+        start = len(self.key_prefix.encode())
         client, _ = self._client()
-        found: set[str] = set()
         with self._errors("list namespaces"):
             pattern = _glob_escape(self.key_prefix) + "{*"
             for key in client.scan_iter(match=pattern, count=1000, _type="hash"):
-                # Only data hashes end with "}"; "$prepare"/"$txid" hashes do not.
-                if key.endswith(b"}"):
-                    found.add(key[len(prefix) + 1 : -1].decode())
+                yield key[start:]
+
+    def namespaces(self) -> list[str]:
+        # Only data hashes end with "}"; "$prepare"/"$txid" hashes do not.
+        return sorted({key[1:-1].decode() for key in self._hashes() if key.endswith(b"}")})
+
+    def stored_namespaces(self) -> list[str]:
+        found: set[str] = set()
+        for key in self._hashes():
+            for end in (b"}", b"}$prepare", b"}$txid"):
+                if key.endswith(end):
+                    found.add(key[1 : -len(end)].decode())
+                    break
         return sorted(found)
+
+    def _drop(self, namespaces: list[str]) -> None:
+        client, _ = self._client()
+        with self._errors(f"delete {len(namespaces)} namespaces"):
+            pipe = client.pipeline(transaction=True)
+            for ns in namespaces:
+                pipe.delete(*key_names(ns, self.key_prefix))
+            pipe.execute()
 
     def claim(self, scope: str, wait: float) -> ClaimHandle[_Lease]:
         """Hold topology ``scope`` of this store for one run, with a lease (see the

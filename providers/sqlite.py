@@ -124,6 +124,7 @@ from statestream.provider import (
     ProviderUnavailableError,
     StateCorruptError,
     StateLockedError,
+    StoreUnwritableError,
     check_config_keys,
     config_option,
     encode_json,
@@ -420,8 +421,13 @@ class SQLiteStateProvider(BackendStateProvider):
             try:
                 yield self._connection()
             except sqlite3.OperationalError as exc:
-                # Locked past the timeout, disk full, I/O error: the store is
-                # there but cannot be used now; the runtime retries.
+                if _cannot_write(exc):
+                    raise StoreUnwritableError(
+                        f"sqlite state database {str(self.path)!r} cannot be written: {exc}; "
+                        "free space on its disk (or fix the disk), or set `path` elsewhere"
+                    ) from exc
+                # Locked past the timeout: the store is there but cannot be
+                # used now; the runtime retries (statestream._outage).
                 raise ProviderUnavailableError(
                     f"sqlite state database {str(self.path)!r} is unavailable: {exc}"
                 ) from exc
@@ -477,6 +483,21 @@ class SQLiteStateProvider(BackendStateProvider):
             else:
                 names.add(ns)
         return sorted(names)
+
+    def stored_namespaces(self) -> list[str]:
+        with self._use() as conn:
+            rows = conn.execute(
+                "SELECT namespace FROM statestream_entries UNION SELECT namespace FROM"
+                " statestream_log UNION SELECT namespace FROM statestream_txids"
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def _drop(self, namespaces: list[str]) -> None:
+        with self._transaction() as conn:
+            for table in ("statestream_entries", "statestream_log", "statestream_txids"):
+                conn.executemany(
+                    f"DELETE FROM {table} WHERE namespace = ?", [(ns,) for ns in namespaces]
+                )
 
     def compact(self, namespace: str | None = None) -> None:
         """Fold the committed log records of ``namespace`` (of every namespace if None)
@@ -561,6 +582,19 @@ class SQLiteStateProvider(BackendStateProvider):
 _IN_MEMORY: Final = ":memory:"
 _CLAIM_POLL_S: Final = 0.05
 _MAX_LOCK_NAME: Final = 200  # bytes of a lock file's name; most file systems allow 255
+
+
+#: sqlite's primary result codes of a store that is there but cannot be written now.
+_UNWRITABLE: Final = {13: "SQLITE_FULL", 10: "SQLITE_IOERR"}
+
+
+def _cannot_write(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the disk is full or failed (retried as an outage), not a
+    lock held past the timeout."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _UNWRITABLE  # extended codes keep the primary in the low byte
+    return "disk is full" in str(exc) or "disk I/O error" in str(exc)
 
 
 def _lock_path(db: Path, scope: str) -> Path:

@@ -25,7 +25,13 @@ from typing import Any, Final, cast
 import orjson
 
 from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
-from statestream._state import SHARING_PROCESS, SHARING_SCOPES, ScopeClaim, StateProvider
+from statestream._state import (
+    SHARING_PROCESS,
+    SHARING_SCOPES,
+    ScopeClaim,
+    StateProvider,
+    cannot_drop,
+)
 
 __all__ = [
     "DEFAULT_PROVIDER",
@@ -33,6 +39,7 @@ __all__ = [
     "STORM_ALIASES",
     "RunClaim",
     "claim_scope",
+    "clear_topology",
     "installed_providers",
     "open_provider",
     "parse_provider_config",
@@ -292,6 +299,27 @@ class ScopedProvider:
 
     def __repr__(self) -> str:
         return f"ScopedProvider({self.provider!r}, scope={self.scope!r})"
+
+
+def clear_topology(provider: Any, topology: str) -> list[str]:
+    """Delete everything ``topology`` keeps in the store of ``provider`` (unscoped):
+    each of its namespaces wholly, txids included, in one ``drop_namespaces``,
+    so that the next run starts as on a new store. Returns them, sorted.
+
+    Whole namespaces, never keys picked by name: the framework's records
+    (``$checkpointspout-0``, ``$layout``...) are namespaces of their own, so
+    no key a bolt stores can be taken for one. Topology ``""`` means the
+    namespaces written before state was kept by topology. StateError if the
+    provider cannot delete state wholly; take the topology's claim first.
+    """
+    stored = getattr(provider, "stored_namespaces", None)
+    drop = getattr(provider, "drop_namespaces", None)
+    if stored is None or drop is None:
+        raise cannot_drop(str(getattr(provider, "name", type(provider).__name__)))
+    found = stored_topologies(stored()).get(topology, [])
+    mine = [f"{topology}{SCOPE_SEPARATOR}{ns}" if topology else ns for ns in found]
+    drop(mine)
+    return mine
 
 
 def stored_topologies(namespaces: Iterable[str]) -> dict[str, list[str]]:

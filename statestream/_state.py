@@ -50,6 +50,7 @@ from statestream._kvstate import (
     CommitOutcome,
     StoredKeyValueState,
 )
+from statestream._outage import GuardedBackend, OutageGuard
 from statestream._serde import Serializer
 
 __all__ = [
@@ -183,6 +184,10 @@ class StateProvider(Protocol):
     Optional: ``claim(scope, wait) -> ScopeClaim | None`` (see
     :meth:`BackendStateProvider.claim`). A provider without it is treated as
     one that cannot tell whether another run uses the store.
+
+    Optional: ``stored_namespaces()`` and ``drop_namespaces(namespaces)``,
+    which delete state wholly (see :class:`BackendStateProvider`); without
+    them ``statestream state clear`` says the provider cannot.
     """
 
     name: ClassVar[str]
@@ -330,6 +335,15 @@ def config_option(
     )
 
 
+def cannot_drop(provider: str) -> StateError:
+    """The error of a provider without ``stored_namespaces`` and ``drop_namespaces``."""
+    return StateError(
+        f"the {provider} state provider cannot delete state wholly (it has no "
+        "stored_namespaces() and drop_namespaces(); see statestream.provider); delete "
+        "its store instead, or run the topology under another name"
+    )
+
+
 class BackendStateProvider(ABC):
     """Base of providers built on :class:`StateBackend`: memory, sqlite and redis.
 
@@ -343,6 +357,9 @@ class BackendStateProvider(ABC):
 
     name: ClassVar[str]
     sharing: ClassVar[str] = SHARING_PROCESS
+    #: Set by the runtime that opens the provider (``_outage.guard_store``): the
+    #: states' store operations then ride out an outage. None: errors go straight up.
+    outage: OutageGuard | None = None
 
     def __init__(self, serializer: Serializer) -> None:
         self._serializer = serializer
@@ -370,6 +387,44 @@ class BackendStateProvider(ABC):
     @abstractmethod
     def namespaces(self) -> list[str]:
         """Namespaces that have committed entries, sorted."""
+
+    # Deleting state is a pair of operations, since namespaces() misses what
+    # clear must delete too: a namespace with txids and no entries (a
+    # stateful bolt that stored nothing) would refuse the next run's txid 0.
+
+    def stored_namespaces(self) -> list[str]:
+        """Every namespace the store holds anything of, sorted: committed entries,
+        a prepared delta or txids (:meth:`namespaces` lists the first kind only).
+
+        Optional, with :meth:`drop_namespaces` (``statestream state clear``
+        needs both). Default: StateError saying the provider cannot.
+        """
+        raise cannot_drop(self.name)
+
+    def drop_namespaces(self, namespaces: Sequence[str]) -> None:
+        """Delete ``namespaces`` wholly: committed entries, the prepared delta and
+        both txids, so that each reads as never written (txids ``-1`` and
+        ``None``, no entries) and neither listing names it any more.
+
+        All or nothing where the store can (one transaction, one lock, one
+        MULTI/EXEC); a namespace the store does not hold is skipped. The
+        states :meth:`get_state` handed out for them must not be used again;
+        it hands out new ones. Run it only under the claim of the namespaces'
+        topology (no run may be using them).
+
+        Optional, with :meth:`stored_namespaces`: implement :meth:`_drop`.
+        Without it, StateError saying the provider cannot (the seven
+        StateBackend primitives have no way to reset a namespace's txids).
+        """
+        self.check_open()
+        names = list(namespaces)
+        self._drop(names)
+        for namespace in names:
+            self._states.pop(namespace, None)
+
+    def _drop(self, namespaces: list[str]) -> None:
+        """Delete ``namespaces`` wholly from the store (see :meth:`drop_namespaces`)."""
+        raise cannot_drop(self.name)
 
     def claim(self, scope: str, wait: float) -> ScopeClaim | None:
         """Hold ``scope`` (a topology's name) of this store for one run, exclusively.
@@ -418,7 +473,10 @@ class BackendStateProvider(ABC):
         if state is None:
             if not isinstance(namespace, str) or not namespace:
                 raise ConfigError(f"a state namespace must be a non-empty str, not {namespace!r}")
-            state = StoredKeyValueState(namespace, self._open_backend(namespace), self._serializer)
+            backend: StateBackend = self._open_backend(namespace)
+            if self.outage is not None:  # a run's states ride out an outage (_outage)
+                backend = GuardedBackend(backend, self.outage)
+            state = StoredKeyValueState(namespace, backend, self._serializer)
             self._states[namespace] = state
         return state
 

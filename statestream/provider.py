@@ -58,7 +58,18 @@ the txid rules of the checkpoint protocol) is implemented once, in
    the holder's thread renews it; a hold that can be lost so says in its
    ``lost``, see :class:`ScopeClaim`).
 
-4. **Register it** under the entry-point group ``statestream.providers``
+4. **Optional: delete state wholly.** ``statestream state clear`` deletes
+   a topology's namespaces whole, txids included, so that its next run
+   starts as on a new store (never key by key: a bolt's key may be called
+   anything, ``checkpoint`` included). Implement ``stored_namespaces()``
+   (every namespace the store holds anything of: committed entries, a
+   prepared delta or txids) and ``_drop(namespaces)`` (delete those
+   namespaces whole, all or nothing where the store can);
+   :meth:`BackendStateProvider.drop_namespaces` calls it and forgets the
+   states it handed out. Without them ``state clear`` says the provider
+   cannot.
+
+5. **Register it** under the entry-point group ``statestream.providers``
    in your package's ``pyproject.toml``::
 
        [project.entry-points."statestream.providers"]
@@ -68,7 +79,7 @@ the txid rules of the checkpoint protocol) is implemented once, in
    (``statestream providers`` lists it); ``mypkg.state:DictStateProvider``
    works without registering.
 
-5. **Run the conformance suite** from a statestream checkout; it runs every
+6. **Run the conformance suite** from a statestream checkout; it runs every
    test on your provider, unchanged::
 
        SSTREAM_CONFORMANCE_PROVIDER='mypkg.state:DictStateProvider' \\
@@ -182,6 +193,14 @@ runs on this very example, so it stays correct)::
             tables = self.stores.get(self.store, {})
             return sorted(ns for ns, t in tables.items() if t.committed)
 
+        def stored_namespaces(self) -> list[str]:
+            return sorted(self.stores.get(self.store, {}))
+
+        def _drop(self, namespaces: list[str]) -> None:
+            tables = self.stores.get(self.store, {})
+            for namespace in namespaces:
+                tables.pop(namespace, None)
+
 What is stored: values go through the provider's serializer
 (:func:`get_serializer`; JSON by default, ``serializer: pickle`` on
 request), keys always through JSON (:func:`encode_json`), so the same key
@@ -199,6 +218,7 @@ from statestream._errors import (
     StateCorruptError,
     StateError,
     StateLockedError,
+    StoreUnwritableError,
 )
 from statestream._registry import ENTRY_POINT_GROUP
 from statestream._serde import (
@@ -253,6 +273,7 @@ __all__ = [
     "StateCorruptError",
     "StateError",
     "StateLockedError",
+    "StoreUnwritableError",
     "StateProvider",
     "StoredKeyValueState",
     "check_config_keys",

@@ -14,11 +14,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from claims import Store, claims_elsewhere, holding, redis_store
+from claims import Store, claims_elsewhere, holding
 from click.testing import CliRunner
 from word_bolts import word_count
 
@@ -27,15 +26,6 @@ from statestream._cli import main
 from statestream._registry import open_provider
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import FakeClock, random_text
-
-
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        yield Store.sqlite(tmp_path / "data" / "state.db")
-        return
-    with redis_store() as store:
-        yield store
 
 
 def _with_state(store: Store, tmp_path: Path) -> Path:

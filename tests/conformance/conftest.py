@@ -61,6 +61,8 @@ class ProviderFactory:
 
     ``factory(**overrides)`` returns a new provider built from the base
     config updated with ``overrides`` (e.g. ``serializer="pickle"``).
+    ``spec`` is what ``topology.state.provider`` says for it, so that a run
+    of a topology opens the same storage (with ``config``).
     """
 
     def __init__(
@@ -69,8 +71,10 @@ class ProviderFactory:
         make: Callable[[Mapping[str, Any]], StateProvider],
         config: Mapping[str, Any],
         cleanup: Callable[[], None] | None = None,
+        spec: str | None = None,
     ) -> None:
         self.name = name
+        self.spec = spec or name
         self.config = dict(config)
         self._make = make
         self._cleanup = cleanup
@@ -143,7 +147,20 @@ def make_fake_redis_factory(**config: Any) -> ProviderFactory:
             return fakeredis.FakeRedis(server=server)
 
     base = {"key_prefix": "fake:", **config}
-    return ProviderFactory("fakeredis", FakeRedisStateProvider.from_config, base)
+    # A run resolves its provider by spec: the class under a module name of its own.
+    module = _spec_module()
+    cls_name = f"FakeRedis{uuid.uuid4().hex}"
+    setattr(module, cls_name, FakeRedisStateProvider)
+    spec = f"{module.__name__}:{cls_name}"
+    return ProviderFactory("fakeredis", FakeRedisStateProvider.from_config, base, spec=spec)
+
+
+def _spec_module() -> Any:
+    import sys
+    import types
+
+    name = "statestream_conformance_specs"
+    return sys.modules.setdefault(name, types.ModuleType(name))
 
 
 def _make_redis(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
@@ -197,6 +214,7 @@ def _make_sdk_example(request: pytest.FixtureRequest, tmp_path: Path) -> Provide
         cls.from_config,
         {"store": store},
         cleanup=lambda: module.DictStateProvider.stores.pop(store, None),
+        spec=f"{SDK_EXAMPLE_MODULE}:DictStateProvider",
     )
 
 
@@ -207,7 +225,7 @@ def _make_external(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFa
     spec = os.environ[ENV_PROVIDER]
     cls = resolve_provider(spec)
     config = parse_provider_config(os.environ.get(ENV_CONFIG))
-    return ProviderFactory(f"external:{spec}", cls.from_config, config)
+    return ProviderFactory(f"external:{spec}", cls.from_config, config, spec=spec)
 
 
 _Maker = Callable[[pytest.FixtureRequest, Path], ProviderFactory]
