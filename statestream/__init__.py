@@ -50,6 +50,8 @@ from ._errors import (
     StateError,
     StateLockedError,
     StatestreamError,
+    StoreOutageError,
+    StoreUnwritableError,
     TopologyError,
     TupleError,
 )
@@ -130,6 +132,8 @@ __all__ = [
     "StatefulBolt",
     "StatefulBoltExecutor",
     "StatestreamError",
+    "StoreOutageError",
+    "StoreUnwritableError",
     "SystemClock",
     "TaskMetrics",
     "Topology",

@@ -580,6 +580,18 @@ class Settings:
         the spout that cannot. true: refuse a spout that cannot rewind. false:
         Storm's at-least-once state.""",
     )
+    statestream_state_outage_secs: float = _key(
+        "statestream.state.outage.secs",
+        _POSITIVE_NUMBER,
+        60.0,
+        """Seconds a run rides out a state store it cannot reach (a Redis
+        restarted or stalled) or cannot write (a full disk): the operation that
+        failed is retried with backoff meanwhile and the run pauses where it
+        needs the store; a store back within this goes on as if nothing
+        happened, nothing rewound. Past it the run stops with exit 1 and one
+        line naming the store and the cause; what it committed stays, and the
+        next run resumes from there.""",
+    )
     statestream_retry_initial_ms: int = _key(
         "statestream.retry.initial.ms",
         _NON_NEGATIVE_INT,

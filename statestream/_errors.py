@@ -18,10 +18,17 @@
     │   ├── StateCorruptError           a store that exists but cannot be read
     │   ├── StateLockedError            another run of the topology (or a `state clear`)
     │   │                               holds its store
-    │   └── ProviderUnavailableError(ConnectionError)  the store cannot be reached
+    │   ├── ProviderUnavailableError(ConnectionError)  the store cannot be reached
+    │   └── StoreUnwritableError        the store is there but cannot be written now
+    │                                   (a full disk, an I/O error)
     └── RuntimeFailure(RuntimeError)    a runtime could not keep running
-        └── SourceError                 a spout's input cannot be read on (an undecodable
-                                        byte): the run stops instead of skipping it
+        ├── SourceError                 a spout's input cannot be read on (an undecodable
+        │                               byte): the run stops instead of skipping it
+        ├── StoreOutageError            the store stayed unreachable or unwritable for
+        │                               statestream.state.outage.secs: the run stops
+        └── UnpicklableTupleError       an emitted value pickle cannot carry to another
+                                        process (topology.workers > 1, Spark): the run
+                                        stops, on every runtime
 
 Control-flow signals are not errors and live apart: :class:`FailedException`
 (a bolt asks for its input to be failed and replayed) derives from
@@ -52,8 +59,11 @@ __all__ = [
     "StateError",
     "StateLockedError",
     "StatestreamError",
+    "StoreOutageError",
+    "StoreUnwritableError",
     "TopologyError",
     "TupleError",
+    "UnpicklableTupleError",
 ]
 
 
@@ -148,8 +158,33 @@ class ProviderUnavailableError(StateError, ConnectionError):
     """The state store cannot be reached (after bounded retries)."""
 
 
+class StoreUnwritableError(StateError):
+    """The state store is there but cannot be written now: a full disk, an I/O error.
+
+    As with :class:`ProviderUnavailableError`, the runtime retries the
+    operation for ``statestream.state.outage.secs`` (space may be freed)
+    before it stops the run with :class:`StoreOutageError`.
+    """
+
+
 class RuntimeFailure(StatestreamError, RuntimeError):
     """A runtime stopped because it could not go on."""
+
+
+class StoreOutageError(RuntimeFailure):
+    """The state store could not be reached or written for
+    ``statestream.state.outage.secs``: the run stops (exit 1). What was
+    committed stays; the next run resumes from it once the store is back.
+    Raised by :mod:`statestream._outage`; a runtime that sees it reported by
+    a task stops instead of treating it as that task's failure."""
+
+
+class UnpicklableTupleError(RuntimeFailure):
+    """A component emitted a value that pickle cannot carry: with
+    ``topology.workers > 1`` or on Spark tuples cross processes, so every runtime
+    checks the first tuple of each (task, stream) alike (:mod:`statestream._picklable`)
+    and stops the run, rather than a topology that passes on one process failing
+    only at scale-out."""
 
 
 class SourceError(RuntimeFailure):

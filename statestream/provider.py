@@ -50,7 +50,9 @@ the txid rules of the checkpoint protocol) is implemented once, in
    hold on the store (a :class:`Hold`: a lock, a lease, with ``end()``)
    once per process and scope, ``add`` it, ``join`` it for the claims that
    follow; the :class:`ClaimHandle` it hands out counts the releases and
-   leaves a forked child's alone. The runtime claims before the run reads
+   leaves a forked child's alone. Wait with a :class:`ClaimWait` on the
+   provider's ``clock`` (the system's; a test sets a FakeClock and waits
+   without sleeping). The runtime claims before the run reads
    any state and releases at its end. The default returns None (nothing is
    guarded; a run whose checkpoints another run keeps refusing is still
    stopped, after the fact). ``sqlite`` claims with a ``flock`` on a file
@@ -209,7 +211,7 @@ has the same bytes in every provider and reading keys back never runs code.
 
 from __future__ import annotations
 
-from statestream._claims import ClaimHandle, Hold, ProcessClaims
+from statestream._claims import ClaimHandle, ClaimWait, Hold, ProcessClaims
 from statestream._errors import (
     ConfigError,
     ProtocolViolation,
@@ -255,6 +257,7 @@ __all__ = [
     "SHARING_SCOPES",
     "BackendStateProvider",
     "ClaimHandle",
+    "ClaimWait",
     "CommitOutcome",
     "ConfigError",
     "Delta",
@@ -273,8 +276,8 @@ __all__ = [
     "StateCorruptError",
     "StateError",
     "StateLockedError",
-    "StoreUnwritableError",
     "StateProvider",
+    "StoreUnwritableError",
     "StoredKeyValueState",
     "check_config_keys",
     "config_option",

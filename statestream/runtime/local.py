@@ -54,6 +54,7 @@ from .._errors import (
     SimulatedCrash,
     StateLockedError,
     StatestreamError,
+    StoreOutageError,
     TupleError,
 )
 from .._exactly_once import (
@@ -1743,6 +1744,7 @@ class LocalRuntime:
                 scope=self.topology.name,
             )
             if self.link is None:
+            from .._outage import guard_store
                 try:
                     self._claim.take(provider, self.topology.name, self.config)
                 except BaseException:
@@ -1750,6 +1752,7 @@ class LocalRuntime:
                     raise
             self.provider = provider
         return self.provider
+            guard_store(provider, self.config, self.clock)
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
     def retries_for(self, namespace: str) -> Retries:
@@ -1865,6 +1868,13 @@ class LocalRuntime:
             log.error(
                 "%s[%d] raised %s while processing %s\n%s",
                 task.component,
+        if isinstance(exc, StoreOutageError):
+            # The store stayed away past its bound (statestream._outage): not
+            # this task's failure to retry, but the run's end, said in one line.
+            if self.fatal is None:
+                self.fatal = exc
+            self._stop = True
+            return
                 task.task_index,
                 report.error,
                 report.tuple,

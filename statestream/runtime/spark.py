@@ -206,6 +206,7 @@ from .._deadletter import (
 )
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
+from .._outage import guard_store
 from .._registry import RunClaim
 from .._rescale import rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
@@ -436,6 +437,7 @@ def _shared_provider(conf: Mapping[str, Any], scope: str) -> Any:
         )
     return provider
 
+        guard_store(provider, conf, SystemClock())  # a prepare rides out an outage here too
 
 def fresh_state(provider: Any, namespace: str) -> Any:
     """A state of ``namespace`` that reads its txids from the store again.
@@ -1426,6 +1428,7 @@ class SparkRuntime:
             )
         return self.provider
 
+            guard_store(self.provider, self.config, self.clock)
     def _claim_store(self) -> None:
         """Claim this topology's scope of the store for the run, on the driver, before
         the checkpoint record is read (``BackendStateProvider.claim``; executors

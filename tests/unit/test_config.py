@@ -52,6 +52,7 @@ EXPECTED_DEFAULTS: dict[str, Any] = {
     "topology.name": None,
     "statestream.progress.interval.secs": 5.0,
     "statestream.state.exactly.once": "auto",
+    "statestream.state.outage.secs": 60.0,
     "statestream.retry.initial.ms": 100,
     "statestream.retry.multiplier": 2.0,
     "statestream.retry.max.ms": 10000,

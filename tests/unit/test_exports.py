@@ -38,7 +38,7 @@ PROMISED = {
     "StatestreamError", "ConfigError", "TopologyError", "TupleError", "ReliabilityError",
     "StateError", "StateCorruptError", "SerializationError", "ProviderNotFoundError",
     "ProviderUnavailableError", "ProtocolViolation", "RuntimeFailure", "SourceError", "FailedException",
-    "StateLockedError", "PrepareRefused",
+    "StateLockedError", "PrepareRefused", "StoreOutageError", "StoreUnwritableError",
 }  # fmt: skip
 
 
