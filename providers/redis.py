@@ -105,6 +105,7 @@ from statestream.provider import (
     SHARING_NETWORK,
     BackendStateProvider,
     ClaimHandle,
+    ClaimWait,
     CommitOutcome,
     ConfigError,
     Delta,
@@ -528,7 +529,7 @@ class RedisStateProvider(BackendStateProvider):
         value = _Holder.of_this_process(secrets.token_hex(16)).encode()
         take_over = client.register_script(_TAKE_OVER_LUA)
         where = f"{key!r} on redis at {self.address}"
-        deadline = time.monotonic() + wait
+        waiting = ClaimWait(self.clock, wait)
         _TAKING.add(value)
         try:
             while True:
@@ -561,10 +562,9 @@ class RedisStateProvider(BackendStateProvider):
                         )
                         break
                     continue  # another claimer took it first: see who holds it now
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if waiting.over():
                     raise _locked(scope, key, where, wait, holder, held, int(pttl))
-                time.sleep(min(_CLAIM_POLL_S, left))
+                waiting.pause()
             lease = _Lease(client, scope, key, where, value, ttl)
             handle = _CLAIMS.add(ident, lease)
             lease.start(sent)

@@ -102,7 +102,6 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -117,6 +116,7 @@ from statestream.provider import (
     SHARING_MACHINE,
     BackendStateProvider,
     ClaimHandle,
+    ClaimWait,
     CommitOutcome,
     ConfigError,
     Delta,
@@ -540,7 +540,7 @@ class SQLiteStateProvider(BackendStateProvider):
                 f"cannot open the lock file {str(path)!r} of the sqlite state database "
                 f"{str(self.path)!r}: {exc}; check that its directory is writable"
             ) from exc
-        deadline = time.monotonic() + wait
+        waiting = ClaimWait(self.clock, wait)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -548,8 +548,7 @@ class SQLiteStateProvider(BackendStateProvider):
             except BlockingIOError:
                 # Held: by another thread of this process that got there first?
                 joined = _CLAIMS.join(path)
-                left = deadline - time.monotonic()
-                if joined is not None or left <= 0:
+                if joined is not None or waiting.over():
                     pid = None if joined is not None else _holder(fd)
                     os.close(fd)
                     if joined is not None:
@@ -557,7 +556,7 @@ class SQLiteStateProvider(BackendStateProvider):
                     raise StateLockedError.for_scope(
                         scope, str(self.path), pid=pid, wait=wait
                     ) from None
-                time.sleep(min(_CLAIM_POLL_S, left))
+                waiting.pause()
             except OSError as exc:
                 os.close(fd)
                 raise ProviderUnavailableError(
@@ -580,7 +579,6 @@ class SQLiteStateProvider(BackendStateProvider):
 # ---------------------------------------------------------------------- claims
 
 _IN_MEMORY: Final = ":memory:"
-_CLAIM_POLL_S: Final = 0.05
 _MAX_LOCK_NAME: Final = 200  # bytes of a lock file's name; most file systems allow 255
 
 

@@ -13,7 +13,10 @@ here, in :class:`ProcessClaims`:
 * forked children share the hold through the claims they inherited, whose
   ``release()`` does nothing in them (the hold is their parent's to end),
   and a claim a child makes itself is decided as another process's would
-  be: a child starts with no holds of its own.
+  be: a child starts with no holds of its own;
+* a scope another process holds is waited for on the provider's clock
+  (:class:`ClaimWait`), so that a test advances a fake clock instead of
+  sleeping.
 """
 
 from __future__ import annotations
@@ -21,9 +24,35 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
-__all__ = ["ClaimHandle", "Hold", "ProcessClaims"]
+from statestream._clock import Clock
+
+__all__ = ["CLAIM_POLL_S", "ClaimHandle", "ClaimWait", "Hold", "ProcessClaims"]
+
+CLAIM_POLL_S: Final = 0.05
+"""How often a claim tries again while another process holds the scope."""
+
+
+class ClaimWait:
+    """The wait of one claim for a scope another process holds: up to ``wait``
+    seconds of ``clock`` (the provider's ``clock``), trying every CLAIM_POLL_S.
+
+    Start it before the first try; after each failed try, :meth:`over` says
+    whether to give up, else :meth:`pause` waits until the next try.
+    """
+
+    def __init__(self, clock: Clock, wait: float) -> None:
+        self.clock = clock
+        self.deadline = clock.monotonic() + wait
+
+    def over(self) -> bool:
+        """The wait is spent: refuse the claim."""
+        return self.clock.monotonic() >= self.deadline
+
+    def pause(self) -> None:
+        """Wait until the next try (never past the deadline)."""
+        self.clock.sleep(min(CLAIM_POLL_S, self.deadline - self.clock.monotonic()))
 
 
 class Hold(Protocol):

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Protocol, Self, TypeVar, runtime_checkable
 
+from statestream._clock import Clock, SystemClock
 from statestream._errors import (
     ConfigError,
     StateError,
@@ -357,6 +358,9 @@ class BackendStateProvider(ABC):
 
     name: ClassVar[str]
     sharing: ClassVar[str] = SHARING_PROCESS
+    #: What :meth:`claim` waits on (``ClaimWait``): the system's clock, or a
+    #: FakeClock that a test sets and advances, so a wait is never slept out.
+    clock: Clock = SystemClock()
     #: Set by the runtime that opens the provider (``_outage.guard_store``): the
     #: states' store operations then ride out an outage. None: errors go straight up.
     outage: OutageGuard | None = None
@@ -433,7 +437,8 @@ class BackendStateProvider(ABC):
         other's checkpoints: the process that owns a run (not its workers,
         not Spark's executors) claims its scope before it reads or writes
         any state, and releases the claim when the run ends. A claim
-        another process holds is waited for, up to ``wait`` seconds, then
+        another process holds is waited for, up to ``wait`` seconds of
+        :attr:`clock` (:class:`~statestream._claims.ClaimWait`), then
         refused with :class:`~statestream._errors.StateLockedError`
         (``StateLockedError.for_scope(scope, store, pid=..., wait=...)``).
         A claim of a scope this same process holds already is granted

@@ -9,8 +9,6 @@ Holders in other processes come from ``tests/claims.py``.
 from __future__ import annotations
 
 import itertools
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,6 +16,8 @@ from pathlib import Path
 import pytest
 from claims import Store, claims_elsewhere, holding, redis_store
 
+from statestream._claims import CLAIM_POLL_S
+from statestream._clock import FakeClock
 from statestream._errors import StateLockedError
 from statestream._registry import claim_scope, open_provider
 from statestream._state import ScopeClaim
@@ -43,20 +43,40 @@ def store(new_store: Callable[[], Store]) -> Store:
     return new_store()
 
 
-def claim(store: Store, scope: str = "wordcount", wait: float = 0) -> ScopeClaim:
-    """A claim of ``scope`` on ``store`` by this process (StateLockedError if held)."""
-    granted = claim_scope(open_provider(store.spec, store.config), scope, wait)
+def claim(
+    store: Store, scope: str = "wordcount", wait: float = 0, clock: FakeClock | None = None
+) -> ScopeClaim:
+    """A claim of ``scope`` on ``store`` by this process (StateLockedError if held),
+    waiting on ``clock`` (a fake one that moves only when the claim sleeps on it)."""
+    provider = open_provider(store.spec, store.config)
+    provider.clock = clock or FakeClock()  # type: ignore[attr-defined]
+    granted = claim_scope(provider, scope, wait)
     assert granted is not None
     return granted
 
 
+class ReleasingClock(FakeClock):
+    """A fake clock on which ``release`` happens (in the holder's process) once the
+    waiting claim has slept ``after`` seconds on it."""
+
+    def __init__(self, after: float, release: Callable[[], None]) -> None:
+        super().__init__()
+        self.after = after
+        self.release: Callable[[], None] | None = release
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.release is not None and self.now >= self.after:
+            release, self.release = self.release, None
+            release()
+
+
 def test_a_claim_held_by_another_process_is_refused_after_the_wait(store: Store) -> None:
-    with holding(store, "wordcount") as holder:
-        start = time.monotonic()
-        with pytest.raises(StateLockedError) as info:
-            claim(store, wait=0.3)
-        waited = time.monotonic() - start
-    assert 0.3 <= waited < 3
+    clock = FakeClock()
+    with holding(store, "wordcount") as holder, pytest.raises(StateLockedError) as info:
+        claim(store, wait=0.3, clock=clock)
+    # It tried until the wait was spent, every CLAIM_POLL_S of the clock, not beyond.
+    assert clock.now == pytest.approx(0.3)
     message = str(info.value)
     assert "another `statestream run` or `state clear` of topology 'wordcount'" in message
     assert f"holds {store.where('wordcount')} {store.held_by(holder.pids[0])}" in message
@@ -66,23 +86,19 @@ def test_a_claim_held_by_another_process_is_refused_after_the_wait(store: Store)
 
 
 def test_wait_zero_gives_up_at_once(store: Store) -> None:
-    with holding(store, "wordcount"):
-        start = time.monotonic()
-        with pytest.raises(StateLockedError):
-            claim(store)
-        assert time.monotonic() - start < 0.2
+    clock = FakeClock()
+    with holding(store, "wordcount"), pytest.raises(StateLockedError):
+        claim(store, clock=clock)
+    assert clock.now == 0, "a claim with no wait never sleeps"
 
 
 def test_a_claim_waits_for_a_holder_that_lets_go(store: Store) -> None:
     with holding(store, "wordcount") as holder:
-        timer = threading.Timer(0.3, holder.release)
-        timer.start()
-        try:
-            start = time.monotonic()
-            granted = claim(store, wait=10)
-            assert 0.25 <= time.monotonic() - start < 5
-        finally:
-            timer.join()
+        clock = ReleasingClock(0.3, holder.release)
+        granted = claim(store, wait=10, clock=clock)
+        # Granted at the first try after the holder let go, long before the wait's end.
+        assert clock.release is None
+        assert 0.3 <= clock.now < 0.3 + CLAIM_POLL_S
         granted.release()
 
 

@@ -22,6 +22,7 @@ import pytest
 import redis
 from claims import Store, claims_elsewhere, holding, redis_store, with_pid_gone
 
+from statestream._clock import FakeClock
 from statestream._errors import ConfigError, ProviderUnavailableError, StateLockedError
 from statestream._registry import RunClaim, open_provider
 from statestream_providers.redis import RedisStateProvider, claim_key
@@ -48,9 +49,14 @@ def provider(store: Store) -> RedisStateProvider:
     return RedisStateProvider.from_config(store.config)
 
 
-def claim_now(store: Store, scope: str = "wordcount") -> None:
-    """Claim ``scope`` here without waiting, and let it go (StateLockedError if held)."""
-    provider(store).claim(scope, 0).release()
+def claim_now(
+    store: Store, scope: str = "wordcount", wait: float = 0, clock: FakeClock | None = None
+) -> None:
+    """Claim ``scope`` here, waiting up to ``wait`` s of ``clock`` (a fake one that moves
+    only when the claim sleeps on it), and let it go (StateLockedError if held)."""
+    p = provider(store)
+    p.clock = clock or FakeClock()
+    p.claim(scope, wait).release()
 
 
 def client(store: Store) -> redis.Redis:
@@ -113,9 +119,9 @@ def test_a_killed_holder_on_this_machine_is_taken_over_without_waiting(store: St
     with holding(store, "wordcount") as holder:
         holder.kill()
         assert value(store) is not None, "the lease of a killed holder is still there"
-        start = time.monotonic()
-        claim_now(store)  # no wait: the holder's pid is gone
-        assert time.monotonic() - start < 1
+        clock = FakeClock()
+        claim_now(store, wait=5, clock=clock)  # no wait: the holder's pid is gone
+        assert clock.now == 0, "the claim slept: it waited for a dead holder"
 
 
 def test_a_pid_that_is_another_process_now_is_taken_over(store: Store) -> None:
