@@ -25,6 +25,7 @@ from ._components import task_namespace
 from ._config import Config, load_config
 from ._errors import ConfigError, StatestreamError, TopologyError
 from ._run import load_topology, make_runtime
+from ._text import cut_message, error_line
 
 __all__ = ["main"]
 
@@ -59,11 +60,11 @@ def _errors(verbose: bool = False) -> Iterator[None]:
     except (ConfigError, TopologyError) as exc:
         if verbose and exc.__cause__ is not None:
             traceback.print_exc()  # the user's own traceback (a topology file that raised)
-        _fail(str(exc), EXIT_USAGE)
+        _fail(cut_message(str(exc)), EXIT_USAGE)
     except StatestreamError as exc:
         if verbose:
             traceback.print_exc()
-        _fail(str(exc), EXIT_FAILURE)
+        _fail(cut_message(str(exc)), EXIT_FAILURE)
 
 
 def _load_config(
@@ -163,11 +164,7 @@ def run(
     except Exception as exc:
         if verbose:
             traceback.print_exc()
-        _fail(
-            f"the run failed: {type(exc).__name__}: {_cut(str(exc))} "
-            "(run with -v for the traceback)",
-            EXIT_FAILURE,
-        )
+        _fail(f"the run failed: {error_line(exc)} (run with -v for the traceback)", EXIT_FAILURE)
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
@@ -248,7 +245,7 @@ def _print_summary(result: Any) -> None:
     first = ""
     if result.errors:
         e = result.errors[0]
-        first = f" (the first: {e.component}[{e.task_index}] {_cut(e.error)})"
+        first = f" (the first: {e.component}[{e.task_index}] {cut_message(e.error)})"
     click.echo(
         f"statestream: {result.reason} after {result.elapsed:.2f} s, {errors} errors{first}",
         err=True,

@@ -43,6 +43,7 @@ import orjson
 
 from ._errors import ConfigError, RuntimeFailure
 from ._retry import msg_id_key_fast, msg_key
+from ._text import cut_message
 
 __all__ = [
     "DeadLetter",
@@ -177,10 +178,10 @@ class DeadLetter:
         enc_values, lossy = encode_values(values)
         enc_id, id_repr = _json_or_repr(msg_id)
         if exc is not None:
-            error_type, message = type(exc).__name__, _one_line(str(exc))
+            error_type, message = type(exc).__name__, cut_message(str(exc))
         else:
             error_type = error_type or "Failed"
-            message = _one_line(error) if error else f"{component} failed the tuple"
+            message = cut_message(error) if error else f"{component} failed the tuple"
         return cls(
             topology,
             spout,
@@ -217,11 +218,6 @@ class DeadLetter:
     def exact(self) -> bool:
         """Whether the values and id are the originals (none written as a repr)."""
         return not self.repr_values and not self.msg_id_repr
-
-
-def _one_line(text: str, limit: int = 500) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 class DeadLetterFile:
@@ -297,7 +293,7 @@ class DeadLetterFile:
             record.msg_id,
             record.attempts,
             record.error_type,
-            _one_line(record.error, 200),
+            record.error,
             "dead-lettered" if written else "already in",
             self.path,
         )

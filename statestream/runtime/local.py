@@ -65,12 +65,15 @@ from .._exactly_once import (
     resolve_exactly_once,
 )
 from .._executors import CheckpointTupleForwarder, NativeCollector
+from .._picklable import unpicklable
 from .._rescale import LAYOUT_NAMESPACE, rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
+from .._resume import SpoutRef, acked_positions, plan_resume
 from .._retry import Retries, RetryPolicy, VerdictKind, msg_id_key_fast
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
+from .._text import cut_message, cut_value, error_line
 from .._topology import ComponentSpec, Topology
 from .._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple, check_emit
 from .plan import RuntimePlan, as_config
@@ -263,13 +266,26 @@ class _Task(NativeCollector):
 
     def report(self, exc: BaseException, tup: Any = None) -> None:
         self.errors += 1
-        self.last_error = _one_line(f"{type(exc).__name__}: {exc}")
+        self.last_error = error_line(exc)
         self.last_error_at = self.rt.clock.monotonic()
         self.rt.report_error(self, exc, tup)
 
     def _stream_entry(self, stream: str, values: Sequence[Any], direct: bool) -> _Stream:
         check_emit(self.component, self.task_index, stream, values, self.spec.outputs, direct)
-        return self.streams[stream]
+        entry = self.streams[stream]
+        if entry.arity < 0:
+            # This task's first tuple on the stream: it must pickle, as with
+            # topology.workers > 1 or on Spark (statestream._picklable). The
+            # arity set here opens the emits' fast paths, so later tuples
+            # cost nothing more.
+            error = unpicklable(self.component, self.task_index, stream, values)
+            if error is not None:
+                if self.rt.fatal is None:
+                    self.rt.fatal = error  # stops the run even if user code catches it
+                self.rt.stop()
+                raise error
+            entry.arity = len(values)
+        return entry
 
     def _check_direct(self, routes: list[_Route], task: int) -> None:
         if not any(task in r.index_of_task for r in routes):
@@ -691,6 +707,9 @@ class SpoutTask(_Task):
         self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
         self.timed_out = 0
         self.dead_lettered = 0
+        # Emits not delivered: held for a retry (exactly-once) or settled. The
+        # standstill counts them, so that a replay is cut where its attempt was.
+        self.held = 0
         # Kept by the runtime per task namespace, so that they outlive a rewind.
         self.retries: Retries = rt.retries_for(self.namespace)
         self.failures = self.retries.failures  # the same dict: a cheap test at emit
@@ -747,8 +766,16 @@ class SpoutTask(_Task):
         else:
             if self.settled and self._settled_already(msg_id, values):
                 return
-            if self.failures and self.rt.exactly_once:
-                self.retries.emitted_again(msg_id)
+            standstill = self.rt.standstill
+            if (
+                self.failures
+                and standstill is not None
+                and self.retries.hold(msg_id, self.rt.clock.monotonic(), standstill.replaying)
+            ):
+                # Failed before, its retry not due: replayed without it (see
+                # statestream._retry); the schedule hands it back to the spout.
+                self.held += 1
+                return
             self.emitted += 1
             root = self.rt.draw_root()
             self.pending.put_new(root, (msg_id, values, origin))  # a fresh root
@@ -763,6 +790,7 @@ class SpoutTask(_Task):
             return False
         self.settles.append(msg_id)
         self.rt.skipped_settled += 1
+        self.held += 1  # emitted, not delivered: the standstill counts it still
         return True
 
     # -- failures -------------------------------------------------------------
@@ -797,9 +825,7 @@ class SpoutTask(_Task):
             if verdict.kind is VerdictKind.GIVE_UP:
                 # The rewind replays without it (settled, see _settled_already).
                 self._dead_letter(entry, cause, verdict.failures)
-            elif verdict.at is not None:
-                rt.hold_spouts_until(verdict.at)
-            standstill.fail()
+            standstill.tuple_failed()
             return
         verdict = self.retries.failed(msg_id, now)
         if verdict.kind is VerdictKind.GIVE_UP:
@@ -829,6 +855,16 @@ class SpoutTask(_Task):
         self.rt.write_dead_letter(record)
         self.dead_lettered += 1
         self.settled.add(msg_id, values)
+
+    def release_held(self) -> None:
+        """Exactly-once, at a cut: hand every message held for its retry back to the
+        spout (``fail``), so that the position it gives holds them (see
+        statestream.Rewindable); it emits them again after the cut."""
+        for msg_id in self.retries.clear_schedule():
+            if type(msg_id) is Replay:
+                self.replays.append(msg_id)
+            else:
+                self._call_fail(msg_id)
 
     def _call_fail(self, msg_id: Any) -> None:
         try:
@@ -884,7 +920,8 @@ class SpoutTask(_Task):
         whose delay has passed (``fail``), settled messages (``dead_lettered``)."""
         busy = False
         retries = self.retries
-        if retries.heap:
+        standstill = self.rt.standstill
+        if retries.heap and (standstill is None or not standstill.replaying):
             due = retries.due(self.rt.clock.monotonic())
             for msg_id in due:
                 if type(msg_id) is Replay:
@@ -944,7 +981,6 @@ class SpoutTask(_Task):
 
 
 _MISSING: Final = object()
-_NEVER: Final = float("-inf")
 
 # Test-only: kill this process right before or after a dead letter is written
 # ("before-write" / "after-write"), to test that the message is then in the
@@ -963,7 +999,7 @@ def _naming(task: _Task, method: str) -> Iterator[None]:
     except Exception as exc:
         raise RuntimeFailure(
             f"component {task.component!r} task {task.task_index}: {method} raised "
-            f"{type(exc).__name__}: {_cut(str(exc))}"
+            f"{error_line(exc)}"
         ) from exc
 
 
@@ -1009,19 +1045,6 @@ def _is_power_of_ten(n: int) -> bool:
     while n >= 10 and n % 10 == 0:
         n //= 10
     return n == 1
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    """``text`` on one line, cut to about ``limit`` characters (a table cell)."""
-    return _cut(" ".join(text.split()), limit)
-
-
-def _cut(text: str, limit: int = 200) -> str:
-    """``text`` cut to about ``limit`` characters: a tuple holding a whole read
-    buffer must not fill the log."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class BoltTask(_Task):
@@ -1449,7 +1472,6 @@ class LocalRuntime:
         self._quiet_since = 0.0
         self._wait_said_at = float("-inf")
         self.skipped_settled = 0
-        self._resume_at = _NEVER  # exactly-once: data spouts wait until then
         self._error_seen: dict[Any, int] = {}  # error signature -> times reported
         if topology.has_stateful_bolts and self.n_ackers == 0:
             raise ConfigError(
@@ -1631,7 +1653,8 @@ class LocalRuntime:
                 stream,
                 self.plan.output_fields[spec.id][stream],
             )
-            task.streams[stream] = _Stream(origin, len(origin.fields), routes, direct)
+            # Arity -1 until the first emit: that one takes the checked path.
+            task.streams[stream] = _Stream(origin, -1, routes, direct)
             if stream == "default":
                 task.default_stream = task.streams[stream]
         task.out_queues = outs
@@ -1736,6 +1759,7 @@ class LocalRuntime:
         holds the claim for it. Raises StateLockedError if another run
         holds it."""
         if self.provider is None:
+            from .._outage import guard_store
             from .._registry import open_provider
 
             provider = open_provider(
@@ -1743,8 +1767,8 @@ class LocalRuntime:
                 self.config["topology.state.provider.config"],
                 scope=self.topology.name,
             )
+            guard_store(provider, self.config, self.clock)
             if self.link is None:
-            from .._outage import guard_store
                 try:
                     self._claim.take(provider, self.topology.name, self.config)
                 except BaseException:
@@ -1752,7 +1776,6 @@ class LocalRuntime:
                     raise
             self.provider = provider
         return self.provider
-            guard_store(provider, self.config, self.clock)
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
     def retries_for(self, namespace: str) -> Retries:
@@ -1799,10 +1822,6 @@ class LocalRuntime:
         for root in roots:
             causes[root] = cause
 
-    def hold_spouts_until(self, when: float) -> None:
-        """Exactly-once: poll no data spout before ``when`` (the retry policy's delay)."""
-        self._resume_at = max(self._resume_at, when)
-
     def write_dead_letter(self, record: DeadLetter) -> None:
         """Write ``record`` to the dead-letter file, durably, before the message is settled."""
         if _KILL_AT == "before-write":
@@ -1826,7 +1845,7 @@ class LocalRuntime:
             if entry is None:
                 fits_stream(record, None, False)  # says why in the log
                 continue
-            if not fits_stream(record, entry.arity, entry.direct):
+            if not fits_stream(record, len(entry.origin.fields), entry.direct):
                 continue
             n += 1
             task.emitted += 1
@@ -1858,8 +1877,20 @@ class LocalRuntime:
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: _Task, exc: BaseException, tup: Any) -> None:
         tb = "".join(traceback.format_exception(exc))
-        report = ErrorReport(task.component, task.task_index, _cut(repr(tup)), _cut(repr(exc)), tb)
+        # The tuple is a value (a whole read buffer must not fill the log); the
+        # error keeps its message's end, where a message says what to do.
+        report = ErrorReport(
+            task.component, task.task_index, cut_value(repr(tup)), cut_message(repr(exc)), tb
+        )
         self.errors.append(report)
+        if isinstance(exc, StoreOutageError) or exc is self.fatal:
+            # The store stayed away past its bound (statestream._outage), or an
+            # emit that cannot be pickled (statestream._picklable): not this
+            # task's failure to retry, but the run's end, said in one line.
+            if self.fatal is None:
+                self.fatal = exc
+            self._stop = True
+            return
         # A given error (the same task, type and place) shows its traceback
         # once; repeats are counted, logged at 10, 100, 1000... and at the end.
         sig = _error_signature(task, exc)
@@ -1868,13 +1899,6 @@ class LocalRuntime:
             log.error(
                 "%s[%d] raised %s while processing %s\n%s",
                 task.component,
-        if isinstance(exc, StoreOutageError):
-            # The store stayed away past its bound (statestream._outage): not
-            # this task's failure to retry, but the run's end, said in one line.
-            if self.fatal is None:
-                self.fatal = exc
-            self._stop = True
-            return
                 task.task_index,
                 report.error,
                 report.tuple,
@@ -1948,7 +1972,7 @@ class LocalRuntime:
         for spout in self.spouts:
             with _naming(spout, "open()"):
                 spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)
-        if self.exactly_once:
+        if self.plan.checkpointed:
             self._seek_data_spouts()
         self._load_deadletters()
         for bolt in self.bolts:
@@ -1957,25 +1981,50 @@ class LocalRuntime:
         self._setup_timers()
 
     def _seek_data_spouts(self) -> None:
-        """Exactly-once: rewind every data spout to the positions of the restored txid."""
+        """Seek every data spout to where the restored checkpoint says (statestream._resume):
+        exactly-once, the positions of its cut; at-least-once, its acked positions,
+        which the checkpoint spout stores with each PREPARE from then on."""
         cp = self._checkpoint_spout
         if cp is not None:
-            txid, positions = cp.restore_point()
+            record = cp.record
         else:
             # The checkpoint spout runs in another worker: the stored record
             # gives the same restore point (it is where recovery ends).
             record = CheckpointRecord.load(self.open_state(task_namespace(CHECKPOINT_SPOUT, 0)))
-            txid, positions = record.restore_point()
-        if txid >= 0 and positions is None:
-            log.warning(
-                "exactly-once state: the stored checkpoint has no spout positions (it was "
-                "taken without exactly-once); the spouts resume as they would without it, "
-                "and exactly-once holds from the next checkpoint on"
-            )
-            return
+        refs = self.spout_refs()
+        plan = plan_resume(record, self.exactly_once, refs)
+        if self.rewinds == 0:  # at start; a rewind says so itself
+            if plan.warning and (self.link is None or self.link.index == 0):  # once
+                log.warning("%s", plan.warning)
+            for line in plan.lines:
+                log.warning("%s", line)
         for spout in self.data_spouts:
-            where = None if positions is None else positions.get(spout.namespace)
-            spout.spout.seek(where)  # type: ignore[attr-defined]
+            if spout.namespace in plan.seeks:
+                spout.spout.seek(plan.seeks[spout.namespace])  # type: ignore[attr-defined]
+        if cp is not None and not self.exactly_once:
+            cp.acked_positions = lambda: acked_positions(refs)
+
+    def store_acked_positions(self) -> None:
+        """At-least-once, at the clean end of a run: the checkpoint spout stores where
+        the data spouts were acked, so that a rerun does not read it again."""
+        cp = self._checkpoint_spout
+        if cp is None or cp.acked_positions is None:
+            return
+        try:
+            cp.store_acked()
+        except Exception as exc:  # nothing is lost: the rerun reads from the last prepare's
+            log.warning(
+                "could not store where the spouts were acked (%s); the next run reads "
+                "again from the positions of the last checkpoint",
+                exc,
+            )
+
+    def spout_refs(self) -> list[SpoutRef]:
+        """This process's data spout tasks, as statestream._resume sees them."""
+        return [
+            SpoutRef(s.namespace, s.component, s.task_index, s.spec.parallelism, s.spout)
+            for s in self.data_spouts
+        ]
 
     def _rewind(self) -> None:
         """Exactly-once: go back to the last committed checkpoint within the run.
@@ -2155,30 +2204,22 @@ class LocalRuntime:
         """Exactly-once: poll the spouts as the standstill decides."""
         cp = self._checkpoint_spout
         assert cp is not None
-        # After a rewind the data spouts wait out the retry policy's delay, and
-        # no checkpoint is taken meanwhile: an empty commit would count as
-        # progress and lift the standstill's budget.
-        hold = False
-        if self._resume_at != _NEVER:
-            hold = self._resume_at > self.clock.monotonic()
-            if not hold:
-                self._resume_at = _NEVER
-        if hold:
-            decision = StandstillStep.DRAIN
-        else:
-            queued = any(b.inbox or b.control for b in self.bolts)
-            decision = standstill.step(
-                cp.prepare_due(), queued, cp.committed_txid, cp.coordinator.pending is not None
-            )
+        queued = any(b.inbox or b.control for b in self.bolts)
+        decision = standstill.step(
+            cp.prepare_due(), queued, cp.committed_txid, cp.coordinator.pending is not None
+        )
         if decision is StandstillStep.CUT:
             # A failure of a tuple before the cut undoes it: hear of them first.
             for s in self.data_spouts:
                 if s.completions:
                     s._drain_completions()
-            if standstill.rewind:
+            if standstill.rewind or standstill.failed:
+                standstill.rewind = True
                 return True
+            standstill.on_cut()
             for s in self.data_spouts:
                 s.retries.passed_cut()
+                s.release_held()
             # Nothing is queued: the positions mark exactly what the states hold.
             positions = {
                 s.namespace: check_position(s.component, s.spout.position())  # type: ignore[attr-defined]
@@ -2187,6 +2228,7 @@ class LocalRuntime:
             cp.request_early()
             cp.start_prepare(positions)
         busy = False
+        offered = 0
         for spout in self.spouts:
             if decision is StandstillStep.DRAIN and not spout.system:
                 if spout.completions:
@@ -2196,10 +2238,14 @@ class LocalRuntime:
             if spout.system:
                 busy = spout.poll() or busy
                 continue
-            emitted = spout.emitted
+            emitted = spout.emitted + spout.held
             if spout.poll(standstill.allowance(_SPOUT_BATCH)):
                 busy = True
-            standstill.emitted += spout.emitted - emitted
+            offered += spout.emitted + spout.held - emitted
+        standstill.emitted += offered
+        if decision is StandstillStep.POLL and not offered and not queued:
+            if standstill.ends_early():
+                cp.request_early()
         return busy
 
     def in_flight(self) -> int:
@@ -2242,6 +2288,7 @@ class LocalRuntime:
             if self.fatal is not None:
                 raise self.fatal
             self._finish_queued()
+            self.store_acked_positions()
         except SimulatedCrash:
             self._abandon()
             raise

@@ -207,12 +207,15 @@ from .._deadletter import (
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
 from .._outage import guard_store
+from .._picklable import check_first, run_ending
 from .._registry import RunClaim
 from .._rescale import rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
+from .._resume import SpoutRef, plan_resume
 from .._retry import Retries, RetryPolicy, VerdictKind
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
+from .._text import cut_message
 from .._topology import Topology
 from .._transactional.components import (
     BATCH_STREAM,
@@ -435,9 +438,9 @@ def _shared_provider(conf: Mapping[str, Any], scope: str) -> Any:
         provider = _PROVIDERS[key] = open_provider(
             conf["topology.state.provider"], conf["topology.state.provider.config"], scope=scope
         )
+        guard_store(provider, conf, SystemClock())  # a prepare rides out an outage here too
     return provider
 
-        guard_store(provider, conf, SystemClock())  # a prepare rides out an outage here too
 
 def fresh_state(provider: Any, namespace: str) -> Any:
     """A state of ``namespace`` that reads its txids from the store again.
@@ -627,6 +630,7 @@ class _Producer:
         spec = plan.topology.components[cid]
         self.streams: dict[str, tuple[int, list[_Route], bool]] = {}
         self.outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
+        self.checked: set[str] = set()  # streams whose first tuple pickled (_picklable)
         for stream, (fields, direct) in self.outputs.items():
             routes = [
                 _Route(route, index)
@@ -653,6 +657,9 @@ class _Producer:
 
     def _entry(self, stream: str, values: Sequence[Any], direct: bool) -> tuple[int, list[_Route]]:
         check_emit(self.cid, self.index, stream, values, self.outputs, direct)
+        if stream not in self.checked:
+            check_first(self.cid, self.index, stream, values)
+            self.checked.add(stream)
         entry = self.streams[stream]
         return entry[0], entry[1]
 
@@ -927,6 +934,12 @@ def _run_bolt(
                 errors.append(
                     (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
                 )
+            except RuntimeFailure as exc:
+                # The run's end (an emit that cannot be pickled, say), not this
+                # tuple's: given up at once, and the driver stops with it.
+                producer.failed_current = True
+                again = False
+                cause = (type(exc).__name__, str(exc)[:2000])
             except Exception as exc:
                 # A bolt that raises: before Spark's last try of this task the
                 # Spark task fails (Spark runs it again, a lost executor looks
@@ -1161,6 +1174,8 @@ class _PollCollector:
         self.items: list[tuple[str, list[Any], int | None]] = []
         self.msg_ids: list[Any] = []
         """The message id of each item (None: untracked)."""
+        self.checked: set[str] = set()
+        """The streams whose first tuple pickled (statestream._picklable)."""
         self.settled = Settled()
         """The messages of this task given up on in this run: not read into a batch."""
         self.settles: list[Any] = []
@@ -1179,6 +1194,9 @@ class _PollCollector:
         self._add(stream, values, task, msg_id)
 
     def _add(self, stream: str, values: Sequence[Any], direct: int | None, msg_id: Any) -> None:
+        if stream not in self.checked:
+            check_first(self.cid, self.index, stream, values)
+            self.checked.add(stream)
         if msg_id is not None and self.settled and self.settled.holds(msg_id, values):
             self.settles.append(msg_id)
             return
@@ -1426,9 +1444,9 @@ class SparkRuntime:
                 self.config["topology.state.provider.config"],
                 scope=self.topology.name,
             )
+            guard_store(self.provider, self.config, self.clock)
         return self.provider
 
-            guard_store(self.provider, self.config, self.clock)
     def _claim_store(self) -> None:
         """Claim this topology's scope of the store for the run, on the driver, before
         the checkpoint record is read (``BackendStateProvider.claim``; executors
@@ -1493,7 +1511,9 @@ class SparkRuntime:
             rescale_state(self._open_provider(), self.topology)
         record = self._load()
         txid, positions = record.restore_point()
-        if positions_needed and txid >= 0 and positions is None:
+        # Acked positions (a local at-least-once run's) are resumed from, with a
+        # warning (statestream._resume): nothing is lost, a little counted twice.
+        if positions_needed and txid >= 0 and positions is None and txid not in record.acked:
             raise ConfigError(
                 f"the state store holds checkpoint {record.state} (a recovery restores txid "
                 f"{txid}) but no spout positions for it: it was written without exactly-once "
@@ -1600,15 +1620,22 @@ class SparkRuntime:
             if fits_stream(record, fields, declared is not None and declared[1]):
                 self._replays.setdefault(record.namespace, deque()).append(Replay(record))
 
-    def _seek(self) -> None:
+    def _seek(self, *, start: bool = False) -> None:
         """Rewind every data spout to the positions of the checkpoint recovery restored
-        (from the beginning on a fresh store)."""
+        (from the beginning on a fresh store); at ``start`` say where each resumes."""
+        refs = [
+            SpoutRef(t.namespace, t.cid, t.index, len(self.component_tasks[t.cid]), t.spout)
+            for t in self._spout_tasks
+        ]
+        plan = plan_resume(self._record, not self.at_most_once, refs)
+        if start:
+            for line in ([plan.warning] if plan.warning else []) + plan.lines:
+                log.warning("%s", line)
         if self.at_most_once:
             return
-        _, positions = self._record.restore_point()
         for task in self._spout_tasks:
-            where = None if positions is None else positions.get(task.namespace)
-            task.spout.seek(where)  # type: ignore[attr-defined]
+            if task.namespace in plan.seeks:
+                task.spout.seek(plan.seeks[task.namespace])  # type: ignore[attr-defined]
 
     def _read_batch(self) -> _Batch:
         """Fill a batch: ``next_tuple`` on each spout task until it has emitted
@@ -1630,6 +1657,8 @@ class SparkRuntime:
                 before = len(items)
                 try:
                     next_tuple()
+                except RuntimeFailure:
+                    raise  # the run's end, as on local
                 except Exception as exc:  # reported; the spout keeps going (as on local)
                     self._report(task.cid, task.index, exc, "next_tuple()")
                     break
@@ -1751,7 +1780,7 @@ class SparkRuntime:
         try:
             self._start_checkpoints(positions_needed=not self.at_most_once)
             self._open_spouts()
-            self._seek()
+            self._seek(start=True)
             interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
             while not self._stop:
                 if duration is not None and time.monotonic() - start_time >= duration:
@@ -1856,6 +1885,11 @@ class SparkRuntime:
                 log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
                 batch = read_again(batch)
                 continue
+            for *_, lost in acks:
+                for _, _, error_type, error in lost:
+                    fatal = run_ending(error_type, error)
+                    if fatal is not None:
+                        raise fatal  # the prepares are rolled back at the next start
             resume_at = self._failed_messages(batch, acks)
             if resume_at is None:
                 break
@@ -1915,7 +1949,7 @@ class SparkRuntime:
             m.errors += len(errors)
             self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
             for _, _, error_type, error in lost[-1:]:
-                m.last_error = f"{error_type}: {' '.join(error.split())}"[:200]
+                m.last_error = cut_message(f"{error_type}: {error}")
                 m.last_error_at = self.clock.monotonic()
 
     def _failed_messages(self, batch: _Batch, acks: list[_Ack]) -> float | None:
@@ -1945,7 +1979,7 @@ class SparkRuntime:
                     "%s gave up on an untracked tuple (%s: %s); it is not replayed",
                     component,
                     error_type,
-                    error[:200],
+                    cut_message(error),
                 )
                 continue
             task, (stream, values, _), msg_id = found

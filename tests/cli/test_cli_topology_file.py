@@ -4,24 +4,10 @@ file and line, the whole traceback only with ``--verbose``."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-
-def _statestream(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "statestream", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
+from cli_process import statestream as _statestream
 
 CASES = {
     "syntax": (
