@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,8 +22,9 @@ from . import _core
 from ._components import task_namespace
 from ._config import Config, load_config
 from ._errors import ConfigError, StatestreamError, TopologyError
+from ._progress import Progress, print_summary
 from ._run import load_topology, make_runtime
-from ._text import cut_message, error_line
+from ._text import cut_message, cut_value, error_line
 
 __all__ = ["main"]
 
@@ -150,7 +149,7 @@ def run(
 
     old_int = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
-    reporter = _Progress(rt, conf, live=show_live and (progress is not False))
+    reporter = Progress(rt, conf, live=show_live and (progress is not False))
     try:
         # Opened before the progress starts: a run refused at open (another run
         # holds the store, after waiting for it) shows its one error line only.
@@ -168,7 +167,7 @@ def run(
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
-    _print_summary(result)
+    print_summary(result)
     if signals:
         sys.exit(128 + signals[0])
     if result.errors:
@@ -188,169 +187,6 @@ def _start_line(rt: Any, name: str, conf: Config) -> None:
         f"dead letters go to {dead_letters}",
         err=True,
     )
-
-
-def _cut(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
-
-
-def _rows(metrics: dict[str, Any]) -> list[tuple[str, ...]]:
-    return [
-        (
-            cid,
-            f"{m.emitted:,}",
-            f"{m.executed:,}",
-            f"{m.acked:,}",
-            f"{m.failed:,}",
-            f"{m.errors:,}",
-            f"{m.queued:,}",
-            f"{getattr(m, 'retrying', 0):,}",
-            f"{getattr(m, 'dead_lettered', 0):,}",
-            _cut(getattr(m, "last_error", ""), 60),
-        )
-        for cid, m in metrics.items()
-    ]
-
-
-# retrying: a spout's tuples waiting for their retry; dead: those it gave up
-# on (in the dead-letter file); last error: a component's, on one line.
-_HEADERS = (
-    "component",
-    "emitted",
-    "executed",
-    "acked",
-    "failed",
-    "errors",
-    "queued",
-    "retrying",
-    "dead",
-    "last error",
-)
-
-
-# Each worker process of a run with topology.workers > 1: its index, pid, the
-# tasks it runs, the tuples its tasks executed per second, and restarts so far.
-_WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
-
-
-def _print_summary(result: Any) -> None:
-    widths = [
-        max(len(h), *(len(r[i]) for r in _rows(result.components))) for i, h in enumerate(_HEADERS)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths, strict=True))]
-    for row in _rows(result.components):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    click.echo("\n".join(lines), err=True)
-    errors = sum(m.errors for m in result.components.values())
-    first = ""
-    if result.errors:
-        e = result.errors[0]
-        first = f" (the first: {e.component}[{e.task_index}] {cut_message(e.error)})"
-    click.echo(
-        f"statestream: {result.reason} after {result.elapsed:.2f} s, {errors} errors{first}",
-        err=True,
-    )
-
-
-class _Progress:
-    """Shows the run's counters while it runs, from a background thread.
-
-    On a terminal a live table (rich); otherwise one plain status line every
-    ``statestream.progress.interval.secs`` on stderr. Reading the counters
-    from another thread is safe: they are ints the run loop only increments.
-    """
-
-    def __init__(self, rt: Any, conf: Config, live: bool) -> None:
-        self.rt = rt
-        self.live = live
-        self.interval = float(conf["statestream.progress.interval.secs"])
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last: dict[str, tuple[float, int]] = {}
-
-    def _rates(self) -> list[tuple[str, ...]]:
-        now = time.monotonic()
-        metrics = self.rt.metrics()
-        rows = []
-        for cid, m in metrics.items():
-            done = m.executed if m.executed else m.emitted
-            t0, n0 = self._last.get(cid, (now, done))
-            rate = (done - n0) / (now - t0) if now > t0 else 0.0
-            self._last[cid] = (now, done)
-            rows.append((*_rows({cid: m})[0], f"{rate:,.0f}/s"))
-        return rows
-
-    def _worker_rows(self) -> list[tuple[str, ...]]:
-        """One row per worker process (``topology.workers`` > 1): pid, tasks, rate, restarts."""
-        rows_of = getattr(self.rt, "worker_rows", None)
-        if rows_of is None:
-            return []
-        names = getattr(self.rt, "task_names", {})
-        return [
-            (
-                str(w.index),
-                str(w.pid or "-"),
-                ", ".join(names.get(t, str(t)) for t in w.tasks) or "-",
-                f"{w.rate:,.0f}/s",
-                str(w.restarts),
-            )
-            for w in rows_of()
-        ]
-
-    def _table(self) -> Any:
-        from rich.console import Group
-        from rich.table import Table
-
-        table = Table(title="statestream", expand=False)
-        for h in (*_HEADERS, "rate"):
-            table.add_column(h, justify="left" if h in ("component", "last error") else "right")
-        for row in self._rates():
-            table.add_row(*row)
-        workers = self._worker_rows()
-        if not workers:
-            return table
-        wt = Table(title="workers", expand=False)
-        for h in _WORKER_HEADERS:
-            wt.add_column(h, justify="left" if h == "tasks" else "right")
-        for row in workers:
-            wt.add_row(*row)
-        return Group(table, wt)
-
-    def _run_live(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
-        with Live(self._table(), console=Console(stderr=True), refresh_per_second=4) as live:
-            while not self._done.wait(0.5):
-                live.update(self._table())
-            live.update(self._table())
-
-    def _run_plain(self) -> None:
-        while not self._done.wait(self.interval):
-            parts = [
-                f"{r[0]} emitted={r[1]} executed={r[2]} failed={r[4]} errors={r[5]} "
-                f"retrying={r[7]} dead={r[8]} rate={r[10]}"
-                + (f" last_error={r[9]!r}" if r[9] else "")
-                for r in self._rates()
-            ]
-            click.echo("statestream: " + "; ".join(parts), err=True)
-            workers = [
-                f"worker {r[0]} pid={r[1]} rate={r[3]} restarts={r[4]} tasks=[{r[2]}]"
-                for r in self._worker_rows()
-            ]
-            if workers:
-                click.echo("statestream: " + "; ".join(workers), err=True)
-
-    def __enter__(self) -> _Progress:
-        target: Callable[[], None] = self._run_live if self.live else self._run_plain
-        self._thread = threading.Thread(target=target, name="statestream-progress", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
 
 
 @main.group()
@@ -677,21 +513,24 @@ def _config_prefixes(configs: Sequence[str]) -> list[str]:
 def _deadletter_file(
     configs: Sequence[str], sets: Sequence[str], path: str | None, topology: str | None
 ) -> Any:
-    from ._deadletter import DeadLetterFile, default_path
+    """The dead-letter file the options name; exit 2 naming it if there is none."""
+    from ._deadletter import DEFAULT_NAME, DeadLetterFile, configured_path, missing_file
 
     if path is None:
         prefixes = _config_prefixes(configs) + ([topology] if topology else [])
         conf = load_config(files=configs, sets=sets, topology_prefixes=prefixes)
-        configured = conf["statestream.deadletter.path"]
-        where = (
-            Path(configured)
-            if configured
-            else default_path(
-                conf["topology.state.provider"], conf["topology.state.provider.config"]
-            )
+        where = configured_path(conf)
+        provider = conf["topology.state.provider"]
+        how = (
+            "statestream.deadletter.path"
+            if conf["statestream.deadletter.path"]
+            else f"where a run with topology.state.provider {provider!r} writes it"
         )
     else:
-        where = Path(path)
+        where, how = Path(path), "--path"
+    if not where.exists():
+        # The folders of the working directory: sqlite's default store folder among them.
+        _fail(missing_file(where, how, sorted(Path().glob(f"*/{DEFAULT_NAME}"))), EXIT_USAGE)
     return DeadLetterFile(where)
 
 
@@ -708,8 +547,6 @@ def deadletter_show(
     """Print the dead-letter file: a table, or JSON lines with --json."""
     with _errors():
         dl = _deadletter_file(configs, sets, path, topology)
-        if not dl.path.exists():
-            _fail(f"no dead-letter file at {dl.path} (nothing was ever dead-lettered)", EXIT_USAGE)
         records = [r for r in dl.records() if topology is None or r.topology == topology]
     if as_json:
         out = sys.stdout.buffer
@@ -722,12 +559,12 @@ def deadletter_show(
         (
             r.topology,
             r.namespace,
-            _cut(str(r.msg_id), 20),
+            cut_value(str(r.msg_id), 20),
             r.status,
             str(r.attempts),
             r.component,
-            _cut(f"{r.error_type}: {r.error}", 60),
-            _cut(", ".join(map(str, r.values)), 60),
+            cut_value(f"{r.error_type}: {r.error}", 60),
+            cut_value(", ".join(map(str, r.values)), 60),
         )
         for r in records
     ]
@@ -766,8 +603,6 @@ def deadletter_replay(
 
     with _errors():
         dl = _deadletter_file(configs, sets, path, topology)
-        if not dl.path.exists():
-            _fail(f"no dead-letter file at {dl.path} (nothing was ever dead-lettered)", EXIT_USAGE)
         inexact = sum(1 for r in dl.records() if r.status == DEAD and not r.exact)
         n = dl.update(mark)
     click.echo(

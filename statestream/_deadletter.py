@@ -55,6 +55,7 @@ __all__ = [
     "encode_values",
     "fits_stream",
     "identity",
+    "missing_file",
 ]
 
 log = logging.getLogger("statestream")
@@ -80,6 +81,29 @@ def configured_path(conf: Any) -> Path:
     if path:
         return Path(path)
     return default_path(conf["topology.state.provider"], conf["topology.state.provider.config"])
+
+
+def missing_file(where: Path, how: str, elsewhere: Sequence[Path] = ()) -> str:
+    """The one line of a dead-letter command that finds no file at ``where``.
+
+    ``how`` says how ``where`` was chosen; ``elsewhere`` are dead-letter files
+    where another config would have looked (the folders of the working
+    directory, the default sqlite store's among them). Without the run's config the command looks where a memory run
+    writes, so "nothing was ever dead-lettered" would send the user away from
+    a file that is there: name the file looked at and how to name the right one.
+    """
+    found = [p for p in elsewhere if p.exists() and p.resolve() != where.resolve()]
+    head = f"no dead-letter file at {where} ({how})"
+    if found:
+        return (
+            f"{head}; there is one at {found[0]}: name it with --path {found[0]}, or give "
+            "the -c/--set the run had"
+        )
+    return (
+        f"{head}: nothing was dead-lettered there. A run writes statestream.deadletter.path, "
+        "else deadletter.jsonl beside its sqlite database: give the -c/--set the run had, "
+        "or --path FILE"
+    )
 
 
 def _json_or_repr(value: Any) -> tuple[Any, bool]:
