@@ -15,10 +15,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ProviderFactory
 from word_bolts import Count, Split
 
-from statestream import KeyValueState, StatefulBolt, TopologyBuilder, Tuple, run
+from statestream import KeyValueState, StateError, StatefulBolt, TopologyBuilder, Tuple, run
 from statestream._exactly_once import CHECKPOINT_KEY, POSITIONS_KEY
 from statestream._registry import SCOPE_SEPARATOR, clear_topology, stored_topologies
 from statestream._rescale import _JOURNAL, _PARALLELISM, LAYOUT_NAMESPACE
@@ -115,3 +116,40 @@ def test_clear_deletes_every_key_whatever_its_name_and_the_rerun_counts_exactly(
     run(topology, config, until_idle=True)
     assert committed_state(topology, config, "count") == expected
     assert committed_state(other, config, "count") == expected
+
+
+def test_a_provider_that_cannot_delete_state_wholly_says_so() -> None:
+    from conftest import sdk_example_module
+
+    from statestream._state import BackendStateProvider
+
+    base = sdk_example_module().DictStateProvider
+
+    class Older(base):  # type: ignore[misc, valid-type]
+        """The SDK example as written before the optional deletion existed."""
+
+        stored_namespaces = BackendStateProvider.stored_namespaces
+        _drop = BackendStateProvider._drop
+
+    provider = Older(store="older")
+    state = provider.get_state("clearing/count-0")
+    state.put("checkpoint", 1)
+    state.commit()
+    message = (
+        "the dict state provider cannot delete state wholly (it has no stored_namespaces() "
+        "and drop_namespaces(); see statestream.provider); delete its store instead, or "
+        "run the topology under another name"
+    )
+    with pytest.raises(StateError) as info:
+        clear_topology(provider, "clearing")
+    assert str(info.value) == message
+    with pytest.raises(StateError, match="cannot delete state wholly"):
+        provider.drop_namespaces(["clearing/count-0"])
+    assert dict(provider.get_state("clearing/count-0").items()) == {"checkpoint": 1}
+
+    class ProtocolOnly:
+        name = "bare"
+
+    with pytest.raises(StateError, match="the bare state provider cannot delete"):
+        clear_topology(ProtocolOnly(), "clearing")
+    base.stores.pop("older", None)
