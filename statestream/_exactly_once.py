@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -57,12 +57,14 @@ if TYPE_CHECKING:
     from ._state import KeyValueState
 
 __all__ = [
+    "ACKED_KEY",
     "CHECKPOINT_KEY",
     "POSITIONS_KEY",
     "CheckpointRecord",
     "Rewindable",
     "Standstill",
     "StandstillStep",
+    "can_resume",
     "can_rewind",
     "check_position",
     "resolve_exactly_once",
@@ -72,6 +74,9 @@ CHECKPOINT_KEY = "checkpoint"
 """Key of the checkpoint phase ``{"txid", "phase"}`` in ``$checkpointspout-0``."""
 POSITIONS_KEY = "positions"
 """Key of the spout positions ``{str(txid): {namespace: position}}`` beside it."""
+ACKED_KEY = "acked"
+"""Key of the at-least-once resume positions ``{str(txid): {namespace: acked position}}``:
+apart from the exact positions, so that exactly-once never takes one for a cut."""
 _TXID_KEY = re.compile(r"-?[0-9]+")
 
 
@@ -100,6 +105,22 @@ class Rewindable(Protocol):
     number, bool or None), since it is stored with the checkpoint and read
     by either runtime. ``seek(position())`` on a fresh instance over the same
     source must make it emit the same tuples it would have emitted next.
+
+    Optional, for at-least-once state (``statestream.state.exactly.once``
+    false, or ``auto`` with another spout that cannot rewind): ``acked_position()``,
+    the position below which every message was acked, in the format of
+    :meth:`position` (Storm's Kafka spout commits this offset). The runtime
+    takes it whenever the checkpoint spout stores ``PREPARING(t)`` (at any
+    moment between two ``next_tuple`` calls, on another worker a little
+    older: never ahead of what was acked) and stores it with ``t``; a
+    restart calls :meth:`seek` with the one stored with the restored
+    checkpoint, so only what was not acked is read again. It is safe because
+    a stateful topology acks a message only once the checkpoint covering it
+    has committed. Without a stored one (a fresh store) an at-least-once
+    start does not call :meth:`seek`. It is called often (every round on
+    several workers): keep it cheap, and keep ``ack`` cheap too. A spout
+    without it is read again from wherever its ``open`` starts, and the
+    start line says so.
     """
 
     def position(self) -> Any:
@@ -114,6 +135,14 @@ class Rewindable(Protocol):
 def can_rewind(spout: object) -> bool:
     """Whether ``spout`` implements :class:`Rewindable`."""
     return callable(getattr(spout, "position", None)) and callable(getattr(spout, "seek", None))
+
+
+def can_resume(spout: object) -> bool:
+    """Whether at-least-once state can resume ``spout`` where it was acked: it has
+    ``seek`` and the optional ``acked_position`` of :class:`Rewindable`."""
+    return callable(getattr(spout, "acked_position", None)) and callable(
+        getattr(spout, "seek", None)
+    )
 
 
 def resolve_exactly_once(
@@ -169,44 +198,75 @@ class CheckpointRecord:
     the data spouts' positions (task namespace -> position) stored with the
     prepare of that txid. At most two txids are kept: ``t``, being prepared
     or committed, and ``t-1``, which a rollback of ``t`` restores.
+
+    ``acked`` is the same per txid for at-least-once state: each resumable
+    data spout's ``acked_position()`` taken when ``PREPARING(t)`` was stored
+    (see :class:`Rewindable`). Kept apart from ``positions``: an acked
+    position is safe to resume from but is no cut.
     """
 
     state: CheckpointState
     positions: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    acked: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, kv: KeyValueState) -> CheckpointRecord:
         """The record stored in ``kv`` (``COMMITTED(-1)`` and no positions on a fresh store)."""
         raw = kv.get(CHECKPOINT_KEY)
         state = CheckpointState.from_json(raw) if raw is not None else CheckpointState.initial()
-        stored = kv.get(POSITIONS_KEY) or {}
-        positions: dict[int, Mapping[str, Any]] = {}
-        if isinstance(stored, Mapping):
-            for txid, where in stored.items():
-                # A malformed key is skipped, never fatal: "--1" or "²" pass
-                # str.isdigit() after lstrip("-") but int() refuses them.
-                if isinstance(where, Mapping) and _TXID_KEY.fullmatch(str(txid)):
-                    positions[int(txid)] = dict(where)
-        return cls(state, positions)
+        return cls(state, _by_txid(kv.get(POSITIONS_KEY)), _by_txid(kv.get(ACKED_KEY)))
 
     def advance(
-        self, state: CheckpointState, positions: Mapping[str, Any] | None = None
+        self,
+        state: CheckpointState,
+        positions: Mapping[str, Any] | None = None,
+        acked: Mapping[str, Any] | None = None,
     ) -> CheckpointRecord:
         """The record after moving to ``state``.
 
         ``positions`` are the data spouts' positions for ``state.txid`` (given
-        with ``PREPARING(t)``); the positions of ``t`` and ``t-1`` are kept,
-        older ones dropped.
+        with ``PREPARING(t)``), ``acked`` their acked positions (at-least-once);
+        those of ``t`` and ``t-1`` are kept, older ones dropped. A spout
+        missing from ``acked`` (on another worker, not heard of yet) keeps the
+        newest one stored: an older acked position is still safe.
         """
-        kept = {t: p for t, p in self.positions.items() if state.txid - 1 <= t <= state.txid}
+        lo, hi = state.txid - 1, state.txid
+        kept = {t: p for t, p in self.positions.items() if lo <= t <= hi}
+        kept_acked = {t: p for t, p in self.acked.items() if lo <= t <= hi}
         if positions is not None:
             kept[state.txid] = dict(positions)
-        return CheckpointRecord(state, kept)
+        if acked is not None:
+            kept_acked[state.txid] = {**self._newest(below=state.txid), **acked}
+        return CheckpointRecord(state, kept, kept_acked)
+
+    def with_acked(self, acked: Mapping[str, Any]) -> CheckpointRecord:
+        """The record with ``acked`` stored for the txid a recovery restores.
+
+        Safe at any moment, not only at a prepare: a message is acked only
+        after the checkpoint holding its effects committed, and nothing is
+        committed beyond what a recovery from this record restores. The
+        runtime calls it at the clean end of a run, so that a finished input
+        is not read again. Unchanged if nothing was ever committed.
+        """
+        txid, _ = self.restore_point()
+        if txid < 0:
+            return self
+        merged = {**self._newest(below=txid + 1), **acked}
+        return replace(self, acked={**self.acked, txid: merged})
+
+    def _newest(self, below: int) -> Mapping[str, Any]:
+        """The newest positions stored for a txid below ``below`` (exact or acked)."""
+        txids = [t for t in (*self.positions, *self.acked) if t < below]
+        if not txids:
+            return {}
+        t = max(txids)
+        return self.positions.get(t) or self.acked.get(t) or {}
 
     def save(self, kv: KeyValueState) -> None:
         """Store phase and positions in ``kv`` in one direct commit."""
         kv.put(CHECKPOINT_KEY, self.state.to_json())
         kv.put(POSITIONS_KEY, {str(t): dict(p) for t, p in self.positions.items()})
+        kv.put(ACKED_KEY, {str(t): dict(p) for t, p in self.acked.items()})
         kv.commit(None)
 
     def restore_point(self) -> tuple[int, Mapping[str, Any] | None]:
@@ -225,6 +285,31 @@ class CheckpointRecord:
         if state.txid < 0:
             return -1, None
         return state.txid, self.positions.get(state.txid)
+
+    def resume_point(self) -> tuple[int, Mapping[str, Any] | None, bool]:
+        """``(txid, positions, exact)`` an at-least-once recovery resumes from.
+
+        As :meth:`restore_point`, but with the acked positions stored with
+        ``txid`` when there are (``exact`` False then): they are at least as far
+        as exact ones stored with it, since :meth:`with_acked` stores them later.
+        """
+        txid, positions = self.restore_point()
+        acked = self.acked.get(txid)
+        if txid < 0 or acked is None:
+            return txid, positions, True
+        return txid, acked, False
+
+
+def _by_txid(stored: Any) -> dict[int, Mapping[str, Any]]:
+    """A stored ``{str(txid): {namespace: position}}`` read back with int txids."""
+    got: dict[int, Mapping[str, Any]] = {}
+    if isinstance(stored, Mapping):
+        for txid, where in stored.items():
+            # A malformed key is skipped, never fatal: "--1" or "²" pass
+            # str.isdigit() after lstrip("-") but int() refuses them.
+            if isinstance(where, Mapping) and _TXID_KEY.fullmatch(str(txid)):
+                got[int(txid)] = dict(where)
+    return got
 
 
 class StandstillStep(Enum):

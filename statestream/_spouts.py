@@ -36,21 +36,23 @@ class FileSpout(Spout):
     :class:`~statestream.SourceError` naming the file, the line and the byte
     offset; ``"replace"`` reads it with U+FFFD in place of each bad byte.
 
-    With ``resume=True`` the spout stores the acked prefix of line numbers (how
-    many lines from the start are fully processed) in the state provider, as a
-    Kafka consumer commits offsets, and a restart skips those lines: only the
-    unacknowledged tail is read again. The position is stored at most every
-    ``save_interval`` seconds (default: a quarter of the checkpoint interval,
-    since acks of a stateful topology arrive once per checkpoint) and at close; a restart
-    may therefore re-read a few acked lines. This is Storm's at-least-once
-    resume and not part of exactly-once state.
+    It implements :class:`~statestream.Rewindable`, on every runtime: with
+    exactly-once state the runtime takes its :meth:`position` at each
+    checkpoint (the local runtime at a standstill, the Spark driver at the end
+    of each batch it reads); with at-least-once state it takes its
+    :meth:`acked_position` (the first line not yet acked: Storm's Kafka spout
+    commits this offset) when each checkpoint is prepared. After a restart
+    (or a rollback) it hands back the one stored with the restored checkpoint
+    through :meth:`seek`, so a finished file is not read again and a crash
+    re-reads only what was not acked.
 
-    Exactly-once state uses the :class:`~statestream.Rewindable` contract
-    instead, on every runtime: the runtime takes the spout's :meth:`position`
-    at each checkpoint (the local runtime at a standstill, the Spark driver at
-    the end of each batch it reads) and, after a restart or a rollback, hands
-    back the one stored with the restored checkpoint through :meth:`seek`; the
-    acked prefix is then neither read nor written.
+    ``resume=True`` is for a topology without stateful bolts, which takes no
+    checkpoints to store the position with: the spout then commits its
+    :meth:`acked_position` to its own state namespace itself, at most every
+    ``save_interval`` seconds (default: a quarter of the checkpoint interval)
+    and at close, and ``open`` continues from it. In a stateful topology the
+    checkpoint owns the position: once the runtime calls :meth:`seek`, the
+    spout stores nothing itself.
     """
 
     def __init__(
@@ -79,10 +81,8 @@ class FileSpout(Spout):
         self._replay: deque[int] = deque()
         self.resume = resume
         self.save_interval = save_interval
-        self._position: Any = None  # the provider state holding the acked prefix
-        self._prefix = 0  # lines 0.._prefix-1 are acked
-        self._acked_ahead: set[int] = set()  # acked lines beyond the prefix
-        self._saved = 0
+        self._position: Any = None  # resume=True: the provider state holding acked_position()
+        self._saved = 0  # resume=True: the line of the acked position saved last
         self._last_save = 0.0
         self._task = 0  # this task's index, and the number of tasks sharing the file
         self._tasks = 1
@@ -127,9 +127,7 @@ class FileSpout(Spout):
                 self._check_tasks(stored)
                 skip = int(stored["line"])
                 self._skip_lines(skip)
-                self._next_line = self._prefix = self._saved = skip
-            else:
-                self._prefix = self._saved = self._task  # this task's first line
+                self._next_line = self._saved = skip
             self._last_save = context.clock.monotonic()
             if self.save_interval is None:
                 # A quarter of the checkpoint interval: acks of a stateful
@@ -140,7 +138,7 @@ class FileSpout(Spout):
     def next_tuple(self) -> None:
         # Saved here, not in ack(): acks come in bursts (one per commit), and
         # the runtime delivers a whole burst before it asks for the next tuple.
-        if self._prefix != self._saved and self.context.clock.monotonic() - self._last_save >= (
+        if self._position is not None and self.context.clock.monotonic() - self._last_save >= (
             self.save_interval or 0.0
         ):
             self.save_position()
@@ -236,8 +234,9 @@ class FileSpout(Spout):
             if position.get("path") != self._path:
                 raise ConfigError(
                     f"the checkpoint to restore was taken reading {position.get('path')!r}, "
-                    f"but this run reads {self._path!r}: exactly-once state cannot continue "
-                    "another file; point the input back, or start from an empty state store"
+                    f"but this run reads {self._path!r}: its stored position is a line of "
+                    "that file; point the input back, or start from an empty state store "
+                    "(statestream state clear)"
                 )
             self._check_tasks(position)
             line, replay = int(position["line"]), position.get("replay") or []
@@ -246,37 +245,38 @@ class FileSpout(Spout):
         self._skip_lines(line)
         self._next_line = line
         self._eof = False
-        self._in_flight = {int(n): text for n, text in replay}
+        # In line order (the failed lines are all before ``line``), so that the
+        # first line in flight is the lowest: acked_position() reads it there.
+        self._in_flight = {int(n): text for n, text in sorted(replay)}
         self._replay = deque(int(n) for n, _ in replay)
-        # The checkpoint owns the position now; the acked prefix is not kept.
+        # The checkpoint owns the position now: resume=True stores nothing more.
         self._position = None
         self.resume = False
 
-    def ack(self, msg_id: Any) -> None:
-        if self._in_flight.pop(msg_id, None) is None or not self.resume:
-            return
-        if msg_id == self._prefix:
-            # The prefix moves over this task's lines only (every _tasks-th).
-            step = self._tasks
-            prefix = msg_id + step
-            ahead = self._acked_ahead
-            while prefix in ahead:
-                ahead.discard(prefix)
-                prefix += step
-            self._prefix = prefix
-        else:
-            self._acked_ahead.add(msg_id)
-
-    def save_position(self) -> None:
-        """Commit the acked prefix to the state provider now."""
-        if self._position is None or self._prefix == self._saved:
-            return
-        where: dict[str, Any] = {"path": self._path, "line": self._prefix}
+    def acked_position(self) -> Any:
+        """Where a restart continues at-least-once: the first line not yet acked
+        (the lines after it are read again, acked or not)."""
+        # _in_flight holds the emitted, unacked lines in line order (next_tuple
+        # adds them in order, seek() sorts the failed ones), so the lowest is
+        # the first: no bookkeeping on the per-line ack() for this.
+        line = next(iter(self._in_flight), self._next_line)
+        where: dict[str, Any] = {"path": self._path, "line": line}
         if self._tasks > 1:
             where["tasks"] = self._tasks
-        self._position.put("position", where)
-        self._position.commit()
-        self._saved = self._prefix
+        return where
+
+    def ack(self, msg_id: Any) -> None:
+        self._in_flight.pop(msg_id, None)
+
+    def save_position(self) -> None:
+        """``resume=True``: commit :meth:`acked_position` to the state provider now."""
+        if self._position is None:
+            return
+        where = self.acked_position()
+        if where["line"] != self._saved:
+            self._position.put("position", where)
+            self._position.commit()
+            self._saved = where["line"]
         self._last_save = self.context.clock.monotonic()
 
     def fail(self, msg_id: Any) -> None:

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._checkpoint import Action, CheckpointCoordinator, CheckpointState, Phase
@@ -233,8 +233,13 @@ class CheckpointSpout(Spout):
     PREPARE by itself: the runtime brings the data spouts to a standstill
     when :meth:`prepare_due` says so and starts it with
     :meth:`start_prepare`, giving the spouts' positions, which are stored
-    with ``PREPARING(t)`` in the same commit.
+    with ``PREPARING(t)`` in the same commit. With at-least-once state the
+    runtime sets :attr:`acked_positions` instead: it is called whenever
+    ``PREPARING(t)`` is stored, and what it returns (the data spouts' acked
+    positions, see ``statestream._resume``) is stored with it.
     """
+
+    acked_positions: Callable[[], Mapping[str, Any]] | None = None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare_stream(CHECKPOINT_STREAM, CHECKPOINT_FIELDS)
@@ -253,8 +258,14 @@ class CheckpointSpout(Spout):
         self._positions: Mapping[str, Any] | None = None
 
     def _save(self, cs: CheckpointState) -> None:
-        positions = self._positions if cs.phase is Phase.PREPARING else None
-        record = self.record.advance(cs, positions)
+        positions = acked = None
+        if cs.phase is Phase.PREPARING:
+            positions = self._positions
+            if positions is None and self.acked_positions is not None:
+                # Every message below these was acked, so its effects are in
+                # a checkpoint committed before t: safe to resume from at t.
+                acked = self.acked_positions()
+        record = self.record.advance(cs, positions, acked)
         record.save(self.state)
         self.record = record
 
@@ -285,6 +296,17 @@ class CheckpointSpout(Spout):
             self._poll(allow_prepare=True)
         finally:
             self._positions = None
+
+    def store_acked(self) -> None:
+        """At-least-once, at the clean end of a run: store the acked positions now
+        (:meth:`CheckpointRecord.with_acked`), so that a rerun after a finished
+        input reads nothing; a crash keeps those of the last prepare."""
+        if self.acked_positions is None:
+            return
+        record = self.record.with_acked(self.acked_positions())
+        if record is not self.record:
+            record.save(self.state)
+            self.record = record
 
     def _now_ms(self) -> float:
         return self.clock.monotonic() * 1000.0

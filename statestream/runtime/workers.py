@@ -79,9 +79,10 @@ from typing import Any
 from .._clock import Clock
 from .._config import Config
 from .._errors import ConfigError, RuntimeFailure, SerializationError, StatestreamError
-from .._exactly_once import StandstillStep
+from .._exactly_once import StandstillStep, can_resume
 from .._registry import RunClaim
 from .._results import ErrorReport, RunResult, TaskMetrics
+from .._resume import SpoutRef, acked_positions
 from .._topology import Topology
 from .._tuple import Origin
 from .local import _GC_YOUNG, FLAT, pack_ids, unpack_ids
@@ -625,6 +626,8 @@ class _Status:
     epoch: int = 0  # rewinds so far: what was sent before a rewind is dropped
     deadline: bool = False  # the stop is --duration's
     gc: bool = False  # this worker's young generation is due for a collection
+    # at-least-once: this worker's data spouts' acked positions (statestream._resume)
+    acked: dict[str, Any] | None = None
 
     def wire(self) -> tuple[Any, ...]:
         return (
@@ -645,6 +648,7 @@ class _Status:
             self.epoch,
             self.deadline,
             self.gc,
+            self.acked,
         )
 
     @classmethod
@@ -690,6 +694,10 @@ class Worker:
         self.deliver_time = 0.0
         self.stop_requested = False
         self._reported_at = 0.0
+        # at-least-once: this worker's resumable data spouts, and the acked
+        # positions its peers sent (see _share_acked_positions)
+        self._resumable: list[SpoutRef] = []
+        self._peer_acked: dict[str, Any] = {}
 
     def _local_roots(self) -> None:
         """Give new tuple trees a root id whose acker task lives in this worker
@@ -730,6 +738,8 @@ class Worker:
             st.prepare_due = cp.prepare_due() if ss is not None else False
             st.committed = cp.committed_txid
             st.in_checkpoint = cp.coordinator.pending is not None
+        if self._resumable:
+            st.acked = acked_positions(self._resumable)
         if draining and not queued and not st.sent and ss is not None:
             from .._exactly_once import check_position
 
@@ -799,6 +809,7 @@ class Worker:
 
         rt = self.rt
         rt.open()
+        self._share_acked_positions()
         clock = rt.clock
         start = rt._start_time = clock.monotonic()
         deadline = start + duration if duration is not None else None
@@ -890,6 +901,7 @@ class Worker:
                 self._maybe_report()
             self.mesh.close()
             rt._finish_queued()
+            rt.store_acked_positions()
         finally:
             _restore_gc(gc_before)
             rt.close()
@@ -902,6 +914,19 @@ class Worker:
     _gc_wait = 0
     _deadline = False
     epoch = 0
+
+    def _share_acked_positions(self) -> None:
+        """At-least-once: each worker sends its data spouts' acked positions in every
+        status, and the checkpoint spout's worker stores the newest it has heard of
+        with each PREPARE (an older one is still safe: acked positions only grow)."""
+        rt = self.rt
+        if rt.standstill is not None or not rt.plan.checkpointed:
+            return
+        self._resumable = [r for r in rt.spout_refs() if can_resume(r.spout)]
+        cp = rt._checkpoint_spout
+        if cp is not None:
+            mine = self._resumable
+            cp.acked_positions = lambda: {**self._peer_acked, **acked_positions(mine)}
 
     def _cut(self, statuses: list[_Status]) -> None:
         """Exactly-once: every worker stands still; the checkpoint spout's worker
@@ -950,6 +975,8 @@ class Worker:
         for p in self.peers if need else ():
             status, rest = self.link.decode(got[p])
             st = statuses[p] = _Status.of(status)
+            if st.acked:
+                self._peer_acked.update(st.acked)
             if st.epoch == self.epoch:
                 self.link.deliver(rest)
         self.link.release()

@@ -83,8 +83,8 @@ def test_the_acked_prefix_moves_over_each_tasks_own_lines(tmp_path: Path) -> Non
     config = runner.config()
     runner.run(_topology(path, 3, resume=True), config)
     assert len(records("lines")) == 10
-    # The next unacked line of each task: past the last of its own (9, 7, 8).
-    assert [p["line"] for p in _stored_positions(config, 3)] == [12, 10, 11]
+    # Each task's acked position: every line acked, so the end of the file.
+    assert [p["line"] for p in _stored_positions(config, 3)] == [10, 10, 10]
     assert {p["tasks"] for p in _stored_positions(config, 3)} == {3}
     # A restart over the same file has nothing left to emit.
     Records("lines").clear()

@@ -1,0 +1,197 @@
+"""What `statestream run` shows of a run: the live table or status lines, and the summary.
+
+On a terminal a live table (rich), redrawn in place under the log
+(:class:`~statestream._screen.Screen` prints every line written meanwhile
+above it); otherwise one plain status line every
+``statestream.progress.interval.secs`` on stderr. The summary is printed
+once, when the run is over.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ._config import Config
+from ._text import cut_message, cut_value
+
+__all__ = ["Progress", "print_summary"]
+
+# retrying: a spout's tuples waiting for their retry; dead: those it gave up
+# on (in the dead-letter file); last error: a component's, on one line.
+_HEADERS = (
+    "component",
+    "emitted",
+    "executed",
+    "acked",
+    "failed",
+    "errors",
+    "queued",
+    "retrying",
+    "dead",
+    "last error",
+)
+
+# Each worker process of a run with topology.workers > 1: its index, pid, the
+# tasks it runs, the tuples its tasks executed per second, and restarts so far.
+_WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
+
+# The last error in a table is a cell: its start says which error it is, and
+# the whole message is in the log above the table and in the summary.
+_ERROR_CELL = 60
+
+
+def _rows(metrics: dict[str, Any], error_cell: int | None = _ERROR_CELL) -> list[tuple[str, ...]]:
+    """One row of cells per component; the last error whole when ``error_cell`` is None."""
+    rows: list[tuple[str, ...]] = []
+    for cid, m in metrics.items():
+        error = getattr(m, "last_error", "")
+        rows.append(
+            (
+                cid,
+                f"{m.emitted:,}",
+                f"{m.executed:,}",
+                f"{m.acked:,}",
+                f"{m.failed:,}",
+                f"{m.errors:,}",
+                f"{m.queued:,}",
+                f"{getattr(m, 'retrying', 0):,}",
+                f"{getattr(m, 'dead_lettered', 0):,}",
+                cut_message(error) if error_cell is None else cut_value(error, error_cell),
+            )
+        )
+    return rows
+
+
+def print_summary(result: Any) -> None:
+    """The run's counts as a plain table, and one line: why it ended, the errors."""
+    rows = _rows(result.components)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    click.echo("\n".join(lines), err=True)
+    errors = sum(m.errors for m in result.components.values())
+    first = ""
+    if result.errors:
+        e = result.errors[0]
+        first = f" (the first: {e.component}[{e.task_index}] {cut_message(e.error)})"
+    click.echo(
+        f"statestream: {result.reason} after {result.elapsed:.2f} s, {errors} errors{first}",
+        err=True,
+    )
+
+
+class Progress:
+    """Shows the run's counters while it runs, from a background thread.
+
+    ``live``: the table on the terminal (stderr), with the log above it;
+    otherwise status lines. Reading the counters from another thread is safe:
+    they are ints the run loop only increments.
+    """
+
+    def __init__(self, rt: Any, conf: Config, live: bool) -> None:
+        self.rt = rt
+        self.live = live
+        self.interval = float(conf["statestream.progress.interval.secs"])
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._screen: Any = None
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def _rates(self, error_cell: int | None = _ERROR_CELL) -> list[tuple[str, ...]]:
+        now = time.monotonic()
+        metrics = self.rt.metrics()
+        rows = []
+        for cid, m in metrics.items():
+            done = m.executed if m.executed else m.emitted
+            t0, n0 = self._last.get(cid, (now, done))
+            rate = (done - n0) / (now - t0) if now > t0 else 0.0
+            self._last[cid] = (now, done)
+            rows.append((*_rows({cid: m}, error_cell)[0], f"{rate:,.0f}/s"))
+        return rows
+
+    def _worker_rows(self) -> list[tuple[str, ...]]:
+        """One row per worker process (``topology.workers`` > 1): pid, tasks, rate, restarts."""
+        rows_of = getattr(self.rt, "worker_rows", None)
+        if rows_of is None:
+            return []
+        names = getattr(self.rt, "task_names", {})
+        return [
+            (
+                str(w.index),
+                str(w.pid or "-"),
+                ", ".join(names.get(t, str(t)) for t in w.tasks) or "-",
+                f"{w.rate:,.0f}/s",
+                str(w.restarts),
+            )
+            for w in rows_of()
+        ]
+
+    def _table(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        table = Table(title="statestream", expand=False)
+        for h in (*_HEADERS, "rate"):
+            table.add_column(h, justify="left" if h in ("component", "last error") else "right")
+        for row in self._rates():
+            table.add_row(*row)
+        workers = self._worker_rows()
+        if not workers:
+            return table
+        wt = Table(title="workers", expand=False)
+        for h in _WORKER_HEADERS:
+            wt.add_column(h, justify="left" if h == "tasks" else "right")
+        for row in workers:
+            wt.add_row(*row)
+        return Group(table, wt)
+
+    def _run_live(self) -> None:
+        while not self._done.wait(0.5):
+            self._screen.update()
+
+    def _run_plain(self) -> None:
+        while not self._done.wait(self.interval):
+            parts = [
+                f"{r[0]} emitted={r[1]} executed={r[2]} failed={r[4]} errors={r[5]} "
+                f"retrying={r[7]} dead={r[8]} rate={r[10]}"
+                + (f" last_error={r[9]!r}" if r[9] else "")
+                for r in self._rates(error_cell=None)
+            ]
+            click.echo("statestream: " + "; ".join(parts), err=True)
+            workers = [
+                f"worker {r[0]} pid={r[1]} rate={r[3]} restarts={r[4]} tasks=[{r[2]}]"
+                for r in self._worker_rows()
+            ]
+            if workers:
+                click.echo("statestream: " + "; ".join(workers), err=True)
+
+    def __enter__(self) -> Progress:
+        target: Callable[[], None] = self._run_plain
+        if self.live:
+            from ._screen import Screen
+
+            # Only a terminal can take a redrawn table; a forced --progress
+            # elsewhere (a pipe) gets the status lines.
+            if not os.isatty(2):
+                self.live = False
+            else:
+                self._screen = Screen(self._table).__enter__()
+                target = self._run_live
+        self._thread = threading.Thread(target=target, name="statestream-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self._screen is not None:
+            self._screen.__exit__(None, None, None)
+            self._screen = None
