@@ -80,6 +80,7 @@ from .._clock import Clock
 from .._config import Config
 from .._errors import ConfigError, RuntimeFailure, SerializationError, StatestreamError
 from .._exactly_once import StandstillStep, can_resume
+from .._picklable import unpicklable
 from .._registry import RunClaim
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._resume import SpoutRef, acked_positions
@@ -393,22 +394,17 @@ class Link:
         for q in self.delayed.values():
             q.next_round()
 
-    def _unpicklable(self, records: list[Any], exc: Exception) -> SerializationError:
-        """The error naming the tuple whose values cannot go to another worker."""
+    def _unpicklable(self, records: list[Any], exc: Exception) -> StatestreamError:
+        """The error naming the tuple whose values cannot go to another worker (a
+        later tuple than the first of its stream, which every runtime checks)."""
         for target, lane, src, stream, group, *_ in records:
             tuples = ([v] for v in group) if lane & FLAT else group
-            for value in (v for values in tuples for v in values):
-                try:
-                    pickle.dumps(value)
-                except Exception as err:
-                    origin = self.origins[(src, stream)]
-                    return SerializationError(
-                        f"a tuple of {origin.component}[{origin.task_index}] on stream "
-                        f"{stream!r} to {self.rt.task_names.get(target, target)} in another "
-                        f"worker holds a {type(value).__name__} that cannot be pickled ({err}); "
-                        "with topology.workers > 1 tuple values cross processes: emit plain "
-                        "data (str, int, float, bytes, lists, dicts, or picklable objects)"
-                    )
+            for values in tuples:
+                origin = self.origins[(src, stream)]
+                where = f" to {self.rt.task_names.get(target, target)} in another worker"
+                error = unpicklable(origin.component, origin.task_index, stream, values, where)
+                if error is not None:
+                    return error
         return SerializationError(f"a frame to another worker cannot be pickled: {exc}")
 
     def decode(
