@@ -24,7 +24,7 @@ from ._config import Config, load_config
 from ._errors import ConfigError, StatestreamError, TopologyError
 from ._progress import Progress, print_summary
 from ._run import load_topology, make_runtime
-from ._text import cut_message, cut_value, error_line
+from ._text import count, cut_message, cut_value, error_line
 
 __all__ = ["main"]
 
@@ -459,7 +459,8 @@ def show_topology(topology: str) -> None:
     click.echo(f"topology {topo.name!r}")
     for spec in topo.components.values():
         kind = "spout" if spec.is_spout else ("stateful bolt" if spec.is_stateful else "bolt")
-        click.echo(f"  {spec.id} ({kind} {type(spec.user_obj).__name__}, {spec.parallelism} tasks)")
+        tasks = count(spec.parallelism, "task")
+        click.echo(f"  {spec.id} ({kind} {type(spec.user_obj).__name__}, {tasks})")
         for stream, (fields, direct) in spec.outputs.items():
             click.echo(f"    emits {stream}{' (direct)' if direct else ''}: {list(fields)}")
         for sub in spec.inputs:
@@ -574,7 +575,7 @@ def deadletter_show(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
     click.echo("\n".join(lines))
-    click.echo(f"{len(records)} dead letters in {dl.path}", err=True)
+    click.echo(f"{count(len(records), 'dead letter')} in {dl.path}", err=True)
 
 
 @deadletter.command("replay")
@@ -606,12 +607,12 @@ def deadletter_replay(
         inexact = sum(1 for r in dl.records() if r.status == DEAD and not r.exact)
         n = dl.update(mark)
     click.echo(
-        f"statestream: {n} dead letters marked for replay in {dl.path}; the next run of "
+        f"statestream: {count(n, 'dead letter')} marked for replay in {dl.path}; the next run of "
         "their topology feeds them back"
     )
     if inexact:
         click.echo(
-            f"statestream: {inexact} dead letters hold values written as their repr and "
+            f"statestream: {count(inexact, 'dead letter')} hold values written as their repr and "
             "cannot be replayed",
             err=True,
         )

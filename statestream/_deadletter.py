@@ -43,7 +43,7 @@ import orjson
 
 from ._errors import ConfigError, RuntimeFailure
 from ._retry import msg_id_key_fast, msg_key
-from ._text import cut_message
+from ._text import count, cut_message
 
 __all__ = [
     "DeadLetter",
@@ -311,11 +311,11 @@ class DeadLetterFile:
                 f"of spout {record.namespace} stays unsettled"
             ) from exc
         log.warning(
-            "%s[%d] gave up on message %r after %d attempts (%s: %s); %s to %s",
+            "%s[%d] gave up on message %r after %s (%s: %s); %s to %s",
             record.spout,
             record.task,
             record.msg_id,
-            record.attempts,
+            count(record.attempts, "attempt"),
             record.error_type,
             record.error,
             "dead-lettered" if written else "already in",

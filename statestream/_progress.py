@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ._config import Config
-from ._text import cut_message, cut_value
+from ._text import count, cut_message, cut_value
 
 __all__ = ["Progress", "print_summary"]
 
@@ -82,7 +82,7 @@ def print_summary(result: Any) -> None:
         e = result.errors[0]
         first = f" (the first: {e.component}[{e.task_index}] {cut_message(e.error)})"
     click.echo(
-        f"statestream: {result.reason} after {result.elapsed:.2f} s, {errors} errors{first}",
+        f"statestream: {result.reason} after {result.elapsed:.2f} s, {count(errors, 'error')}{first}",
         err=True,
     )
 

@@ -11,11 +11,16 @@ values it quotes are.
 
 from __future__ import annotations
 
-__all__ = ["MESSAGE_LIMIT", "cut_message", "cut_value", "error_line", "one_line"]
+__all__ = ["MESSAGE_LIMIT", "count", "cut_message", "cut_value", "error_line", "one_line"]
 
 #: The longest message kept whole. statestream's own messages quote values
 #: already shortened and stay well below it.
 MESSAGE_LIMIT = 600
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, in the plural unless ``n`` is 1: ``1 task``, ``2 tasks``, ``1,000 tasks``."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def one_line(text: str) -> str:

@@ -206,7 +206,7 @@ from .._deadletter import (
 )
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
-from .._outage import guard_store
+from .._outage import guard_store, outage_in
 from .._picklable import check_first, run_ending
 from .._registry import RunClaim
 from .._rescale import rescale_state
@@ -215,7 +215,7 @@ from .._resume import SpoutRef, plan_resume
 from .._retry import Retries, RetryPolicy, VerdictKind
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
-from .._text import cut_message
+from .._text import count, cut_message
 from .._topology import Topology
 from .._transactional.components import (
     BATCH_STREAM,
@@ -1857,6 +1857,9 @@ class SparkRuntime:
                 if batch.source is not None:
                     _refuse_lost(acks, txid)
             except Exception as exc:
+                stop = outage_in(exc)
+                if stop is not None:  # the store stayed away: a new attempt would too
+                    raise stop from exc
                 failures += 1
                 self.errors.append(
                     ErrorReport(
@@ -1879,7 +1882,7 @@ class SparkRuntime:
                             if msg_id is not None and type(msg_id) is not Replay:
                                 task.spout.fail(msg_id)
                     raise RuntimeFailure(
-                        f"batch {txid} failed {failures} times and was rolled back; the last "
+                        f"batch {txid} failed {count(failures, 'time')} and was rolled back; the last "
                         f"error: {exc!r}. The next run reads it again from the stored positions"
                     ) from exc
                 log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
@@ -2505,7 +2508,7 @@ class SparkRuntime:
         n = self._tx_failures[txid] = self._tx_failures.get(txid, 0) + 1
         if n >= self.attempts:
             raise RuntimeFailure(
-                f"transaction {txid} failed {n} times (the last time in its {phase} phase); "
+                f"transaction {txid} failed {count(n, 'time')} (the last time in its {phase} phase); "
                 "the next run emits it again from its stored metadata"
             )
         log.warning("transaction %d failed in its %s phase; emitting it again", txid, phase)

@@ -309,7 +309,7 @@ def test_topology_prints_the_components() -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "topology 'wordcount'" in out
-    assert "sentences (spout" in out
+    assert "sentences (spout FileSpout, 1 task)" in out  # not "1 tasks"
     assert "split (bolt SplitSentence, 2 tasks)" in out
     assert "count (stateful bolt WordCount, 2 tasks)" in out
     assert "<- split:default fields" in out

@@ -60,7 +60,7 @@ topology = topology.build()
 """
 
 RESTART = "restarting the workers from the last committed checkpoint"
-GAVE_UP = "gave up on message 20 after 1 attempts"
+GAVE_UP = "gave up on message 20 after 1 attempt ("
 LIVE_HEADER = "┃ component"
 SUMMARY_HEADER = "component  emitted  executed"
 

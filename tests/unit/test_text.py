@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statestream._text import MESSAGE_LIMIT, cut_message, cut_value, error_line, one_line
+from statestream._text import MESSAGE_LIMIT, count, cut_message, cut_value, error_line, one_line
 
 FIX = "put value.isoformat() and parse it after get"
 
@@ -53,3 +53,20 @@ def test_error_line_names_the_type() -> None:
     assert error_line(KeyError("k")) == "KeyError: 'k'"
     long = error_line(ValueError("v" * 3000 + " then do this"))
     assert long.startswith("ValueError: vvv") and long.endswith("v then do this")
+
+
+@pytest.mark.parametrize(
+    ("n", "noun", "plural", "expected"),
+    [
+        (0, "task", None, "0 tasks"),
+        (1, "task", None, "1 task"),
+        (2, "task", None, "2 tasks"),
+        (1200, "error", None, "1,200 errors"),
+        (1, "dead letter", None, "1 dead letter"),
+        (3, "index", "indices", "3 indices"),
+    ],
+)
+def test_count_says_one_in_the_singular(
+    n: int, noun: str, plural: str | None, expected: str
+) -> None:
+    assert count(n, noun, plural) == expected
