@@ -17,7 +17,15 @@ from statestream._errors import (
     StoreOutageError,
     StoreUnwritableError,
 )
-from statestream._outage import OutageGuard, RetryAt, Stop, StoreOutage, guard_store, is_outage
+from statestream._outage import (
+    OutageGuard,
+    RetryAt,
+    Stop,
+    StoreOutage,
+    guard_store,
+    is_outage,
+    outage_in,
+)
 from statestream._registry import open_provider
 
 DOWN = ProviderUnavailableError("cannot reach redis at h:1 to commit txid 3")
@@ -62,9 +70,7 @@ def test_a_success_ends_the_outage_and_the_next_one_has_the_whole_bound() -> Non
 @pytest.mark.parametrize(
     ("error", "verb"), [(DOWN, "could not be reached"), (FULL, "could not be written")]
 )
-def test_the_stop_line_names_the_store_the_bound_and_the_cause(
-    error: Exception, verb: str
-) -> None:
+def test_the_stop_line_names_the_store_the_bound_and_the_cause(error: Exception, verb: str) -> None:
     policy = StoreOutage("sqlite '/d/state.db'", 3.0)
     policy.failed(1.0, error)
     stop = policy.failed(4.5, error)
@@ -196,3 +202,19 @@ def test_a_guarded_provider_rides_out_a_store_that_cannot_be_written(tmp_path: P
     provider.close()
     with open_provider("sqlite", {"path": str(tmp_path / "s.db")}, scope="t") as again:
         assert dict(again.get_state("count-0").items()) == {"a": 1, "b": 2}
+
+
+def test_an_outage_raised_in_another_process_is_found_in_its_traceback_text() -> None:
+    """A Spark job that failed on a StoreOutageError in an executor is not retried."""
+    here = StoreOutageError("the state store (x) could not be reached for 2.0 s")
+    wrapped = RuntimeError("job failed")
+    wrapped.__cause__ = here
+    assert outage_in(wrapped) is here
+    remote = RuntimeError(
+        "An exception was thrown from the Python worker:\nTraceback ...\n"
+        "statestream._errors.StoreOutageError: the state store (x) could not be written\n"
+    )
+    found = outage_in(remote)
+    assert isinstance(found, StoreOutageError)
+    assert str(found) == "the state store (x) could not be written"
+    assert outage_in(RuntimeError("a bolt raised ValueError")) is None
