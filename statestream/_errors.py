@@ -43,6 +43,8 @@ boundary with ``raise ... from exc`` so the original stays attached.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 __all__ = [
     "ConfigError",
     "FailedException",
@@ -65,6 +67,24 @@ __all__ = [
     "TupleError",
     "UnpicklableTupleError",
 ]
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def caused_by(error: _E, cause: BaseException | None) -> _E:
+    """``error`` with ``cause`` as its ``__cause__`` (None: no context shown), to raise.
+
+    The modules mypyc compiles (``statestream._core.COMPILED_MODULES``) raise
+    ``raise caused_by(X(...), exc) from exc``: mypyc drops a ``from`` clause,
+    so the compiled core would show the user's exception as "During handling
+    of the above exception" where the pure-Python core says "The above
+    exception was the direct cause". The ``from`` stays for the reader (and
+    ruff's B904). Setting ``__cause__`` also sets ``__suppress_context__``, as
+    ``from`` does.
+    """
+    error.__cause__ = cause
+    return error
 
 
 class StatestreamError(Exception):

@@ -21,6 +21,7 @@ from statestream._errors import (
     ProtocolViolation,
     SerializationError,
     StateCorruptError,
+    caused_by,
 )
 from statestream._serde import JsonSerializer, Serializer
 
@@ -199,10 +200,13 @@ class StoredKeyValueState:
         try:
             encoded = b"%b" % orjson.dumps(key)  # encode_json, inlined: this is per put
         except orjson.JSONEncodeError as exc:
-            raise SerializationError(
-                f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
-                f"{type(key).__name__!r}: keys must be JSON scalars (str, int, float, bool, "
-                f"None) or tuples of them ({exc})"
+            raise caused_by(
+                SerializationError(
+                    f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
+                    f"{type(key).__name__!r}: keys must be JSON scalars (str, int, float, bool, "
+                    f"None) or tuples of them ({exc})"
+                ),
+                exc,
             ) from exc
         cls = type(key)
         if cls is str or cls is int:
@@ -216,9 +220,12 @@ class StoredKeyValueState:
         try:
             hash(key)
         except TypeError as exc:
-            raise SerializationError(
-                f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
-                f"{type(key).__name__!r}: keys must be hashable (use a tuple, not a list)"
+            raise caused_by(
+                SerializationError(
+                    f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
+                    f"{type(key).__name__!r}: keys must be hashable (use a tuple, not a list)"
+                ),
+                exc,
             ) from exc
         return _cache_key(orjson.loads(encoded), encoded), encoded
 
@@ -227,9 +234,12 @@ class StoredKeyValueState:
         try:
             plain = orjson.loads(encoded)
         except orjson.JSONDecodeError as exc:
-            raise StateCorruptError(
-                f"state {self.namespace!r}: the store holds a key that is not JSON: "
-                f"{_short_repr.repr(encoded)}"
+            raise caused_by(
+                StateCorruptError(
+                    f"state {self.namespace!r}: the store holds a key that is not JSON: "
+                    f"{_short_repr.repr(encoded)}"
+                ),
+                exc,
             ) from exc
         return _freeze(plain), _cache_key(plain, encoded)
 
@@ -237,9 +247,12 @@ class StoredKeyValueState:
         try:
             return self._decode(data)
         except Exception as exc:  # any serializer, any failure: the bytes are bad
-            raise StateCorruptError(
-                f"state {self.namespace!r}: the stored value of key {_short_repr.repr(key)} "
-                f"cannot be decoded ({type(exc).__name__}: {exc})"
+            raise caused_by(
+                StateCorruptError(
+                    f"state {self.namespace!r}: the stored value of key {_short_repr.repr(key)} "
+                    f"cannot be decoded ({type(exc).__name__}: {exc})"
+                ),
+                exc,
             ) from exc
 
     def _load(self, key: Any, cache_key: Hashable) -> Any:
@@ -313,8 +326,11 @@ class StoredKeyValueState:
         try:
             encoded = self._encode(value)
         except SerializationError as exc:
-            raise SerializationError(
-                f"state {self.namespace!r}: cannot put key {_short_repr.repr(key)}: {exc}"
+            raise caused_by(
+                SerializationError(
+                    f"state {self.namespace!r}: cannot put key {_short_repr.repr(key)}: {exc}"
+                ),
+                exc,
             ) from exc
         if not encoded:  # b"" marks a tombstone in some stores (see Serializer)
             raise SerializationError(

@@ -15,7 +15,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from ._errors import TupleError
+from ._errors import TupleError, caused_by
 
 __all__ = ["DEFAULT_STREAM", "TICK_STREAM", "Fields", "Origin", "Tuple", "Values", "check_emit"]
 
@@ -49,7 +49,9 @@ class Fields(Sequence[str]):
         try:
             return self._index[name]
         except KeyError:
-            raise KeyError(f"no field {name!r}; fields are {list(self._names)}") from None
+            raise caused_by(
+                KeyError(f"no field {name!r}; fields are {list(self._names)}"), None
+            ) from None
 
     def select(self, names: Iterable[str], values: Sequence[Any]) -> list[Any]:
         """The values of ``names`` picked out of a tuple's ``values``."""

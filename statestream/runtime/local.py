@@ -54,8 +54,8 @@ from .._errors import (
     SimulatedCrash,
     StateLockedError,
     StatestreamError,
-    StoreOutageError,
     TupleError,
+    caused_by,
 )
 from .._exactly_once import (
     CheckpointRecord,
@@ -69,7 +69,14 @@ from .._picklable import unpicklable
 from .._rescale import LAYOUT_NAMESPACE, rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._resume import SpoutRef, acked_positions, plan_resume
-from .._retry import Retries, RetryPolicy, VerdictKind, msg_id_key_fast
+from .._retry import (
+    FailureRate,
+    Retries,
+    RetryPolicy,
+    VerdictKind,
+    msg_id_key_fast,
+    retry_cannot_fix,
+)
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
@@ -997,9 +1004,12 @@ def _naming(task: _Task, method: str) -> Iterator[None]:
     except StatestreamError:
         raise
     except Exception as exc:
-        raise RuntimeFailure(
-            f"component {task.component!r} task {task.task_index}: {method} raised "
-            f"{error_line(exc)}"
+        raise caused_by(
+            RuntimeFailure(
+                f"component {task.component!r} task {task.task_index}: {method} raised "
+                f"{error_line(exc)}"
+            ),
+            exc,
         ) from exc
 
 
@@ -1287,6 +1297,7 @@ class BoltTask(_Task):
             # the exception being handled is why: the dead-letter record says so.
             cause = (self.component, sys.exc_info()[1], "failed by collector.fail()")
             self.rt.note_failure(anchors, cause)
+            self.rt.failure_rate(self).failed(tup.values, self.rt.clock.monotonic())
             for root in anchors:
                 acking.fail(root)
 
@@ -1314,7 +1325,10 @@ class BoltTask(_Task):
             did = True
         if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
             before = self.executed
+            failed = self.failed
             self._drain()
+            if self.failed != failed:
+                self.rt.judge_failures(self, before)
             # A bolt blocked by a full downstream queue did nothing: saying so
             # lets the loop sleep (and a fake clock advance) instead of spinning.
             did = did or self.executed != before
@@ -1461,6 +1475,7 @@ class LocalRuntime:
         )
         self.deadletters = DeadLetterFile(self.deadletter_path)
         self._retries: dict[str, Retries] = {}
+        self._failure_rates: dict[tuple[str, int], FailureRate] = {}  # per bolt task
         self._settled: dict[str, Settled] = {}
         self._replays: dict[str, deque[Replay]] = {}
         self.replaying: set[Replay] = set()  # fed back and emitted, not yet acked or given up
@@ -1785,6 +1800,32 @@ class LocalRuntime:
             r = self._retries[namespace] = Retries(self.retry_policy)
         return r
 
+    def failure_rate(self, task: BoltTask) -> FailureRate:
+        """The error-rate limit of a bolt task (kept across rewinds)."""
+        key = (task.component, task.task_index)
+        rate = self._failure_rates.get(key)
+        if rate is None:
+            rate = self._failure_rates[key] = FailureRate.from_config(self.config)
+        return rate
+
+    def judge_failures(self, task: BoltTask, executed_before: int) -> None:
+        """After a batch in which ``task`` failed tuples: stop the run if the
+        error-rate limit tripped (statestream._retry.FailureRate)."""
+        past = self._past.get((task.component, task.task_index))
+        base = past.executed if past is not None else 0
+        reason = self.failure_rate(task).judge(
+            self.clock.monotonic(), base + executed_before, base + task.executed
+        )
+        if reason is None or self.fatal is not None:
+            return
+        first = next((e for e in self.errors if e.component == task.component), None)
+        cause = f"; the first error: {first.error}" if first is not None else ""
+        self.fatal = RuntimeFailure(
+            f"{task.component}[{task.task_index}]: {reason}: the run stops{cause}; fix the "
+            "cause, or raise statestream.errors.max.rate (1 turns the limit off)"
+        )
+        self._stop = True
+
     def settled_for(self, namespace: str) -> Settled:
         """The messages of ``namespace`` dead-lettered in this run: not delivered
         again when the spout emits them (a rewind of exactly-once state replays them)."""
@@ -1883,10 +1924,11 @@ class LocalRuntime:
             task.component, task.task_index, cut_value(repr(tup)), cut_message(repr(exc)), tb
         )
         self.errors.append(report)
-        if isinstance(exc, StoreOutageError) or exc is self.fatal:
-            # The store stayed away past its bound (statestream._outage), or an
-            # emit that cannot be pickled (statestream._picklable): not this
-            # task's failure to retry, but the run's end, said in one line.
+        if retry_cannot_fix(exc):
+            # The store stayed away past its bound (statestream._outage), an
+            # emit that cannot be pickled (statestream._picklable), a value the
+            # store cannot encode: not this task's failure to retry, but the
+            # run's end, said in one line.
             if self.fatal is None:
                 self.fatal = exc
             self._stop = True
@@ -2243,9 +2285,8 @@ class LocalRuntime:
                 busy = True
             offered += spout.emitted + spout.held - emitted
         standstill.emitted += offered
-        if decision is StandstillStep.POLL and not offered and not queued:
-            if standstill.ends_early():
-                cp.request_early()
+        if decision is StandstillStep.POLL and not (offered or queued) and standstill.ends_early():
+            cp.request_early()
         return busy
 
     def in_flight(self) -> int:
