@@ -119,6 +119,8 @@ from statestream.provider import (
     get_serializer,
 )
 
+from ._redis_password import warn_if_password_unchecked
+
 if TYPE_CHECKING:
     import redis as redis_module
     from redis.commands.core import Script
@@ -406,6 +408,7 @@ class RedisStateProvider(BackendStateProvider):
                 self._client_obj = self._make_client()
                 self._script = self._client_obj.register_script(_COMMIT_LUA)
                 self._pid = os.getpid()
+                warn_if_password_unchecked(self._client_obj, self.address)
             assert self._script is not None
             return self._client_obj, self._script
 

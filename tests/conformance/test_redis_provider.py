@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis_server import RedisServer, free_port, started_redis_server
 
 from statestream._errors import (
     ConfigError,
@@ -239,13 +236,6 @@ def test_url_hides_the_password() -> None:
 # ------------------------------------------------------------------ failures
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.parametrize("retries", [0, 2])
 def test_unreachable_server_fails_after_bounded_retries(
     retries: int, monkeypatch: pytest.MonkeyPatch
@@ -260,7 +250,7 @@ def test_unreachable_server_fails_after_bounded_retries(
         return connect(self)
 
     monkeypatch.setattr(redis.connection.Connection, "_connect", counted)
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     provider = RedisStateProvider.from_config(
         {"host": "127.0.0.1", "port": port, "retries": retries, "timeout": 200}
     )
@@ -279,53 +269,10 @@ def test_unreachable_server_fails_after_bounded_retries(
     provider.close()
 
 
-class RedisServer:
-    """A redis-server of the test's own, on a spare port, that keeps nothing on disk."""
-
-    def __init__(self, binary: str, workdir: Path) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = _free_port()
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self._process = subprocess.Popen(
-            [
-                *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no", "--dir", str(self.workdir)),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout=10)
-            self._process = None
-
-
 @pytest.fixture
 def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("redis-server is not installed, and CI must run the redis tests")
-        pytest.skip("redis-server is not installed")
-    server = RedisServer(binary, tmp_path)
-    server.start()
-    try:
+    with started_redis_server(tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.redis
