@@ -1,6 +1,6 @@
 """Word count: the statestream hello world.
 
-    statestream run examples/wordcount.py --until-idle --set wordcount.output=counts.jsonl
+    statestream run examples/wordcount.py --until-idle --set wordcount.output=statestream-data/counts.jsonl
 
 ``sentences`` reads a text file one line per tuple (``wordcount.input``,
 default: the corpus beside this file), ``split`` breaks lines into words
@@ -129,9 +129,7 @@ def write_counts(path: str, items: Any) -> None:
 
 def topology() -> Topology:
     builder = TopologyBuilder("wordcount")
-    builder.set_spout(
-        "sentences", FileSpout(path_key="wordcount.input", default_path=CORPUS, resume=True)
-    )
+    builder.set_spout("sentences", FileSpout(path_key="wordcount.input", default_path=CORPUS))
     builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
     return builder.build()

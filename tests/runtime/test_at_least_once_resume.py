@@ -102,19 +102,22 @@ def _said(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.startswith("sentences:")]
 
 
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 def test_a_rerun_after_a_clean_finish_reads_nothing(
-    runner: Runner, tmp_path: Path, log_lines: Path
+    runner: Runner, tmp_path: Path, log_lines: Path, exactly_once: bool
 ) -> None:
+    # The start line is the same in both modes; exactly-once resumed before.
     corpus = tmp_path / "input.txt"
     expected = random_text(corpus, LINES, words_per_line=6, vocabulary=200, seed=3)
-    first = runner.run(_topology(corpus), _config(tmp_path), batch_size=PENDING)
+    config = _config(tmp_path, **{"statestream.state.exactly.once": exactly_once})
+    first = runner.run(_topology(corpus), config, batch_size=PENDING)
     assert first.reason == "idle"
     assert _counts(runner, corpus) == expected
     assert _read(tmp_path) == LINES
     assert _said(log_lines) == ["sentences: reading from the start (no position stored yet)"]
 
     log_lines.write_text("")
-    again = runner.run(_topology(corpus), _config(tmp_path), batch_size=PENDING)
+    again = runner.run(_topology(corpus), config, batch_size=PENDING)
     assert again.reason == "idle"
     assert _read(tmp_path) == LINES, "the rerun read the file again"
     assert again.components["sentences"].emitted == 0
@@ -127,7 +130,7 @@ def test_a_crash_replays_only_what_was_not_acked(
 ) -> None:
     corpus = tmp_path / "input.txt"
     expected = random_text(corpus, LINES, words_per_line=6, vocabulary=200, seed=5)
-    crash_at = 2000
+    crash_at = 2050
     with pytest.raises(SimulatedCrash):
         runner.run(
             _topology(corpus),

@@ -120,6 +120,42 @@ def test_the_guide_spout_crashed_and_restarted_counts_exactly(tmp_path: Path, po
     assert committed_state(topo, config, "count") == expected
 
 
+def test_the_guide_spout_at_least_once_resumes_where_it_was_acked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its acked_position(): a crash re-reads only what was not acked (at most
+    # what max.spout.pending lets be in flight, about twice), a rerun after a
+    # finished file reads nothing, and the start line says where it resumes.
+    from statestream.runtime.local import LocalRuntime
+    from statestream.runtime.plan import as_config
+
+    events, expected = _events(tmp_path, 3000)
+    topo = _topology(tmp_path, events)
+    config = {
+        **_config(tmp_path),
+        "statestream.state.exactly.once": False,
+        "topology.max.spout.pending": 100,
+    }
+    outcome = crash_and_recover(
+        topo, config, at=crash_at_tuple("clicks", 1500), clock=StepClock(0.0003)
+    )
+    got = committed_state(topo, config, "count")
+    assert all(got.get(page, 0) >= n for page, n in expected.items()), "a click was lost"
+    replayed = outcome.result.components["clicks"].emitted - (3000 - 1499)
+    print(f"{replayed} of 1,499 clicks read again")
+    assert 0 <= replayed <= 300
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clicks:")]
+    assert said[0] == "clicks: reading from the start (no position stored yet)"
+    assert said[-1].startswith("clicks: resuming at byte offset ")
+
+    caplog.clear()
+    again = LocalRuntime(topo, as_config(config, ("clicks",))).run(until_idle=True)
+    assert again.components["clicks"].emitted == 0
+    assert committed_state(topo, config, "count") == got
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clicks:")]
+    assert line == f"clicks: resuming at byte offset {events.stat().st_size:,}"
+
+
 def test_the_guide_spout_is_exactly_once_by_default(tmp_path: Path) -> None:
     from statestream.runtime.local import LocalRuntime
     from statestream.runtime.plan import as_config
@@ -171,5 +207,6 @@ def test_the_readme_code_block_is_what_this_test_runs() -> None:
     # A guard against the README drifting away from a runnable spout.
     code = _readme_spout_code()
     assert "class ClickSpout(Spout):" in code and "def seek(self, position):" in code
+    assert "def acked_position(self):" in code
     textwrap.dedent(code)  # parses as written
     compile(code, "README.md", "exec")
