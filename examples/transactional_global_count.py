@@ -1,7 +1,7 @@
 """The global count of a transactional topology (Storm's TransactionalGlobalCount).
 
     statestream run examples/transactional_global_count.py --until-idle \\
-        --set global-count.database=count.db
+        --set global-count.database=statestream-data/count.db
 
 ``spout`` emits words in batches from three in-memory partitions (up to
 ``global-count.take`` per partition per batch); ``partial-count`` (a batch
@@ -21,7 +21,8 @@ where the previous batch ended, so a replay may differ) and the store keeps
 Keys under ``global-count.``:
 
 * ``global-count.database``: the SQLite file of the count (default:
-  ``transactional_global_count.db`` in the working directory)
+  ``statestream-data/transactional_global_count.db`` in the working directory,
+  beside ``config/local.yaml``'s store; the run says where at its start)
 * ``global-count.tuples``: how many words the spout emits in all (default 30000)
 * ``global-count.take``: words per partition per batch (default 1000)
 * ``global-count.opaque``: use the opaque spout (default false)
@@ -31,8 +32,10 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from statestream import (
@@ -54,6 +57,7 @@ PARTITIONS = 3
 KEY = "GLOBAL-COUNT"
 
 _connections: dict[str, sqlite3.Connection] = {}
+_said: set[Path] = set()
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:
@@ -71,11 +75,24 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.1)
 
 
+def database_path(conf: Mapping[str, Any]) -> Path:
+    return Path(conf.get(f"{PREFIX}.database") or "statestream-data/transactional_global_count.db")
+
+
+def say_where(conf: Mapping[str, Any]) -> None:
+    """Tell the user, once per process, where the result goes (the run prints no result)."""
+    path = database_path(conf).resolve()
+    if path not in _said:
+        _said.add(path)
+        print(f"{PREFIX}: the count goes to {path} (sqlite table counts)", file=sys.stderr)
+
+
 def database(conf: Mapping[str, Any]) -> sqlite3.Connection:
     """The process's connection to the count store (one per file)."""
-    path = str(conf.get(f"{PREFIX}.database") or "transactional_global_count.db")
+    path = str(database_path(conf))
     conn = _connections.get(path)
     if conn is None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = _connections[path] = sqlite3.connect(path, isolation_level=None)
         _use_wal(conn)
         conn.execute(
@@ -136,6 +153,12 @@ class UpdateGlobalCount(TransactionalBolt, Committer):
     """Sums the partial counts; in the commit phase adds them to the stored count."""
 
     total = 0
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: Any, id: Any
+    ) -> None:
+        super().prepare(conf, context, collector, id)
+        say_where(conf)  # a global grouping: one task
 
     def execute(self, tuple: Tuple) -> None:
         self.total += tuple.values[1]

@@ -1,7 +1,7 @@
 """Word counts and bucketed counts, updated transactionally (Storm's TransactionalWords).
 
     statestream run examples/transactional_words.py --until-idle \\
-        --set words.database=words.db
+        --set words.database=statestream-data/words.db
 
 ``spout`` emits words in batches from three in-memory partitions. ``count``
 (a committer, fields grouping on ``word``, 4 tasks) counts each word of the
@@ -22,7 +22,9 @@ batch, but a replayed batch may differ from the first emission).
 
 Keys under ``words.``:
 
-* ``words.database``: the SQLite file (default ``transactional_words.db``)
+* ``words.database``: the SQLite file (default
+  ``statestream-data/transactional_words.db`` in the working directory, beside
+  ``config/local.yaml``'s store; the run says where at its start)
 * ``words.tuples``: how many words the spout emits (default 30000)
 * ``words.take``: words per partition per batch (default 1000)
 * ``words.opaque``: use the opaque spout (default false)
@@ -32,9 +34,11 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from statestream import (
@@ -57,6 +61,7 @@ PARTITIONS = 3
 BUCKET_SIZE = 10
 
 _connections: dict[str, sqlite3.Connection] = {}
+_said: set[Path] = set()
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:
@@ -74,11 +79,24 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.1)
 
 
+def database_path(conf: Mapping[str, Any]) -> Path:
+    return Path(conf.get(f"{PREFIX}.database") or "statestream-data/transactional_words.db")
+
+
+def say_where(conf: Mapping[str, Any]) -> None:
+    """Tell the user, once per process, where the result goes (the run prints no result)."""
+    path = database_path(conf).resolve()
+    if path not in _said:
+        _said.add(path)
+        print(f"{PREFIX}: the counts go to {path} (sqlite tables words, buckets)", file=sys.stderr)
+
+
 def database(conf: Mapping[str, Any]) -> sqlite3.Connection:
     """The process's connection to the two tables (one per file)."""
-    path = str(conf.get(f"{PREFIX}.database") or "transactional_words.db")
+    path = str(database_path(conf))
     conn = _connections.get(path)
     if conn is None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = _connections[path] = sqlite3.connect(path, isolation_level=None)
         _use_wal(conn)
         for table in ("words", "buckets"):
@@ -165,6 +183,8 @@ class KeyedCountUpdater(TransactionalBolt, Committer):
     ) -> None:
         super().prepare(conf, context, collector, id)
         self.counts: Counter[str] = Counter()
+        if context.task_index == 0:  # one task: one line, whatever the processes
+            say_where(conf)
 
     def execute(self, tuple: Tuple) -> None:
         self.counts[tuple.values[1]] += 1
