@@ -623,6 +623,23 @@ class Settings:
         spout is told it is settled (Spout.dead_lettered). 0 retries forever, as
         Storm does.""",
     )
+    statestream_errors_max_rate: float = _key(
+        "statestream.errors.max.rate",
+        _POSITIVE_NUMBER,
+        0.5,
+        """The error-rate limit: when more than this share of the messages
+        processed in the last statestream.errors.window.secs failed (judged once
+        at least 10 distinct messages failed in it), the run stops with exit 1,
+        naming the first error and the count, instead of dead-lettering the
+        whole input: a bolt that fails every tuple is a bug, not poison. 1 (or
+        more) turns the limit off.""",
+    )
+    statestream_errors_window_secs: float = _key(
+        "statestream.errors.window.secs",
+        _POSITIVE_NUMBER,
+        10.0,
+        "The window of statestream.errors.max.rate, in seconds.",
+    )
     statestream_deadletter_path: str | None = _key(
         "statestream.deadletter.path",
         _NON_EMPTY_STR_OR_NULL,

@@ -20,17 +20,18 @@ state removes the double count with two things:
 
 Within a run, any failure (a tuple failed or timed out, a checkpoint rolled
 back) goes back to the last committed checkpoint and rewinds the spouts, as
-Flink restarts from its last checkpoint; :class:`Standstill` then takes
-checkpoints after fewer spout tuples, so a bolt that fails now and then
-still makes progress.
+Flink restarts from its last checkpoint. A failed tuple does not rewind
+at once: its attempt runs on to where its cut would have been, so that one
+rewind finds every message failing in it (:class:`Standstill`).
 
 A poison record would roll the topology back forever, so the retry policy
-(:mod:`statestream._retry`) holds here too: the failure that causes a
-rewind counts as an attempt of its message (attempts count *consecutive*
-failures: a cut taken after the message went through clears them), the data
-spouts wait out the policy's delay after the rewind, and after the last
-attempt the message is written to the dead-letter file and the rewind
-replays without it. The settled set is the dead-letter file itself, not
+(:mod:`statestream._retry`) holds here too: a failure counts as an attempt
+of its message (attempts count *consecutive* failures: a cut taken after the
+message went through clears them); the replay after the rewind goes on
+without the failed messages, each held until its delay has passed and then
+emitted again (its next attempt), and after the last attempt the message is
+written to the dead-letter file and the rewind replays without it. The
+settled set is the dead-letter file itself, not
 this record: the runtime skips, at emit, a message the file holds (the
 same spout task, message id and values) and tells the spout it is settled
 (``Spout.dead_lettered``); the next cut's positions are then past it. A
@@ -333,10 +334,10 @@ class Standstill:
     ``PREPARE`` is due and whether any tuple is queued anywhere, and does
     what the returned :class:`StandstillStep` says. ``budget`` bounds how many
     spout tuples may be emitted between two cuts (``None``: no bound). After
-    a rewind (:meth:`on_rewind`) the budget is half of what got through
-    before the failure, so that checkpoints come sooner and a bolt failing
-    now and then cannot keep the topology from committing; each commit
-    (:meth:`on_commit`) doubles it again until it no longer binds.
+    a rewind (:meth:`on_rewind`) the budget is what the failed attempt
+    emitted, so that the replay (without the failed messages, which wait for
+    their retries) is cut and committed before new input comes in; each
+    commit (:meth:`on_commit`) doubles it again until it no longer binds.
     """
 
     budget: int | None = None
@@ -344,14 +345,28 @@ class Standstill:
     """Spout tuples emitted since the last cut (the runtime adds to it)."""
     quiescing: bool = False
     rewind: bool = False
-    """A failure asked to go back to the last committed checkpoint (:meth:`fail`)."""
+    """Go back to the last committed checkpoint at the next step (:meth:`fail`)."""
+    failed: bool = False
+    """A data tuple failed since the last cut (:meth:`tuple_failed`): the
+    attempt is doomed, but runs on to where its cut would have been, so that
+    one rewind counts an attempt for every message failing in it (a poison
+    message per rewind would take a rewind per message and attempt)."""
+    replaying: bool = False
+    """From a rewind to the next cut: the replay of what the failed attempt
+    emitted. No retry is handed back meanwhile (a retry falling due in the
+    replay and failing again would undo the replay with it)."""
     max_budget: int = 1 << 16
 
     committed: int | None = None
     """The last committed txid :meth:`step` was told of."""
 
     def step(
-        self, prepare_due: bool, queued: bool, committed: int = -1, in_checkpoint: bool = False
+        self,
+        prepare_due: bool,
+        queued: bool,
+        committed: int = -1,
+        in_checkpoint: bool = False,
+        doomed: bool | None = None,
     ) -> StandstillStep:
         """What to do with the data spouts now.
 
@@ -360,7 +375,9 @@ class Standstill:
         flight. While a budget binds (after a rewind) the spouts wait for that
         round to end: a failure of a tuple emitted meanwhile would roll the
         round back with it, and a bolt that fails now and then could keep
-        every round from committing.
+        every round from committing. ``doomed`` (default: :attr:`failed`)
+        says a tuple failed since the last cut: where the cut would be taken,
+        :attr:`rewind` is set instead (the runtime rewinds at its next step).
         """
         if self.committed is not None and committed > self.committed:
             self.on_commit()
@@ -374,7 +391,9 @@ class Standstill:
         if queued:
             return StandstillStep.DRAIN
         self.quiescing = False
-        self.emitted = 0
+        if self.failed if doomed is None else doomed:
+            self.rewind = True
+            return StandstillStep.DRAIN
         return StandstillStep.CUT
 
     def allowance(self, most: int) -> int:
@@ -388,15 +407,38 @@ class Standstill:
         return self.budget is not None and self.emitted >= self.budget
 
     def fail(self) -> None:
-        """A tuple failed or timed out, or a checkpoint failed: rewind at the next step."""
+        """A checkpoint failed: rewind at the next step."""
         self.rewind = True
 
+    def on_cut(self) -> None:
+        """The runtime took the cut :meth:`step` asked for."""
+        self.emitted = 0
+        self.replaying = False
+
+    def ends_early(self) -> bool:
+        """Whether to cut (or rewind) now rather than at the interval, once the
+        spouts are quiet and nothing is queued: a replay that has emitted all
+        it will, or a failed attempt with nothing left to find."""
+        return self.replaying or self.failed
+
+    def tuple_failed(self) -> None:
+        """A data tuple failed or timed out: rewind where the cut would be (see :attr:`failed`)."""
+        self.failed = True
+
     def on_rewind(self) -> None:
-        """The runtime went back to the last committed checkpoint."""
-        self.budget = max(1, self.emitted // 2)
+        """The runtime went back to the last committed checkpoint.
+
+        The next cut comes once the replay has emitted what the failed attempt
+        did: the messages that failed in it wait for their retries (held, see
+        ``statestream._retry``), so the replay of the others commits, before
+        new input can bring new failures into it.
+        """
+        self.budget = max(1, self.emitted)
         self.emitted = 0
         self.quiescing = False
         self.rewind = False
+        self.failed = False
+        self.replaying = True
 
     def on_commit(self) -> None:
         if self.budget is not None:

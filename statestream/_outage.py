@@ -30,7 +30,6 @@ provider and every runtime.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -52,7 +51,6 @@ __all__ = [
     "describe_store",
     "guard_store",
     "is_outage",
-    "outage_in",
 ]
 
 log = logging.getLogger("statestream")
@@ -250,23 +248,6 @@ class GuardedBackend:
 
     def discard_prepared(self) -> None:
         self.guard.call(self.backend.discard_prepared)
-
-
-_REMOTE: Final = re.compile(r"StoreOutageError: (.+)")
-
-
-def outage_in(error: BaseException) -> StoreOutageError | None:
-    """The StoreOutageError behind ``error``, if one is: itself, its cause, or one
-    raised in another process whose traceback ``error`` carries as text (a Spark
-    executor's, in the job's PythonException). Retrying such a job would only wait
-    out the bound again: the run stops instead."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, StoreOutageError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    found = _REMOTE.findall(str(error))
-    return StoreOutageError(found[-1].strip()) if found else None
 
 
 def describe_store(provider: Any) -> str:

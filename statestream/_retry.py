@@ -34,7 +34,19 @@ runs between two rewinds (on Spark: one job of a batch)::
     was cut off by the rewind (still in flight)      unchanged
 
 Every message that failed in an attempt counts, not only the one whose
-failure came first: each caused the rewind as much as the other.
+failure came first: each caused the rewind as much as the other. An attempt
+with a failure runs on to where its cut would have been, so that one rewind
+finds every message failing in it.
+
+After the rewind the others are replayed untouched while each failed message
+waits for its retry: the spout emits it again as it replays, and it is *held*
+(:meth:`Retries.hold`: not delivered) until its delay has passed; then
+:meth:`Retries.due` hands it back to the spout (``Spout.fail``), which emits
+it again, and that emission is its next attempt. A cut taken while it is held
+first hands it back too (:meth:`Retries.clear_schedule`), so that the spout's
+position holds it (see ``statestream.Rewindable``). So a poison message costs
+a rewind per attempt, shared with every other message failing at that time,
+and never a wait of the whole topology.
 
 Pure: no threads, no I/O; time is an input (the runtime's clock). Table-tested
 in ``tests/unit/test_retry_policy.py`` and, the counting rule,
@@ -44,12 +56,32 @@ in ``tests/unit/test_retry_policy.py`` and, the counting rule,
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+import re
+from collections import deque
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["Retries", "RetryPolicy", "Verdict", "VerdictKind", "msg_key"]
+from ._errors import (
+    RuntimeFailure,
+    SerializationError,
+    StoreOutageError,
+    UnpicklableTupleError,
+)
+from ._results import ErrorReport
+
+__all__ = [
+    "FailureRate",
+    "Retries",
+    "RetryPolicy",
+    "Verdict",
+    "VerdictKind",
+    "cannot_fix_in",
+    "msg_key",
+    "retry_cannot_fix",
+    "too_many_failures",
+]
 
 
 @dataclass(frozen=True)
@@ -153,6 +185,7 @@ class Retries:
         # messages failed in it (counted once).
         self._again: set[Hashable] = set()
         self._failed_now: set[Hashable] = set()
+        self._due_at: dict[Hashable, float] = {}  # key -> when its retry may be emitted
 
     def failed(self, msg_id: Any, now: float, *, schedule: bool = True) -> Verdict:
         """``msg_id`` failed at ``now``: count it and say what to do.
@@ -197,7 +230,9 @@ class Retries:
     def succeeded(self, msg_id: Any) -> None:
         """``msg_id`` was acked: forget its failures."""
         if self.failures:
-            self.failures.pop(msg_id_key_fast(msg_id), None)
+            key = msg_id_key_fast(msg_id)
+            self.failures.pop(key, None)
+            self._due_at.pop(key, None)
 
     def emitted_again(self, msg_id: Any) -> None:
         """Exactly-once: a message that failed before was emitted again in the
@@ -218,7 +253,32 @@ class Retries:
             return Verdict(VerdictKind.IGNORED, self.failures.get(key, 0))
         self._failed_now.add(key)
         self._again.discard(key)
-        return self.failed(msg_id, now, schedule=False)
+        verdict = self.failed(msg_id, now, schedule=False)
+        if verdict.at is not None:
+            self._due_at[key] = verdict.at
+        else:
+            self._due_at.pop(key, None)
+        return verdict
+
+    def hold(self, msg_id: Any, now: float, replaying: bool = False) -> bool:
+        """Exactly-once, at emit: True if ``msg_id`` failed and its retry is not
+        due yet, or is due but the topology replays after a rewind (a retry
+        failing again would undo the replay with it). It is then not
+        delivered: it waits on the schedule, and :meth:`due` hands it back
+        once its delay has passed (the runtime asks after the replay). False:
+        deliver it (an attempt; see :meth:`emitted_again`)."""
+        key = msg_id_key_fast(msg_id)
+        at = self._due_at.get(key)
+        if at is None or (at <= now and not replaying):
+            self._due_at.pop(key, None)
+            if key in self.failures and key not in self._failed_now:
+                self._again.add(key)
+            return False
+        if key not in self._waiting:
+            self._waiting[key] = msg_id
+            self._seq += 1
+            heapq.heappush(self.heap, (at, self._seq, key))
+        return True
 
     def passed_cut(self) -> None:
         """Exactly-once: a consistent cut was taken with no failure pending, so every
@@ -228,6 +288,7 @@ class Retries:
         must not run out of attempts however often it is replayed."""
         for key in self._again:
             self.failures.pop(key, None)
+            self._due_at.pop(key, None)
         self._again.clear()
         self._failed_now.clear()
 
@@ -244,13 +305,17 @@ class Retries:
         if complete:
             for key in self._again:
                 self.failures.pop(key, None)
+                self._due_at.pop(key, None)
         self._again.clear()
         self._failed_now.clear()
+        # The spouts are opened anew and emit their held messages again.
+        self.clear_schedule()
 
     def forget(self, msg_id: Any) -> None:
         """Drop everything known about ``msg_id`` (its failures and its wait)."""
         key = msg_key(msg_id)
         self.failures.pop(key, None)
+        self._due_at.pop(key, None)
         self._waiting.pop(key, None)  # its heap entry is skipped by due()
 
     def attempts(self, msg_id: Any) -> int:
@@ -279,3 +344,127 @@ def msg_id_key_fast(msg_id: Any) -> Hashable:
 
 
 _GONE = object()
+
+
+_CANNOT_FIX: Final = (SerializationError, StoreOutageError, UnpicklableTupleError)
+# The last line of an executor's traceback, as a Spark job's error carries it.
+_REMOTE_CANNOT_FIX: Final = re.compile(
+    r"(" + "|".join(t.__name__ for t in _CANNOT_FIX) + r"): (.+)"
+)
+
+
+def cannot_fix_in(error: BaseException) -> BaseException | None:
+    """The error behind ``error`` that no retry can fix (:func:`retry_cannot_fix`),
+    if one is: itself, its cause, or one raised in another process whose
+    traceback ``error`` carries as text (a Spark executor's, in the job's
+    PythonException), rebuilt with its message. Retrying such a job would fail
+    the same way: the run stops instead."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if retry_cannot_fix(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    found = _REMOTE_CANNOT_FIX.findall(str(error))
+    if not found:
+        return None
+    name, message = found[-1]
+    kind = next(t for t in _CANNOT_FIX if t.__name__ == name)
+    return kind(message.strip())
+
+
+def retry_cannot_fix(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while processing a message, is no poison message
+    but something no retry can fix: a value the state's serializer cannot
+    encode (``state.put`` of a datetime fails the same way for every message),
+    an emit that cannot be pickled, a store that stayed away past its bound.
+    The run stops at once, with the error whole, instead of dead-lettering the
+    input one message after another."""
+    return isinstance(exc, _CANNOT_FIX)
+
+
+#: The fewest distinct tuples failing in the window before :class:`FailureRate`
+#: judges the rate: one early poison message is 100% of a small window, and a
+#: message retried again and again is one message.
+MIN_FAILED_TUPLES = 10
+
+
+@dataclass
+class FailureRate:
+    """The error-rate limit of one bolt task (as Flink's failure-rate restart
+    strategy): when more than ``max_rate`` of the tuples it executed in the
+    last ``window`` seconds failed (``statestream.errors.max.rate`` and
+    ``statestream.errors.window.secs``), the run stops instead of
+    dead-lettering the whole input: a bolt that fails every tuple is a bug.
+
+    Counted where tuples fail, at the bolt, so that failures and executions
+    are counted at the same point (a spout hears of failures late, and with
+    exactly-once state hears of successes only at a commit). The runtime
+    calls :meth:`failed` for each tuple the task fails, and :meth:`judge` after
+    each batch in which it failed any, with the task's executed count before
+    and after the batch. The rate is judged once the failed tuples in the
+    window are :data:`MIN_FAILED_TUPLES` distinct values or more (a value
+    retried counts once). ``max_rate`` 1 never stops. Pure; time is an input.
+    """
+
+    max_rate: float
+    window: float
+    _failures: deque[tuple[float, Hashable]] = field(default_factory=deque)
+    _keys: dict[Hashable, int] = field(default_factory=dict)  # value -> failures in window
+    _batches: deque[tuple[float, int]] = field(default_factory=deque)  # (time, executed before)
+
+    @classmethod
+    def from_config(cls, conf: Mapping[str, Any]) -> FailureRate:
+        return cls(
+            float(conf["statestream.errors.max.rate"]),
+            float(conf["statestream.errors.window.secs"]),
+        )
+
+    def failed(self, values: Any, now: float) -> None:
+        """A tuple of these values failed at ``now``."""
+        key = msg_key(tuple(values) if isinstance(values, list) else values)
+        self._failures.append((now, key))
+        self._keys[key] = self._keys.get(key, 0) + 1
+
+    def judge(self, now: float, executed_before: int, executed_after: int) -> str | None:
+        """After a batch with failures: None, or why the run stops (the rate, for a
+        message that names the task)."""
+        failures, keys, batches = self._failures, self._keys, self._batches
+        start = now - self.window
+        while failures and failures[0][0] <= start:
+            _, old = failures.popleft()
+            left = keys[old] - 1
+            if left:
+                keys[old] = left
+            else:
+                del keys[old]
+        if not batches:
+            # The task's first failure: what it executed before counts as in
+            # the window (executed counts are the task's since the run began).
+            batches.append((start, 0))
+        batches.append((now, executed_before))
+        # The base: the last count at or before the window's start.
+        while len(batches) > 1 and batches[1][0] <= start:
+            batches.popleft()
+        if self.max_rate >= 1 or len(keys) < MIN_FAILED_TUPLES:
+            return None
+        processed = max(executed_after - batches[0][1], len(failures))
+        if len(failures) <= self.max_rate * processed:
+            return None
+        return (
+            f"{len(failures):,} of the {processed:,} tuples it executed in the last "
+            f"{self.window:g} s failed ({len(failures) / processed:.0%}, more than "
+            f"statestream.errors.max.rate, {self.max_rate:.0%})"
+        )
+
+
+def too_many_failures(
+    component: str, task_index: int, reason: str, errors: Iterable[ErrorReport]
+) -> RuntimeFailure:
+    """The error that stops a run whose task ``component[task_index]`` tripped its
+    :class:`FailureRate` (``reason``), naming the component's first error."""
+    first = next((e for e in errors if e.component == component), None)
+    cause = f"; the first error: {first.error}" if first is not None else ""
+    return RuntimeFailure(
+        f"{component}[{task_index}]: {reason}: the run stops{cause}; fix the cause, or "
+        "raise statestream.errors.max.rate (1 turns the limit off)"
+    )

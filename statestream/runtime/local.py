@@ -76,6 +76,7 @@ from .._retry import (
     VerdictKind,
     msg_id_key_fast,
     retry_cannot_fix,
+    too_many_failures,
 )
 from .._rotating import RotatingMap
 from .._routing import custom_choose, stable_hash
@@ -1818,12 +1819,7 @@ class LocalRuntime:
         )
         if reason is None or self.fatal is not None:
             return
-        first = next((e for e in self.errors if e.component == task.component), None)
-        cause = f"; the first error: {first.error}" if first is not None else ""
-        self.fatal = RuntimeFailure(
-            f"{task.component}[{task.task_index}]: {reason}: the run stops{cause}; fix the "
-            "cause, or raise statestream.errors.max.rate (1 turns the limit off)"
-        )
+        self.fatal = too_many_failures(task.component, task.task_index, reason, self.errors)
         self._stop = True
 
     def settled_for(self, namespace: str) -> Settled:

@@ -206,13 +206,21 @@ from .._deadletter import (
 )
 from .._errors import ConfigError, FailedException, RuntimeFailure, TupleError
 from .._exactly_once import CheckpointRecord, can_rewind, check_position, resolve_exactly_once
-from .._outage import guard_store, outage_in
+from .._outage import guard_store
 from .._picklable import check_first, run_ending
 from .._registry import RunClaim
 from .._rescale import rescale_state
 from .._results import ErrorReport, RunResult, TaskMetrics
 from .._resume import SpoutRef, plan_resume
-from .._retry import Retries, RetryPolicy, VerdictKind
+from .._retry import (
+    FailureRate,
+    Retries,
+    RetryPolicy,
+    VerdictKind,
+    cannot_fix_in,
+    retry_cannot_fix,
+    too_many_failures,
+)
 from .._routing import custom_choose, task_for_key
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, apply_action
 from .._text import count, cut_message
@@ -945,8 +953,8 @@ def _run_bolt(
                 # Spark task fails (Spark runs it again, a lost executor looks
                 # the same); on the last, only this tuple does, and its
                 # messages go through the retry policy (the driver's).
-                if not last_try:
-                    raise
+                if not last_try or retry_cannot_fix(exc):
+                    raise  # a bug no retry fixes fails the job: the driver stops
                 producer.failed_current = True
                 again = False
                 cause = (type(exc).__name__, str(exc)[:2000])
@@ -1358,6 +1366,8 @@ class SparkRuntime:
         # the run, in memory only) and where the given-up ones go.
         self.retry_policy = RetryPolicy.from_config(self.config)
         self._retries: dict[str, Retries] = {}
+        # The error-rate limit per bolt task, and what each has executed so far.
+        self._failure_rates: dict[tuple[str, int], tuple[FailureRate, int]] = {}
         self.deadletter_path = configured_path(self.config)
         self.deadletters = DeadLetterFile(self.deadletter_path)
         #: Per spout task namespace, the dead letters fed back for this run
@@ -1857,8 +1867,8 @@ class SparkRuntime:
                 if batch.source is not None:
                     _refuse_lost(acks, txid)
             except Exception as exc:
-                stop = outage_in(exc)
-                if stop is not None:  # the store stayed away: a new attempt would too
+                stop = cannot_fix_in(exc)
+                if stop is not None:  # e.g. the store stayed away: a new attempt would too
                     raise stop from exc
                 failures += 1
                 self.errors.append(
@@ -1946,14 +1956,31 @@ class SparkRuntime:
 
     def _count_errors(self, acks: list[_Ack]) -> None:
         """Record the errors the tasks of a job reported (a job that committed, or
-        one run again for its failed messages)."""
-        for cid, index, *_, errors, lost in acks:
+        one run again for its failed messages), and stop the run if a task's
+        error-rate limit tripped (statestream._retry.FailureRate)."""
+        now = self.clock.monotonic()
+        for cid, index, executed, _e, failed, _p, errors, lost in acks:
             m = self._metrics[cid]
             m.errors += len(errors)
             self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
             for _, _, error_type, error in lost[-1:]:
                 m.last_error = cut_message(f"{error_type}: {error}")
-                m.last_error_at = self.clock.monotonic()
+                m.last_error_at = now
+            if not lost:
+                continue
+            rate, before = self._failure_rates.get((cid, index)) or (
+                FailureRate.from_config(self.config),
+                0,
+            )
+            # A tuple is executed up to MAX_TUPLE_FAILURES times within a job
+            # before it is lost: each lost tuple counts once, as one attempt.
+            after = before + executed - (failed - len(lost))
+            self._failure_rates[cid, index] = (rate, after)
+            for root, *_ in lost:
+                rate.failed(root, now)
+            reason = rate.judge(now, before, after)
+            if reason is not None:
+                raise too_many_failures(cid, index, reason, self.errors)
 
     def _failed_messages(self, batch: _Batch, acks: list[_Ack]) -> float | None:
         """Apply the retry policy to the messages the job's tasks gave up on.

@@ -609,7 +609,7 @@ class _Status:
     idle: bool = False
     emitted: int = 0
     rewind: bool = False
-    hold: bool = False
+    failed: bool = False  # exactly-once: a data tuple failed here since the cut
     stop: bool = False
     holding: bool = False
     lengths: dict[int, int] = field(default_factory=dict)
@@ -633,7 +633,7 @@ class _Status:
             self.idle,
             self.emitted,
             self.rewind,
-            self.hold,
+            self.failed,
             self.stop,
             self.holding,
             self.lengths,
@@ -723,7 +723,7 @@ class Worker:
         st.emitted = emitted
         ss = rt.standstill
         st.rewind = ss is not None and ss.rewind
-        st.hold = rt._resume_at != float("-inf") and rt._resume_at > rt.clock.monotonic()
+        st.failed = ss is not None and ss.failed
         st.stop = self.stop_requested or rt._stop
         st.deadline = self._deadline
         st.epoch = self.epoch
@@ -739,6 +739,8 @@ class Worker:
         if draining and not queued and not st.sent and ss is not None:
             from .._exactly_once import check_position
 
+            for s in rt.data_spouts:
+                s.release_held()  # into the position (see SpoutTask.release_held)
             st.positions = {
                 s.namespace: check_position(s.component, s.spout.position())  # type: ignore[attr-defined]
                 for s in rt.data_spouts
@@ -759,11 +761,11 @@ class Worker:
                     spout._drain_completions()
                     busy = True
                 continue
-            before = spout.emitted
+            before = spout.emitted + spout.held
             limit = _SPOUT_BATCH if ss is None else ss.allowance(_SPOUT_BATCH)
             if spout.poll(limit):
                 busy = True
-            emitted += spout.emitted - before
+            emitted += spout.emitted + spout.held - before
         return busy, emitted
 
     def _decide(self, statuses: list[_Status], quiet_before: bool) -> StandstillStep | str:
@@ -780,15 +782,16 @@ class Worker:
             # first bolts of every worker (sent, then delivered _LAG rounds later).
             self._hold -= 1
             return StandstillStep.DRAIN
-        if any(s.hold for s in statuses):
-            return StandstillStep.DRAIN
         cp = statuses[self._cp_worker]
         # Nothing anywhere: nothing queued or sent in q, nothing sent in the
         # _LAG rounds before (delivered after q's statuses), and no spout
         # polled in q or since (so the positions in q's statuses still hold).
         still = all(d is not StandstillStep.POLL for d in self._decided)
         queued = not (quiet_before and still) or any(s.queued or s.sent for s in statuses)
-        return ss.step(cp.prepare_due, queued, cp.committed, cp.in_checkpoint)
+        # Every replica dooms the attempt in the same round: from the statuses,
+        # not from its own worker's news (ss.failed), which the others lack.
+        doomed = any(s.failed for s in statuses)
+        return ss.step(cp.prepare_due, queued, cp.committed, cp.in_checkpoint, doomed)
 
     def run(self, until_idle: bool, duration: float | None) -> RunResult:
         """Run rounds until every worker agrees to stop.
@@ -929,6 +932,8 @@ class Worker:
         starts the PREPARE with every worker's positions. The data spouts wait
         one more round, until the PREPARE has reached the bolts of every worker."""
         rt = self.rt
+        assert rt.standstill is not None
+        rt.standstill.on_cut()
         for s in rt.data_spouts:
             s.retries.passed_cut()
         self._hold = _LAG + 1
@@ -946,7 +951,9 @@ class Worker:
         """No worker moved last round: ask for a checkpoint if acks wait for one, or sleep."""
         rt = self.rt
         cp = rt._checkpoint_spout
-        if any(s.holding for s in statuses):
+        ss = rt.standstill
+        ends_early = ss is not None and (ss.replaying or any(s.failed for s in statuses))
+        if ends_early or any(s.holding for s in statuses):
             if cp is not None and not cp.coordinator.pending:
                 cp.request_early()
             return

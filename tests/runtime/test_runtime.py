@@ -600,8 +600,10 @@ def test_wordcount_with_failing_lines_counts_exactly_once(
     else:
         assert result.components["split"].failed == failing
     if runner.local or runner.workers:
-        assert result.counters["rewinds"] >= 10
-        assert result.components["sentences"].failed >= result.counters["rewinds"]
+        # The lines failing in one attempt are found by one rewind (issue 30):
+        # far fewer rewinds than failed lines.
+        assert 1 <= result.counters["rewinds"] < failing
+        assert result.components["sentences"].failed >= failing
     else:
         assert result.components["count"].executed == sum(expected.values())
 

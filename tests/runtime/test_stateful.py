@@ -28,6 +28,7 @@ from statestream import (
     KeyValueState,
     OutputCollector,
     OutputFieldsDeclarer,
+    SerializationError,
     StatefulBolt,
     Topology,
     TopologyBuilder,
@@ -560,23 +561,19 @@ def test_wordcount_on_sqlite_with_failures_counts_exactly(
 # -- 7. a value the serializer cannot encode ----------------------------------------
 
 
-def test_an_unencodable_value_is_a_serialization_error_of_the_bolt_and_the_run_goes_on(
+def test_an_unencodable_value_is_a_serialization_error_that_stops_the_run(
     local_runner: Runner,
 ) -> None:
-    # Not on Spark: a SerializationError is reported per tuple by the local
-    # runtime; on Spark it fails the Spark task (documented).
+    # A bug no retry fixes (issue 30): the run stops at once with the error
+    # whole, instead of retrying and dead-lettering message after message.
+    # Every runtime, and the error-rate limit: tests/runtime/test_failing_bolts.py.
     items = ["a", "bad", "b", "a"]
     config = local_runner.config()
-    result = local_runner.run(counter_topology(items, bad_value="bad"), config)
-    assert result.reason == "idle"
-    assert len(result.errors) == 1
-    report = result.errors[0]
-    assert report.component == "count" and report.task_index == 0
-    assert "SerializationError" in report.error
-    assert "'bad'" in report.error and "set" in report.error
-    assert "bad" in report.tuple
-    # The failed tuple was replayed and counted once.
-    assert committed(config) == {"a": 2, "bad": 1, "b": 1}
+    with pytest.raises(SerializationError) as stopped:
+        local_runner.run(counter_topology(items, bad_value="bad"), config)
+    message = str(stopped.value)
+    assert "'bad'" in message and "set" in message
+    assert "bad" not in committed(config)
 
 
 # -- 8. Redis lost mid-run --------------------------------------------------------

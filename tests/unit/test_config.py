@@ -57,6 +57,8 @@ EXPECTED_DEFAULTS: dict[str, Any] = {
     "statestream.retry.multiplier": 2.0,
     "statestream.retry.max.ms": 10000,
     "statestream.retry.max.attempts": 5,
+    "statestream.errors.max.rate": 0.5,
+    "statestream.errors.window.secs": 10.0,
     "statestream.deadletter.path": None,
     "statestream.spark.batch.size": 50000,
     "statestream.spark.batch.attempts": 3,

@@ -78,7 +78,52 @@ def test_standstill_step_table(
     assert s.spent() is spent
     assert s.step(due, queued) is step
     assert s.quiescing is quiescing_after
+    if step is CUT:
+        s.on_cut()  # the runtime took it
     assert s.emitted == (0 if reset else (4 if spent else 3))
+    assert not s.rewind
+
+
+@pytest.mark.parametrize(
+    ("quiescing", "due", "queued", "spent", "step", "quiescing_after", "reset"),
+    STANDSTILL_TABLE,
+)
+def test_a_doomed_attempt_runs_to_where_its_cut_would_be_then_rewinds(
+    quiescing: bool,
+    due: bool,
+    queued: bool,
+    spent: bool,
+    step: StandstillStep,
+    quiescing_after: bool,
+    reset: bool,
+) -> None:
+    """Issue 30: a tuple failed since the cut: the same steps, but where the cut
+    would be taken the standstill asks for a rewind instead (one rewind finds
+    every message failing in the attempt)."""
+    for doomed_by in ("tuple_failed", "argument"):
+        s = Standstill(budget=4, emitted=4 if spent else 3, quiescing=quiescing)
+        if doomed_by == "tuple_failed":
+            s.tuple_failed()
+            got = s.step(due, queued)
+        else:
+            got = s.step(due, queued, doomed=True)  # the workers' replicas say it
+        assert got is (DRAIN if step is CUT else step)
+        assert s.rewind is (step is CUT)
+        assert s.quiescing is quiescing_after
+        assert s.emitted == (4 if spent else 3)  # the rewind's budget comes from it
+
+
+def test_a_replay_is_cut_where_its_attempt_was_and_no_retry_is_handed_back_in_it() -> None:
+    s = Standstill(emitted=40)
+    s.tuple_failed()
+    assert s.ends_early()  # a failed attempt with nothing left to find rewinds now
+    s.on_rewind()
+    assert (s.budget, s.emitted, s.failed, s.rewind) == (40, 0, False, False)
+    assert s.replaying and s.ends_early()
+    s.emitted = 40
+    assert s.step(False, False) is CUT
+    s.on_cut()
+    assert not s.replaying and not s.ends_early()
 
 
 def test_standstill_without_budget_polls_during_a_checkpoint_round() -> None:
@@ -133,11 +178,11 @@ def test_standstill_drains_then_cuts() -> None:
 
 
 # (emitted before the failure, budget after the rewind)
-REWIND_TABLE = [(10, 5), (11, 5), (2, 1), (1, 1), (0, 1)]
+REWIND_TABLE = [(10, 10), (11, 11), (2, 2), (1, 1), (0, 1)]
 
 
 @pytest.mark.parametrize(("emitted", "budget"), REWIND_TABLE)
-def test_standstill_on_rewind_halves_the_emitted_count_into_the_budget(
+def test_standstill_on_rewind_makes_the_emitted_count_the_budget(
     emitted: int, budget: int
 ) -> None:
     s = Standstill(emitted=emitted, quiescing=True)
@@ -199,6 +244,7 @@ def test_standstill_spent_budget_forces_a_cut_and_the_count_restarts() -> None:
     s.emitted = 3
     assert s.step(False, True) is DRAIN
     assert s.step(False, False) is CUT
+    s.on_cut()
     assert s.emitted == 0
     assert s.step(False, False) is POLL
 

@@ -24,7 +24,6 @@ from statestream._outage import (
     StoreOutage,
     guard_store,
     is_outage,
-    outage_in,
 )
 from statestream._registry import open_provider
 
@@ -205,16 +204,18 @@ def test_a_guarded_provider_rides_out_a_store_that_cannot_be_written(tmp_path: P
 
 
 def test_an_outage_raised_in_another_process_is_found_in_its_traceback_text() -> None:
+    from statestream._retry import cannot_fix_in
+
     """A Spark job that failed on a StoreOutageError in an executor is not retried."""
     here = StoreOutageError("the state store (x) could not be reached for 2.0 s")
     wrapped = RuntimeError("job failed")
     wrapped.__cause__ = here
-    assert outage_in(wrapped) is here
+    assert cannot_fix_in(wrapped) is here
     remote = RuntimeError(
         "An exception was thrown from the Python worker:\nTraceback ...\n"
         "statestream._errors.StoreOutageError: the state store (x) could not be written\n"
     )
-    found = outage_in(remote)
+    found = cannot_fix_in(remote)
     assert isinstance(found, StoreOutageError)
     assert str(found) == "the state store (x) could not be written"
-    assert outage_in(RuntimeError("a bolt raised ValueError")) is None
+    assert cannot_fix_in(RuntimeError("a bolt raised ValueError")) is None

@@ -21,9 +21,11 @@ Each row is a script of events over messages ``a``, ``b`` and ``c`` and the coun
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from statestream._retry import Retries, RetryPolicy, VerdictKind
+from statestream._retry import FailureRate, Retries, RetryPolicy, VerdictKind
 
 POLICY = RetryPolicy(initial_ms=100, multiplier=2, max_ms=10_000, max_attempts=3)
 
@@ -148,3 +150,118 @@ def test_max_attempts_0_counts_forever_and_never_gives_up() -> None:
         verdict = r.attempt_failed("a", float(i))
         assert (verdict.kind, verdict.failures) == (VerdictKind.RETRY, i)
         r.rewound(complete=True)
+
+
+# -- holding a failed message until its retry (issue 30) ----------------------------------
+
+# (when it is emitted again, replaying) -> held
+HOLD_TABLE = [
+    (0.05, False, True),  # its delay (100 ms from 0.0) has not passed
+    (0.05, True, True),
+    (0.1, False, False),  # due: delivered, its next attempt
+    (0.1, True, True),  # due, but the topology replays after a rewind
+    (5.0, False, False),
+]
+
+
+@pytest.mark.parametrize(("at", "replaying", "held"), HOLD_TABLE)
+def test_a_failed_message_is_held_until_its_retry_is_due(
+    at: float, replaying: bool, held: bool
+) -> None:
+    r = Retries(POLICY)
+    r.attempt_failed("a", 0.0)
+    r.rewound(complete=True)
+    assert r.hold("a", at, replaying) is held
+    assert r.waiting == (1 if held else 0)
+    assert r.hold("b", at, replaying) is False  # never failed: delivered
+
+
+def test_a_held_message_is_handed_back_when_due_and_at_a_cut() -> None:
+    r = Retries(POLICY)
+    r.attempt_failed("a", 0.0)
+    r.attempt_failed("b", 0.0)
+    r.rewound(complete=True)
+    assert r.hold("a", 0.01) and r.hold("b", 0.01)
+    assert r.hold("a", 0.02)  # emitted again (handed back at a cut): held once
+    assert r.due(0.05) == []
+    assert r.due(0.1) == ["a", "b"]  # Spout.fail: the spout emits them again
+    assert r.hold("a", 0.11) is False  # their attempt
+    # A cut hands every held message back, so that the spout's position holds it.
+    r.attempt_failed("c", 0.2)
+    r.rewound(complete=True)
+    assert r.hold("c", 0.21)
+    assert r.clear_schedule() == ["c"]
+    assert r.waiting == 0
+    assert r.hold("c", 0.22)  # still not due: held again when emitted again
+
+
+def test_a_rewind_forgets_what_was_held_the_new_spouts_emit_it_again() -> None:
+    r = Retries(POLICY)
+    r.attempt_failed("a", 0.0)
+    r.rewound(complete=True)
+    assert r.hold("a", 0.01)
+    r.rewound(complete=True)
+    assert r.waiting == 0
+    assert r.attempts("a") == 1
+    assert r.hold("a", 0.02)
+
+
+def test_a_message_that_goes_through_is_no_longer_held() -> None:
+    r = Retries(POLICY)
+    r.attempt_failed("a", 0.0)
+    r.rewound(complete=True)
+    assert r.hold("a", 0.2) is False
+    r.passed_cut()  # it went through: forgotten
+    assert r.attempts("a") == 0
+    assert r.hold("a", 0.21) is False
+
+
+# -- the error-rate limit ----------------------------------------------------------------
+
+
+def _judge(rate: FailureRate, now: float, values: list[Any], before: int, after: int) -> str | None:
+    for v in values:
+        rate.failed([v], now)
+    return rate.judge(now, before, after)
+
+
+def test_a_task_failing_every_tuple_trips_the_limit_at_ten_distinct_tuples() -> None:
+    rate = FailureRate(max_rate=0.5, window=10.0)
+    for i in range(9):
+        assert _judge(rate, 0.1 * i, [i], i, i + 1) is None  # fewer than 10 distinct
+    reason = _judge(rate, 1.0, [9], 9, 10)
+    assert reason is not None
+    assert reason.startswith("10 of the 10 tuples it executed in the last 10 s failed (100%")
+
+
+def test_one_message_failing_again_and_again_is_one_message() -> None:
+    rate = FailureRate(max_rate=0.5, window=10.0)
+    for i in range(50):
+        assert _judge(rate, 0.1 * i, ["poison"], i, i + 1) is None
+
+
+# (failures per 100 tuples executed, max rate) -> tripped
+RATE_TABLE = [(1, 0.5, False), (50, 0.5, False), (51, 0.5, True), (100, 1.0, False), (20, 0.1, True)]
+
+
+@pytest.mark.parametrize(("per_100", "max_rate", "tripped"), RATE_TABLE)
+def test_the_rate_is_failures_over_tuples_executed(
+    per_100: int, max_rate: float, tripped: bool
+) -> None:
+    rate = FailureRate(max_rate=max_rate, window=10.0)
+    got = None
+    for batch in range(5):
+        values = [f"{batch}-{i}" for i in range(per_100)]
+        got = _judge(rate, float(batch), values, batch * 100, (batch + 1) * 100)
+    assert (got is not None) is tripped
+
+
+def test_failures_and_tuples_older_than_the_window_drop_out() -> None:
+    rate = FailureRate(max_rate=0.5, window=10.0)
+    assert _judge(rate, 1.0, list(range(8)), 0, 50) is None
+    # 12 failures in 30 tuples at 30.0, but judged against all 10,030 executed
+    # since 1.0: the task's count has no sample in between.
+    assert _judge(rate, 30.0, list(range(100, 112)), 10_000, 10_030) is None
+    # At 41.0 the window starts at 31.0: the failures of 1.0 and 30.0 are out of
+    # it, the tuples are counted from the sample at 30.0: 25 of 40 failed.
+    assert _judge(rate, 41.0, list(range(200, 225)), 10_030, 10_040) is not None
