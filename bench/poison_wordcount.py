@@ -2,9 +2,9 @@
 (``state.get``/``state.put`` per word, the count emitted anchored, the word
 acked) whose ``split`` raises on every line holding the word ``POISON``.
 
-    statestream run bench/poison_wordcount.py --until-idle --set poison.input=FILE
+    statestream run bench/poison_wordcount.py --until-idle --set wordcount.input=FILE
 
-``poison.every=1`` makes ``split`` raise on every line instead (the bolt that
+``wordcount.poison_every=1`` makes ``split`` raise on every line instead (the bolt that
 fails every tuple).
 """
 
@@ -39,7 +39,7 @@ WordCount = _wordcount.WordCount
 class Split(BasicBolt):
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
         super().prepare(conf, context)
-        self.every = bool(int(conf.get("poison.every") or 0))
+        self.every = bool(int(conf.get("wordcount.poison_every") or 0))
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
         line = tuple.values[1]
@@ -53,8 +53,8 @@ class Split(BasicBolt):
 
 
 def topology() -> Topology:
-    b = TopologyBuilder("poison")
-    b.set_spout("sentences", FileSpout(path_key="poison.input"))
+    b = TopologyBuilder("wordcount")
+    b.set_spout("sentences", FileSpout(path_key="wordcount.input"))
     b.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
     return b.build()
