@@ -20,7 +20,7 @@ from conftest import ProviderFactory
 from word_bolts import Count, Split
 
 from statestream import KeyValueState, StateError, StatefulBolt, TopologyBuilder, Tuple, run
-from statestream._exactly_once import CHECKPOINT_KEY, POSITIONS_KEY
+from statestream._exactly_once import ACKED_KEY, CHECKPOINT_KEY, POSITIONS_KEY
 from statestream._registry import SCOPE_SEPARATOR, clear_topology, stored_topologies
 from statestream._rescale import _JOURNAL, _PARALLELISM, LAYOUT_NAMESPACE
 from statestream._stateful import CHECKPOINT_SPOUT
@@ -34,6 +34,7 @@ INTERNAL_NAMES = sorted(
     {
         CHECKPOINT_KEY,
         POSITIONS_KEY,
+        ACKED_KEY,
         "position",  # FileSpout's position, in its own namespace
         _PARALLELISM,
         _JOURNAL,
