@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ErrorReport", "RunResult", "TaskMetrics"]
+__all__ = ["ErrorReport", "RunResult", "TaskMetrics", "WorkerInfo"]
 
 
 @dataclass
@@ -73,3 +73,25 @@ class RunResult:
     elapsed: float
     reason: str
     counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerInfo:
+    """What the supervisor knows of one worker process (the live progress shows it).
+
+    ``index`` is the worker's number (0-based), ``pid`` its current process
+    (0 before it starts), ``tasks`` the global task ids it runs, ``restarts``
+    how often the supervisor restarted it; ``executed`` and ``rate`` (tuples
+    per second) its latest progress, ``metrics`` and ``counters`` its latest
+    report. ``_at`` is the supervisor's clock at that report.
+    """
+
+    index: int
+    pid: int = 0
+    tasks: list[int] = field(default_factory=list)
+    restarts: int = 0
+    executed: int = 0
+    rate: float = 0.0
+    metrics: list[TaskMetrics] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    _at: float = 0.0

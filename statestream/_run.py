@@ -12,13 +12,14 @@ from typing import Any
 import cloudpickle
 
 from ._clock import Clock
-from ._config import Config
-from ._errors import ConfigError, TopologyError
+from ._errors import TopologyError
+from ._results import RunResult
 from ._topology import Topology
 from ._user_code import user_code
+from .runtime.contract import make_runtime
 from .runtime.plan import as_config
 
-__all__ = ["as_config", "load_topology", "run"]
+__all__ = ["as_config", "load_topology", "make_runtime", "run"]
 
 
 def _import_path(path: Path) -> Any:
@@ -86,31 +87,8 @@ def run(
     until_idle: bool = False,
     duration: float | None = None,
     clock: Clock | None = None,
-) -> Any:
+) -> RunResult:
     """Run ``topology`` on the runtime ``topology.runner`` names; return its RunResult."""
     conf = as_config(config, (topology.name,))
     return make_runtime(topology, conf, clock=clock).run(until_idle=until_idle, duration=duration)
 
-
-def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -> Any:
-    """The runtime ``topology.runner`` names, ready to ``run``."""
-    runner = conf["topology.runner"]
-    workers = conf["topology.workers"]
-    if runner == "spark":
-        if workers != 1:
-            raise ConfigError(
-                f"topology.workers is {workers}, but the spark runner does not start worker "
-                "processes itself: Spark spreads the tasks over its executors. Remove "
-                "topology.workers and set spark.executor.instances (spark.executor.cores for "
-                "the cores of each) instead"
-            )
-        from .runtime.spark import SparkRuntime
-
-        return SparkRuntime(topology, conf)
-    if workers > 1:
-        from .runtime.workers import WorkerSupervisor
-
-        return WorkerSupervisor(topology, conf, clock=clock)
-    from .runtime.local import LocalRuntime
-
-    return LocalRuntime(topology, conf, clock=clock)
