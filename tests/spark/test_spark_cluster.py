@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent(
     from pyspark.sql import SparkSession
     from statestream import FileSpout, TopologyBuilder
     from statestream._registry import open_provider
-    from statestream.runtime.spark import _SPARK_DEFAULTS, SparkRuntime
+    from statestream.runtime.spark import SPARK_DEFAULTS, SparkRuntime
 
     corpus, flag, prefix, url = sys.argv[2:6]
 
@@ -54,7 +54,7 @@ SCRIPT = textwrap.dedent(
     b.set_bolt("split", KillMyExecutor(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", wordcount.WordCount(), 2).fields_grouping("split", ["word"])
     builder = SparkSession.builder.master("local-cluster[2,1,1024]")
-    for key, value in _SPARK_DEFAULTS.items():
+    for key, value in SPARK_DEFAULTS.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

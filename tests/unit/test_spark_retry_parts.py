@@ -9,7 +9,9 @@ import pytest
 
 from statestream import TopologyBuilder
 from statestream.runtime.plan import RuntimePlan
-from statestream.runtime.spark import _SEQ_BITS, _Batch, _SpoutTask, _task_tries
+from statestream.runtime.spark.config import task_tries
+from statestream.runtime.spark.shared import SEQ_BITS
+from statestream.runtime.spark.spouts import Batch, SpoutTask
 from statestream.testing import ListSpout, SinkBolt
 
 
@@ -34,8 +36,8 @@ class FakeContext:
         ("spark://host:7077", {"spark.task.maxFailures": "6"}, 6),
     ],
 )
-def test_task_tries(master: str, conf: dict[str, str], tries: int) -> None:
-    assert _task_tries(FakeContext(master, conf)) == tries
+def testtask_tries(master: str, conf: dict[str, str], tries: int) -> None:
+    assert task_tries(FakeContext(master, conf)) == tries
 
 
 def test_a_root_names_the_record_and_message_id_the_read_stage_gave_it() -> None:
@@ -46,16 +48,16 @@ def test_a_root_names_the_record_and_message_id_the_read_stage_gave_it() -> None
     topology = b.build()
     plan = RuntimePlan(topology, {})
     tasks = {
-        (cid, i): _SpoutTask(cid, i, f"{cid}-{i}", None, None)  # type: ignore[arg-type]
+        (cid, i): SpoutTask(cid, i, f"{cid}-{i}", None, None)  # type: ignore[arg-type]
         for cid, i in [("a", 0), ("a", 1), ("b", 0)]
     }
-    batch = _Batch()
+    batch = Batch()
     for (cid, i), task in tasks.items():
         batch.records[cid, i] = [("default", [f"{cid}{i}-{n}"], None) for n in range(3)]
         batch.msg_ids.append((task, [f"{cid}{i}-{n}" if n != 1 else None for n in range(3)]))
 
     def root(cid: str, i: int, n: int) -> int:
-        return (plan.component_tasks[cid][i] << _SEQ_BITS | n) + 1
+        return (plan.component_tasks[cid][i] << SEQ_BITS | n) + 1
 
     assert batch.message(plan, root("a", 1, 2)) == (
         tasks["a", 1],

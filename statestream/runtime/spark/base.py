@@ -1,0 +1,338 @@
+"""The driver's session, store and checkpoint record: what every part of the driver uses.
+
+The driver drives the same :class:`~statestream._checkpoint.CheckpointCoordinator`
+as the local runtime's checkpoint spout and stores the same
+:class:`~statestream._exactly_once.CheckpointRecord` (phase, and for
+``PREPARING(t)`` the data spouts' positions at the end of batch ``t``), so a
+store one runtime left behind, killed or not, is finished exactly by the
+other. Only the transport differs: a batch is the unit of replay, so there
+are no per-tuple acks, no barriers and no ``$checkpoint`` tuples (the system
+components the builder adds are ignored; the driver plays the checkpoint
+spout).
+
+For each stateful task the driver keeps one instance of the bolt for the
+run (:meth:`DriverBase._open_driver_bolts`): the hooks that follow a job
+(``pre_commit``, ``pre_rollback``, ``init_state`` at a recovery) run on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from ..._checkpoint import Action, CheckpointCoordinator, CheckpointState, Emission, Phase
+from ..._clock import Clock
+from ..._components import (
+    StatefulBolt,
+    TopologyContext,
+    task_namespace,
+)
+from ..._config import Config
+from ..._deadletter import (
+    DeadLetterFile,
+    Replay,
+)
+from ..._errors import ConfigError, RuntimeFailure
+from ..._exactly_once import CheckpointRecord
+from ..._outage import guard_store
+from ..._registry import RunClaim
+from ..._rescale import rescale_state
+from ..._results import ErrorReport, RunResult, TaskMetrics
+from ..._retry import (
+    FailureRate,
+    Retries,
+    RetryPolicy,
+)
+from ..._stateful import apply_action
+from ..._topology import ComponentSpec, Topology
+from ..._transactional.driver import TransactionalLayout
+from ..plan import RuntimePlan
+from .config import CHECKPOINT_NAMESPACE, SPARK_DEFAULTS, task_tries
+from .executor import Shipped
+from .shared import fresh_state, state_opener, user_bolt
+
+if TYPE_CHECKING:
+    from .spouts import SpoutTask
+    from .transactional import TxJob
+
+log = logging.getLogger("statestream")
+
+
+class NullCollector:
+    def emit(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    emit_direct = emit
+    ack = emit
+    fail = emit
+    reset_timeout = emit
+    report_error = emit
+
+
+class DriverBase:
+    """What the parts of :class:`~statestream.runtime.spark.SparkRuntime` share.
+
+    The attributes are set by ``SparkRuntime.__init__``; the methods here
+    open the session and the store, and run the checkpoint record's recovery.
+    """
+
+    fault_hook: Callable[[str, int], None] | None
+    topology: Topology
+    config: Config
+    plan: RuntimePlan
+    clock: Clock
+    _spark: Any
+    _own_session: bool
+    batch_size: int
+    attempts: int
+    _stop: bool
+    _deadline: float | None
+    errors: list[ErrorReport]
+    counters: dict[str, int]
+    provider: Any
+    _claim: RunClaim
+    _tokens: dict[str, str]
+    component_tasks: dict[str, list[int]]
+    spouts: list[ComponentSpec]
+    bolts: list[ComponentSpec]
+    namespaces: list[str]
+    _sources: dict[str, tuple[str, str]]
+    _by_value: list[str]
+    fed: list[str]
+    transactional: TransactionalLayout | None
+    at_most_once: bool
+    exactly_once: bool
+    _metrics: dict[str, TaskMetrics]
+    _record: CheckpointRecord
+    _coordinator: CheckpointCoordinator | None
+    _cut: dict[str, Any] | None
+    _spout_tasks: list[SpoutTask]
+    _driver_bolts: dict[str, StatefulBolt]
+    _tx_jobs: list[TxJob]
+    _tx_failures: dict[int, int]
+    retry_policy: RetryPolicy
+    _retries: dict[str, Retries]
+    _failure_rates: dict[tuple[str, int], tuple[FailureRate, int]]
+    deadletter_path: Any
+    deadletters: DeadLetterFile
+    _replays: dict[str, deque[Replay]]
+
+    if TYPE_CHECKING:
+
+        def metrics(self) -> dict[str, TaskMetrics]: ...
+
+    def _payload(self, sc: Any, exactly_once: bool) -> Any:
+        """The broadcast executors unpickle once per worker: the plan, and the
+        sources of the user modules it travels with (see :func:`_loads`)."""
+        data = cloudpickle.dumps(Shipped(self.plan, exactly_once, task_tries(sc)))
+        return sc.broadcast((self._sources, data))
+
+    # -- session and provider ---------------------------------------------------
+    @property
+    def master(self) -> str:
+        if self._spark is not None:
+            return str(self._spark.sparkContext.master)
+        return str(self.config["spark.master"])
+
+    def _session(self) -> Any:
+        if self._spark is not None:
+            return self._spark
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError as exc:
+            raise ConfigError(
+                "the spark runtime needs PySpark: pip install 'statestream[spark]'"
+            ) from exc
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            self._spark = active
+            return active
+        builder = SparkSession.builder.appName(f"statestream-{self.topology.name}")
+        for key, value in {**SPARK_DEFAULTS, **self.config.spark_conf}.items():
+            builder = builder.config(
+                key, str(value).lower() if isinstance(value, bool) else str(value)
+            )
+        self._spark = builder.getOrCreate()
+        self._spark.sparkContext.setLogLevel("ERROR")
+        self._own_session = True
+        return self._spark
+
+    def _open_provider(self) -> Any:
+        if self.provider is None:
+            from ..._registry import open_provider
+
+            self.provider = open_provider(
+                self.config["topology.state.provider"],
+                self.config["topology.state.provider.config"],
+                scope=self.topology.name,
+            )
+            guard_store(self.provider, self.config, self.clock)
+        return self.provider
+
+    def _claim_store(self) -> None:
+        """Claim this topology's scope of the store for the run, on the driver, before
+        the checkpoint record is read (``BackendStateProvider.claim``; executors
+        never claim). Held until :meth:`_close_provider`. Raises
+        StateLockedError if another run holds it."""
+        self._claim.take(self._open_provider(), self.topology.name, self.config)
+
+    def _close_provider(self) -> None:
+        """The end of a run: close the store and let the claim go."""
+        try:
+            if self.provider is not None:
+                self.provider.close()
+                self.provider = None
+        finally:
+            self._claim.release()
+
+    def _context(self, cid: str, index: int) -> TopologyContext:
+        return self.plan.context(
+            cid,
+            index,
+            state_opener=state_opener(self._open_provider()),
+            clock=self.clock,  # the driver's tasks (spouts, hooks) read the runtime's clock
+            exactly_once=self.exactly_once,
+        )
+
+    # -- the checkpoint record and the coordinator ----------------------------------
+    def _load(self) -> CheckpointRecord:
+        return CheckpointRecord.load(fresh_state(self._open_provider(), CHECKPOINT_NAMESPACE))
+
+    def _save(self, state: CheckpointState) -> None:
+        """The coordinator's ``save``: store the record moved to ``state``.
+
+        ``PREPARING(t)`` is stored with the cut of batch ``t`` (the data
+        spouts' positions at its end) in the same commit.
+        """
+        positions = self._cut if state.phase is Phase.PREPARING else None
+        record = self._record.advance(state, positions)
+        record.save(self._open_provider().get_state(CHECKPOINT_NAMESPACE))
+        self._record = record
+
+    @property
+    def coordinator(self) -> CheckpointCoordinator:
+        if self._coordinator is None:
+            raise RuntimeFailure("the spark runtime has not started its checkpoints")
+        return self._coordinator
+
+    @staticmethod
+    def _now_ms() -> float:
+        return time.monotonic() * 1000.0
+
+    def _start_checkpoints(self, *, positions_needed: bool) -> None:
+        """Load the record, check it can be continued, and recover from it.
+
+        Every start is a recovery: the coordinator rolls back a
+        prepare that may not have finished, finishes a decided commit, and
+        ends with ``INITSTATE``.
+        """
+        self._claim_store()
+        if self.topology.has_stateful_bolts:
+            # Before any job: a bolt whose parallelism changed since the last
+            # run gets its keys re-partitioned (statestream._rescale).
+            rescale_state(self._open_provider(), self.topology)
+        record = self._load()
+        txid, positions = record.restore_point()
+        # Acked positions (a local at-least-once run's) are resumed from, with a
+        # warning (statestream._resume): nothing is lost, a little counted twice.
+        if positions_needed and txid >= 0 and positions is None and txid not in record.acked:
+            raise ConfigError(
+                f"the state store holds checkpoint {record.state} (a recovery restores txid "
+                f"{txid}) but no spout positions for it: it was written without exactly-once "
+                "state (the local runtime with statestream.state.exactly.once: false, or a fed "
+                "or at-most-once spark run), so the spouts would be read from their beginning "
+                "and counted into the state again. Finish it with the runtime and settings that "
+                "wrote it, or give this run a fresh store (another sqlite path or redis key_prefix)"
+            )
+        self._record = record
+        interval_ms = int(self.config["topology.state.checkpoint.interval.ms"])
+        self._coordinator = CheckpointCoordinator(record.state, interval_ms, self._save)
+        self._open_driver_bolts()
+        if self._recover():
+            self.counters["recovered"] += 1
+        if self.fault_hook is not None:
+            self.fault_hook("recovered", self.coordinator.state.txid)
+
+    def _recover(self) -> bool:
+        """Run the coordinator's recovery to its end; True if it rolled back or committed."""
+        coordinator = self.coordinator
+        acted = False
+        while coordinator.recovering:
+            emission = coordinator.poll(self._now_ms())
+            if emission is None:
+                raise RuntimeFailure(f"the checkpoint coordinator is stuck: {coordinator!r}")
+            if emission.action is not Action.INITSTATE:
+                log.warning(
+                    "spark runtime: recovery %s(%d) on every stateful task",
+                    emission.action.value,
+                    emission.txid,
+                )
+                acted = True
+            self._act(emission)
+            coordinator.on_ack(emission.action, emission.txid, self._now_ms())
+        return acted
+
+    def _act(self, emission: Emission) -> None:
+        """Carry out ``ROLLBACK``/``COMMIT``/``INITSTATE`` on every stateful namespace.
+
+        The hook runs first, on the driver's instance of the task
+        (``pre_rollback()``, ``pre_commit(t)``; ``init_state`` for
+        ``INITSTATE``), then the state acts through a state object that reads
+        its txids from the store (the executors prepared it).
+        """
+        action, txid = emission
+        if action is Action.PREPARE:
+            raise RuntimeFailure("PREPARE is carried out by the job's tasks, not by the driver")
+        if action is not Action.COMMIT:
+            self._tokens = {}  # no executor's state object is current any more
+        provider = self._open_provider()
+        for namespace in self.namespaces:
+            state = fresh_state(provider, namespace)
+            apply_action(
+                self._driver_bolts[namespace], state, action, txid, action is not Action.INITSTATE
+            )
+
+    def _open_driver_bolts(self) -> None:
+        """One instance per stateful task, on the driver, for its pre_commit/pre_rollback."""
+        if self._driver_bolts:
+            return
+        for spec in self.bolts:
+            if not spec.is_stateful:
+                continue
+            for i in range(spec.parallelism):
+                bolt: StatefulBolt = user_bolt(self.topology, spec.id)
+                bolt.prepare(
+                    self.plan.conf_for(spec.id), self._context(spec.id, i), NullCollector()
+                )
+                self._driver_bolts[task_namespace(spec.id, i)] = bolt
+
+    def _report(self, cid: str, index: int, exc: BaseException, what: Any) -> None:
+        """Record an error of a component on the driver (a spout's, say)."""
+        self._metrics[cid].errors += 1
+        self.errors.append(
+            ErrorReport(cid, index, repr(what), repr(exc), "".join(traceback.format_exception(exc)))
+        )
+
+    def _release(self, spark: Any) -> None:
+        """The end of every run: stop a session this runtime started, close the store."""
+        try:
+            if self._own_session:
+                spark.stop()
+                self._spark = None
+        finally:
+            self._close_provider()
+
+    def _result(self, start_time: float, reason: str) -> RunResult:
+        return RunResult(
+            self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
+        )

@@ -1,0 +1,602 @@
+"""What runs inside Spark tasks: a bolt task for one batch attempt, and the read stages.
+
+Executors unpickle the plan once per Python worker (:func:`shipped_plan`,
+a broadcast holding the pickle and the sources of the user's modules), run
+each task as a :class:`Producer` that routes what the task emits
+(:class:`~statestream._routing.RouteChoice`, the choice every runtime
+makes), and end each task's output with its acknowledgement, which travels
+with the data to the driver (:meth:`Producer.finish`).
+
+A Python worker keeps the state object of the task it ran (providers
+connect lazily; workers are reused): when the next batch's task for that
+namespace lands on the same worker and the driver committed exactly that
+object's prepare (its token), the object's read cache is still the committed
+state, which spares a store read per key and batch (:func:`_task_state`).
+
+A tuple failed by a bolt (:class:`~statestream.FailedException` or
+``collector.fail``) is executed again later in the same task, up to
+:data:`~statestream.runtime.spark.config.MAX_TUPLE_FAILURES` times; what it
+emitted during the failed attempt is dropped, and (exactly-once) what it put
+in the state undone (:class:`~statestream._journal.TupleJournal`). Any other
+exception fails the Spark task before Spark's last try of it, and only its
+tuple on the last; a tuple still failing is reported to the driver with its
+roots (the spout messages it belongs to).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import cloudpickle
+
+from ..._checkpoint import Action
+from ..._clock import SystemClock
+from ..._components import (
+    BasicBolt,
+    Bolt,
+    StatefulBolt,
+    TopologyContext,
+    task_namespace,
+)
+from ..._errors import FailedException, RuntimeFailure, TupleError
+from ..._outage import guard_store
+from ..._picklable import check_first
+from ..._retry import (
+    retry_cannot_fix,
+)
+from ..._routing import custom_choose, task_for_key
+from ..._stateful import CHECKPOINT_STREAM, apply_action
+from ..._tuple import Origin, Tuple, check_emit
+from ..plan import RouteSpec, RuntimePlan
+from .config import MAX_TUPLE_FAILURES
+from .shared import (
+    ACK,
+    SEQ_BITS,
+    Ack,
+    Lost,
+    ReportedError,
+    fresh_state,
+    provider_key,
+    sort_key,
+    state_opener,
+    store_key,
+    user_bolt,
+)
+
+log = logging.getLogger("statestream")
+
+_SHIPPED: dict[str, Shipped] = {}
+_PROVIDERS: dict[str, Any] = {}
+#: (provider key, namespace) -> (token of its last prepare, the state object).
+_STATE_CACHE: dict[tuple[str, str], tuple[str, Any]] = {}
+
+
+def shared_provider(conf: Mapping[str, Any], scope: str) -> Any:
+    """The provider of this process for topology ``scope`` (Python workers are reused,
+    so connections are too)."""
+    key = f"{scope}\0{provider_key(conf)}"
+    provider = _PROVIDERS.get(key)
+    if provider is None or getattr(provider, "closed", False):
+        from ..._registry import open_provider
+
+        provider = _PROVIDERS[key] = open_provider(
+            conf["topology.state.provider"], conf["topology.state.provider.config"], scope=scope
+        )
+        guard_store(provider, conf, SystemClock())  # a prepare rides out an outage here too
+    return provider
+
+
+class Shipped:
+    """What executors need, unpickled once per Python worker: the plan and where acks go."""
+
+    def __init__(self, plan: RuntimePlan, exactly_once: bool, task_tries: int = 1) -> None:
+        self.plan = plan
+        self.exactly_once = exactly_once
+        #: How many times Spark runs a task before it fails the job
+        #: (:func:`task_tries`): a bolt that raises fails the Spark task before
+        #: the last try, and only its tuple on the last (:func:`run_bolt`).
+        self.task_tries = task_tries
+        topology = plan.topology
+        # Where each component's acknowledgements go: its first downstream bolt
+        # (None: to the driver).
+        self.ack_to: dict[str, str | None] = {
+            cid: next((d for d in topology.downstream(cid) if not d.startswith("$")), None)
+            for cid in topology.components
+        }
+
+    def context(self, cid: str, index: int, provider: Any = None) -> TopologyContext:
+        return self.plan.context(
+            cid,
+            index,
+            state_opener=state_opener(provider),
+            clock=SystemClock(),
+            exactly_once=self.exactly_once,
+        )
+
+
+def shipped_plan(token: str, payload: Any) -> Shipped:
+    shipped = _SHIPPED.get(token)
+    if shipped is None:
+        if len(_SHIPPED) > 4:
+            _SHIPPED.clear()
+        sources, data = payload.value
+        shipped = _SHIPPED[token] = _loads(data, sources)
+    return shipped
+
+
+def _loads(data: bytes, sources: Mapping[str, tuple[str, str]]) -> Any:
+    """Unpickle ``data``; a shipped user module it names by reference is made
+    importable from its source first.
+
+    User modules travel by value, but an object pickle cannot copy (a
+    ``functools.cache`` wrapper, say) is pickled by its module's name, which
+    an executor cannot import: a module loaded from a path (``examples/``).
+    """
+    tried: set[str] = set()
+    while True:
+        try:
+            return cloudpickle.loads(data)
+        except ModuleNotFoundError as exc:
+            name = exc.name or ""
+            if name not in sources or name in tried:
+                raise
+            tried.add(name)
+            _import_source(name, *sources[name])
+
+
+def _import_source(name: str, path: str, source: str) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = path
+    sys.modules[name] = module
+    folder = os.path.dirname(path)
+    if folder and os.path.isdir(folder) and folder not in sys.path:
+        sys.path.append(folder)  # its siblings, as the driver imported them
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+class _Route:
+    """Where one (producer task, stream)'s tuples go for one subscriber."""
+
+    __slots__ = ("custom", "index_of_task", "key", "kind", "n", "rr", "target")
+
+    def __init__(self, spec: RouteSpec, producer_index: int) -> None:
+        self.target = spec.target
+        self.kind = spec.kind
+        self.n = len(spec.task_ids)
+        self.key: Any = spec.key
+        self.custom: Any = spec.custom
+        self.index_of_task: dict[int, int] = {tid: i for i, tid in enumerate(spec.task_ids)}
+        # As the local runtime: each producer task starts its round-robin elsewhere.
+        self.rr = producer_index % self.n
+
+    def choose(self, values: Sequence[Any], direct: int | None) -> list[int]:
+        kind = self.kind
+        if kind == "fields":
+            key = self.key
+            if type(key) is int:
+                return [task_for_key(values[key], self.n)]
+            return [task_for_key([values[i] for i in key], self.n)]
+        if kind in ("shuffle", "none"):
+            i = self.rr
+            self.rr = i + 1 if i + 1 < self.n else 0
+            return [i]
+        if kind == "global":
+            return [0]
+        if kind == "all":
+            return list(range(self.n))
+        if kind == "direct":
+            idx = self.index_of_task.get(direct)  # type: ignore[arg-type]
+            return [] if idx is None else [idx]
+        return custom_choose(self.custom, values, self.n)
+
+
+class Producer:
+    """One task on an executor: routes what it emits; the collector bolts see."""
+
+    def __init__(self, shipped: Shipped, cid: str, index: int) -> None:
+        plan = shipped.plan
+        self.shipped = shipped
+        self.cid = cid
+        self.index = index
+        self.task_id = plan.component_tasks[cid][index]
+        self.base = self.task_id << SEQ_BITS
+        self.seq = 0
+        self.out: list[tuple[Any, Any, Any]] = []
+        #: The tuple being executed and its roots (what a BasicBolt's emits anchor to).
+        self.current: Tuple | None = None
+        self.roots: tuple[int, ...] = ()
+        self.emitted = 0
+        self.failed_current = False
+        self.acked = 0
+        #: Where report_error keeps errors for the driver (None: logged only).
+        self.errors: list[ReportedError] | None = None
+        spec = plan.topology.components[cid]
+        self.streams: dict[str, tuple[int, list[_Route], bool]] = {}
+        self.outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
+        self.checked: set[str] = set()  # streams whose first tuple pickled (_picklable)
+        for stream, (fields, direct) in self.outputs.items():
+            routes = [
+                _Route(route, index)
+                for route in plan.routes(cid, stream)
+                if not route.target.startswith("$")
+            ]
+            self.streams[stream] = (len(fields), routes, direct)
+
+    def finish(self, ack: Ack, forwarded: Iterable[Ack]) -> None:
+        """Send this task's ack, and those it received, on to the driver.
+
+        Acks travel with the data: to task 0 of the first downstream bolt,
+        which forwards them with its own; the tasks of the last bolts hand
+        them to the driver. So the driver collects only acknowledgements and
+        never reads a partition of tuples.
+        """
+        target = self.shipped.ack_to[self.cid]
+        if target is None:
+            self.out.append((ACK, 0, ack))
+            self.out.extend((ACK, 0, a) for a in forwarded)
+        else:
+            self.out.append((target, 0, (-1, ACK, ack)))
+            self.out.extend((target, 0, (-1, ACK, a)) for a in forwarded)
+
+    def _entry(self, stream: str, values: Sequence[Any], direct: bool) -> tuple[int, list[_Route]]:
+        check_emit(self.cid, self.index, stream, values, self.outputs, direct)
+        if stream not in self.checked:
+            check_first(self.cid, self.index, stream, values)
+            self.checked.add(stream)
+        entry = self.streams[stream]
+        return entry[0], entry[1]
+
+    def route(
+        self,
+        stream: str,
+        values: Sequence[Any],
+        direct: int | None,
+        roots: tuple[int, ...] | None = None,
+    ) -> None:
+        """Send one tuple on. ``roots``: the spout messages it belongs to (its
+        anchors' roots); None for a spout's own tuple, which is its own root."""
+        _, routes = self._entry(stream, values, direct is not None)
+        if direct is not None and not any(direct in r.index_of_task for r in routes):
+            valid = sorted(t for r in routes for t in r.index_of_task)
+            raise TupleError(
+                f"component {self.cid!r} emit_direct to task {direct}, which does not subscribe "
+                f"to that stream (subscribed tasks: {valid}); pick one from "
+                "context.component_tasks(<bolt>)"
+            )
+        self.emitted += 1
+        key = self.base | self.seq
+        rec = (key, stream, tuple(values), (key + 1,) if roots is None else roots)
+        self.seq += 1
+        out = self.out
+        for r in routes:
+            for i in r.choose(values, direct):
+                out.append((r.target, i, rec))
+
+    def _anchored(self, anchors: Any) -> tuple[int, ...]:
+        """The roots of ``anchors`` (a tuple, several, or None: unanchored, untracked)."""
+        if anchors is None:
+            return ()
+        if anchors is self.current:
+            return self.roots
+        if isinstance(anchors, Tuple):
+            return tuple(anchors.trees())
+        roots: dict[int, int] = {}
+        for anchor in anchors:
+            roots.update(anchor.trees())
+        return tuple(roots)
+
+    # -- OutputCollector / BasicOutputCollector --------------------------------------
+    def emit(self, values: Sequence[Any], anchors: Any = None, stream: str = "default") -> None:
+        self.route(stream, values, None, self._anchored(anchors))
+
+    def emit_direct(
+        self, task: int, values: Sequence[Any], anchors: Any = None, stream: str = "default"
+    ) -> None:
+        self.route(stream, values, task, self._anchored(anchors))
+
+    def ack(self, tuple: Tuple) -> None:
+        self.acked += 1
+
+    def fail(self, tuple: Tuple) -> None:
+        self.failed_current = True
+
+    def reset_timeout(self, tuple: Tuple) -> None:
+        """Nothing times out inside a batch."""
+
+    def report_error(self, error: BaseException) -> None:
+        if self.errors is not None:
+            tb = "".join(traceback.format_exception(error))[-20000:]
+            self.errors.append((f"{self.cid}[{self.index}]", repr(error), tb))
+        log.error("%s[%d] reported %r", self.cid, self.index, error)
+
+
+class _BasicCollector:
+    """A BasicBolt's collector: emit(values, stream=...) without anchors."""
+
+    __slots__ = ("_p",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._p = producer
+
+    def emit(self, values: Sequence[Any], stream: str = "default") -> None:
+        self._p.route(stream, values, None, self._p.roots)
+
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
+        self._p.route(stream, values, task, self._p.roots)
+
+    def report_error(self, error: BaseException) -> None:
+        self._p.report_error(error)
+
+
+def read_partition(
+    token: str, payload: Any, items: Iterable[tuple[str, int, Sequence[Any]]]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """The read stage: one item per spout task, ``(cid, index, records)``, where
+    ``records`` are the ``(stream, values, direct task)`` the driver read from it."""
+    shipped = shipped_plan(token, payload)
+    for cid, index, records in items:
+        producer = Producer(shipped, cid, index)
+        for stream, values, direct in records:
+            producer.route(stream, values, direct)
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], []), ())
+        yield from producer.out
+
+
+def _task_state(provider: Any, pkey: str, namespace: str, valid: Mapping[str, str]) -> Any:
+    """The state a stateful task starts from: this process's copy if it is current.
+
+    A state object keeps every value it read or wrote, so reusing it spares
+    the store one read per key and batch. It is current when the prepare it
+    made last is the one the driver committed (``valid`` maps each namespace
+    to the token of its committed prepare); then committing it again is a
+    no-op in the store that turns its prepared values into committed ones.
+    Anything else (another worker ran the task since, a rollback, a new
+    run) reads from the store afresh.
+    """
+    entry = _STATE_CACHE.pop((pkey, namespace), None)
+    if entry is not None and valid.get(namespace) == entry[0]:
+        state = entry[1]
+        prepared = state.prepared_txid
+        if prepared is not None:
+            state.commit(prepared)
+        return state
+    return fresh_state(provider, namespace)
+
+
+_ABSENT = object()
+
+
+class _TupleJournal:
+    """The state a stateful bolt sees on Spark: its own, with the changes of the
+    tuple being executed journaled so that a failed tuple leaves no effect.
+
+    In exactly-once mode a failed tuple must not count: the local runtime goes
+    back to the last checkpoint; here the tuple is executed again within its
+    batch, so the puts and deletes its failed attempt made are undone first
+    (what the bolt keeps in its own fields is its business, as ``pre_rollback``
+    is on the local runtime).
+    """
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+        self._before: dict[Any, Any] = {}
+
+    def begin(self) -> None:
+        self._before.clear()
+
+    def undo(self) -> None:
+        state = self._state
+        for key, value in self._before.items():
+            if value is _ABSENT:
+                state.delete(key)
+            else:
+                state.put(key, value)
+        self._before.clear()
+
+    def _remember(self, key: Any) -> None:
+        if key not in self._before:
+            self._before[key] = self._state.get(key, _ABSENT)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._remember(key)
+        self._state.put(key, value)
+
+    def delete(self, key: Any) -> Any:
+        self._remember(key)
+        return self._state.delete(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._state)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._state
+
+
+def run_bolt(
+    token: str,
+    payload: Any,
+    cid: str,
+    txid: int,
+    valid: Mapping[str, str],
+    index: int,
+    items: Iterable[tuple[int, Any]],
+) -> Iterator[tuple[Any, Any, Any]]:
+    """One bolt task for one batch attempt (a Spark partition)."""
+    shipped = shipped_plan(token, payload)
+    plan = shipped.plan
+    records = [rec for _, rec in items]
+    records.sort(key=sort_key)
+    # Acknowledgements forwarded from upstream tasks sort first (key -1).
+    n_acks = 0
+    while n_acks < len(records) and records[n_acks][0] < 0:
+        n_acks += 1
+    forwarded = [rec[2] for rec in records[:n_acks]]
+    records = records[n_acks:]
+    spec = plan.topology.components[cid]
+    bolt: Bolt | BasicBolt = user_bolt(plan.topology, cid)
+    producer = Producer(shipped, cid, index)
+    conf = plan.conf_for(cid)
+    provider = shared_provider(plan.config, plan.topology.name) if spec.is_stateful else None
+    context = shipped.context(cid, index, provider)
+    state: Any = None
+    journal: _TupleJournal | None = None
+    if isinstance(bolt, BasicBolt):
+        bolt.prepare(conf, context)
+        basic = _BasicCollector(producer)
+
+        def execute(tup: Tuple) -> None:
+            bolt.execute(tup, basic)
+
+    else:
+        bolt.prepare(conf, context, producer)
+        execute = bolt.execute  # type: ignore[assignment]
+    if isinstance(bolt, StatefulBolt):
+        assert provider is not None
+        namespace = task_namespace(cid, index)
+        state = _task_state(provider, store_key(plan), namespace, valid)
+        state.rollback()  # a prepare left by a failed attempt of this batch
+        journal = _TupleJournal(state) if shipped.exactly_once else None
+        apply_action(bolt, state if journal is None else journal, Action.INITSTATE, txid, False)
+    origins: dict[tuple[int, str], Origin] = {}
+    owner = plan.owner
+    fields_of = plan.output_fields
+    executed = failures = 0
+    errors: list[ReportedError] = []
+    lost: list[Lost] = []
+    last_try = _last_try(shipped.task_tries)
+    queue = records
+    failed_counts: dict[int, int] = {}
+    out = producer.out
+    last_task, last_stream = -1, ""
+    origin: Origin | None = None
+    while queue:
+        retry: list[tuple[Any, ...]] = []
+        for rec in queue:
+            key, stream, values, roots = rec
+            src_task = key >> SEQ_BITS
+            if src_task != last_task or stream != last_stream:
+                # Input is sorted by producer task: the origin changes rarely.
+                last_task, last_stream = src_task, stream
+                origin = origins.get((src_task, stream))
+                if origin is None:
+                    src, src_index = owner[src_task]
+                    origin = origins[src_task, stream] = Origin(
+                        src, src_task, src_index, stream, fields_of[src][stream]
+                    )
+            mark, seq = len(out), producer.seq
+            producer.failed_current = False
+            if journal is not None:
+                journal.begin()
+            # The tuple carries its spout messages (its roots) as a tracked
+            # tuple does on the local runtime, so that anchoring to it works.
+            if len(roots) == 1:
+                tup = Tuple(values, origin, root=roots[0])  # type: ignore[arg-type]
+            else:
+                tup = Tuple(values, origin, dict.fromkeys(roots, 0) or None)  # type: ignore[arg-type]
+            producer.current, producer.roots = tup, roots
+            cause: tuple[str, str] | None = None
+            again = True
+            try:
+                execute(tup)
+            except FailedException as exc:
+                producer.failed_current = True
+                cause = (type(exc).__name__, str(exc)[:2000])
+            except TupleError as exc:
+                # A wrong emit (arity, stream, direct task): reported for this
+                # tuple, which fails and is executed again, as on the local
+                # runtime.
+                producer.failed_current = True
+                cause = (type(exc).__name__, str(exc)[:2000])
+                errors.append(
+                    (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
+                )
+            except RuntimeFailure as exc:
+                # The run's end (an emit that cannot be pickled, say), not this
+                # tuple's: given up at once, and the driver stops with it.
+                producer.failed_current = True
+                again = False
+                cause = (type(exc).__name__, str(exc)[:2000])
+            except Exception as exc:
+                # A bolt that raises: before Spark's last try of this task the
+                # Spark task fails (Spark runs it again, a lost executor looks
+                # the same); on the last, only this tuple does, and its
+                # messages go through the retry policy (the driver's).
+                if not last_try or retry_cannot_fix(exc):
+                    raise  # a bug no retry fixes fails the job: the driver stops
+                producer.failed_current = True
+                again = False
+                cause = (type(exc).__name__, str(exc)[:2000])
+                errors.append(
+                    (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
+                )
+            executed += 1
+            if producer.failed_current:
+                failures += 1
+                if journal is not None:
+                    journal.undo()  # nor is what it changed in the state kept
+                del out[mark:]  # what the failed attempt emitted is not sent
+                producer.seq = seq
+                n = failed_counts[key] = failed_counts.get(key, 0) + 1
+                if again and n < MAX_TUPLE_FAILURES:
+                    retry.append(rec)
+                    continue
+                # Given up in this job: the driver counts an attempt of each
+                # of its messages and runs the batch again (or without them).
+                error_type, error = cause or ("Failed", "failed by collector.fail()")
+                lost.extend((root, cid, error_type, error) for root in roots or (0,))
+        queue = retry
+    producer.current, producer.roots = None, ()
+    prepared = None
+    if state is not None:
+        apply_action(bolt, state, Action.PREPARE, txid, True)  # type: ignore[arg-type]
+        prepared = uuid.uuid4().hex
+        _STATE_CACHE[store_key(plan), task_namespace(cid, index)] = (prepared, state)
+    producer.finish(
+        (cid, index, executed, producer.emitted, failures, prepared, errors, lost), forwarded
+    )
+    yield from producer.out
+
+
+def _last_try(tries: int) -> bool:
+    """Whether the Spark task running this is Spark's last try of it (True outside Spark)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - executors have PySpark
+        return True
+    context = TaskContext.get()
+    return context is None or context.attemptNumber() + 1 >= tries
+
+
+def rows_partition(
+    token: str, payload: Any, cid: str, part: int, rows: Iterable[Any]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """The read stage of a Spark-fed batch: one DataFrame partition as spout task 0.
+
+    Sequence numbers start at ``part << 28`` so that the records of every
+    partition sort apart and in the same order on every replay.
+    """
+    shipped = shipped_plan(token, payload)
+    producer = Producer(shipped, cid, 0)
+    producer.seq = part << 28
+    columns = shipped.plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
+    for row in rows:
+        producer.route("default", [row[c] for c in columns], None)
+    producer.finish((cid, part, 0, producer.emitted, 0, None, [], []), ())
+    yield from producer.out

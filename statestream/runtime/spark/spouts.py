@@ -1,0 +1,282 @@
+"""The data spouts on the driver: each task opened once, read batch by batch.
+
+Spouts follow the one rewind contract (:class:`~statestream.Rewindable`):
+the driver opens each data spout task once, seeks it, and reads every batch
+from it; the records travel to the executors inside the job. A batch holds,
+per spout task, what it emitted and the message id of each record, to ack
+once the batch commits.
+
+Dead letters fed back (``statestream deadletter replay``, status ``replay``)
+go into the first batches of the next run, ahead of what their spout task
+reads, as the local runtime emits them: the spout never hears of them, they
+are counted and retried as any message of a batch (read again with it after a
+rollback), marked ``replayed`` in the file once their batch committed, and
+``dead`` again (the record rewritten, not a second one) once they had their
+last attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ..._components import (
+    Spout,
+    task_namespace,
+)
+from ..._deadletter import (
+    REPLAY,
+    Replay,
+    Settled,
+    fits_stream,
+)
+from ..._errors import RuntimeFailure
+from ..._exactly_once import check_position
+from ..._picklable import check_first
+from ..._results import ErrorReport
+from ..._resume import SpoutRef, plan_resume
+from ..._retry import (
+    Retries,
+)
+from ..._stateful import CHECKPOINT_STREAM
+from ..._tuple import Fields, check_emit
+from ..plan import RuntimePlan
+from .base import DriverBase
+from .shared import SEQ_BITS
+
+log = logging.getLogger("statestream")
+
+
+class PollCollector:
+    """What a spout task emits on the driver while a batch is read."""
+
+    def __init__(
+        self,
+        cid: str,
+        index: int,
+        outputs: Mapping[str, tuple[Fields, bool]],
+        report: Callable[[BaseException, Any], None],
+    ) -> None:
+        self.cid = cid
+        self.index = index
+        self.outputs = outputs
+        self.report = report
+        self.items: list[tuple[str, list[Any], int | None]] = []
+        self.msg_ids: list[Any] = []
+        """The message id of each item (None: untracked)."""
+        self.checked: set[str] = set()
+        """The streams whose first tuple pickled (statestream._picklable)."""
+        self.settled = Settled()
+        """The messages of this task given up on in this run: not read into a batch."""
+        self.settles: list[Any] = []
+        """Message ids emitted again since the last ``dead_lettered`` calls, skipped."""
+
+    def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
+        # Checked here, as the local runtime checks it in the spout's emit: the
+        # error belongs to next_tuple(), not to the job that would route it.
+        check_emit(self.cid, self.index, stream, values, self.outputs, False)
+        self._add(stream, values, None, msg_id)
+
+    def emit_direct(
+        self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = "default"
+    ) -> None:
+        check_emit(self.cid, self.index, stream, values, self.outputs, True)
+        self._add(stream, values, task, msg_id)
+
+    def _add(self, stream: str, values: Sequence[Any], direct: int | None, msg_id: Any) -> None:
+        if stream not in self.checked:
+            check_first(self.cid, self.index, stream, values)
+            self.checked.add(stream)
+        if msg_id is not None and self.settled and self.settled.holds(msg_id, values):
+            self.settles.append(msg_id)
+            return
+        self.items.append((stream, list(values), direct))
+        self.msg_ids.append(msg_id)
+
+    def report_error(self, error: BaseException) -> None:
+        self.report(error, None)
+
+
+@dataclass
+class SpoutTask:
+    """One data spout task, opened once on the driver for the run."""
+
+    cid: str
+    index: int
+    namespace: str
+    spout: Spout
+    collector: PollCollector
+
+
+@dataclass
+class Batch:
+    """One batch as the driver holds it until it commits."""
+
+    records: dict[tuple[str, int], list[tuple[str, list[Any], int | None]]] = field(
+        default_factory=dict
+    )
+    """Per spout task, what it emitted: ``(stream, values, direct task)``."""
+    positions: dict[str, Any] | None = None
+    """Where each spout task stands after the batch (stored with ``PREPARING(t)``)."""
+    msg_ids: list[tuple[SpoutTask, list[Any]]] = field(default_factory=list)
+    """Per spout task, the message id of each of its records (None: untracked), to
+    ack once the batch commits."""
+    source: Any = None
+    """A Spark-fed batch: the RDD of its read stage (no records, no positions)."""
+
+    @property
+    def size(self) -> int:
+        return sum(len(records) for records in self.records.values())
+
+    def message(
+        self, plan: RuntimePlan, root: int
+    ) -> tuple[SpoutTask, tuple[str, list[Any], int | None], Any] | None:
+        """The spout task, record and message id a root of the batch names (its read
+        stage gave record ``i`` of task ``t`` the key ``t << 40 | i``, the root
+        ``key + 1``); None for a root that names none (0, a fed batch)."""
+        if root <= 0:
+            return None
+        key = root - 1
+        owner = plan.owner.get(key >> SEQ_BITS)
+        seq = key & ((1 << SEQ_BITS) - 1)
+        for task, ids in self.msg_ids:
+            if (task.cid, task.index) == owner and seq < len(ids):
+                return task, self.records[owner][seq], ids[seq]
+        return None
+
+
+class SpoutDriver(DriverBase):
+    """The driver's data spout tasks: open, seek, read a batch, settle, close."""
+
+    def _open_spouts(self) -> None:
+        for spec in self.spouts:
+            for i in range(spec.parallelism):
+                spout: Spout = self.topology.instantiate(spec.id)
+                outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
+                collector = PollCollector(spec.id, i, outputs, partial(self._report, spec.id, i))
+                spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
+                namespace = task_namespace(spec.id, i)
+                self._spout_tasks.append(SpoutTask(spec.id, i, namespace, spout, collector))
+                self._retries.setdefault(namespace, Retries(self.retry_policy))
+        self._load_replays()
+
+    def _load_replays(self) -> None:
+        """The dead letters of this topology marked for replay, fed back as on the local
+        runtime: each goes into a batch of its spout task (the spout never hears of
+        it), is tracked as any message, and is marked ``replayed`` once its batch
+        committed, or ``dead`` again once it failed to its last attempt."""
+        outputs = {
+            task_namespace(spec.id, i): spec.outputs
+            for spec in self.spouts
+            for i in range(spec.parallelism)
+        }
+        for record in self.deadletters.marked_for_replay(self.topology.name, outputs):
+            declared = outputs[record.namespace].get(record.stream)
+            fields = None if declared is None else len(declared[0])
+            if fits_stream(record, fields, declared is not None and declared[1]):
+                self._replays.setdefault(record.namespace, deque()).append(Replay(record))
+
+    def _seek(self, *, start: bool = False) -> None:
+        """Rewind every data spout to the positions of the checkpoint recovery restored
+        (from the beginning on a fresh store); at ``start`` say where each resumes."""
+        refs = [
+            SpoutRef(t.namespace, t.cid, t.index, len(self.component_tasks[t.cid]), t.spout)
+            for t in self._spout_tasks
+        ]
+        plan = plan_resume(self._record, not self.at_most_once, refs)
+        if start:
+            for line in ([plan.warning] if plan.warning else []) + plan.lines:
+                log.warning("%s", line)
+        if self.at_most_once:
+            return
+        for task in self._spout_tasks:
+            if task.namespace in plan.seeks:
+                task.spout.seek(plan.seeks[task.namespace])  # type: ignore[attr-defined]
+
+    def _read_batch(self) -> Batch:
+        """Fill a batch: ``next_tuple`` on each spout task until it has emitted
+        ``batch_size`` tuples or emits nothing more; then its ``position()``."""
+        batch = Batch()
+        for task in self._spout_tasks:
+            collector = task.collector
+            collector.items = []
+            collector.msg_ids = []
+            next_tuple = task.spout.next_tuple
+            items = collector.items
+            replays = self._replays.get(task.namespace)
+            while replays and len(items) < self.batch_size:
+                rid = replays.popleft()  # dead letters fed back first, then the spout's
+                items.append((rid.record.stream, list(rid.record.values), None))
+                collector.msg_ids.append(rid)
+            skipped = 0
+            while len(items) < self.batch_size and skipped < self.batch_size:
+                before = len(items)
+                try:
+                    next_tuple()
+                except RuntimeFailure:
+                    raise  # the run's end, as on local
+                except Exception as exc:  # reported; the spout keeps going (as on local)
+                    self._report(task.cid, task.index, exc, "next_tuple()")
+                    break
+                if collector.settles:
+                    skipped += len(collector.settles)
+                    self._settle(task)  # it emitted a dead letter: skipped, told
+                elif len(items) == before:
+                    break
+            batch.records[task.cid, task.index] = items
+            batch.msg_ids.append((task, collector.msg_ids))
+            retries = self._retries[task.namespace]
+            if retries.failures:
+                for msg_id in collector.msg_ids:
+                    if msg_id is not None:
+                        retries.emitted_again(msg_id)
+        if not self.at_most_once:
+            batch.positions = {
+                task.namespace: check_position(task.cid, task.spout.position())  # type: ignore[attr-defined]
+                for task in self._spout_tasks
+            }
+        return batch
+
+    def _settle(self, task: SpoutTask) -> None:
+        """Tell ``task``'s spout that the dead letters it just emitted again are settled."""
+        settles, task.collector.settles = task.collector.settles, []
+        self.counters["skipped_dead_letters"] = self.counters.get("skipped_dead_letters", 0) + len(
+            settles
+        )
+        for msg_id in settles:
+            try:
+                task.spout.dead_lettered(msg_id)
+            except Exception as exc:
+                self._report(task.cid, task.index, exc, f"dead_lettered({msg_id!r})")
+
+    def _read_again(self, batch: Batch) -> Batch:
+        """The batch after a rollback: read again from the restored positions, with
+        the dead letters fed back it held (but those given up on again)."""
+        if self.at_most_once:
+            return batch  # the spouts cannot rewind: run the same records again
+        self._requeue_replays(batch)
+        self._seek()
+        return self._read_batch()
+
+    def _requeue_replays(self, batch: Batch) -> None:
+        """Put the dead letters fed back in ``batch`` that are still to replay back in
+        front of their task's queue, in their order."""
+        for task, msg_ids in batch.msg_ids:
+            again = [m for m in msg_ids if type(m) is Replay and m.record.status == REPLAY]
+            if again:
+                self._replays.setdefault(task.namespace, deque()).extendleft(reversed(again))
+
+    def _close_spouts(self) -> None:
+        tasks, self._spout_tasks = self._spout_tasks, []
+        for task in tasks:
+            try:
+                task.spout.close()
+            except Exception as exc:
+                self.errors.append(
+                    ErrorReport(task.cid, task.index, "close()", repr(exc), traceback.format_exc())
+                )

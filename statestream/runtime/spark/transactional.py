@@ -1,0 +1,367 @@
+"""Transactional topologies on Spark: the driver plays the coordinator.
+
+It drives the pure
+:class:`~statestream._transactional.coordinator.TransactionCoordinator`,
+storing its state where, and as, the local runtime's ``$coordinator`` spout
+does (so a store either runtime left behind is continued by the other), and
+asks the spout's coordinator part (on the driver) whether a batch is ready::
+
+    driver                                          executors
+    ------                                          ---------
+    poll: up to max.spout.pending batch tuples      processing job: the batch tuples go to
+      (metadata stored before each)                 every emitter task (emit_batch), then
+                                                    each processing-phase batch bolt is a
+                                                    stage; outputs for commit-phase bolts
+                                                    stay persisted
+    settle the tasks' reports: on_ack / on_fail
+    poll: the commit tuple of the next txid         commit job: the committers (and what is
+                                                    downstream of them) get that
+                                                    transaction's persisted input and the
+                                                    commit tuple
+    settle: on_ack (the commit is recorded) / on_fail; the next commit, then new batches
+
+A task is the component the builder made (emitter, or batch bolt with
+count-based completion), fresh for each job, and reports which attempts it
+finished (:func:`statestream._transactional.driver.settle`). Commits run one
+txid per job, so strictly in order; a failure in either phase fails the
+transaction and every later active one, which are emitted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from ..._clock import SystemClock
+from ..._errors import RuntimeFailure
+from ..._results import ErrorReport, RunResult
+from ..._text import count
+from ..._transactional.components import (
+    BATCH_STREAM,
+    COMMIT_STREAM,
+    COORDINATOR,
+    CoordinatorStore,
+    coordinator_namespace,
+)
+from ..._transactional.coordinator import Emission as TxEmission
+from ..._transactional.coordinator import TransactionAttempt, TransactionCoordinator, TxPhase
+from ..._transactional.driver import TransactionalLayout, settle
+from .base import DriverBase
+from .config import check_provider
+from .executor_tx import run_tx_task, tx_commit_input, tx_source
+from .shared import ReadThrough, addressed_to, fresh_state, identity, only_acks, root_cause
+
+log = logging.getLogger("statestream")
+
+
+@dataclass
+class TxJob:
+    """A processing job whose outputs are kept until its attempts commit or fail."""
+
+    stages: list[Any]
+    attempts: list[TransactionAttempt]
+
+    def release(self) -> None:
+        for rdd in self.stages:
+            rdd.unpersist()
+        self.stages = []
+
+
+class TransactionalDriver(DriverBase):
+    """The driver of a transactional topology (see the module docstring)."""
+
+    def _run_transactional(
+        self, tx: TransactionalLayout, until_idle: bool, duration: float | None
+    ) -> RunResult:
+        """Run a transactional topology: the driver plays the coordinator.
+
+        The loop polls the pure :class:`TransactionCoordinator` (whose state
+        is stored, before every emission, where the ``$coordinator`` spout of
+        the local runtime stores it). Batch emissions are gathered up to
+        ``topology.max.spout.pending`` and processed by one Spark job
+        (:meth:`_tx_process`); a commit emission is carried out by a job of
+        its own (:meth:`_tx_commit`), one txid at a time, so commits go
+        strictly in txid order. No new batch starts while a processed one
+        waits for its commit, so the batches of one processing job commit
+        back to back.
+        """
+        start_time = time.monotonic()
+        spark = self._session()
+        check_provider(self.config, self.master)  # the session's master may differ
+        sc = spark.sparkContext
+        token = uuid.uuid4().hex
+        payload = self._payload(sc, False)
+        reason = "stopped"
+        spout_coordinator: Any = None
+        clean = False
+        try:
+            self._claim_store()
+            provider = self._open_provider()
+            store = CoordinatorStore(
+                fresh_state(provider, coordinator_namespace(self.topology.name))
+            )
+            protocol = TransactionCoordinator(
+                store.load(),
+                self.config.get("topology.max.spout.pending") or 1,
+                None,  # a job returns or fails; nothing of it can time out unheard
+                store.save,
+            )
+            if protocol.active:
+                self.counters["recovered"] += 1
+                log.warning(
+                    "spark runtime: transactions %s were active when the last run ended; "
+                    "emitting them again",
+                    list(protocol.active),
+                )
+            context = self.plan.context(
+                COORDINATOR,
+                0,
+                state_opener=partial(ReadThrough, provider),
+                clock=SystemClock(),
+            )
+            spout_coordinator = tx.spout.get_coordinator(self.plan.conf_for(COORDINATOR), context)
+            if self.fault_hook is not None:
+                self.fault_hook("recovered", protocol.committed)
+
+            def ready() -> bool:
+                if any(p is TxPhase.PROCESSED for p in protocol.active.values()):
+                    return False  # commit what is processed first
+                return bool(spout_coordinator.is_ready())
+
+            interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
+            batches: list[TxEmission] = []
+            while not self._stop:
+                if duration is not None and time.monotonic() - start_time >= duration:
+                    reason = "duration"
+                    break
+                # A lost lease: another run may own the state now; before the poll,
+                # which may store a new transaction's metadata.
+                self._claim.check()
+                emissions = protocol.poll(
+                    self._now_ms(),
+                    ready=ready,
+                    initialize=spout_coordinator.initialize_transaction,
+                )
+                for e in emissions:
+                    if e.kind == "commit":
+                        self._tx_commit(sc, token, payload, tx, protocol, e)
+                    else:
+                        batches.append(e)
+                if any(e.kind == "batch" for e in emissions):
+                    continue  # more may start, up to max.spout.pending
+                if batches:
+                    # A failed commit sends later transactions back to PENDING.
+                    current = [
+                        b
+                        for b in batches
+                        if protocol.attempt(b.attempt.transaction_id) == b.attempt
+                    ]
+                    batches = []
+                    if current:
+                        self._tx_process(sc, token, payload, tx, protocol, current)
+                    continue
+                if emissions:
+                    continue
+                # Nothing is active (it would have been emitted) and the spout is not ready.
+                if until_idle:
+                    reason = "idle"
+                    break
+                time.sleep(interval)
+            clean = True
+        finally:
+            try:
+                for job in self._tx_jobs:
+                    job.release()
+                self._tx_jobs = []
+                if spout_coordinator is not None:
+                    try:
+                        spout_coordinator.close()
+                    except Exception as exc:
+                        if clean:
+                            self._report(tx.emitter, -1, exc, "coordinator close()")
+                payload.unpersist()
+            finally:
+                self._release(spark)
+        return self._result(start_time, reason)
+
+    def _tx_stages(
+        self, sc: Any, token: str, payload: Any, cids: Sequence[str], outs: dict[str, Any]
+    ) -> list[Any]:
+        """One stage per component of ``cids`` (in topological order): its input
+        is what every upstream stage in ``outs`` addressed to it, one partition
+        per task; each output is persisted, as several stages and the driver's
+        collect read it."""
+        from pyspark import StorageLevel
+
+        built = []
+        for cid in cids:
+            parents = list(
+                {
+                    id(outs[up]): outs[up] for up in self.topology.upstream(cid) if up in outs
+                }.values()
+            )
+            inputs = parents[0] if len(parents) == 1 else sc.union(parents)
+            out = (
+                inputs.mapPartitions(partial(addressed_to, cid))
+                .partitionBy(self.topology.components[cid].parallelism, identity)
+                .mapPartitionsWithIndex(partial(run_tx_task, token, payload, cid))
+            )
+            out.persist(StorageLevel.MEMORY_AND_DISK)
+            outs[cid] = out
+            built.append(out)
+        return built
+
+    def _tx_reports(self, sc: Any, stages: list[Any], cids: Sequence[str]) -> dict[Any, Any]:
+        """Collect the tasks' reports (nothing else) and add them to the metrics."""
+        reports = sc.union(stages).mapPartitions(only_acks).collect() if stages else []
+        out = {}
+        for cid, index, finished, executed, emitted, failed, errors in reports:
+            out[cid, index] = finished
+            m = self._metrics[cid]
+            m.executed += executed
+            m.emitted += emitted
+            m.acked += executed - failed
+            m.failed += failed
+            m.errors += len(errors)
+            self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
+        missing = [
+            f"{cid}[{i}]"
+            for cid in cids
+            for i in range(self.topology.components[cid].parallelism)
+            if (cid, i) not in out
+        ]
+        if missing:
+            raise RuntimeFailure(f"tasks {', '.join(missing)} sent no report")
+        return out
+
+    def _tasks(self, cids: Sequence[str]) -> list[tuple[str, int]]:
+        return [(c, i) for c in cids for i in range(self.topology.components[c].parallelism)]
+
+    def _tx_job_failed(self, what: str, exc: BaseException) -> None:
+        self.errors.append(
+            ErrorReport(
+                "$batch",
+                -1,
+                what,
+                repr(exc)[:2000],
+                "".join(traceback.format_exception(exc))[-20000:],
+            )
+        )
+        log.warning("spark runtime: %s failed (%s)", what, root_cause(exc))
+
+    def _tx_process(
+        self,
+        sc: Any,
+        token: str,
+        payload: Any,
+        tx: TransactionalLayout,
+        protocol: TransactionCoordinator,
+        batches: list[TxEmission],
+    ) -> None:
+        """The processing phase of ``batches``, one Spark job: the coordinator's batch
+        tuples go to every emitter task, then each processing-phase bolt is a stage.
+        What the job sends to commit-phase bolts stays persisted for their commit."""
+        attempts = [e.attempt for e in batches]
+        records = [(BATCH_STREAM, [e.attempt, e.metadata, e.committed]) for e in batches]
+        source = sc.parallelize([records], 1).mapPartitions(partial(tx_source, token, payload))
+        stages: list[Any] = []
+        try:
+            stages = self._tx_stages(sc, token, payload, tx.processing, {COORDINATOR: source})
+            reports = self._tx_reports(sc, stages, tx.processing)
+            processed = settle(attempts, self._tasks(tx.processing), reports)
+        except Exception as exc:
+            txids = ", ".join(str(a.transaction_id) for a in attempts)
+            self._tx_job_failed(f"processing job of transactions {txids}", exc)
+            processed = {a.transaction_id: False for a in attempts}
+        job = TxJob(stages, attempts)
+        self._tx_jobs.append(job)
+        for e in sorted(batches, key=lambda e: e.attempt):
+            txid = e.attempt.transaction_id
+            if processed[txid]:
+                protocol.on_ack(e.msg_id)
+                if self.fault_hook is not None:
+                    self.fault_hook("prepared", txid)
+            else:
+                # Every later one goes back to PENDING with it: emitted again after it.
+                self._tx_failed(txid, "processing")
+                protocol.on_fail(e.msg_id)
+        self._tx_release(protocol)
+
+    def _tx_commit(
+        self,
+        sc: Any,
+        token: str,
+        payload: Any,
+        tx: TransactionalLayout,
+        protocol: TransactionCoordinator,
+        emission: TxEmission,
+    ) -> None:
+        """The commit phase of one transaction, one Spark job: the commit-phase bolts
+        get what the processing job sent them and the commit tuple (committers)."""
+        attempt = emission.attempt
+        txid = attempt.transaction_id
+        job = next((j for j in self._tx_jobs if attempt in j.attempts), None)
+        if job is None:
+            raise RuntimeFailure(f"no processing job holds {attempt!r}, whose commit is due")
+        ok = True
+        if tx.commit:
+            commit = [(COMMIT_STREAM, [attempt])]
+            source = sc.parallelize([commit], 1).mapPartitions(partial(tx_source, token, payload))
+            kept = sc.union(job.stages).mapPartitions(
+                partial(tx_commit_input, frozenset(tx.commit), attempt)
+            )
+            base = sc.union([kept, source])
+            outs = {cid: base for cid in self.topology.components if cid not in tx.commit}
+            stages: list[Any] = []
+            try:
+                stages = self._tx_stages(sc, token, payload, tx.commit, outs)
+                reports = self._tx_reports(sc, stages, tx.commit)
+                ok = settle([attempt], self._tasks(tx.commit), reports)[txid]
+            except Exception as exc:
+                self._tx_job_failed(f"commit job of transaction {txid}", exc)
+                ok = False
+            finally:
+                for rdd in stages:
+                    rdd.unpersist()
+        if ok:
+            protocol.on_ack(emission.msg_id)  # stores txid as the last committed one
+            self._tx_failures.pop(txid, None)
+            self.counters["batches"] += 1
+            if self.fault_hook is not None:
+                self.fault_hook("committed", txid)
+        else:
+            self._tx_failed(txid, "commit")
+            protocol.on_fail(emission.msg_id)
+        self._tx_release(protocol)
+
+    def _tx_failed(self, txid: int, phase: str) -> None:
+        """Count a failure of ``txid``; give up after ``statestream.spark.batch.attempts``."""
+        self.counters["replays"] += 1
+        n = self._tx_failures[txid] = self._tx_failures.get(txid, 0) + 1
+        if n >= self.attempts:
+            raise RuntimeFailure(
+                f"transaction {txid} failed {count(n, 'time')} (the last time in its {phase} phase); "
+                "the next run emits it again from its stored metadata"
+            )
+        log.warning("transaction %d failed in its %s phase; emitting it again", txid, phase)
+
+    def _tx_release(self, protocol: TransactionCoordinator) -> None:
+        """Unpersist the processing jobs none of whose attempts waits for its commit."""
+        live = {
+            protocol.attempt(t)
+            for t, phase in protocol.active.items()
+            if phase in (TxPhase.PROCESSED, TxPhase.COMMITTING)
+        }
+        keep = []
+        for job in self._tx_jobs:
+            if live.intersection(job.attempts):
+                keep.append(job)
+            else:
+                job.release()
+        self._tx_jobs = keep
