@@ -39,7 +39,7 @@ older results: a default acker count is now raised to ``topology.workers``.
 process, on synthetic frames built as a run builds them (worker 1's
 ``RemoteInbox`` for split task 2 and count task 4, in columns: one group per
 source task and stream per round, the words of a line sharing its root; acks
-as ``_Acking.ack`` appends them, root and XOR words): ``RemoteInbox.add_drawn``
+as ``Acking.ack`` appends them, root and XOR words): ``RemoteInbox.add_drawn``
 (what a spout's and an anchored emit's routes call for a task of another
 worker: the queue draws the edge, and a group's edges cross as one int),
 ``Link.encode``, ``Link.decode`` and ``Link.deliver`` into a real, unopened
@@ -540,7 +540,7 @@ def frame_setup(kind: str) -> dict[str, Any]:
         )
         for i in range(n_words)
     ]  # fmt: skip
-    # As _Acking.ack appends an ack for another worker's acker: root, then XOR.
+    # As Acking.ack appends an ack for another worker's acker: root, then XOR.
     acks = [w for _ in range(n_acks) for w in (root_id(rng), rng.getrandbits(62))]
     ack_list = sender.ack_pair_lists()[0]
     q_split, q_count = sender.queue(to_split, False), sender.queue(to_count, False)

@@ -39,7 +39,16 @@ COMPILED_MODULES: Final = (
     "statestream._rotating",
     "statestream._kvstate",
     "statestream._executors",
-    "statestream.runtime.local",
+    # The local runtime's per-tuple path, one module per concern; compiled
+    # as one group with the rest, so calls and attribute reads between them
+    # stay native (the package's __init__ only re-exports, and runs as Python).
+    "statestream.runtime.local.acking",
+    "statestream.runtime.local.tasks",
+    "statestream.runtime.local.spout",
+    "statestream.runtime.local.bolt",
+    "statestream.runtime.local.support",
+    "statestream.runtime.local.base",
+    "statestream.runtime.local.runtime",
 )
 
 #: The environment variable that selects the implementation: ``python`` or

@@ -86,7 +86,8 @@ from .._results import ErrorReport, RunResult, TaskMetrics
 from .._resume import SpoutRef, acked_positions
 from .._topology import Topology
 from .._tuple import Origin
-from .local import _GC_YOUNG, FLAT, pack_ids, unpack_ids
+from .local.acking import FLAT, pack_ids, unpack_ids
+from .local.support import GC_YOUNG, restore_gc, tune_gc
 from .plan import RuntimePlan, as_config
 
 __all__ = ["WorkerSupervisor", "worker_of_task"]
@@ -102,7 +103,7 @@ _SPOUT_BATCH = 64
 _READ_SIZE = 1 << 16
 _STEPS_PER_ROUND = 4
 _PIPE_SIZE = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
-# The collector's own young-generation threshold in a worker, in _GC_YOUNGs:
+# The collector's own young-generation threshold in a worker, in GC_YOUNGs:
 # a backstop for rounds too long for the collections in step (_collect).
 _GC_BACKSTOP = 4
 # Rounds a worker may run ahead of a peer (it reads the peer's frame of round
@@ -135,7 +136,7 @@ def _collect() -> None:
     oldest generation whose count is over its threshold, else the young one.
 
     Workers collect in step: the young generation fills as tuple trees wait
-    for their commit, and a collection walks it (4-9 ms at _GC_YOUNG). Left
+    for their commit, and a collection walks it (4-9 ms at GC_YOUNG). Left
     to itself each worker's collector ran at its own moment and held the
     others up at the next exchange, so the pauses added up (bench_workers.py:
     8 collections, 36 ms, per worker and run). A worker whose young
@@ -727,9 +728,9 @@ class Worker:
         st.stop = self.stop_requested or rt._stop
         st.deadline = self._deadline
         st.epoch = self.epoch
-        st.gc = gc.get_count()[0] >= _GC_YOUNG
+        st.gc = gc.get_count()[0] >= GC_YOUNG
         st.holding = any(t.awaits_checkpoint() for t in rt.bolts)
-        cp = rt._checkpoint_spout
+        cp = rt.checkpoint_spout
         if cp is not None:
             st.prepare_due = cp.prepare_due() if ss is not None else False
             st.committed = cp.committed_txid
@@ -758,7 +759,7 @@ class Worker:
                 continue
             if decision is not None and decision is not StandstillStep.POLL:
                 if spout.completions:
-                    spout._drain_completions()
+                    spout.drain_completions()
                     busy = True
                 continue
             before = spout.emitted + spout.held
@@ -804,8 +805,6 @@ class Worker:
         standstill, a rewind) use only what every worker knows: the statuses of
         round q and the decisions before.
         """
-        from .local import _restore_gc, _tune_gc
-
         rt = self.rt
         rt.open()
         self._share_acked_positions()
@@ -825,9 +824,9 @@ class Worker:
         sent_before: deque[bool] = deque([True] * _LAG, maxlen=_LAG)
         mine_before: deque[_Status] = deque()  # this worker's statuses of rounds r-_LAG to r-1
         reason = "stopped"
-        gc_before = _tune_gc()
+        gc_before = tune_gc()
         # Collections in step (see _collect); the collector's own only as a backstop.
-        gc.set_threshold(_GC_YOUNG * _GC_BACKSTOP, *gc.get_threshold()[1:])
+        gc.set_threshold(GC_YOUNG * _GC_BACKSTOP, *gc.get_threshold()[1:])
         try:
             while True:
                 decision: StandstillStep | str | None = held
@@ -902,7 +901,7 @@ class Worker:
             rt._finish_queued()
             rt.store_acked_positions()
         finally:
-            _restore_gc(gc_before)
+            restore_gc(gc_before)
             rt.close()
         return RunResult(
             rt.metrics(), list(rt.errors), clock.monotonic() - start, reason, rt.counters()
@@ -922,7 +921,7 @@ class Worker:
         if rt.standstill is not None or not rt.plan.checkpointed:
             return
         self._resumable = [r for r in rt.spout_refs() if can_resume(r.spout)]
-        cp = rt._checkpoint_spout
+        cp = rt.checkpoint_spout
         if cp is not None:
             mine = self._resumable
             cp.acked_positions = lambda: {**self._peer_acked, **acked_positions(mine)}
@@ -937,7 +936,7 @@ class Worker:
         for s in rt.data_spouts:
             s.retries.passed_cut()
         self._hold = _LAG + 1
-        cp = rt._checkpoint_spout
+        cp = rt.checkpoint_spout
         if cp is None:
             return
         positions: dict[str, Any] = {}
@@ -950,7 +949,7 @@ class Worker:
     def _quiet(self, statuses: list[_Status], until_idle: bool) -> None:
         """No worker moved last round: ask for a checkpoint if acks wait for one, or sleep."""
         rt = self.rt
-        cp = rt._checkpoint_spout
+        cp = rt.checkpoint_spout
         ss = rt.standstill
         ends_early = ss is not None and (ss.replaying or any(s.failed for s in statuses))
         if ends_early or any(s.holding for s in statuses):

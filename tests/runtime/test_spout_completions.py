@@ -5,7 +5,8 @@ several workers, no peer waiting for this worker's round) stalls on all of them.
 from __future__ import annotations
 
 from statestream import TopologyBuilder
-from statestream.runtime.local import _COMPLETIONS_PER_POLL, LocalRuntime
+from statestream.runtime.local import LocalRuntime
+from statestream.runtime.local.spout import _COMPLETIONS_PER_POLL
 from statestream.testing import ListSpout
 
 

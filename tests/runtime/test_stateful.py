@@ -285,7 +285,7 @@ def test_acks_handed_to_the_protocol_still_ask_for_a_checkpoint_when_nothing_mov
     rt = LocalRuntime(counter_topology(["a"]), memory_config(), clock=clock)
     rt.open()
     (count,) = (b for b in rt.bolts if b.component == "count")
-    cp = rt._checkpoint_spout
+    cp = rt.checkpoint_spout
     assert cp is not None
     assert not count.awaits_checkpoint() and not rt._waiting_for_commit()
     count.executor.protocol.hold([(12345, 678)])  # type: ignore[attr-defined]
@@ -490,7 +490,7 @@ def test_a_checkpoint_is_acted_on_once_every_upstream_task_delivered_it() -> Non
             break
     assert rt.idle()
     rt.close()
-    coordinator = rt._checkpoint_spout.coordinator  # type: ignore[union-attr]
+    coordinator = rt.checkpoint_spout.coordinator  # type: ignore[union-attr]
     assert coordinator.state.phase is Phase.COMMITTED
     last = coordinator.state.txid
     assert last >= 3, "too few checkpoints to say anything"
@@ -657,7 +657,7 @@ def test_redis_lost_mid_run_waits_then_resumes_and_loses_nothing(
     clock = FakeClock()
     rt = LocalRuntime(counter_topology(items), config, clock=clock)
     rt.open()
-    coordinator = rt._checkpoint_spout.coordinator  # type: ignore[union-attr]
+    coordinator = rt.checkpoint_spout.coordinator  # type: ignore[union-attr]
     bolt_task = rt.tasks_of["count"][0]
 
     # Run until a few checkpoints committed and a PREPARE is on its way to the bolt.

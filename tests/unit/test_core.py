@@ -81,7 +81,7 @@ def test_an_unknown_choice_is_refused_naming_the_choices() -> None:
 def test_a_source_edited_after_the_build_runs_as_source(tmp_path: Path) -> None:
     copy = tmp_path / "statestream"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    local = copy / "runtime" / "local.py"
+    local = copy / "runtime" / "local" / "runtime.py"
     local.write_text(local.read_text() + "\n# edited after the build\n")
     proc = _probe(None, tmp_path)
     assert proc.returncode == 0, proc.stderr

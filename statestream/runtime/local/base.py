@@ -1,0 +1,627 @@
+"""What the tasks of the local runtime see of it: their construction and wiring,
+tuple ids, state, the poison-tuple book (retries and the dead-letter file) and
+the error log. :class:`~statestream.runtime.local.runtime.LocalRuntime` adds
+the lifecycle and the scheduler loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from mypy_extensions import i64
+
+from ..._clock import Clock, SystemClock
+from ..._components import TopologyContext
+from ..._deadletter import DeadLetter, DeadLetterFile, Replay, Settled, default_path, fits_stream
+from ..._errors import ConfigError, PrepareRefused
+from ..._exactly_once import Standstill, resolve_exactly_once
+from ..._results import ErrorReport, TaskMetrics
+from ..._retry import FailureRate, Retries, RetryPolicy, retry_cannot_fix, too_many_failures
+from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
+from ..._text import cut_message, cut_value
+from ..._topology import ComponentSpec, Topology
+from ..._tuple import Origin, Tuple
+from ..plan import RuntimePlan, as_config
+from .acking import EDGE_BITS, EDGE_MASK, FLAT, I64_MAX, ROOT_BIT, Acking, next_edge_of, unpack_ids
+from .bolt import BoltTask
+from .spout import SpoutTask
+from .support import error_signature, is_power_of_ten
+from .tasks import FIELDS1, FIELDSN, KIND, SHUFFLE, Route, Stream, Task
+
+log = logging.getLogger("statestream")
+
+_getrandbits: Final = random.getrandbits
+
+# Test-only: kill this process right before or after a dead letter is written
+# ("before-write" / "after-write"), to test that the message is then in the
+# file once or retried after the restart.
+_KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
+
+
+class RuntimeBase:
+    """The local runtime's tasks and what they call on it (see :class:`LocalRuntime`)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: Mapping[str, Any] | None = None,
+        clock: Clock | None = None,
+        *,
+        owned: Iterable[int] | None = None,
+        link: Any = None,
+    ) -> None:
+        self.topology = topology
+        self.config = as_config(config, topology_prefixes=(topology.name,))
+        self.plan = RuntimePlan(topology, self.config)
+        self.clock: Clock = clock or SystemClock()
+        # Where tuple ids come from (a test may set its own new_root; None
+        # means next_root, or _local_root in a worker): an edge has 62 bits, so that
+        # XORs of edges stay small ints, which the compiled core handles
+        # unboxed (2**-62 per ack is still no chance of a false completion).
+        self.new_root: Callable[[], int] | None = None
+        self._local_ackers: list[int] = []  # see use_local_roots
+        self.randbits: Callable[[int], int] = _getrandbits
+        self._edge_state: i64 = _getrandbits(EDGE_BITS) or 1  # see next_edge
+        #: Called after every step of run(): where a test looks at the queues.
+        self.after_step: Callable[[], None] | None = None
+        self.capacity = int(self.config["topology.executor.receive.buffer.size"])
+        self.idle_sleep = self.config["topology.sleep.spout.wait.strategy.time.ms"] / 1000.0
+        self.n_ackers = int(self.config["topology.acker.executors"])
+        # Several workers (statestream.runtime.workers): this process runs the
+        # tasks in ``owned`` and reaches the others through ``link``.
+        self.link: Any = link
+        self.owned: frozenset[int] | None = None if owned is None else frozenset(owned)
+        self.errors: deque[ErrorReport] = deque(maxlen=1000)
+        self.untracked_acks = 0
+        self.rewinds = 0
+        self._stop = False
+        self._started = False
+        self._closed = False
+        self._start_time = 0.0
+        self._timers: list[list[Any]] = []  # [next_due, period, callback]
+        self.provider: Any = None
+        # This run's hold on its topology's scope of the store (_open_provider).
+        from ..._registry import RunClaim
+
+        self._claim: Any = RunClaim()
+        # PREPAREs the states refused (outlive a rewind), and the error that
+        # stops the run once one namespace refuses again (_note_refusal).
+        self.refused_prepares = RefusedPrepares()
+        self.fatal: BaseException | None = None
+        self._states: dict[str, Any] = {}
+        # Counts of the tasks a rewind replaced, so metrics cover the whole run.
+        self._past: dict[tuple[str, int], TaskMetrics] = {}
+        self._past_counters: dict[str, int] = {}
+        # Poison tuples (statestream._retry, statestream._deadletter): per spout
+        # task namespace, its failed messages, the messages the dead-letter file
+        # settles, and dead letters fed back by `statestream deadletter replay`;
+        # all outlive a rewind. fail_causes: root -> (component, exception,
+        # text) of the failure the acker is about to report.
+        self.retry_policy = RetryPolicy.from_config(self.config)
+        path = self.config["statestream.deadletter.path"]
+        self.deadletter_path = (
+            Path(path)
+            if path
+            else default_path(
+                self.config["topology.state.provider"],
+                self.config["topology.state.provider.config"],
+            )
+        )
+        self.deadletters = DeadLetterFile(self.deadletter_path)
+        self._retries: dict[str, Retries] = {}
+        self._failure_rates: dict[tuple[str, int], FailureRate] = {}  # per bolt task
+        self._settled: dict[str, Settled] = {}
+        self._replays: dict[str, deque[Replay]] = {}
+        self.replaying: set[Replay] = set()  # fed back and emitted, not yet acked or given up
+        self._deadletters_loaded = False
+        self.fail_causes: dict[int, Any] = {}
+        # --until-idle diagnosis (_explain_wait): what moved, since when, last said
+        self._wait_check_at = 0.0
+        self._wait_moved: tuple[Any, ...] = ()
+        self._quiet_since = 0.0
+        self._wait_said_at = float("-inf")
+        self.skipped_settled = 0
+        self._error_seen: dict[Any, int] = {}  # error signature -> times reported
+        if topology.has_stateful_bolts and self.n_ackers == 0:
+            raise ConfigError(
+                f"topology {topology.name!r} has stateful bolts, which need acking to know when "
+                "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
+            )
+        # Exactly-once state (statestream._exactly_once): a standstill before
+        # each PREPARE gives the cut, the spouts' positions are stored with it,
+        # and any failure within the run goes back to the last commit.
+        on, note = resolve_exactly_once(
+            self.config["statestream.state.exactly.once"],
+            self.plan.checkpointed,
+            {spec.id: spec.obj for spec in self.plan.data_spouts},
+        )
+        if note:
+            log.warning("%s", note)
+        self.exactly_once = on
+        self.standstill: Standstill | None = Standstill() if on else None
+        self._build()
+
+    def _build(self) -> None:
+        """Make every task and its routes (at start, and again after a rewind)."""
+        self.acking: Acking | None = Acking(self, self.n_ackers) if self.n_ackers > 0 else None
+        self.spouts: list[SpoutTask] = []
+        self.bolts: list[BoltTask] = []
+        self.spout_by_task: dict[int, SpoutTask] = {}
+        self.tasks_of: dict[str, list[Task]] = {}
+        self._checkpoint_task: SpoutTask | None = None
+        plan = self.plan
+        owned = self.owned
+        self.task_by_id: dict[int, Task] = {}
+        self.bolt_by_id: dict[int, BoltTask] = {}
+        for cid, tids in plan.component_tasks.items():
+            spec = self.topology.components[cid]
+            for i, tid in enumerate(tids):
+                if owned is not None and tid not in owned:
+                    continue
+                task: Task
+                if spec.is_spout:
+                    task = SpoutTask(self, spec, i, tid)
+                    if task.system:
+                        self._checkpoint_task = task
+                    self.spouts.append(task)
+                    self.spout_by_task[tid] = task
+                else:
+                    bolt = BoltTask(self, spec, i, tid)
+                    self.bolts.append(bolt)
+                    self.bolt_by_id[tid] = bolt
+                    task = bolt
+                self.tasks_of.setdefault(cid, []).append(task)
+                self.task_by_id[tid] = task
+        self.component_tasks = plan.component_tasks
+        self.task_names = plan.task_names
+        self.data_spouts = [s for s in self.spouts if not s.system]
+        for cid, tasks in self.tasks_of.items():
+            spec = self.topology.components[cid]
+            for task in tasks:
+                self._wire(task, spec)
+
+    @property
+    def checkpoint_spout(self) -> CheckpointSpout | None:
+        task = self._checkpoint_task
+        return None if task is None else task.spout  # type: ignore[return-value]
+
+    # -- ids ----------------------------------------------------------------------
+    def next_edge(self) -> int:
+        """A random, nonzero edge id of EDGE_BITS bits.
+
+        An xorshift generator seeded from ``randbits``: a few machine
+        instructions per edge in the compiled core instead of a call. Its
+        steps are bijections of the 62-bit state that keep only the low 62
+        bits of each shift (what wraps in a compiled i64 and what the mask
+        keeps in Python agree), so the same code gives the same ids on both
+        cores, and a nonzero state never reaches 0. A test that sets its own
+        ``randbits`` gets its ids one by one, in its order.
+        """
+        if self.randbits is not _getrandbits:
+            return self.randbits(EDGE_BITS) or 1
+        # next_edge_of's steps, inlined: the compiled core does not inline a
+        # call, and the call cost about 13 instructions a word in the word count
+        x: i64 = self._edge_state
+        x ^= (x << 13) & EDGE_MASK
+        x ^= x >> 7
+        x ^= (x << 17) & EDGE_MASK
+        self._edge_state = x
+        return int(x)
+
+    def draw_root(self) -> int:
+        """The root id of a new tree: from ``new_root`` if a test set one, else
+        from :meth:`next_root` (a direct call), with a residue of this
+        worker's ackers if the workers runtime set them (:meth:`use_local_roots`)."""
+        new_root = self.new_root
+        if new_root is not None:
+            return new_root()
+        if self._local_ackers:
+            return self._local_root()
+        return self.next_root()
+
+    def use_local_roots(self, ackers: list[int]) -> None:
+        """Give new trees a root whose acker task (``root % n_ackers``) is one of
+        ``ackers``, this worker's: a tree's init and outcome then stay in the
+        spout's own worker, and only the acks of other workers' bolts cross."""
+        self._local_ackers = ackers
+
+    def _local_root(self) -> int:
+        # next_root's id with its residue modulo n replaced by one of this
+        # worker's ackers (chosen by the next digits), in i64: a root is below 2**63
+        x: i64 = self.next_edge()
+        r: i64 = x | ROOT_BIT
+        n: i64 = self.n_ackers
+        ackers = self._local_ackers
+        k: i64 = len(ackers)
+        base: i64 = r - r % n
+        m: i64 = ackers[(r // n) % k]
+        if base > I64_MAX - m:  # keep it below 2**63, with the same residue
+            base -= n
+        return int(base + m)
+
+    def next_root(self) -> int:
+        """A new root id: 62 bits of next_edge's generator with bit 62 set.
+
+        Roots and edges come from one generator, so they never repeat within
+        its period (2**62 - 1) and the bit keeps roots apart from edges. A
+        few machine instructions where ``random.getrandbits(64)`` cost a call.
+        """
+        x: i64 = self.next_edge()
+        return int(x | ROOT_BIT)
+
+    # -- wiring ---------------------------------------------------------------
+    def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
+        """The topology config with the component's own keys on top."""
+        return self.plan.conf_for(spec.id)
+
+    def _wire(self, task: Task, spec: ComponentSpec) -> None:
+        outs: list[deque[Any]] = []
+        for stream, (_, direct) in spec.outputs.items():
+            routes: list[Route] = []
+            control = stream == CHECKPOINT_STREAM
+            for rs in self.plan.routes(spec.id, stream):
+                target = self.topology.components[rs.target]
+                queue = "control" if control else "inbox"
+                if rs.kind == "fields":
+                    kind = FIELDS1 if isinstance(rs.key, int) else FIELDSN
+                else:
+                    kind = KIND[rs.kind]
+                task_ids = list(rs.task_ids)
+                if kind == SHUFFLE and not control and self.link is not None:
+                    task_ids = self.link.shuffle_targets(
+                        self.plan.component_tasks[spec.id], task_ids
+                    )
+                # The checkpoint spout's own hop takes as many rounds within a
+                # worker as across (see workers._DelayedControl).
+                delay = control and spec.id == CHECKPOINT_SPOUT and self.link is not None
+                inboxes = [self._queue(tid, queue, delay) for tid in task_ids]
+                route = Route(target, kind, inboxes)
+                route.key = rs.key
+                if isinstance(rs.key, int):
+                    route.field = rs.key
+                if kind == SHUFFLE:
+                    # Start each emitter at a different task so that several
+                    # emitters spread evenly from the first tuple on.
+                    route.rr = task.task_index % route.n
+                route.custom = rs.custom
+                route.task_ids = task_ids
+                route.index_of_task = {tid: i for i, tid in enumerate(route.task_ids)}
+                routes.append(route)
+                if self._reaches(target.id, spec.id):
+                    # A queue on a cycle back to this task is exempt from
+                    # backpressure: blocking on it would deadlock the cycle
+                    # (a full queue whose consumer waits, through the cycle,
+                    # for this task).
+                    continue
+                if not control:  # checkpoints are never held back by backpressure
+                    outs.extend(q for q in inboxes if all(q is not o for o in outs))
+            origin = Origin(
+                spec.id,
+                task.task_id,
+                task.task_index,
+                stream,
+                self.plan.output_fields[spec.id][stream],
+            )
+            # Arity -1 until the first emit: that one takes the checked path.
+            task.streams[stream] = Stream(origin, -1, routes, direct)
+            if stream == "default":
+                task.default_stream = task.streams[stream]
+        task.out_queues = outs
+
+    def deliver_remote(
+        self, groups: list[Any], completions: list[Any], origins: dict[Any, Origin]
+    ) -> None:
+        """Put the tuples (the groups :class:`RemoteInbox` makes) and spout
+        completions another worker sent into this worker's queues. A tracked
+        tuple belongs to the task it is delivered to, as on one process."""
+        bolts = self.bolt_by_id
+        for target, lane, src, stream, group, wire_edges, wire_roots, anchors in groups:
+            origin = origins[(src, stream)]
+            bolt = bolts[target]
+            q = bolt.control if lane & 1 else bolt.inbox
+            values: list[Any] = group
+            if anchors is not None:  # a group of its own, never FLAT (RemoteInbox.append)
+                q.append(Tuple(values[0], origin, anchors, target))
+                continue
+            # drawn edges (RemoteInbox.add_drawn): drawn again from their state
+            drawn = type(wire_edges) is int
+            state: i64 = wire_edges if drawn else 0
+            edges: list[int] = [] if drawn else unpack_ids(wire_edges)
+            roots: list[int] = unpack_ids(wire_roots)
+            flat = bool(lane & FLAT)
+            # built first and handed over in one extend: deque is not a compiled
+            # type, so each append would be a method call
+            batch: list[Tuple] = []
+            runs = len(roots)
+            for k in range(0, runs, 2):
+                root = roots[k]
+                owner = target if root else -1
+                end = roots[k + 3] if k + 2 < runs else len(values)
+                for i in range(roots[k + 1], end):
+                    # a one-field value in a 1-tuple: one allocation, a list takes two
+                    v: Any = (values[i],) if flat else values[i]
+                    if drawn:
+                        state = next_edge_of(state)
+                        edge = int(state)
+                    else:
+                        edge = edges[i]
+                    batch.append(Tuple(v, origin, None, owner, root, edge))
+            q.extend(batch)
+        spouts = self.spout_by_task
+        for spout_task, root, ok in completions:
+            spouts[spout_task].completions.append((root, ok))
+
+    def touch_root(self, root: int) -> None:
+        """Restart the spout-side timeout of the tree ``root`` (reset_timeout)."""
+        for spout in self.spouts:
+            if root in spout.pending:
+                spout.pending.put(root, spout.pending.get(root))
+
+    def _queue(self, task_id: int, lane: str, delay: bool = False) -> Any:
+        """The ``inbox`` or ``control`` queue of a task: its own (``delay``: the
+        link's delayed control lane to it), or, for a task of another worker, the
+        link's queue that sends to it."""
+        task = self.task_by_id.get(task_id)
+        if task is not None:
+            if delay and isinstance(task, BoltTask):
+                return self.link.local_control(task_id, task.control)
+            return getattr(task, lane)
+        return self.link.queue(task_id, lane == "control")
+
+    def _reaches(self, source: str, target: str) -> bool:
+        """True if tuples from ``source`` can flow (through any path) to ``target``."""
+        seen = {source}
+        todo = [source]
+        while todo:
+            for nxt in self.topology.downstream(todo.pop()):
+                if nxt == target:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    def _context(self, task: Task) -> TopologyContext:
+        return self.plan.context(
+            task.component,
+            task.task_index,
+            state_opener=self.open_state,
+            clock=self.clock,
+            exactly_once=self.exactly_once,
+        )
+
+    # -- state ---------------------------------------------------------------------
+    def open_state(self, namespace: str) -> Any:
+        """The provider's state for ``namespace`` (the provider opens on first use)."""
+        state = self._states.get(namespace)
+        if state is None:
+            state = self._states[namespace] = self._open_provider().get_state(namespace)
+        return state
+
+    def _open_provider(self) -> Any:
+        """The provider of this topology's state (it connects on first use).
+
+        The first one of a run claims the topology's scope of the store
+        first, before anything reads or writes it (``BackendStateProvider.claim``;
+        the claim is held until :meth:`close`). Only the process that owns
+        the run claims: a worker runs with a link, under a supervisor that
+        holds the claim for it. Raises StateLockedError if another run
+        holds it."""
+        if self.provider is None:
+            from ..._outage import guard_store
+            from ..._registry import open_provider
+
+            provider = open_provider(
+                self.config["topology.state.provider"],
+                self.config["topology.state.provider.config"],
+                scope=self.topology.name,
+            )
+            guard_store(provider, self.config, self.clock)
+            if self.link is None:
+                try:
+                    self._claim.take(provider, self.topology.name, self.config)
+                except BaseException:
+                    provider.close()
+                    raise
+            self.provider = provider
+        return self.provider
+
+    # -- poison tuples: retries and the dead-letter file ---------------------------
+    def retries_for(self, namespace: str) -> Retries:
+        """The failed messages of the spout task ``namespace`` (kept across rewinds)."""
+        r = self._retries.get(namespace)
+        if r is None:
+            r = self._retries[namespace] = Retries(self.retry_policy)
+        return r
+
+    def failure_rate(self, task: BoltTask) -> FailureRate:
+        """The error-rate limit of a bolt task (kept across rewinds)."""
+        key = (task.component, task.task_index)
+        rate = self._failure_rates.get(key)
+        if rate is None:
+            rate = self._failure_rates[key] = FailureRate.from_config(self.config)
+        return rate
+
+    def judge_failures(self, task: BoltTask, executed_before: int) -> None:
+        """After a batch in which ``task`` failed tuples: stop the run if the
+        error-rate limit tripped (statestream._retry.FailureRate)."""
+        past = self._past.get((task.component, task.task_index))
+        base = past.executed if past is not None else 0
+        reason = self.failure_rate(task).judge(
+            self.clock.monotonic(), base + executed_before, base + task.executed
+        )
+        if reason is None or self.fatal is not None:
+            return
+        self.fatal = too_many_failures(task.component, task.task_index, reason, self.errors)
+        self._stop = True
+
+    def settled_for(self, namespace: str) -> Settled:
+        """The messages of ``namespace`` dead-lettered in this run: not delivered
+        again when the spout emits them (a rewind of exactly-once state replays them)."""
+        return self._settled.setdefault(namespace, Settled())
+
+    def replays_for(self, namespace: str) -> deque[Replay]:
+        """Dead letters of ``namespace`` fed back for this run, not yet emitted."""
+        return self._replays.setdefault(namespace, deque())
+
+    def _load_deadletters(self) -> None:
+        """Read the dead-letter file once per run: the messages of this topology
+        marked for replay are fed back.
+
+        The file's other messages are not skipped when a spout emits them
+        again: message ids repeat across runs (a file spout's line numbers, a
+        new input, a fresh store), and skipping a message because an unrelated
+        run gave up on an identical one would lose it silently. A message given
+        up on just before a crash is therefore retried after the restart, and
+        not written twice (:meth:`DeadLetterFile.append`)."""
+        if self._deadletters_loaded:
+            return
+        self._deadletters_loaded = True
+        spouts = {s.namespace for s in self.data_spouts}
+        for r in self.deadletters.marked_for_replay(self.topology.name, spouts):
+            self.replays_for(r.namespace).append(Replay(r))
+
+    def note_failure(self, roots: Iterable[int], cause: Any) -> None:
+        """A bolt failed these trees: remember why, for a dead-letter record."""
+        causes = self.fail_causes
+        if len(causes) > 65536:
+            # Causes whose tree had failed before (its spout heard it already)
+            # are never collected; forget the oldest.
+            for key in list(causes)[:32768]:
+                del causes[key]
+        for root in roots:
+            causes[root] = cause
+
+    def write_dead_letter(self, record: DeadLetter) -> None:
+        """Write ``record`` to the dead-letter file, durably, before the message is settled."""
+        if _KILL_AT == "before-write":
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.deadletters.give_up(record)
+        if _KILL_AT == "after-write":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def emit_replays(self, task: SpoutTask, limit: int) -> bool:
+        """Emit up to ``limit`` dead letters fed back for ``task``; True if any went out."""
+        replays = task.replays
+        n = 0
+        while replays and n < limit:
+            if task.max_pending is not None and len(task.pending) >= task.max_pending:
+                break
+            if task.out_queues and task.blocked():
+                break
+            rid = replays.popleft()
+            record = rid.record
+            entry = task.streams.get(record.stream)
+            if entry is None:
+                fits_stream(record, None, False)  # says why in the log
+                continue
+            if not fits_stream(record, len(entry.origin.fields), entry.direct):
+                continue
+            n += 1
+            task.emitted += 1
+            origin, routes = entry.origin, entry.routes
+            if self.acking is None:
+                task.deliver_untracked(origin, routes, record.values, None)
+                self.replay_acked(rid)
+                continue
+            self.replaying.add(rid)
+            root = self.draw_root()
+            task.pending.put_new(root, (rid, record.values, origin))  # a fresh root
+            self.acking.init(
+                root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)
+            )
+        return n > 0
+
+    def replay_acked(self, rid: Replay) -> None:
+        """A fed-back dead letter went through: mark it replayed in the file."""
+        self.replaying.discard(rid)
+        self.deadletters.replayed([rid.record])
+
+    def replay_given_up(
+        self, rid: Replay, component: str, exc: BaseException | None, text: str, attempts: int
+    ) -> None:
+        """A fed-back dead letter failed to its last attempt again: back to ``dead``."""
+        self.replaying.discard(rid)
+        self.deadletters.replay_given_up(rid.record, component, exc, text, attempts)
+
+    # -- errors -------------------------------------------------------------------
+    def report_error(self, task: Task, exc: BaseException, tup: Any) -> None:
+        tb = "".join(traceback.format_exception(exc))
+        # The tuple is a value (a whole read buffer must not fill the log); the
+        # error keeps its message's end, where a message says what to do.
+        report = ErrorReport(
+            task.component, task.task_index, cut_value(repr(tup)), cut_message(repr(exc)), tb
+        )
+        self.errors.append(report)
+        if retry_cannot_fix(exc):
+            # The store stayed away past its bound (statestream._outage), an
+            # emit that cannot be pickled (statestream._picklable), a value the
+            # store cannot encode: not this task's failure to retry, but the
+            # run's end, said in one line.
+            if self.fatal is None:
+                self.fatal = exc
+            self._stop = True
+            return
+        # A given error (the same task, type and place) shows its traceback
+        # once; repeats are counted, logged at 10, 100, 1000... and at the end.
+        sig = error_signature(task, exc)
+        seen = self._error_seen[sig] = self._error_seen.get(sig, 0) + 1
+        if seen == 1:
+            log.error(
+                "%s[%d] raised %s while processing %s\n%s",
+                task.component,
+                task.task_index,
+                report.error,
+                report.tuple,
+                tb,
+            )
+        elif is_power_of_ten(seen):
+            log.error(
+                "%s[%d] raised %s again: %d times so far (traceback above)",
+                task.component,
+                task.task_index,
+                type(exc).__name__,
+                seen,
+            )
+        if isinstance(exc, PrepareRefused):
+            self._note_refusal(task, exc)
+
+    def _note_refusal(self, task: Task, exc: PrepareRefused) -> None:
+        """A state refused a PREPARE: the second time for one namespace, the run
+        stops (:class:`RefusedPrepares`); :meth:`run` raises :attr:`fatal`."""
+        from ..._registry import SCOPE_SEPARATOR
+
+        namespace = self.topology.name + SCOPE_SEPARATOR + task.namespace
+        if not self.refused_prepares.refused(namespace) or self.fatal is not None:
+            return
+        provider = self.provider
+        store = (
+            repr(getattr(provider, "provider", provider))
+            if provider is not None
+            else f"topology.state.provider: {self.config['topology.state.provider']}"
+        )
+        self.fatal = RefusedPrepares.fatal(namespace, self.topology.name, store, exc)
+        self._stop = True
+
+    def _log_repeats(self) -> None:
+        for (component, task_index, type_name, _), seen in self._error_seen.items():
+            if seen > 1 and not is_power_of_ten(seen):
+                log.error(
+                    "%s[%d] raised %s %d times in all (traceback above)",
+                    component,
+                    task_index,
+                    type_name,
+                    seen,
+                )
+        self._error_seen.clear()
+
+    def stop(self) -> None:
+        """Ask the run loop to stop after the current step (safe from a signal handler)."""
+        self._stop = True

@@ -1,0 +1,357 @@
+"""A bolt task of the local runtime: drains its inbox through ``execute``; its collector."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..._components import Bolt
+from ..._errors import FailedException, ReliabilityError
+from ..._executors import CheckpointTupleForwarder
+from ..._topology import ComponentSpec
+from ..._tuple import Origin, Tuple
+from .tasks import FIELDS1, SHUFFLE, Route, Task
+
+if TYPE_CHECKING:
+    from .base import RuntimeBase
+
+
+class BoltTask(Task):
+    """Runs one bolt task: drains its inbox through ``execute``; its collector."""
+
+    def __init__(self, rt: RuntimeBase, spec: ComponentSpec, task_index: int, task_id: int):
+        super().__init__(rt, spec, task_index, task_id)
+        self.inbox: deque[Tuple] = deque()
+        # The bolt as built: the user's bolt inside the executors of its
+        # protocols (statestream._executors); this task only calls execute.
+        self.executor: Bolt = rt.topology.instantiate(spec.id)
+        self.execute: Callable[[Tuple], None] = self.executor.execute
+        self.pausable = isinstance(self.executor, CheckpointTupleForwarder)
+        self.execute_data: Callable[[Tuple], None] = (
+            self.executor.data_entry() if self.pausable else self.execute
+        )
+        self.last_root = 0  # the tree of the latest ack, whose XOR is in last_val
+        self.last_val = 0
+        self.holding = False  # hold_acks(): acks stay in `held` for take_acks()
+        self.held: list[tuple[int, int]] = []  # (root, XOR) pairs kept while holding
+        # Checkpoint tuples take a priority lane: they must get through while
+        # data waits (before INITSTATE, or while a full queue holds it).
+        self.control: deque[Tuple] = deque()
+
+    # -- the collector the bolt sees -------------------------------------
+    def emit(
+        self,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        stream: str = "default",
+    ) -> None:
+        if type(anchors) is Tuple:
+            self.emit_anchored(values, anchors, stream)
+            return
+        entry = self.default_stream if stream == "default" else self.streams.get(stream)
+        if entry is None or len(values) != entry.arity or entry.direct:
+            entry = self._stream_entry(stream, values, False)  # raises the right error
+        self._emit(entry.origin, entry.routes, values, anchors, None)
+
+    def emit_anchored(self, values: Sequence[Any], anchor: Tuple, stream: str = "default") -> None:
+        """``emit`` anchored to one input: the hot path of every splitting or mapping bolt.
+
+        The common case (a declared stream, acking on, an input in one tree,
+        shuffle or one-field routes) is inlined here; anything else, errors
+        included, takes the general path through :meth:`_emit`.
+        """
+        entry = self.default_stream if stream == "default" else self.streams.get(stream)
+        root = anchor.root
+        if (
+            entry is None
+            or len(values) != entry.arity
+            or entry.direct
+            or not root
+            or anchor.done
+            or not self.tracking
+        ):
+            if entry is None or len(values) != entry.arity or entry.direct:
+                entry = self._stream_entry(stream, values, False)  # raises the right error
+            self._emit(entry.origin, entry.routes, values, anchor, None)
+            return
+        self.emitted += 1
+        routes = entry.routes
+        if not routes:
+            return  # a stream nobody subscribes to (a last bolt's): no tuple, no edge
+        origin = entry.origin
+        rt = self.rt
+        created = 0
+        for r in routes:
+            kind = r.kind
+            if kind == FIELDS1:
+                i = r.value_index(values)
+            elif kind == SHUFFLE:
+                i = r.rr
+                r.rr = i + 1 if i + 1 < r.n else 0
+            else:
+                for i in r.choose(values, None):
+                    edge = rt.next_edge()
+                    created ^= edge
+                    r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
+                continue
+            if r.remote:
+                remote = r.remotes[i]
+                if remote is not None:
+                    created ^= remote.add_drawn(values, origin, root)
+                    continue
+            edge = rt.next_edge()
+            created ^= edge
+            r.puts[i](Tuple(values, origin, None, r.task_ids[i], root, edge))
+        anchor.ack_val ^= created
+
+    def emit_direct(
+        self,
+        task: int,
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        stream: str = "default",
+    ) -> None:
+        entry = self._stream_entry(stream, values, True)
+        origin, routes = entry.origin, entry.routes
+        self._check_direct(routes, task)
+        self._emit(origin, routes, values, anchors, task)
+
+    def _emit(
+        self,
+        origin: Origin,
+        routes: list[Route],
+        values: Sequence[Any],
+        anchors: Tuple | Sequence[Tuple] | None,
+        direct: int | None,
+    ) -> None:
+        self.emitted += 1
+        if anchors is None or self.rt.acking is None:
+            self.deliver_untracked(origin, routes, values, direct)
+            return
+        if isinstance(anchors, Tuple):
+            anchors = (anchors,)
+        tracked = False
+        for a in anchors:
+            if a.done:
+                self._anchor_done(a)
+            tracked = tracked or bool(a.root or a.anchors)
+        if not tracked:
+            self.deliver_untracked(origin, routes, values, direct)
+            return
+        self.deliver_anchored(origin, routes, values, direct, anchors)
+
+    def _anchor_done(self, a: Tuple) -> None:
+        raise ReliabilityError(
+            f"bolt {self.component!r} task {self.task_index} anchored an emit to {a!r}, "
+            "which it already acked or failed; emit before acking the input"
+        )
+
+    def _foreign(self, tup: Tuple, what: str) -> None:
+        owner = self.rt.task_names.get(tup.owner, f"task {tup.owner}")
+        raise ReliabilityError(
+            f"bolt {self.component!r} task {self.task_index} tried to {what} {tup!r}, which was "
+            f"delivered to {owner}; only the task that received a tuple may ack or fail it"
+        )
+
+    def ack(self, tup: Tuple) -> None:
+        if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
+            self._misuse(tup, "ack")
+        tup.done = True
+        self.acked += 1
+        # Consecutive inputs often share a tree (the words of one line): their
+        # acks are XOR-combined into one message (XOR is associative and
+        # commutative, so the acker sees the same sums), sent when an input
+        # of another tree comes (_fold_ack) or the drain ends.
+        root = tup.root
+        if root:
+            if root == self.last_root:
+                self.last_val ^= tup.edge ^ tup.ack_val
+            else:
+                if self.last_root:
+                    self._fold_ack()
+                self.last_root = root
+                self.last_val = tup.edge ^ tup.ack_val
+        elif tup.anchors:
+            self._fold_ack()
+            v = tup.ack_val
+            for root, edge in tup.anchors.items():
+                self._send_ack(root, edge ^ v)
+
+    def _misuse(self, tup: Tuple, what: str) -> None:
+        """Raise the ReliabilityError for acking/failing a tuple twice or another task's."""
+        if tup.owner != self.task_id and tup.owner >= 0:
+            self._foreign(tup, what)
+        raise ReliabilityError(
+            f"bolt {self.component!r} task {self.task_index} acked or failed {tup!r} twice; "
+            "ack or fail each input exactly once"
+        )
+
+    def _fold_ack(self) -> None:
+        """Send the current tree's combined ack (see ack), or keep it while holding."""
+        root = self.last_root
+        if root:
+            self.last_root = 0
+            self._send_ack(root, self.last_val)
+
+    def _send_ack(self, root: int, xor_val: int) -> None:
+        if self.holding:
+            self.held.append((root, xor_val))  # the executor takes them at its next checkpoint
+            return
+        acking = self.rt.acking
+        if acking is not None:
+            acking.ack(root, xor_val)
+
+    def flush_acks(self) -> None:
+        self._fold_ack()
+
+    def awaits_checkpoint(self) -> bool:
+        """True if this task holds acks that no checkpoint covers yet: in
+        ``held``, or already handed to its executor's protocol, where
+        StatefulBoltExecutor puts them when it handles a checkpoint tuple (acks
+        of data executed between a PREPARE and its COMMIT stay there,
+        uncovered, after the COMMIT). Checked when nothing moves, to ask for a
+        checkpoint then (LocalRuntime._waiting_for_commit, the workers'
+        statuses) rather than wait out the interval. Acks a PREPARE covered
+        wait for that checkpoint, under way."""
+        if not self.holding:
+            return False
+        if self.held or self.last_root:
+            return True
+        protocol = getattr(self.executor, "protocol", None)
+        return protocol is not None and bool(protocol.held.current)
+
+    # -- the acker transport the executors use (statestream._executors.ExecutorCollector)
+    def hold_acks(self) -> None:
+        self.holding = True
+
+    def take_acks(self) -> list[tuple[int, int]]:
+        self._fold_ack()
+        taken, self.held = self.held, []
+        return taken
+
+    def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
+        acking = self.rt.acking
+        if acking is not None:
+            for root, xor_val in acks:
+                acking.ack(root, xor_val)
+
+    def fail_roots(self, roots: Iterable[int]) -> None:
+        acking = self.rt.acking
+        if acking is not None:
+            causes = self.rt.fail_causes
+            for root in roots:
+                causes.setdefault(root, (self.component, None, "rolled back with its checkpoint"))
+                acking.fail(root)
+
+    def fail(self, tup: Tuple) -> None:
+        if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
+            self._misuse(tup, "fail")
+        tup.done = True
+        self.failed += 1
+        anchors = tup.trees()
+        acking = self.rt.acking
+        if anchors and acking is not None:
+            self._fold_ack()  # this task's acks before its fail
+            # Called from an except clause (a bolt that raised, FailedException),
+            # the exception being handled is why: the dead-letter record says so.
+            cause = (self.component, sys.exc_info()[1], "failed by collector.fail()")
+            self.rt.note_failure(anchors, cause)
+            self.rt.failure_rate(self).failed(tup.values, self.rt.clock.monotonic())
+            for root in anchors:
+                acking.fail(root)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        anchors = tup.trees()
+        acking = self.rt.acking
+        if anchors and acking is not None:
+            rt = self.rt
+            for root in anchors:
+                acking.reset_timeout(root)
+                rt.touch_root(root)
+            if rt.link is not None:  # the spout task may be in another worker
+                rt.link.touch(list(anchors))
+
+    def report_error(self, error: BaseException) -> None:
+        self.report(error)
+
+    # -- scheduling ---------------------------------------------------------
+    def drain(self) -> bool:
+        """Execute checkpoint tuples, then queued data until the inbox is empty or a
+        downstream queue is full. True if anything was processed."""
+        did = False
+        if self.control:
+            self._drain_control()
+            did = True
+        if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
+            before = self.executed
+            failed = self.failed
+            self._drain()
+            if self.failed != failed:
+                self.rt.judge_failures(self, before)
+            # A bolt blocked by a full downstream queue did nothing: saying so
+            # lets the loop sleep (and a fake clock advance) instead of spinning.
+            did = did or self.executed != before
+        if self.last_root:
+            self._fold_ack()
+        return did
+
+    def _drain_control(self) -> None:
+        control = self.control
+        execute = self.execute
+        # Checkpoint tuples are the protocol's traffic, not the user's data: what
+        # handling them emits, acks or fails is taken back out of the task's
+        # counts here, where they are handled (they are rare), so the data paths
+        # stay as they are. Only checkpoints run in here: a paused task's data
+        # waits in its inbox, never in the executor's buffer.
+        emitted, acked, failed = self.emitted, self.acked, self.failed
+        while control:
+            tup = control.popleft()
+            try:
+                execute(tup)
+            except Exception as exc:
+                self.report(exc, tup)
+                if not tup.done:
+                    self.fail(tup)
+        self.emitted, self.acked, self.failed = emitted, acked, failed
+
+    def _drain(self) -> None:
+        inbox = self.inbox
+        # The inbox holds data only (checkpoints take the control lane) and
+        # drain() calls this only while the executor is not paused.
+        execute = self.execute_data
+        pop = inbox.popleft  # bound once: deque is not a compiled type
+        outs = self.out_queues
+        cap = self.rt.capacity
+        n = 0
+        tup: Tuple | None = None
+        try:
+            if not outs:
+                while inbox:
+                    tup = pop()
+                    n += 1
+                    execute(tup)
+            elif len(outs) == 1:
+                q = outs[0]
+                while inbox and len(q) < cap:
+                    tup = pop()
+                    n += 1
+                    execute(tup)
+            else:
+                while inbox and not self.blocked():
+                    tup = pop()
+                    n += 1
+                    execute(tup)
+        except FailedException:
+            self.executed += n
+            if tup is not None and not tup.done:
+                self.fail(tup)
+            return
+        except Exception as exc:
+            self.executed += n
+            self.report(exc, tup)
+            if tup is not None and not tup.done and self.rt.acking is not None:
+                self.fail(tup)
+            return
+        self.executed += n

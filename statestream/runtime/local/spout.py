@@ -1,0 +1,325 @@
+"""A spout task of the local runtime: polls ``next_tuple``, tracks its message ids."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ..._components import Spout
+from ..._deadletter import DeadLetter, Replay, Settled
+from ..._errors import RuntimeFailure
+from ..._results import TaskMetrics
+from ..._retry import Retries, VerdictKind, msg_id_key_fast
+from ..._rotating import RotatingMap
+from ..._stateful import CHECKPOINT_SPOUT
+from ..._topology import ComponentSpec
+from ..._tuple import Origin
+from .acking import TIMEOUT_BUCKETS
+from .tasks import Route, Task
+
+if TYPE_CHECKING:
+    from .base import RuntimeBase
+
+
+SPOUT_BATCH: Final = 64
+_COMPLETIONS_PER_POLL: Final = 1024
+_MISSING: Final = object()
+
+
+class SpoutTask(Task):
+    """Runs one spout task: polls ``next_tuple``, tracks its message ids.
+
+    A failed or timed-out message goes through the retry policy
+    (:mod:`statestream._retry`): handed back with ``Spout.fail`` once its
+    delay has passed, or, after its last attempt, written to the dead-letter
+    file and settled with ``Spout.dead_lettered``. With exactly-once state a
+    failure rewinds the topology instead (:meth:`LocalRuntime._rewind`), and
+    counts as an attempt of the message that caused it.
+    """
+
+    def __init__(self, rt: RuntimeBase, spec: ComponentSpec, task_index: int, task_id: int):
+        super().__init__(rt, spec, task_index, task_id)
+        self.spout: Spout = rt.topology.instantiate(spec.id)
+        self.system = spec.id == CHECKPOINT_SPOUT  # the checkpoint spout: not a data source
+        self.completions: deque[tuple[int, bool]] = deque()
+        # Its bound append (the acker's outcomes arrive through it): deque is
+        # not a compiled type, so calling ``completions.append`` would look
+        # the method up by name.
+        self.complete: Callable[[tuple[int, bool]], None] = self.completions.append
+        # root -> (msg_id, values, origin): what a dead-letter record names.
+        self.pending: RotatingMap[int, Any] = RotatingMap(TIMEOUT_BUCKETS, self._expired)
+        self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
+        self.timed_out = 0
+        self.dead_lettered = 0
+        # Emits not delivered: held for a retry (exactly-once) or settled. The
+        # standstill counts them, so that a replay is cut where its attempt was.
+        self.held = 0
+        # Kept by the runtime per task namespace, so that they outlive a rewind.
+        self.retries: Retries = rt.retries_for(self.namespace)
+        self.failures = self.retries.failures  # the same dict: a cheap test at emit
+        self.settled: Settled = rt.settled_for(self.namespace)
+        self.settles: deque[Any] = deque()  # message ids to tell dead_lettered() at the next poll
+        self.replays: deque[Replay] = rt.replays_for(self.namespace)
+
+    def metrics(self) -> TaskMetrics:
+        m = super().metrics()
+        if not self.system:
+            # Exactly-once hands nothing back: what waits is each failed message
+            # until the topology has replayed it through a commit.
+            retries = self.retries
+            m.retrying = len(retries.failures) if self.rt.exactly_once else retries.waiting
+        m.dead_lettered = self.dead_lettered
+        return m
+
+    # -- the collector the spout sees ------------------------------------
+    def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
+        entry = self.default_stream if stream == "default" else self.streams.get(stream)
+        if entry is None or len(values) != entry.arity or entry.direct:
+            entry = self._stream_entry(stream, values, False)  # raises the right error
+        self._emit(entry.origin, entry.routes, values, msg_id, None)
+
+    def emit_direct(
+        self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = "default"
+    ) -> None:
+        entry = self._stream_entry(stream, values, True)
+        origin, routes = entry.origin, entry.routes
+        self._check_direct(routes, task)
+        self._emit(origin, routes, values, msg_id, task)
+
+    def report_error(self, error: BaseException) -> None:
+        self.report(error)
+
+    def _emit(
+        self,
+        origin: Origin,
+        routes: list[Route],
+        values: Sequence[Any],
+        msg_id: Any,
+        direct: int | None,
+    ) -> None:
+        acking = self.rt.acking
+        if msg_id is None:
+            self.emitted += 1
+            self.deliver_untracked(origin, routes, values, direct)
+        elif acking is None:
+            # At-most-once: nothing is tracked, the spout hears "ack" at once.
+            self.emitted += 1
+            self.deliver_untracked(origin, routes, values, direct)
+            self.completions.append((msg_id, True))
+            self.rt.untracked_acks += 1
+        else:
+            if self.settled and self._settled_already(msg_id, values):
+                return
+            standstill = self.rt.standstill
+            if (
+                self.failures
+                and standstill is not None
+                and self.retries.hold(msg_id, self.rt.clock.monotonic(), standstill.replaying)
+            ):
+                # Failed before, its retry not due: replayed without it (see
+                # statestream._retry); the schedule hands it back to the spout.
+                self.held += 1
+                return
+            self.emitted += 1
+            root = self.rt.draw_root()
+            self.pending.put_new(root, (msg_id, values, origin))  # a fresh root
+            acking.init(
+                root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
+            )
+
+    def _settled_already(self, msg_id: Any, values: Sequence[Any]) -> bool:
+        """True if the dead-letter file holds this very message: it is not delivered,
+        and the spout is told it is settled at the next poll."""
+        if not self.settled.holds(msg_id, values):
+            return False
+        self.settles.append(msg_id)
+        self.rt.skipped_settled += 1
+        self.held += 1  # emitted, not delivered: the standstill counts it still
+        return True
+
+    # -- failures -------------------------------------------------------------
+    def _expired(self, root: int, entry: Any) -> None:
+        self.timed_out += 1
+        timeout = self.rt.config["topology.message.timeout.secs"]
+        self.rt.fail_causes.pop(root, None)
+        self._failed(
+            entry, ("(timeout)", None, f"tuple tree not completed within {timeout} s (timed out)")
+        )
+
+    def _failed(self, entry: Any, cause: Any) -> None:
+        """A message's tree failed or timed out. ``entry`` is its pending entry
+        (message id, values, origin), ``cause`` who failed it, the exception,
+        and a text for when there is none."""
+        msg_id = entry[0]
+        self.failed += 1
+        rt = self.rt
+        standstill = rt.standstill
+        if self.system:
+            if standstill is not None:
+                standstill.fail()
+            else:
+                self._call_fail(msg_id)
+            return
+        now = rt.clock.monotonic()
+        if standstill is not None:
+            # Exactly-once: no Storm-style replay, the topology goes back to
+            # its last committed checkpoint instead. Every message failing
+            # before that rewind counts an attempt (Retries.attempt_failed).
+            verdict = self.retries.attempt_failed(msg_id, now)
+            if verdict.kind is VerdictKind.GIVE_UP:
+                # The rewind replays without it (settled, see _settled_already).
+                self._dead_letter(entry, cause, verdict.failures)
+            standstill.tuple_failed()
+            return
+        verdict = self.retries.failed(msg_id, now)
+        if verdict.kind is VerdictKind.GIVE_UP:
+            self._dead_letter(entry, cause, verdict.failures)
+            if type(msg_id) is not Replay:
+                self._call_dead_lettered(msg_id)
+
+    def _dead_letter(self, entry: Any, cause: Any, attempts: int) -> None:
+        msg_id, values, origin = entry
+        component, exc, text = cause
+        if type(msg_id) is Replay:
+            self.rt.replay_given_up(msg_id, component, exc, text, attempts)
+            self.dead_lettered += 1
+            return
+        record = DeadLetter.of(
+            self.rt.topology.name,
+            self.component,
+            self.task_index,
+            msg_id,
+            values,
+            component,
+            exc,
+            attempts,
+            text,
+            stream=origin.stream if origin is not None else "default",
+        )
+        self.rt.write_dead_letter(record)
+        self.dead_lettered += 1
+        self.settled.add(msg_id, values)
+
+    def release_held(self) -> None:
+        """Exactly-once, at a cut: hand every message held for its retry back to the
+        spout (``fail``), so that the position it gives holds them (see
+        statestream.Rewindable); it emits them again after the cut."""
+        for msg_id in self.retries.clear_schedule():
+            if type(msg_id) is Replay:
+                self.replays.append(msg_id)
+            else:
+                self._call_fail(msg_id)
+
+    def _call_fail(self, msg_id: Any) -> None:
+        try:
+            self.spout.fail(msg_id)
+        except Exception as exc:
+            self.report(exc, f"fail({msg_id!r})")
+
+    def _call_dead_lettered(self, msg_id: Any) -> None:
+        try:
+            self.spout.dead_lettered(msg_id)
+        except Exception as exc:
+            self.report(exc, f"dead_lettered({msg_id!r})")
+
+    # -- scheduling ---------------------------------------------------------
+    def drain_completions(self, most: int = 0) -> None:
+        """Deliver the completions (acks and fails) of this spout's tuples: all of
+        them, or the ``most`` oldest."""
+        completions = self.completions
+        spout = self.spout
+        untracked = self.rt.acking is None
+        failures = self.retries.failures
+        replaying = bool(self.rt.replaying)
+        left = len(completions) - most if 0 < most < len(completions) else 0
+        pop = completions.popleft  # bound once: deque is not a compiled type
+        while len(completions) > left:
+            key, ok = pop()
+            msg_id: Any
+            entry: Any = (key, (), None)
+            if untracked:
+                msg_id = key
+            else:
+                entry = self.pending.pop(key, _MISSING)
+                if entry is _MISSING:
+                    continue  # already timed out and failed
+                msg_id = entry[0]
+            if ok:
+                if replaying and type(msg_id) is Replay:
+                    self.rt.replay_acked(msg_id)
+                    continue
+                self.acked += 1
+                if failures:
+                    failures.pop(msg_id_key_fast(msg_id), None)
+                try:
+                    spout.ack(msg_id)
+                except Exception as exc:
+                    self.report(exc, f"ack({msg_id!r})")
+            else:
+                cause = self.rt.fail_causes.pop(key, None) or ("(unknown)", None, None)
+                self._failed(entry, cause)
+
+    def _due(self) -> bool:
+        """Deliver what the retry policy and the dead-letter file decided: retries
+        whose delay has passed (``fail``), settled messages (``dead_lettered``)."""
+        busy = False
+        retries = self.retries
+        standstill = self.rt.standstill
+        if retries.heap and (standstill is None or not standstill.replaying):
+            due = retries.due(self.rt.clock.monotonic())
+            for msg_id in due:
+                if type(msg_id) is Replay:
+                    self.replays.append(msg_id)
+                else:
+                    self._call_fail(msg_id)
+            busy = bool(due)
+        settles = self.settles
+        while settles:
+            self._call_dead_lettered(settles.popleft())
+            busy = True
+        return busy
+
+    def poll(self, limit: int = SPOUT_BATCH) -> bool:
+        """Deliver completions and due retries, then call ``next_tuple`` (at most
+        ``limit`` times) while there is room."""
+        busy = bool(self.completions)
+        if busy:
+            # A commit releases the acks of a whole checkpoint interval at
+            # once: spread their completions over the next polls, so that no
+            # step (and, with topology.workers, no peer waiting for this
+            # worker's frame) stalls on tens of thousands of them.
+            self.drain_completions(_COMPLETIONS_PER_POLL)
+        if self.settles or self.retries.heap:
+            busy = self._due() or busy
+        max_pending = self.max_pending
+        if self.replays:
+            busy = self.rt.emit_replays(self, limit) or busy
+        next_tuple = self.spout.next_tuple
+        start = self.emitted
+        for _ in range(limit):
+            if max_pending is not None and len(self.pending) >= max_pending:
+                break
+            if self.out_queues and self.blocked():
+                break
+            before = self.emitted
+            try:
+                next_tuple()
+            except RuntimeFailure:
+                raise
+            except Exception as exc:
+                self.report(exc, "next_tuple()")
+                break
+            if self.emitted == before and not self.settles:
+                break
+        return busy or self.emitted != start
+
+    def idle(self) -> bool:
+        return (
+            not self.completions
+            and not len(self.pending)
+            and not self.retries.waiting
+            and not self.settles
+            and not self.replays
+            and self.spout.exhausted()
+        )
