@@ -44,10 +44,11 @@ Pure: no threads, no I/O beyond the state object passed in.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import orjson
 
@@ -61,13 +62,17 @@ __all__ = [
     "ACKED_KEY",
     "CHECKPOINT_KEY",
     "POSITIONS_KEY",
+    "REWIND",
     "CheckpointRecord",
+    "Lockstep",
     "Rewindable",
+    "RoundStatus",
     "Standstill",
     "StandstillStep",
     "can_resume",
     "can_rewind",
     "check_position",
+    "quiet_wants_checkpoint",
     "resolve_exactly_once",
 ]
 
@@ -445,3 +450,139 @@ class Standstill:
             self.budget *= 2
             if self.budget > self.max_budget:
                 self.budget = None
+
+
+class RoundStatus(Protocol):
+    """What the workers' lockstep decider reads of one worker's status of a round."""
+
+    @property
+    def rewind(self) -> bool:
+        """The worker's standstill asks for a rewind."""
+        ...
+
+    @property
+    def emitted(self) -> int:
+        """Spout tuples the worker emitted (or held) in the round."""
+        ...
+
+    @property
+    def queued(self) -> bool:
+        """Tuples or completions wait in the worker's queues."""
+        ...
+
+    @property
+    def sent(self) -> bool:
+        """The worker sent tuples to a peer in the round."""
+        ...
+
+    @property
+    def failed(self) -> bool:
+        """A data tuple failed in the worker since the last cut."""
+        ...
+
+    @property
+    def holding(self) -> bool:
+        """A bolt task of the worker holds acks that no checkpoint covers yet."""
+        ...
+
+    @property
+    def prepare_due(self) -> bool:
+        """The checkpoint spout's worker only: a PREPARE is due."""
+        ...
+
+    @property
+    def committed(self) -> int:
+        """The checkpoint spout's worker only: the last committed txid."""
+        ...
+
+    @property
+    def in_checkpoint(self) -> bool:
+        """The checkpoint spout's worker only: a checkpoint round is in flight."""
+        ...
+
+    @property
+    def positions(self) -> Mapping[str, Any] | None:
+        """The worker's data spout positions, when it stands still."""
+        ...
+
+
+#: What :meth:`Lockstep.decide` returns when a worker asks for a rewind.
+REWIND: Final = "rewind"
+
+
+@dataclass
+class Lockstep:
+    """The workers' consistent cut: each worker's replica of :class:`Standstill`,
+    fed with the same round statuses, so that every worker decides alike.
+
+    In round ``r`` a worker decides from the statuses of round ``q = r - lag
+    - 1``, the last that every worker has (``checkpoint_worker``'s carries
+    the checkpoint spout's phase). The cut is taken when no worker has had
+    anything queued or in flight, nor polled its spouts, since the rounds
+    before ``q``; after it the data spouts wait ``lag + 1`` rounds
+    (:attr:`hold`), until the PREPARE has reached the first bolts of every
+    worker (sent, then delivered ``lag`` rounds later). Pure: no I/O, the
+    worker applies what it returns.
+    """
+
+    standstill: Standstill
+    lag: int = 1
+    checkpoint_worker: int = 0
+    hold: int = 0
+    """Rounds the data spouts still wait after a cut."""
+    decided: deque[StandstillStep] = field(default_factory=deque)
+    """The decisions of rounds ``q`` to ``r - 1`` (:meth:`record`)."""
+
+    def __post_init__(self) -> None:
+        self.decided = deque(self.decided, maxlen=self.lag + 1)
+
+    def record(self, decision: StandstillStep) -> None:
+        """The decision this worker acted on in the round it ends."""
+        self.decided.append(decision)
+
+    def decide(
+        self, statuses: Sequence[RoundStatus], quiet_before: bool
+    ) -> StandstillStep | Literal["rewind"]:
+        """The decision for round ``r`` from the statuses of round ``q``, one per worker.
+
+        ``quiet_before``: nothing was sent in rounds ``q - lag`` to ``q - 1``
+        either. :data:`REWIND` when any worker asks for one: every worker
+        rewinds in the same round.
+        """
+        ss = self.standstill
+        if any(s.rewind for s in statuses):
+            return REWIND
+        ss.emitted += sum(s.emitted for s in statuses)
+        if self.hold:
+            self.hold -= 1
+            return StandstillStep.DRAIN
+        cp = statuses[self.checkpoint_worker]
+        # Nothing anywhere: nothing queued or sent in q, nothing sent in the
+        # lag rounds before (delivered after q's statuses), and no spout
+        # polled in q or since (so the positions in q's statuses still hold).
+        still = all(d is not StandstillStep.POLL for d in self.decided)
+        queued = not (quiet_before and still) or any(s.queued or s.sent for s in statuses)
+        # Every replica dooms the attempt in the same round: from the statuses,
+        # not from its own worker's news (ss.failed), which the others lack.
+        doomed = any(s.failed for s in statuses)
+        return ss.step(cp.prepare_due, queued, cp.committed, cp.in_checkpoint, doomed)
+
+    def cut(self, statuses: Sequence[RoundStatus]) -> dict[str, Any]:
+        """Take the cut :meth:`decide` asked for: every worker's spout positions,
+        which the checkpoint spout's worker stores with the PREPARE."""
+        self.standstill.on_cut()
+        self.hold = self.lag + 1
+        positions: dict[str, Any] = {}
+        for st in statuses:
+            if st.positions is not None:
+                positions.update(st.positions)
+        return positions
+
+
+def quiet_wants_checkpoint(standstill: Standstill | None, statuses: Sequence[RoundStatus]) -> bool:
+    """No worker moved last round: True if a checkpoint should be asked for now
+    (acks wait for one, or, exactly-once, a replay or a doomed attempt can end
+    early), False if the workers should sleep."""
+    if standstill is not None and (standstill.replaying or any(s.failed for s in statuses)):
+        return True
+    return any(s.holding for s in statuses)

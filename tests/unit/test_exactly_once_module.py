@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,11 +13,14 @@ from statestream._errors import ConfigError, SerializationError, StateCorruptErr
 from statestream._exactly_once import (
     CHECKPOINT_KEY,
     POSITIONS_KEY,
+    REWIND,
     CheckpointRecord,
+    Lockstep,
     Standstill,
     StandstillStep,
     can_rewind,
     check_position,
+    quiet_wants_checkpoint,
     resolve_exactly_once,
 )
 from statestream_providers.memory import MemoryStateProvider
@@ -484,3 +488,125 @@ def test_check_position_not_json_raises_naming_the_spout(position: Any, type_nam
         "positions are stored with the checkpoint, return dicts, lists, strings, numbers, "
         "booleans or None"
     )
+
+
+# -- Lockstep: the workers' standstill, decided from the round statuses ------
+
+
+@dataclass
+class St:
+    """One worker's status of a round, as the lockstep decider reads it."""
+
+    rewind: bool = False
+    emitted: int = 0
+    queued: bool = False
+    sent: bool = False
+    failed: bool = False
+    holding: bool = False
+    prepare_due: bool = False
+    committed: int = -1
+    in_checkpoint: bool = False
+    positions: dict[str, Any] | None = None
+
+
+def lockstep(decided: StandstillStep = DRAIN, lag: int = 1, cp_worker: int = 0) -> Lockstep:
+    ls = Lockstep(Standstill(), lag=lag, checkpoint_worker=cp_worker)
+    for _ in range(lag + 1):
+        ls.record(decided)
+    return ls
+
+
+def test_lockstep_a_rewind_anywhere_rewinds_every_worker_and_counts_nothing() -> None:
+    ls = lockstep()
+    got = ls.decide([St(emitted=5), St(rewind=True, emitted=3)], quiet_before=True)
+    assert got == REWIND
+    assert ls.standstill.emitted == 0
+
+
+def test_lockstep_holds_the_data_spouts_after_a_cut_for_lag_plus_one_rounds() -> None:
+    ls = lockstep()
+    positions = ls.cut([St(positions={"s-0": 4}), St(positions={"s-1": 7}), St()])
+    assert positions == {"s-0": 4, "s-1": 7}
+    assert ls.hold == 2
+    assert ls.standstill.emitted == 0 and not ls.standstill.replaying
+    quiet = [St(prepare_due=True), St()]
+    assert ls.decide(quiet, quiet_before=True) is DRAIN
+    assert ls.decide(quiet, quiet_before=True) is DRAIN
+    assert ls.hold == 0
+    assert ls.decide(quiet, quiet_before=True) is CUT  # the hold is over
+
+
+def test_lockstep_counts_every_workers_emits_even_while_holding() -> None:
+    ls = lockstep()
+    ls.hold = 1
+    assert ls.decide([St(emitted=2), St(emitted=3)], quiet_before=True) is DRAIN
+    assert ls.standstill.emitted == 5
+
+
+# (quiet before, a POLL among the decisions since, queued or sent in the
+#  statuses, checkpoint due) -> step
+LOCKSTEP_TABLE = [
+    (True, False, False, True, CUT),
+    (True, False, True, True, DRAIN),
+    (False, False, False, True, DRAIN),  # sent in the rounds before: still in flight
+    (True, True, False, True, DRAIN),  # a spout polled since: the positions moved
+    (True, False, False, False, POLL),
+    (False, True, True, False, POLL),
+]
+
+
+@pytest.mark.parametrize(("quiet_before", "polled", "busy", "due", "step"), LOCKSTEP_TABLE)
+def test_lockstep_cuts_only_when_no_worker_has_anything_queued_or_in_flight(
+    quiet_before: bool, polled: bool, busy: bool, due: bool, step: StandstillStep
+) -> None:
+    ls = lockstep()
+    if polled:
+        ls.record(POLL)
+    statuses = [St(prepare_due=due), St(queued=busy, sent=busy)]
+    assert ls.decide(statuses, quiet_before) is step
+
+
+@pytest.mark.parametrize(("cp_worker", "step"), [(0, POLL), (1, CUT)])
+def test_lockstep_reads_the_checkpoint_from_the_checkpoint_spouts_worker(
+    cp_worker: int, step: StandstillStep
+) -> None:
+    ls = lockstep(cp_worker=cp_worker)
+    assert ls.decide([St(), St(prepare_due=True)], quiet_before=True) is step
+
+
+def test_lockstep_a_failure_in_any_worker_dooms_the_attempt_in_every_replica() -> None:
+    ls = lockstep()
+    got = ls.decide([St(prepare_due=True), St(failed=True)], quiet_before=True)
+    assert got is DRAIN
+    assert ls.standstill.rewind
+
+
+def test_lockstep_passes_the_commits_to_the_standstill() -> None:
+    ls = lockstep()
+    ls.standstill.on_rewind()  # a budget binds after a rewind
+    budget = ls.standstill.budget
+    ls.decide([St(committed=3)], quiet_before=False)
+    ls.decide([St(committed=4)], quiet_before=False)
+    assert ls.standstill.budget == 2 * budget  # type: ignore[operator]
+    # a checkpoint round in flight holds the spouts while the budget binds
+    assert ls.decide([St(committed=4, in_checkpoint=True)], quiet_before=False) is DRAIN
+
+
+# (exactly-once, replaying, a worker failed, a worker holds acks) -> ask for a checkpoint
+QUIET_TABLE = [
+    (False, False, False, False, False),
+    (False, False, False, True, True),
+    (True, False, False, False, False),
+    (True, True, False, False, True),
+    (True, False, True, False, True),
+    (True, False, False, True, True),
+]
+
+
+@pytest.mark.parametrize(("eo", "replaying", "failed", "holding", "ask"), QUIET_TABLE)
+def test_quiet_round_asks_for_a_checkpoint_when_acks_or_an_attempt_wait_for_one(
+    eo: bool, replaying: bool, failed: bool, holding: bool, ask: bool
+) -> None:
+    ss = Standstill(replaying=replaying) if eo else None
+    statuses = [St(), St(failed=failed, holding=holding)]
+    assert quiet_wants_checkpoint(ss, statuses) is ask
