@@ -125,10 +125,11 @@ def _sent_counts(box: Any) -> tuple[int, int, int]:
 def _instrument(stats_dir: str) -> None:
     """Wrap Worker.run, Link.encode, Worker._poll_spouts and Worker._quiet; write one
     JSON per worker at the end of its run."""
-    from statestream.runtime import workers as W
+    from statestream.runtime.workers import link as W_link
+    from statestream.runtime.workers import worker as W
 
     orig_run = W.Worker.run
-    orig_encode = W.Link.encode
+    orig_encode = W_link.Link.encode
     orig_quiet = W.Worker._quiet
     orig_poll = W.Worker._poll_spouts
     pc = time.perf_counter
@@ -197,7 +198,7 @@ def _instrument(stats_dir: str) -> None:
         return result
 
     W.Worker.run = run  # type: ignore[method-assign]
-    W.Link.encode = encode  # type: ignore[method-assign]
+    W_link.Link.encode = encode  # type: ignore[method-assign]
     W.Worker._quiet = quiet  # type: ignore[method-assign]
     W.Worker._poll_spouts = poll  # type: ignore[method-assign]
 
@@ -494,7 +495,8 @@ def frame_setup(kind: str) -> dict[str, Any]:
     from statestream._tuple import Tuple
     from statestream.runtime.local import LocalRuntime
     from statestream.runtime.plan import RuntimePlan, as_config
-    from statestream.runtime.workers import Link, _Status
+    from statestream.runtime.workers import Link
+    from statestream.runtime.workers.worker import _Status
 
     topo = wordcount.topology()
     # One acker (task 0 of the acker, in worker 0): the receiver takes the acker messages.
@@ -688,7 +690,8 @@ def part_pipe(args: argparse.Namespace, cmd: str) -> None:
     """Rounds between two forked processes over a real pipe pair, as Worker._exchange
     does them: encode frame r, Mesh.exchange (write it; read the peer's frame r-1),
     decode and deliver that."""
-    from statestream.runtime.workers import Mesh, _Status
+    from statestream.runtime.workers import Mesh
+    from statestream.runtime.workers.worker import _Status
 
     print(f"command: {cmd}\n")
     print(

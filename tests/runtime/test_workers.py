@@ -37,19 +37,10 @@ from statestream._run import make_runtime
 from statestream._tuple import Fields, Origin
 from statestream.runtime.local import FLAT, LocalRuntime, RemoteInbox, pack_ids, unpack_ids
 from statestream.runtime.plan import RuntimePlan, as_config
-from statestream.runtime.workers import (
-    _JOINED,
-    _LAG,
-    _PIPE_SIZE,
-    Link,
-    Mesh,
-    WorkerSupervisor,
-    _DelayedControl,
-    _pipe,
-    _Status,
-    _wire_group,
-    worker_of_task,
-)
+from statestream.runtime.workers import Link, Mesh, WorkerSupervisor, worker_of_task
+from statestream.runtime.workers.link import _JOINED, LAG, _DelayedControl, _wire_group
+from statestream.runtime.workers.mesh import _PIPE_SIZE, pipe
+from statestream.runtime.workers.worker import _Status
 from statestream.testing import ListSpout
 
 
@@ -326,14 +317,14 @@ def test_a_delayed_control_lane_hands_over_when_a_frame_of_the_same_round_arrive
     lane = _DelayedControl(control)
     lane.append("prepare")  # round r
     assert lane.sent()
-    for _ in range(_LAG):  # the ends of rounds r .. r+_LAG-1
+    for _ in range(LAG):  # the ends of rounds r .. r+LAG-1
         lane.next_round()
         assert not control and not lane.sent()
-    lane.next_round()  # the end of round r+_LAG: a frame of round r is delivered now
+    lane.next_round()  # the end of round r+LAG: a frame of round r is delivered now
     assert list(control) == ["prepare"]
     lane.append("commit")
     lane.clear()  # a rewind drops it, as it drops the frames in flight
-    for _ in range(_LAG + 1):
+    for _ in range(LAG + 1):
         lane.next_round()
     assert list(control) == ["prepare"]
 
@@ -456,7 +447,7 @@ def test_a_workers_roots_go_to_its_own_ackers(ackers: int, mine: list[int]) -> N
 def test_workers_collect_the_generation_the_collector_would(
     monkeypatch: pytest.MonkeyPatch, counts: tuple[int, int, int], generation: int
 ) -> None:
-    from statestream.runtime import workers
+    from statestream.runtime.workers import worker as workers
 
     collected: list[int] = []
     monkeypatch.setattr(workers.gc, "get_count", lambda: counts)
@@ -469,7 +460,7 @@ def test_workers_collect_the_generation_the_collector_would(
 def test_mesh_pipes_hold_a_commits_frame() -> None:
     import fcntl
 
-    r, w = _pipe()
+    r, w = pipe()
     try:
         limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
         assert fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) >= min(_PIPE_SIZE, limit)

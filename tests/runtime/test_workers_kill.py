@@ -1,7 +1,7 @@
 """SIGKILL the worker processes of a ``topology.workers: 2`` run (issue 15).
 
 ``statestream run ... --set topology.workers=2`` is a supervisor of two worker
-processes (``statestream/runtime/workers.py``). These tests run it as a real
+processes (``statestream/runtime/workers/``). These tests run it as a real
 process and kill its workers (children of the supervisor, found through
 ``/proc/<pid>/task/*/children``) with SIGKILL while they work:
 

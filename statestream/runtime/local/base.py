@@ -19,7 +19,7 @@ from mypy_extensions import i64
 
 from ..._clock import Clock, SystemClock
 from ..._components import TopologyContext
-from ..._deadletter import DeadLetter, DeadLetterFile, Replay, Settled, default_path, fits_stream
+from ..._deadletter import DeadLetter, DeadLetterFile, Replay, Settled, configured_path, fits_stream
 from ..._errors import ConfigError, PrepareRefused
 from ..._exactly_once import Standstill, resolve_exactly_once
 from ..._results import ErrorReport, TaskMetrics
@@ -45,8 +45,30 @@ _getrandbits: Final = random.getrandbits
 _KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
 
 
+def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimePlan) -> bool:
+    """What a local run (one process, or the workers' supervisor) refuses of its
+    topology and config, and whether it keeps exactly-once state (logging the
+    note :func:`resolve_exactly_once` has for the user, if any)."""
+    if topology.has_stateful_bolts and int(config["topology.acker.executors"]) == 0:
+        raise ConfigError(
+            f"topology {topology.name!r} has stateful bolts, which need acking to know when "
+            "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
+        )
+    on, note = resolve_exactly_once(
+        config["statestream.state.exactly.once"],
+        plan.checkpointed,
+        {spec.id: spec.obj for spec in plan.data_spouts},
+    )
+    if note:
+        log.warning("%s", note)
+    return on
+
+
 class RuntimeBase:
     """The local runtime's tasks and what they call on it (see :class:`LocalRuntime`)."""
+
+    #: The file the run's dead letters go to (the Runtime contract).
+    deadletter_path: Path
 
     def __init__(
         self,
@@ -105,15 +127,7 @@ class RuntimeBase:
         # all outlive a rewind. fail_causes: root -> (component, exception,
         # text) of the failure the acker is about to report.
         self.retry_policy = RetryPolicy.from_config(self.config)
-        path = self.config["statestream.deadletter.path"]
-        self.deadletter_path = (
-            Path(path)
-            if path
-            else default_path(
-                self.config["topology.state.provider"],
-                self.config["topology.state.provider.config"],
-            )
-        )
+        self.deadletter_path = configured_path(self.config)
         self.deadletters = DeadLetterFile(self.deadletter_path)
         self._retries: dict[str, Retries] = {}
         self._failure_rates: dict[tuple[str, int], FailureRate] = {}  # per bolt task
@@ -122,29 +136,17 @@ class RuntimeBase:
         self.replaying: set[Replay] = set()  # fed back and emitted, not yet acked or given up
         self._deadletters_loaded = False
         self.fail_causes: dict[int, Any] = {}
-        # --until-idle diagnosis (_explain_wait): what moved, since when, last said
+        # --until-idle diagnosis (explain_wait): what moved, since when, last said
         self._wait_check_at = 0.0
         self._wait_moved: tuple[Any, ...] = ()
         self._quiet_since = 0.0
         self._wait_said_at = float("-inf")
         self.skipped_settled = 0
         self._error_seen: dict[Any, int] = {}  # error signature -> times reported
-        if topology.has_stateful_bolts and self.n_ackers == 0:
-            raise ConfigError(
-                f"topology {topology.name!r} has stateful bolts, which need acking to know when "
-                "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
-            )
         # Exactly-once state (statestream._exactly_once): a standstill before
         # each PREPARE gives the cut, the spouts' positions are stored with it,
         # and any failure within the run goes back to the last commit.
-        on, note = resolve_exactly_once(
-            self.config["statestream.state.exactly.once"],
-            self.plan.checkpointed,
-            {spec.id: spec.obj for spec in self.plan.data_spouts},
-        )
-        if note:
-            log.warning("%s", note)
-        self.exactly_once = on
+        on = self.exactly_once = local_run_mode(topology, self.config, self.plan)
         self.standstill: Standstill | None = Standstill() if on else None
         self._build()
 

@@ -10,7 +10,7 @@ from ..._components import task_namespace
 from ..._errors import SimulatedCrash, StateLockedError
 from ..._exactly_once import CheckpointRecord, Standstill, StandstillStep, check_position
 from ..._rescale import LAYOUT_NAMESPACE, rescale_state
-from ..._results import RunResult, TaskMetrics
+from ..._results import RunResult, TaskMetrics, WorkerInfo
 from ..._resume import SpoutRef, acked_positions, plan_resume
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin
@@ -119,7 +119,7 @@ class LocalRuntime(RuntimeBase):
             for s in self.data_spouts
         ]
 
-    def _rewind(self) -> None:
+    def rewind(self) -> None:
         """Exactly-once: go back to the last committed checkpoint within the run.
 
         As Flink restarts from its last checkpoint: the spouts are closed
@@ -139,7 +139,7 @@ class LocalRuntime(RuntimeBase):
         # dead letter among them is done). Not the checkpoint spout's: an ack
         # of the PREPARE in flight would store COMMITTING and commit a cut
         # this failure undoes.
-        self._finish_queued(self.data_spouts)
+        self.finish_queued(self.data_spouts)
         complete = not any(b.inbox or b.control for b in self.bolts)  # none paused
         # What was emitted and not acked is replayed: the sources seek back,
         # and the dead letters fed back go out again.
@@ -217,6 +217,22 @@ class LocalRuntime(RuntimeBase):
         for spout in self.spouts:
             spout.pending.rotate()
 
+    def begin_run(self) -> float:
+        """The run starts now (on the runtime's clock, returned): timers count from it."""
+        start = self._start_time = self.clock.monotonic()
+        self._next_due = min((t[0] for t in self._timers), default=float("inf"))
+        return start
+
+    def fire_due_timers(self, now: float) -> None:
+        """Fire the timers due at ``now`` (what :meth:`step` does between bolts and spouts)."""
+        if now >= self._next_due:
+            self._next_due = self._fire_timers(now)
+
+    @property
+    def stopping(self) -> bool:
+        """True once the run was asked to stop (:meth:`stop`, or a fatal error)."""
+        return self._stop
+
     def _fire_timers(self, now: float) -> float:
         due = float("inf")
         for timer in self._timers:
@@ -285,7 +301,7 @@ class LocalRuntime(RuntimeBase):
                     busy = True
             return busy
         if standstill.rewind:
-            self._rewind()
+            self.rewind()
             return True
         return self._step_spouts(standstill) or busy
 
@@ -351,9 +367,8 @@ class LocalRuntime(RuntimeBase):
         every spout is exhausted and nothing is in flight. Closes the tasks at the end."""
         self.open()
         clock = self.clock
-        start = self._start_time = clock.monotonic()
+        start = self.begin_run()
         deadline = start + duration if duration is not None else None
-        self._next_due = min((t[0] for t in self._timers), default=float("inf"))
         reason = "stopped"
         gc_before = tune_gc()
         try:
@@ -369,13 +384,13 @@ class LocalRuntime(RuntimeBase):
                         if self.idle():
                             reason = "idle"
                             break
-                        self._explain_wait()
+                        self.explain_wait()
                     if self._waiting_for_commit():
                         continue
                     clock.sleep(self.idle_sleep)
             if self.fatal is not None:
                 raise self.fatal
-            self._finish_queued()
+            self.finish_queued()
             self.store_acked_positions()
         except SimulatedCrash:
             self._abandon()
@@ -388,7 +403,7 @@ class LocalRuntime(RuntimeBase):
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
 
-    def _explain_wait(self) -> None:
+    def explain_wait(self) -> None:
         """``until_idle``: once no data has moved for a message timeout, say why the
         run is not done (then again every timeout), instead of waiting in silence."""
         now = self.clock.monotonic()
@@ -462,7 +477,7 @@ class LocalRuntime(RuntimeBase):
         cp.request_early()
         return True
 
-    def _finish_queued(self, spouts: Sequence[SpoutTask] | None = None) -> None:
+    def finish_queued(self, spouts: Sequence[SpoutTask] | None = None) -> None:
         """Process what is already queued (no new spout tuples) so that a stop
         does not strand work mid-topology; completions reach their spouts (or
         only ``spouts``)."""
@@ -500,6 +515,10 @@ class LocalRuntime(RuntimeBase):
             c["acker_expired"] = self.acking.timeouts
             c["late_acks"] = sum(getattr(led, "late_acks", 0) for led in self.acking.ledgers)
         return c
+
+    def worker_rows(self) -> list[WorkerInfo]:
+        """No worker processes: one process runs every task (the Runtime contract)."""
+        return []
 
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals (a consistent-enough snapshot; safe to call from another thread)."""

@@ -34,7 +34,7 @@ class SpoutTask(Task):
     (:mod:`statestream._retry`): handed back with ``Spout.fail`` once its
     delay has passed, or, after its last attempt, written to the dead-letter
     file and settled with ``Spout.dead_lettered``. With exactly-once state a
-    failure rewinds the topology instead (:meth:`LocalRuntime._rewind`), and
+    failure rewinds the topology instead (:meth:`LocalRuntime.rewind`), and
     counts as an attempt of the message that caused it.
     """
 
