@@ -18,7 +18,7 @@ import xxhash
 
 from ._errors import TupleError
 
-__all__ = ["Grouping", "stable_hash", "task_for_key"]
+__all__ = ["Grouping", "RouteChoice", "stable_hash", "task_for_key"]
 
 _xxh3 = xxhash.xxh3_64_intdigest
 
@@ -83,3 +83,61 @@ def custom_choose(custom: Any, values: Sequence[Any], n_tasks: int) -> list[int]
                 f"choose from 0..{n_tasks - 1}"
             )
     return tasks
+
+
+class RouteChoice:
+    """Which tasks of one subscriber a (producer task, stream)'s tuples go to.
+
+    The route choice of every runtime, so that a tuple lands on the same
+    task index wherever it runs: a fields grouping sends ``key`` (the index
+    of the grouped field, or a tuple of indexes) to
+    :func:`task_for_key`; shuffle (and none) is a round-robin that starts at
+    ``start`` (the producer's task index, so that producers spread their
+    first tuples); global is task 0; all is every task; direct is the task
+    named by its global task id (none if it does not subscribe); custom asks
+    the grouping (:func:`custom_choose`). Stateful: the round-robin moves on
+    with each shuffled tuple. The local runtime inlines the hot kinds in its
+    compiled emit path and agrees with this choice (tests/unit/test_routing.py).
+    """
+
+    __slots__ = ("custom", "index_of_task", "key", "kind", "n", "rr", "target")
+
+    def __init__(
+        self,
+        target: str,
+        kind: str,
+        key: int | tuple[int, ...] | None,
+        custom: Any,
+        task_ids: Sequence[int],
+        start: int = 0,
+    ) -> None:
+        self.target = target
+        self.kind = kind
+        self.n = len(task_ids)
+        self.key: Any = key
+        self.custom: Any = custom
+        #: Task index by global task id (what a direct emit names).
+        self.index_of_task: dict[int, int] = {tid: i for i, tid in enumerate(task_ids)}
+        self.rr = start % self.n
+
+    def choose(self, values: Sequence[Any], direct: int | None) -> list[int]:
+        """The task indexes (0..n-1) of the subscriber that get a tuple of ``values``
+        (``direct``: the global task id of a direct emit, else None)."""
+        kind = self.kind
+        if kind == "fields":
+            key = self.key
+            if type(key) is int:
+                return [task_for_key(values[key], self.n)]
+            return [task_for_key([values[i] for i in key], self.n)]
+        if kind in ("shuffle", "none"):
+            i = self.rr
+            self.rr = i + 1 if i + 1 < self.n else 0
+            return [i]
+        if kind == "global":
+            return [0]
+        if kind == "all":
+            return list(range(self.n))
+        if kind == "direct":
+            idx = self.index_of_task.get(direct)  # type: ignore[arg-type]
+            return [] if idx is None else [idx]
+        return custom_choose(self.custom, values, self.n)

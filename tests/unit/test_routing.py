@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statestream import TupleError, stable_hash
-from statestream._routing import Grouping, custom_choose, task_for_key
+from statestream._routing import Grouping, RouteChoice, custom_choose, task_for_key
 
 KEYS = [f"key-{i}" for i in range(1000)]
 
@@ -166,3 +166,78 @@ def test_custom_choose_checks_the_chosen_tasks() -> None:
 def test_grouping_describe() -> None:
     assert Grouping("fields", ("a", "b")).describe() == "fields['a', 'b']"
     assert Grouping("shuffle").describe() == "shuffle"
+
+
+class _EveryOther:
+    def choose_tasks(self, values: Any, n_tasks: int) -> list[int]:
+        return list(range(0, n_tasks, 2))
+
+
+# (kind, key, custom, task ids, start, [(values, direct)...], expected choices): the
+# route choice of every runtime, one row per grouping kind and case.
+ROUTE_TABLE: list[tuple[str, Any, Any, tuple[int, ...], int, list[Any], list[list[int]]]] = [
+    ("shuffle", None, None, (7, 8, 9), 0, [(["a"], None)] * 4, [[0], [1], [2], [0]]),
+    ("shuffle", None, None, (7, 8, 9), 2, [(["a"], None)] * 3, [[2], [0], [1]]),
+    ("shuffle", None, None, (7, 8, 9), 4, [(["a"], None)] * 2, [[1], [2]]),
+    ("none", None, None, (7, 8), 1, [(["a"], None)] * 3, [[1], [0], [1]]),
+    (
+        "fields",
+        0,
+        None,
+        (3, 4, 5, 6, 7),
+        3,
+        [([k, 1], None) for k in ("apple", "pear", 17)],
+        [[task_for_key(k, 5)] for k in ("apple", "pear", 17)],
+    ),
+    (
+        "fields",
+        (1, 0),
+        None,
+        (3, 4, 5),
+        0,
+        [(["x", "y"], None), (["y", "x"], None)],
+        [[task_for_key(["y", "x"], 3)], [task_for_key(["x", "y"], 3)]],
+    ),
+    ("global", None, None, (7, 8, 9), 2, [(["a"], None), (["b"], None)], [[0], [0]]),
+    ("all", None, None, (7, 8, 9), 1, [(["a"], None)], [[0, 1, 2]]),
+    ("direct", None, None, (7, 8, 9), 0, [(["a"], 9), (["a"], 7), (["a"], 4)], [[2], [0], []]),
+    ("custom", None, _EveryOther(), (7, 8, 9, 10, 11), 0, [(["a"], None)], [[0, 2, 4]]),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "custom", "task_ids", "start", "tuples", "expected"),
+    ROUTE_TABLE,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(ROUTE_TABLE)],
+)
+def test_route_choice_table(
+    kind: str,
+    key: Any,
+    custom: Any,
+    task_ids: tuple[int, ...],
+    start: int,
+    tuples: list[Any],
+    expected: list[list[int]],
+) -> None:
+    route = RouteChoice("bolt", kind, key, custom, task_ids, start)
+    assert [route.choose(values, direct) for values, direct in tuples] == expected
+    assert route.target == "bolt"
+    assert route.index_of_task == {tid: i for i, tid in enumerate(task_ids)}
+
+
+def test_route_choice_fields_agrees_with_the_stable_hash_of_the_value_for_many_keys() -> None:
+    # One field routes on the value itself (not a one-element list), as the
+    # local runtime's one-field fast path does: the same task on every runtime.
+    route = RouteChoice("bolt", "fields", 0, None, tuple(range(10, 17)))
+    assert [route.choose([k], None) for k in KEYS] == [
+        [xxhash.xxh3_64_intdigest(k.encode()) % 7] for k in KEYS
+    ]
+
+
+def test_route_choice_custom_grouping_out_of_range_is_a_tuple_error() -> None:
+    class Wrong:
+        def choose_tasks(self, values: Any, n_tasks: int) -> list[int]:
+            return [n_tasks]
+
+    with pytest.raises(TupleError, match="chose task 2"):
+        RouteChoice("bolt", "custom", None, Wrong(), (5, 6)).choose(["a"], None)

@@ -45,15 +45,17 @@ from ..._components import (
     task_namespace,
 )
 from ..._errors import FailedException, RuntimeFailure, TupleError
+from ..._executors import BasicBoltExecutor
+from ..._journal import TupleJournal
 from ..._outage import guard_store
 from ..._picklable import check_first
 from ..._retry import (
     retry_cannot_fix,
 )
-from ..._routing import custom_choose, task_for_key
+from ..._routing import RouteChoice
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import Origin, Tuple, check_emit
-from ..plan import RouteSpec, RuntimePlan
+from ..plan import RuntimePlan
 from .config import MAX_TUPLE_FAILURES
 from .shared import (
     ACK,
@@ -168,42 +170,6 @@ def _import_source(name: str, path: str, source: str) -> None:
         raise
 
 
-class _Route:
-    """Where one (producer task, stream)'s tuples go for one subscriber."""
-
-    __slots__ = ("custom", "index_of_task", "key", "kind", "n", "rr", "target")
-
-    def __init__(self, spec: RouteSpec, producer_index: int) -> None:
-        self.target = spec.target
-        self.kind = spec.kind
-        self.n = len(spec.task_ids)
-        self.key: Any = spec.key
-        self.custom: Any = spec.custom
-        self.index_of_task: dict[int, int] = {tid: i for i, tid in enumerate(spec.task_ids)}
-        # As the local runtime: each producer task starts its round-robin elsewhere.
-        self.rr = producer_index % self.n
-
-    def choose(self, values: Sequence[Any], direct: int | None) -> list[int]:
-        kind = self.kind
-        if kind == "fields":
-            key = self.key
-            if type(key) is int:
-                return [task_for_key(values[key], self.n)]
-            return [task_for_key([values[i] for i in key], self.n)]
-        if kind in ("shuffle", "none"):
-            i = self.rr
-            self.rr = i + 1 if i + 1 < self.n else 0
-            return [i]
-        if kind == "global":
-            return [0]
-        if kind == "all":
-            return list(range(self.n))
-        if kind == "direct":
-            idx = self.index_of_task.get(direct)  # type: ignore[arg-type]
-            return [] if idx is None else [idx]
-        return custom_choose(self.custom, values, self.n)
-
-
 class Producer:
     """One task on an executor: routes what it emits; the collector bolts see."""
 
@@ -221,16 +187,20 @@ class Producer:
         self.roots: tuple[int, ...] = ()
         self.emitted = 0
         self.failed_current = False
+        #: Why the current tuple was failed through :meth:`fail`, if it says.
+        self.fail_cause: tuple[str, str] | None = None
         self.acked = 0
         #: Where report_error keeps errors for the driver (None: logged only).
         self.errors: list[ReportedError] | None = None
         spec = plan.topology.components[cid]
-        self.streams: dict[str, tuple[int, list[_Route], bool]] = {}
+        self.streams: dict[str, tuple[int, list[RouteChoice], bool]] = {}
         self.outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
         self.checked: set[str] = set()  # streams whose first tuple pickled (_picklable)
         for stream, (fields, direct) in self.outputs.items():
             routes = [
-                _Route(route, index)
+                RouteChoice(
+                    route.target, route.kind, route.key, route.custom, route.task_ids, index
+                )
                 for route in plan.routes(cid, stream)
                 if not route.target.startswith("$")
             ]
@@ -252,7 +222,9 @@ class Producer:
             self.out.append((target, 0, (-1, ACK, ack)))
             self.out.extend((target, 0, (-1, ACK, a)) for a in forwarded)
 
-    def _entry(self, stream: str, values: Sequence[Any], direct: bool) -> tuple[int, list[_Route]]:
+    def _entry(
+        self, stream: str, values: Sequence[Any], direct: bool
+    ) -> tuple[int, list[RouteChoice]]:
         check_emit(self.cid, self.index, stream, values, self.outputs, direct)
         if stream not in self.checked:
             check_first(self.cid, self.index, stream, values)
@@ -313,6 +285,12 @@ class Producer:
 
     def fail(self, tuple: Tuple) -> None:
         self.failed_current = True
+        # Called from an except clause (BasicBoltExecutor fails its input on a
+        # FailedException), the exception being handled is why, as on the
+        # local runtime: the dead-letter record says so.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, FailedException):
+            self.fail_cause = (type(exc).__name__, str(exc)[:2000])
 
     def reset_timeout(self, tuple: Tuple) -> None:
         """Nothing times out inside a batch."""
@@ -322,24 +300,6 @@ class Producer:
             tb = "".join(traceback.format_exception(error))[-20000:]
             self.errors.append((f"{self.cid}[{self.index}]", repr(error), tb))
         log.error("%s[%d] reported %r", self.cid, self.index, error)
-
-
-class _BasicCollector:
-    """A BasicBolt's collector: emit(values, stream=...) without anchors."""
-
-    __slots__ = ("_p",)
-
-    def __init__(self, producer: Producer) -> None:
-        self._p = producer
-
-    def emit(self, values: Sequence[Any], stream: str = "default") -> None:
-        self._p.route(stream, values, None, self._p.roots)
-
-    def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
-        self._p.route(stream, values, task, self._p.roots)
-
-    def report_error(self, error: BaseException) -> None:
-        self._p.report_error(error)
 
 
 def read_partition(
@@ -377,58 +337,6 @@ def _task_state(provider: Any, pkey: str, namespace: str, valid: Mapping[str, st
     return fresh_state(provider, namespace)
 
 
-_ABSENT = object()
-
-
-class _TupleJournal:
-    """The state a stateful bolt sees on Spark: its own, with the changes of the
-    tuple being executed journaled so that a failed tuple leaves no effect.
-
-    In exactly-once mode a failed tuple must not count: the local runtime goes
-    back to the last checkpoint; here the tuple is executed again within its
-    batch, so the puts and deletes its failed attempt made are undone first
-    (what the bolt keeps in its own fields is its business, as ``pre_rollback``
-    is on the local runtime).
-    """
-
-    def __init__(self, state: Any) -> None:
-        self._state = state
-        self._before: dict[Any, Any] = {}
-
-    def begin(self) -> None:
-        self._before.clear()
-
-    def undo(self) -> None:
-        state = self._state
-        for key, value in self._before.items():
-            if value is _ABSENT:
-                state.delete(key)
-            else:
-                state.put(key, value)
-        self._before.clear()
-
-    def _remember(self, key: Any) -> None:
-        if key not in self._before:
-            self._before[key] = self._state.get(key, _ABSENT)
-
-    def put(self, key: Any, value: Any) -> None:
-        self._remember(key)
-        self._state.put(key, value)
-
-    def delete(self, key: Any) -> Any:
-        self._remember(key)
-        return self._state.delete(key)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._state, name)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._state)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._state
-
-
 def run_bolt(
     token: str,
     payload: Any,
@@ -440,7 +348,6 @@ def run_bolt(
 ) -> Iterator[tuple[Any, Any, Any]]:
     """One bolt task for one batch attempt (a Spark partition)."""
     shipped = shipped_plan(token, payload)
-    plan = shipped.plan
     records = [rec for _, rec in items]
     records.sort(key=sort_key)
     # Acknowledgements forwarded from upstream tasks sort first (key -1).
@@ -448,130 +355,182 @@ def run_bolt(
     while n_acks < len(records) and records[n_acks][0] < 0:
         n_acks += 1
     forwarded = [rec[2] for rec in records[:n_acks]]
-    records = records[n_acks:]
-    spec = plan.topology.components[cid]
-    bolt: Bolt | BasicBolt = user_bolt(plan.topology, cid)
-    producer = Producer(shipped, cid, index)
-    conf = plan.conf_for(cid)
-    provider = shared_provider(plan.config, plan.topology.name) if spec.is_stateful else None
-    context = shipped.context(cid, index, provider)
-    state: Any = None
-    journal: _TupleJournal | None = None
-    if isinstance(bolt, BasicBolt):
-        bolt.prepare(conf, context)
-        basic = _BasicCollector(producer)
+    task = BoltTask(shipped, cid, index, txid, valid)
+    task.execute_all(records[n_acks:])
+    yield from task.finish(forwarded)
 
-        def execute(tup: Tuple) -> None:
-            bolt.execute(tup, basic)
 
-    else:
+def _cause(exc: BaseException) -> tuple[str, str]:
+    return (type(exc).__name__, str(exc)[:2000])
+
+
+def _reported(tup: Tuple, exc: BaseException) -> ReportedError:
+    return (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
+
+
+class BoltTask:
+    """One bolt task on an executor for one batch attempt.
+
+    A fresh copy of the user's bolt (a BasicBolt runs inside
+    :class:`~statestream._executors.BasicBoltExecutor`, which anchors its
+    emits and fails its input on a FailedException, as on the local
+    runtime), its state as the driver committed it, and its input executed
+    in order; a failed tuple is executed again after the others, up to
+    :data:`~statestream.runtime.spark.config.MAX_TUPLE_FAILURES` times,
+    and then given up on for the job (:attr:`lost`, with its roots).
+    """
+
+    def __init__(
+        self, shipped: Shipped, cid: str, index: int, txid: int, valid: Mapping[str, str]
+    ) -> None:
+        plan = self.plan = shipped.plan
+        self.cid, self.index, self.txid = cid, index, txid
+        spec = plan.topology.components[cid]
+        bolt: Bolt | BasicBolt = user_bolt(plan.topology, cid)
+        if isinstance(bolt, BasicBolt):
+            bolt = BasicBoltExecutor(bolt)
+        self.bolt: Bolt = bolt
+        self.producer = producer = Producer(shipped, cid, index)
+        conf = plan.conf_for(cid)
+        provider = shared_provider(plan.config, plan.topology.name) if spec.is_stateful else None
+        context = shipped.context(cid, index, provider)
+        self.state: Any = None
+        self.journal: TupleJournal | None = None
         bolt.prepare(conf, context, producer)
-        execute = bolt.execute  # type: ignore[assignment]
-    if isinstance(bolt, StatefulBolt):
-        assert provider is not None
-        namespace = task_namespace(cid, index)
-        state = _task_state(provider, store_key(plan), namespace, valid)
-        state.rollback()  # a prepare left by a failed attempt of this batch
-        journal = _TupleJournal(state) if shipped.exactly_once else None
-        apply_action(bolt, state if journal is None else journal, Action.INITSTATE, txid, False)
-    origins: dict[tuple[int, str], Origin] = {}
-    owner = plan.owner
-    fields_of = plan.output_fields
-    executed = failures = 0
-    errors: list[ReportedError] = []
-    lost: list[Lost] = []
-    last_try = _last_try(shipped.task_tries)
-    queue = records
-    failed_counts: dict[int, int] = {}
-    out = producer.out
-    last_task, last_stream = -1, ""
-    origin: Origin | None = None
-    while queue:
-        retry: list[tuple[Any, ...]] = []
-        for rec in queue:
-            key, stream, values, roots = rec
-            src_task = key >> SEQ_BITS
-            if src_task != last_task or stream != last_stream:
-                # Input is sorted by producer task: the origin changes rarely.
-                last_task, last_stream = src_task, stream
-                origin = origins.get((src_task, stream))
-                if origin is None:
-                    src, src_index = owner[src_task]
-                    origin = origins[src_task, stream] = Origin(
-                        src, src_task, src_index, stream, fields_of[src][stream]
-                    )
-            mark, seq = len(out), producer.seq
-            producer.failed_current = False
-            if journal is not None:
-                journal.begin()
-            # The tuple carries its spout messages (its roots) as a tracked
-            # tuple does on the local runtime, so that anchoring to it works.
-            if len(roots) == 1:
-                tup = Tuple(values, origin, root=roots[0])  # type: ignore[arg-type]
-            else:
-                tup = Tuple(values, origin, dict.fromkeys(roots, 0) or None)  # type: ignore[arg-type]
-            producer.current, producer.roots = tup, roots
-            cause: tuple[str, str] | None = None
-            again = True
-            try:
-                execute(tup)
-            except FailedException as exc:
-                producer.failed_current = True
-                cause = (type(exc).__name__, str(exc)[:2000])
-            except TupleError as exc:
-                # A wrong emit (arity, stream, direct task): reported for this
-                # tuple, which fails and is executed again, as on the local
-                # runtime.
-                producer.failed_current = True
-                cause = (type(exc).__name__, str(exc)[:2000])
-                errors.append(
-                    (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
-                )
-            except RuntimeFailure as exc:
-                # The run's end (an emit that cannot be pickled, say), not this
-                # tuple's: given up at once, and the driver stops with it.
-                producer.failed_current = True
-                again = False
-                cause = (type(exc).__name__, str(exc)[:2000])
-            except Exception as exc:
-                # A bolt that raises: before Spark's last try of this task the
-                # Spark task fails (Spark runs it again, a lost executor looks
-                # the same); on the last, only this tuple does, and its
-                # messages go through the retry policy (the driver's).
-                if not last_try or retry_cannot_fix(exc):
-                    raise  # a bug no retry fixes fails the job: the driver stops
-                producer.failed_current = True
-                again = False
-                cause = (type(exc).__name__, str(exc)[:2000])
-                errors.append(
-                    (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
-                )
-            executed += 1
-            if producer.failed_current:
-                failures += 1
-                if journal is not None:
-                    journal.undo()  # nor is what it changed in the state kept
-                del out[mark:]  # what the failed attempt emitted is not sent
-                producer.seq = seq
-                n = failed_counts[key] = failed_counts.get(key, 0) + 1
-                if again and n < MAX_TUPLE_FAILURES:
+        if isinstance(bolt, StatefulBolt):
+            assert provider is not None
+            namespace = task_namespace(cid, index)
+            state = self.state = _task_state(provider, store_key(plan), namespace, valid)
+            state.rollback()  # a prepare left by a failed attempt of this batch
+            journal = self.journal = TupleJournal(state) if shipped.exactly_once else None
+            apply_action(bolt, state if journal is None else journal, Action.INITSTATE, txid, False)
+        self.origins: dict[tuple[int, str], Origin] = {}
+        self.executed = self.failures = 0
+        self.errors: list[ReportedError] = []
+        self.lost: list[Lost] = []
+        self.last_try = _last_try(shipped.task_tries)
+        self.failed_counts: dict[int, int] = {}
+
+    def _origin(self, src_task: int, stream: str) -> Origin:
+        origin = self.origins.get((src_task, stream))
+        if origin is None:
+            plan = self.plan
+            src, src_index = plan.owner[src_task]
+            origin = self.origins[src_task, stream] = Origin(
+                src, src_task, src_index, stream, plan.output_fields[src][stream]
+            )
+        return origin
+
+    def execute_all(self, records: list[tuple[Any, ...]]) -> None:
+        """Execute ``records`` in order; the failed ones again, until each went
+        through or was given up on."""
+        queue = records
+        last_task, last_stream = -1, ""
+        origin: Origin | None = None
+        while queue:
+            retry: list[tuple[Any, ...]] = []
+            for rec in queue:
+                src_task, stream = rec[0] >> SEQ_BITS, rec[1]
+                if src_task != last_task or stream != last_stream:
+                    # Input is sorted by producer task: the origin changes rarely.
+                    last_task, last_stream = src_task, stream
+                    origin = self._origin(src_task, stream)
+                assert origin is not None
+                if self._execute(rec, origin):
                     retry.append(rec)
-                    continue
-                # Given up in this job: the driver counts an attempt of each
-                # of its messages and runs the batch again (or without them).
-                error_type, error = cause or ("Failed", "failed by collector.fail()")
-                lost.extend((root, cid, error_type, error) for root in roots or (0,))
-        queue = retry
-    producer.current, producer.roots = None, ()
-    prepared = None
-    if state is not None:
-        apply_action(bolt, state, Action.PREPARE, txid, True)  # type: ignore[arg-type]
-        prepared = uuid.uuid4().hex
-        _STATE_CACHE[store_key(plan), task_namespace(cid, index)] = (prepared, state)
-    producer.finish(
-        (cid, index, executed, producer.emitted, failures, prepared, errors, lost), forwarded
-    )
-    yield from producer.out
+            queue = retry
+        self.producer.current, self.producer.roots = None, ()
+
+    def _execute(self, rec: tuple[Any, ...], origin: Origin) -> bool:
+        """Execute one record; True if it failed and is to be executed again."""
+        key, _, values, roots = rec
+        producer = self.producer
+        out = producer.out
+        mark, seq = len(out), producer.seq
+        producer.failed_current = False
+        producer.fail_cause = None
+        journal = self.journal
+        if journal is not None:
+            journal.begin()
+        # The tuple carries its spout messages (its roots) as a tracked
+        # tuple does on the local runtime, so that anchoring to it works.
+        if len(roots) == 1:
+            tup = Tuple(values, origin, root=roots[0])
+        else:
+            tup = Tuple(values, origin, dict.fromkeys(roots, 0) or None)
+        producer.current, producer.roots = tup, roots
+        cause, again = self._call(tup)
+        self.executed += 1
+        if not producer.failed_current:
+            return False
+        self.failures += 1
+        if journal is not None:
+            journal.undo()  # nor is what it changed in the state kept
+        del out[mark:]  # what the failed attempt emitted is not sent
+        producer.seq = seq
+        n = self.failed_counts[key] = self.failed_counts.get(key, 0) + 1
+        if again and n < MAX_TUPLE_FAILURES:
+            return True
+        # Given up in this job: the driver counts an attempt of each
+        # of its messages and runs the batch again (or without them).
+        error_type, error = cause or producer.fail_cause or ("Failed", "failed by collector.fail()")
+        self.lost.extend((root, self.cid, error_type, error) for root in roots or (0,))
+        return False
+
+    def _call(self, tup: Tuple) -> tuple[tuple[str, str] | None, bool]:
+        """``execute`` one tuple: (why it failed, if an exception says; whether it
+        may be executed again if it failed)."""
+        producer = self.producer
+        try:
+            self.bolt.execute(tup)
+        except FailedException as exc:
+            producer.failed_current = True
+            return _cause(exc), True
+        except TupleError as exc:
+            # A wrong emit (arity, stream, direct task): reported for this
+            # tuple, which fails and is executed again, as on the local
+            # runtime.
+            producer.failed_current = True
+            self.errors.append(_reported(tup, exc))
+            return _cause(exc), True
+        except RuntimeFailure as exc:
+            # The run's end (an emit that cannot be pickled, say), not this
+            # tuple's: given up at once, and the driver stops with it.
+            producer.failed_current = True
+            return _cause(exc), False
+        except Exception as exc:
+            # A bolt that raises: before Spark's last try of this task the
+            # Spark task fails (Spark runs it again, a lost executor looks
+            # the same); on the last, only this tuple does, and its
+            # messages go through the retry policy (the driver's).
+            if not self.last_try or retry_cannot_fix(exc):
+                raise  # a bug no retry fixes fails the job: the driver stops
+            producer.failed_current = True
+            self.errors.append(_reported(tup, exc))
+            return _cause(exc), False
+        return None, True
+
+    def finish(self, forwarded: list[Ack]) -> list[tuple[Any, Any, Any]]:
+        """Prepare the batch's txid (a stateful task) and end the output with the
+        task's acknowledgement, and those forwarded to it."""
+        cid, index, producer = self.cid, self.index, self.producer
+        prepared = None
+        if self.state is not None:
+            apply_action(self.bolt, self.state, Action.PREPARE, self.txid, True)  # type: ignore[arg-type]
+            prepared = uuid.uuid4().hex
+            _STATE_CACHE[store_key(self.plan), task_namespace(cid, index)] = (prepared, self.state)
+        ack = (
+            cid,
+            index,
+            self.executed,
+            producer.emitted,
+            self.failures,
+            prepared,
+            self.errors,
+            self.lost,
+        )
+        producer.finish(ack, forwarded)
+        return producer.out
 
 
 def _last_try(tries: int) -> bool:

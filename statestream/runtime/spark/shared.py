@@ -89,12 +89,12 @@ def fresh_state(provider: Any, namespace: str) -> Any:
     prepared on an executor and committed by the driver, so each side drops
     the cached object and takes a new one before acting.
     """
-    from ..._registry import ScopedProvider
+    from ..._registry import SCOPE_SEPARATOR, ScopedProvider
 
     inner, stored_as = provider, namespace
     while isinstance(inner, ScopedProvider):
         # The wrapped provider caches its states under the scoped name.
-        stored_as = inner._prefix + stored_as
+        stored_as = inner.scope + SCOPE_SEPARATOR + stored_as
         inner = inner.provider
     states = getattr(inner, "_states", None)
     if isinstance(states, dict):
