@@ -12,7 +12,12 @@ spout).
 
 For each stateful task the driver keeps one instance of the bolt for the
 run (:meth:`DriverBase._open_driver_bolts`): the hooks that follow a job
-(``pre_commit``, ``pre_rollback``, ``init_state`` at a recovery) run on it.
+(``pre_commit``, ``pre_rollback``, ``init_state`` at a recovery) run on it. (The
+alternative, keeping executing instances in the Python worker next to the
+executor's state cache and calling the hooks in a small commit job, costs one
+more Spark job per batch and still needs a fallback instance when the task
+lands on another worker.) The user's side of this is in the README's Spark
+section.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -96,7 +102,7 @@ class DriverBase:
     _stop: bool
     _deadline: float | None
     errors: list[ErrorReport]
-    counters: dict[str, int]
+    _counters: dict[str, int]
     provider: Any
     _claim: RunClaim
     _tokens: dict[str, str]
@@ -121,7 +127,7 @@ class DriverBase:
     retry_policy: RetryPolicy
     _retries: dict[str, Retries]
     _failure_rates: dict[tuple[str, int], tuple[FailureRate, int]]
-    deadletter_path: Any
+    deadletter_path: Path
     deadletters: DeadLetterFile
     _replays: dict[str, deque[Replay]]
 
@@ -131,7 +137,7 @@ class DriverBase:
 
     def _payload(self, sc: Any, exactly_once: bool) -> Any:
         """The broadcast executors unpickle once per worker: the plan, and the
-        sources of the user modules it travels with (see :func:`_loads`)."""
+        sources of the user modules it travels with (see :func:`.executor._loads`)."""
         data = cloudpickle.dumps(Shipped(self.plan, exactly_once, task_tries(sc)))
         return sc.broadcast((self._sources, data))
 
@@ -259,7 +265,7 @@ class DriverBase:
         self._coordinator = CheckpointCoordinator(record.state, interval_ms, self._save)
         self._open_driver_bolts()
         if self._recover():
-            self.counters["recovered"] += 1
+            self._counters["recovered"] += 1
         if self.fault_hook is not None:
             self.fault_hook("recovered", self.coordinator.state.txid)
 
@@ -334,5 +340,5 @@ class DriverBase:
 
     def _result(self, start_time: float, reason: str) -> RunResult:
         return RunResult(
-            self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self.counters
+            self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self._counters
         )

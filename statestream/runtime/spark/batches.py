@@ -67,6 +67,15 @@ def refuse_lost(acks: Iterable[Ack], txid: int) -> None:
             )
 
 
+def _raise_run_ending(acks: list[Ack]) -> None:
+    """Stop the run on a tuple given up on for a reason that ends it (statestream._picklable)."""
+    for *_, lost in acks:
+        for _, _, error_type, error in lost:
+            fatal = run_ending(error_type, error)
+            if fatal is not None:
+                raise fatal  # the prepares are rolled back at the next start
+
+
 class BatchDriver(SpoutDriver):
     """The driver's batch transaction and its job (see the module docstring)."""
 
@@ -91,69 +100,81 @@ class BatchDriver(SpoutDriver):
         coordinator = self.coordinator
         failures = 0
         while True:
-            self._claim.check()  # a lost lease: another run may own the state now
-            self._cut = batch.positions
-            try:
-                emission = coordinator.poll(self._now_ms(), early=True)
-            finally:
-                self._cut = None
-            if emission is None or emission.action is not Action.PREPARE:
-                raise RuntimeFailure(
-                    f"the checkpoint coordinator gave {emission} where a PREPARE was due "
-                    f"({coordinator!r})"
-                )
-            txid = emission.txid
+            txid = self._prepare(batch)
             try:
                 acks = self._job(sc, token, payload, txid, batch)
                 if batch.source is not None:
                     refuse_lost(acks, txid)
             except Exception as exc:
-                stop = cannot_fix_in(exc)
-                if stop is not None:  # e.g. the store stayed away: a new attempt would too
-                    raise stop from exc
                 failures += 1
-                self.errors.append(
-                    ErrorReport(
-                        "$batch",
-                        -1,
-                        f"batch {txid} attempt {failures}",
-                        repr(exc)[:2000],
-                        "".join(traceback.format_exception(exc))[-20000:],
-                    )
-                )
-                self.counters["replays"] += 1
-                for retries in self._retries.values():
-                    retries.rewound()  # the job's failure tells nothing of the messages
-                coordinator.on_fail(Action.PREPARE, txid)
-                self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
-                if failures >= self.attempts:
-                    # A dead letter fed back stays marked: the next run feeds it again.
-                    for task, msg_ids in batch.msg_ids:
-                        for msg_id in msg_ids:
-                            if msg_id is not None and type(msg_id) is not Replay:
-                                task.spout.fail(msg_id)
-                    raise RuntimeFailure(
-                        f"batch {txid} failed {count(failures, 'time')} and was rolled back; the last "
-                        f"error: {exc!r}. The next run reads it again from the stored positions"
-                    ) from exc
-                log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
+                self._job_failed(exc, txid, failures, batch)
                 batch = read_again(batch)
                 continue
-            for *_, lost in acks:
-                for _, _, error_type, error in lost:
-                    fatal = run_ending(error_type, error)
-                    if fatal is not None:
-                        raise fatal  # the prepares are rolled back at the next start
+            _raise_run_ending(acks)
             resume_at = self._failed_messages(batch, acks)
             if resume_at is None:
                 break
             self._count_errors(acks)
-            self.counters["replays"] += 1
+            self._counters["replays"] += 1
             coordinator.on_fail(Action.PREPARE, txid)
             self._recover()
             if not self._wait_until(resume_at):
                 return  # stopped: the batch is rolled back, the next run reads it again
             batch = read_again(batch)
+        self._commit(txid, batch, acks)
+
+    def _prepare(self, batch: Batch) -> int:
+        """Poll the coordinator for batch's PREPARE (``PREPARING(t)`` is stored with
+        the batch's end positions); its txid."""
+        coordinator = self.coordinator
+        self._claim.check()  # a lost lease: another run may own the state now
+        self._cut = batch.positions
+        try:
+            emission = coordinator.poll(self._now_ms(), early=True)
+        finally:
+            self._cut = None
+        if emission is None or emission.action is not Action.PREPARE:
+            raise RuntimeFailure(
+                f"the checkpoint coordinator gave {emission} where a PREPARE was due "
+                f"({coordinator!r})"
+            )
+        return emission.txid
+
+    def _job_failed(self, exc: Exception, txid: int, failures: int, batch: Batch) -> None:
+        """A job that failed as a whole (its ``failures``-th attempt): rolled back, and
+        the run stopped once the batch had its ``statestream.spark.batch.attempts``."""
+        stop = cannot_fix_in(exc)
+        if stop is not None:  # e.g. the store stayed away: a new attempt would too
+            raise stop from exc
+        self.errors.append(
+            ErrorReport(
+                "$batch",
+                -1,
+                f"batch {txid} attempt {failures}",
+                repr(exc)[:2000],
+                "".join(traceback.format_exception(exc))[-20000:],
+            )
+        )
+        self._counters["replays"] += 1
+        for retries in self._retries.values():
+            retries.rewound()  # the job's failure tells nothing of the messages
+        self.coordinator.on_fail(Action.PREPARE, txid)
+        self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
+        if failures >= self.attempts:
+            # A dead letter fed back stays marked: the next run feeds it again.
+            for task, msg_ids in batch.msg_ids:
+                for msg_id in msg_ids:
+                    if msg_id is not None and type(msg_id) is not Replay:
+                        task.spout.fail(msg_id)
+            raise RuntimeFailure(
+                f"batch {txid} failed {count(failures, 'time')} and was rolled back; the last "
+                f"error: {exc!r}. The next run reads it again from the stored positions"
+            ) from exc
+        log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
+
+    def _commit(self, txid: int, batch: Batch, acks: list[Ack]) -> None:
+        """Every task prepared ``txid``: COMMIT it, ack the batch's messages, count it."""
+        coordinator = self.coordinator
         if self.fault_hook is not None:
             self.fault_hook("prepared", txid)
         coordinator.on_ack(Action.PREPARE, txid, self._now_ms())  # stores COMMITTING(txid)
@@ -180,7 +201,7 @@ class BatchDriver(SpoutDriver):
             self.deadletters.replayed(replayed)
         for retries in self._retries.values():
             retries.passed_cut()  # what went through in the batch is forgotten
-        self.counters["batches"] += 1
+        self._counters["batches"] += 1
         # The prepares just committed: executors may keep using those state objects.
         self._tokens = {
             task_namespace(cid, index): tok

@@ -59,7 +59,7 @@ from ..._deadletter import (
 from ..._errors import ConfigError
 from ..._exactly_once import CheckpointRecord, can_rewind, resolve_exactly_once
 from ..._registry import RunClaim
-from ..._results import ErrorReport, RunResult, TaskMetrics
+from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._retry import (
     FailureRate,
     Retries,
@@ -133,7 +133,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         self._stop = False
         self._deadline: float | None = None  # run(duration=...) ends then (time.monotonic)
         self.errors: list[ErrorReport] = []
-        self.counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
+        self._counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
         self.provider: Any = None
         self._claim = RunClaim()  # the run's hold on its scope of the store (_claim_store)
         self._tokens: dict[str, str] = {}
@@ -218,6 +218,21 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     def stop(self) -> None:
         """Stop after the current batch (safe from a signal handler)."""
         self._stop = True
+
+    def close(self) -> None:
+        """Nothing to release: :meth:`run` and :meth:`feed` stop the session they
+        started, close the store and let the claim go when they end (idempotent)."""
+
+    def counters(self) -> dict[str, int]:
+        """The runtime's counters so far, a copy: ``batches`` committed, ``replays``
+        (batches rolled back and run again), ``recovered`` (a start that rolled
+        back or finished a stored transaction), and when they happen ``skipped``
+        (fed batches committed already) and ``skipped_dead_letters``."""
+        return dict(self._counters)
+
+    def worker_rows(self) -> list[WorkerInfo]:
+        """``[]``: a Spark run has no worker processes of its own (Spark's are its executors)."""
+        return []
 
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals over the committed batches of this run; a spout's

@@ -146,7 +146,7 @@ class FeedDriver(BatchDriver):
                 state = self.coordinator.state
                 if batch_id <= state.txid:
                     log.warning("batch %d was committed already; skipping its replay", batch_id)
-                    self.counters["skipped"] = self.counters.get("skipped", 0) + 1
+                    self._counters["skipped"] = self._counters.get("skipped", 0) + 1
                     return
                 if batch_id != state.txid + 1:
                     raise RuntimeFailure(

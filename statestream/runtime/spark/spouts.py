@@ -245,9 +245,9 @@ class SpoutDriver(DriverBase):
     def _settle(self, task: SpoutTask) -> None:
         """Tell ``task``'s spout that the dead letters it just emitted again are settled."""
         settles, task.collector.settles = task.collector.settles, []
-        self.counters["skipped_dead_letters"] = self.counters.get("skipped_dead_letters", 0) + len(
-            settles
-        )
+        self._counters["skipped_dead_letters"] = self._counters.get(
+            "skipped_dead_letters", 0
+        ) + len(settles)
         for msg_id in settles:
             try:
                 task.spout.dead_lettered(msg_id)

@@ -101,31 +101,7 @@ class TransactionalDriver(DriverBase):
         spout_coordinator: Any = None
         clean = False
         try:
-            self._claim_store()
-            provider = self._open_provider()
-            store = CoordinatorStore(
-                fresh_state(provider, coordinator_namespace(self.topology.name))
-            )
-            protocol = TransactionCoordinator(
-                store.load(),
-                self.config.get("topology.max.spout.pending") or 1,
-                None,  # a job returns or fails; nothing of it can time out unheard
-                store.save,
-            )
-            if protocol.active:
-                self.counters["recovered"] += 1
-                log.warning(
-                    "spark runtime: transactions %s were active when the last run ended; "
-                    "emitting them again",
-                    list(protocol.active),
-                )
-            context = self.plan.context(
-                COORDINATOR,
-                0,
-                state_opener=partial(ReadThrough, provider),
-                clock=SystemClock(),
-            )
-            spout_coordinator = tx.spout.get_coordinator(self.plan.conf_for(COORDINATOR), context)
+            protocol, spout_coordinator = self._tx_open(tx)
             if self.fault_hook is not None:
                 self.fault_hook("recovered", protocol.committed)
 
@@ -176,19 +152,52 @@ class TransactionalDriver(DriverBase):
             clean = True
         finally:
             try:
-                for job in self._tx_jobs:
-                    job.release()
-                self._tx_jobs = []
-                if spout_coordinator is not None:
-                    try:
-                        spout_coordinator.close()
-                    except Exception as exc:
-                        if clean:
-                            self._report(tx.emitter, -1, exc, "coordinator close()")
+                self._tx_close(tx, spout_coordinator, clean)
                 payload.unpersist()
             finally:
                 self._release(spark)
         return self._result(start_time, reason)
+
+    def _tx_open(self, tx: TransactionalLayout) -> tuple[TransactionCoordinator, Any]:
+        """Claim the store, load the coordinator's stored state, and open the spout's
+        coordinator part: the protocol and that part."""
+        self._claim_store()
+        provider = self._open_provider()
+        store = CoordinatorStore(fresh_state(provider, coordinator_namespace(self.topology.name)))
+        protocol = TransactionCoordinator(
+            store.load(),
+            self.config.get("topology.max.spout.pending") or 1,
+            None,  # a job returns or fails; nothing of it can time out unheard
+            store.save,
+        )
+        if protocol.active:
+            self._counters["recovered"] += 1
+            log.warning(
+                "spark runtime: transactions %s were active when the last run ended; "
+                "emitting them again",
+                list(protocol.active),
+            )
+        context = self.plan.context(
+            COORDINATOR,
+            0,
+            state_opener=partial(ReadThrough, provider),
+            clock=SystemClock(),
+        )
+        spout_coordinator = tx.spout.get_coordinator(self.plan.conf_for(COORDINATOR), context)
+        return protocol, spout_coordinator
+
+    def _tx_close(self, tx: TransactionalLayout, spout_coordinator: Any, clean: bool) -> None:
+        """The end of a transactional run: the kept jobs released, the spout's
+        coordinator part closed (its error reported after a clean run only)."""
+        for job in self._tx_jobs:
+            job.release()
+        self._tx_jobs = []
+        if spout_coordinator is not None:
+            try:
+                spout_coordinator.close()
+            except Exception as exc:
+                if clean:
+                    self._report(tx.emitter, -1, exc, "coordinator close()")
 
     def _tx_stages(
         self, sc: Any, token: str, payload: Any, cids: Sequence[str], outs: dict[str, Any]
@@ -332,7 +341,7 @@ class TransactionalDriver(DriverBase):
         if ok:
             protocol.on_ack(emission.msg_id)  # stores txid as the last committed one
             self._tx_failures.pop(txid, None)
-            self.counters["batches"] += 1
+            self._counters["batches"] += 1
             if self.fault_hook is not None:
                 self.fault_hook("committed", txid)
         else:
@@ -342,7 +351,7 @@ class TransactionalDriver(DriverBase):
 
     def _tx_failed(self, txid: int, phase: str) -> None:
         """Count a failure of ``txid``; give up after ``statestream.spark.batch.attempts``."""
-        self.counters["replays"] += 1
+        self._counters["replays"] += 1
         n = self._tx_failures[txid] = self._tx_failures.get(txid, 0) + 1
         if n >= self.attempts:
             raise RuntimeFailure(
