@@ -7,6 +7,7 @@ first signal asks for a clean shutdown, a second aborts at once).
 
 from __future__ import annotations
 
+import copy
 import logging
 import signal
 import sys
@@ -20,11 +21,13 @@ import click
 
 from . import _core
 from ._components import task_namespace
-from ._config import Config, load_config
+from ._config import Config, load_config, settings_of
 from ._errors import ConfigError, StatestreamError, TopologyError
 from ._progress import Progress, print_summary
-from ._run import load_topology, make_runtime
+from ._run import load_topology
 from ._text import count, cut_message, cut_value, error_line
+from .runtime.contract import Runtime, make_runtime
+from .runtime.plan import RuntimePlan
 
 __all__ = ["main"]
 
@@ -137,6 +140,7 @@ def run(
             configs, list(sets) + ([f"topology.runner={runner}"] if runner else []), (topo.name,)
         )
         rt = make_runtime(topo, conf)
+        task_names = RuntimePlan(topo, conf).task_names
     show_live = sys.stderr.isatty() if progress is None else progress
     signals: list[int] = []  # those that asked the run to stop, in order
 
@@ -149,7 +153,7 @@ def run(
 
     old_int = signal.signal(signal.SIGINT, on_signal)
     old_term = signal.signal(signal.SIGTERM, on_signal)
-    reporter = Progress(rt, conf, live=show_live and (progress is not False))
+    reporter = Progress(rt, conf, task_names, live=show_live and (progress is not False))
     try:
         # Opened before the progress starts: a run refused at open (another run
         # holds the store, after waiting for it) shows its one error line only.
@@ -174,17 +178,14 @@ def run(
         sys.exit(EXIT_WITH_ERRORS)
 
 
-def _start_line(rt: Any, name: str, conf: Config) -> None:
+def _start_line(rt: Runtime, name: str, conf: Config) -> None:
     """Open the runtime's tasks, then say where the run's dead letters go (after the
     open, so that a run refused at open shows its one error line only)."""
-    dead_letters = getattr(rt, "deadletter_path", None)
-    if dead_letters is None:
-        return
     rt.open()  # as run() does: a failed open is reported, not cleaned up
     click.echo(
-        f"statestream: running {name!r} on {conf['topology.runner']} with the "
+        f"statestream: running {name!r} on {settings_of(conf).topology_runner} with the "
         f"{_core.describe()}; "
-        f"dead letters go to {dead_letters}",
+        f"dead letters go to {rt.deadletter_path}",
         err=True,
     )
 
@@ -225,8 +226,9 @@ class _Store:
         if name:
             prefixes.add(name)
         conf = load_config(files=configs, sets=sets, topology_prefixes=sorted(prefixes))
-        spec = conf["topology.state.provider"]
-        provider_conf = conf["topology.state.provider.config"]
+        settings = settings_of(conf)
+        spec = settings.topology_state_provider
+        provider_conf = copy.deepcopy(settings.topology_state_provider_config)
         self.provider = open_provider(spec, provider_conf)
         missing = getattr(self.provider, "missing_store", None)
         where = missing() if missing is not None else None
@@ -521,10 +523,11 @@ def _deadletter_file(
         prefixes = _config_prefixes(configs) + ([topology] if topology else [])
         conf = load_config(files=configs, sets=sets, topology_prefixes=prefixes)
         where = configured_path(conf)
-        provider = conf["topology.state.provider"]
+        settings = settings_of(conf)
+        provider = settings.topology_state_provider
         how = (
             "statestream.deadletter.path"
-            if conf["statestream.deadletter.path"]
+            if settings.statestream_deadletter_path
             else f"where a run with topology.state.provider {provider!r} writes it"
         )
     else:

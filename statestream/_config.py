@@ -86,7 +86,15 @@ import yaml
 
 from statestream._errors import ConfigError
 
-__all__ = ["Config", "ConfigKey", "Settings", "config_keys", "load_config", "parse_set"]
+__all__ = [
+    "Config",
+    "ConfigKey",
+    "Settings",
+    "config_keys",
+    "load_config",
+    "parse_set",
+    "settings_of",
+]
 
 ENV_PREFIX: Final = "STATESTREAM_"
 DEFAULTS_SOURCE: Final = "defaults"
@@ -1131,11 +1139,12 @@ class Config(Mapping[str, Any]):
     environment: :func:`load_config` does, for the CLI.
     """
 
-    __slots__ = ("_prefixes", "_sources", "_values")
+    __slots__ = ("_prefixes", "_settings", "_sources", "_values")
 
     _values: dict[str, object]
     _sources: dict[str, str]
     _prefixes: frozenset[str]
+    _settings: Settings | None  # settings_of()'s, computed at its first call
 
     def __init__(
         self,
@@ -1166,6 +1175,7 @@ class Config(Mapping[str, Any]):
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_sources", sources)
         object.__setattr__(self, "_prefixes", prefixes)
+        object.__setattr__(self, "_settings", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Config is immutable; use with_overrides() to change {name!r}")
@@ -1237,7 +1247,11 @@ class Config(Mapping[str, Any]):
         start = prefix.removesuffix(".") + "."
         return {k: self[k] for k in self._values if k.startswith(start)}
 
-    # -- typed access for any key
+    # -- typed access to a topology's own keys
+    #
+    # The keys under a topology's prefix (``wordcount.limit``) pass through
+    # untyped; a topology reads them with these, which check the type and name
+    # the key's source. Statestream's own keys are read from settings_of().
 
     def _typed(self, key: str, default: object, accept: Callable[[object], bool], what: str) -> Any:
         if key not in self._values:
@@ -1257,7 +1271,8 @@ class Config(Mapping[str, Any]):
         return self[key]
 
     def get_int(self, key: str, default: int | _Missing = _MISSING) -> int:
-        """The integer at ``key``; ``default`` if it is not set (else ConfigError).
+        """The integer at ``key`` (a topology's own key, ``wordcount.limit``); ``default``
+        if it is not set (else ConfigError, suggesting a close key).
 
         A value of another type (bool included) is a ConfigError naming its source.
         """
@@ -1292,8 +1307,9 @@ class Config(Mapping[str, Any]):
         """Every known key's value, typed: ``config.settings.topology_message_timeout_secs``.
 
         A new frozen :class:`Settings` on each call, its mapping values copies;
-        read it once where many values are needed. Pass-through keys are not
-        in it: read them with :meth:`topology_keys` or the ``get_*`` methods.
+        statestream's own code reads the one :func:`settings_of` keeps instead.
+        Pass-through keys are not in it: read them with :meth:`topology_keys`
+        or the ``get_*`` methods.
         """
         return Settings(**{entry.attribute: self[name] for name, entry in _SCHEMA.items()})
 
@@ -1301,6 +1317,25 @@ class Config(Mapping[str, Any]):
     def spark_conf(self) -> dict[str, Any]:
         """Every ``spark.*`` key (``spark.master`` included) with its value, for SparkConf."""
         return self.topology_keys("spark")
+
+
+def settings_of(config: Mapping[str, Any]) -> Settings:
+    """The typed values of ``config``'s known keys: what statestream's code reads.
+
+    For a :class:`Config`, computed at the first call and kept on it, so every
+    reader of one Config shares one :class:`Settings`: do not change its
+    mapping values (copy one before handing it to code that may). Any other
+    mapping (a hook's ``conf`` when a test calls the hook by hand) is read as
+    a Config of its known keys over the defaults, anew on each call.
+    """
+    if not isinstance(config, Config):
+        return Config({k: v for k, v in config.items() if k in _SCHEMA}).settings
+    cached = config._settings
+    if cached is None:
+        # Two threads may both compute it: equal values, the later one stays.
+        cached = config.settings
+        object.__setattr__(config, "_settings", cached)
+    return cached
 
 
 def _restore_config(

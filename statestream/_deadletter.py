@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from ._config import settings_of
 from ._errors import ConfigError, RuntimeFailure
 from ._retry import msg_id_key_fast, msg_key
 from ._text import count, cut_message
@@ -77,10 +78,11 @@ def default_path(provider: str, provider_config: Any) -> Path:
 def configured_path(conf: Any) -> Path:
     """The dead-letter file of a run with config ``conf``: ``statestream.deadletter.path``,
     else :func:`default_path` of its state provider."""
-    path = conf["statestream.deadletter.path"]
+    settings = settings_of(conf)
+    path = settings.statestream_deadletter_path
     if path:
         return Path(path)
-    return default_path(conf["topology.state.provider"], conf["topology.state.provider.config"])
+    return default_path(settings.topology_state_provider, settings.topology_state_provider_config)
 
 
 def missing_file(where: Path, how: str, elsewhere: Sequence[Path] = ()) -> str:

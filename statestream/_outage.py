@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ._config import settings_of
 from ._errors import ProviderUnavailableError, StoreOutageError, StoreUnwritableError
 
 if TYPE_CHECKING:
@@ -270,5 +271,5 @@ def guard_store(provider: Any, config: Mapping[str, Any], clock: Clock) -> None:
     (its errors reach the runtime as before)."""
     inner = getattr(provider, "provider", provider)
     if hasattr(inner, "outage"):
-        policy = StoreOutage(describe_store(inner), float(config[OUTAGE_KEY]))
+        policy = StoreOutage(describe_store(inner), settings_of(config).statestream_state_outage_secs)
         inner.outage = OutageGuard(policy, clock)

@@ -12,13 +12,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._config import Config
+from ._config import Config, settings_of
+from ._results import RunResult, TaskMetrics
 from ._text import count, cut_message, cut_value
+
+if TYPE_CHECKING:
+    from .runtime.contract import Runtime
 
 __all__ = ["Progress", "print_summary"]
 
@@ -46,11 +50,11 @@ _WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
 _ERROR_CELL = 60
 
 
-def _rows(metrics: dict[str, Any], error_cell: int | None = _ERROR_CELL) -> list[tuple[str, ...]]:
+def _rows(metrics: Mapping[str, TaskMetrics], error_cell: int | None = _ERROR_CELL) -> list[tuple[str, ...]]:
     """One row of cells per component; the last error whole when ``error_cell`` is None."""
     rows: list[tuple[str, ...]] = []
     for cid, m in metrics.items():
-        error = getattr(m, "last_error", "")
+        error = m.last_error
         rows.append(
             (
                 cid,
@@ -60,15 +64,15 @@ def _rows(metrics: dict[str, Any], error_cell: int | None = _ERROR_CELL) -> list
                 f"{m.failed:,}",
                 f"{m.errors:,}",
                 f"{m.queued:,}",
-                f"{getattr(m, 'retrying', 0):,}",
-                f"{getattr(m, 'dead_lettered', 0):,}",
+                f"{m.retrying:,}",
+                f"{m.dead_lettered:,}",
                 cut_message(error) if error_cell is None else cut_value(error, error_cell),
             )
         )
     return rows
 
 
-def print_summary(result: Any) -> None:
+def print_summary(result: RunResult) -> None:
     """The run's counts as a plain table, and one line: why it ended, the errors."""
     rows = _rows(result.components)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
@@ -92,13 +96,17 @@ class Progress:
 
     ``live``: the table on the terminal (stderr), with the log above it;
     otherwise status lines. Reading the counters from another thread is safe:
-    they are ints the run loop only increments.
+    they are ints the run loop only increments. ``task_names`` names the tasks
+    of the worker rows (``RuntimePlan.task_names``).
     """
 
-    def __init__(self, rt: Any, conf: Config, live: bool) -> None:
+    def __init__(
+        self, rt: Runtime, conf: Config, task_names: Mapping[int, str], live: bool
+    ) -> None:
         self.rt = rt
+        self.task_names = task_names
         self.live = live
-        self.interval = float(conf["statestream.progress.interval.secs"])
+        self.interval = settings_of(conf).statestream_progress_interval_secs
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._screen: Any = None
@@ -118,10 +126,7 @@ class Progress:
 
     def _worker_rows(self) -> list[tuple[str, ...]]:
         """One row per worker process (``topology.workers`` > 1): pid, tasks, rate, restarts."""
-        rows_of = getattr(self.rt, "worker_rows", None)
-        if rows_of is None:
-            return []
-        names = getattr(self.rt, "task_names", {})
+        names = self.task_names
         return [
             (
                 str(w.index),
@@ -130,7 +135,7 @@ class Progress:
                 f"{w.rate:,.0f}/s",
                 str(w.restarts),
             )
-            for w in rows_of()
+            for w in self.rt.worker_rows()
         ]
 
     def _table(self) -> Any:

@@ -24,6 +24,7 @@ from typing import Any, Final, cast
 
 import orjson
 
+from statestream._config import settings_of
 from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
 from statestream._state import (
     SHARING_PROCESS,
@@ -214,7 +215,7 @@ class RunClaim:
         if self.asked:
             self.check()
             return
-        wait = float(config["topology.state.claim.wait.secs"])
+        wait = settings_of(config).topology_state_claim_wait_secs
         self._claim = claim_scope(provider, scope, wait)
         self._scope = scope
         self.asked = True

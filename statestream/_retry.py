@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
+from ._config import settings_of
 from ._errors import (
     RuntimeFailure,
     SerializationError,
@@ -102,11 +103,12 @@ class RetryPolicy:
     @classmethod
     def from_config(cls, conf: Mapping[str, Any]) -> RetryPolicy:
         """The policy of the ``statestream.retry.*`` keys in ``conf``."""
+        settings = settings_of(conf)
         return cls(
-            float(conf["statestream.retry.initial.ms"]),
-            float(conf["statestream.retry.multiplier"]),
-            float(conf["statestream.retry.max.ms"]),
-            int(conf["statestream.retry.max.attempts"]),
+            float(settings.statestream_retry_initial_ms),
+            settings.statestream_retry_multiplier,
+            float(settings.statestream_retry_max_ms),
+            settings.statestream_retry_max_attempts,
         )
 
     def delay(self, failures: int) -> float:
@@ -414,10 +416,8 @@ class FailureRate:
 
     @classmethod
     def from_config(cls, conf: Mapping[str, Any]) -> FailureRate:
-        return cls(
-            float(conf["statestream.errors.max.rate"]),
-            float(conf["statestream.errors.window.secs"]),
-        )
+        settings = settings_of(conf)
+        return cls(settings.statestream_errors_max_rate, settings.statestream_errors_window_secs)
 
     def failed(self, values: Any, now: float) -> None:
         """A tuple of these values failed at ``now``."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from ._config import settings_of
 from ._errors import ConfigError, SourceError
 
 __all__ = ["FileSpout"]
@@ -133,7 +134,8 @@ class FileSpout(Spout):
                 # A quarter of the checkpoint interval: acks of a stateful
                 # topology arrive in one burst per commit, and the position
                 # should follow that burst closely (what it lags is replayed).
-                self.save_interval = int(conf["topology.state.checkpoint.interval.ms"]) / 4000.0
+                interval_ms = settings_of(conf).topology_state_checkpoint_interval_ms
+                self.save_interval = interval_ms / 4000.0
 
     def next_tuple(self) -> None:
         # Saved here, not in ack(): acks come in bursts (one per commit), and

@@ -29,6 +29,7 @@ from ._components import (
     StatefulBolt,
     TopologyContext,
 )
+from ._config import settings_of
 from ._errors import PrepareRefused, ProtocolViolation, RuntimeFailure
 from ._exactly_once import CheckpointRecord
 from ._tuple import Fields
@@ -251,7 +252,7 @@ class CheckpointSpout(Spout):
         self.state = context.state()
         self.clock = context.clock
         self.record = CheckpointRecord.load(self.state)
-        interval_ms = int(conf["topology.state.checkpoint.interval.ms"])
+        interval_ms = settings_of(conf).topology_state_checkpoint_interval_ms
         self.coordinator = CheckpointCoordinator(self.record.state, interval_ms, self._save)
         self.gated = context.exactly_once
         self._early = False

@@ -29,6 +29,7 @@ from ._components import (
     TopologyContext,
     task_namespace,
 )
+from ._config import settings_of
 from ._errors import ConfigError, SimulatedCrash, StateError, TopologyError
 from ._executors import _Wrapper
 from ._results import ErrorReport, RunResult
@@ -574,10 +575,11 @@ def crash_and_recover(
     Read the outcome with :func:`committed_state` and the test's own sinks.
     """
     conf = as_config(config, (topology.name,))
-    if conf["topology.runner"] != "local":
+    runner = settings_of(conf).topology_runner
+    if runner != "local":
         raise ConfigError(
             f"crash_and_recover runs the local runtime; topology.runner is "
-            f"{conf['topology.runner']!r}. Set it to 'local' for this test"
+            f"{runner!r}. Set it to 'local' for this test"
         )
     from .runtime.local import LocalRuntime
 
@@ -613,12 +615,12 @@ def committed_state(
         raise TopologyError(
             f"{component!r} is not a stateful bolt of {topology.name!r}; {stateful}"
         )
-    conf = as_config(config, (topology.name,))
+    settings = settings_of(as_config(config, (topology.name,)))
     merged: dict[Any, Any] = {}
     owner: dict[Any, int] = {}
     with open_provider(
-        conf["topology.state.provider"],
-        conf["topology.state.provider.config"],
+        settings.topology_state_provider,
+        copy.deepcopy(settings.topology_state_provider_config),
         scope=topology.name,
     ) as provider:
         for task in range(spec.parallelism):

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._config import settings_of
 from .._errors import ConfigError
 from .._results import RunResult, TaskMetrics, WorkerInfo
 
@@ -126,8 +127,8 @@ def runners() -> tuple[str, ...]:
 
 def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -> Runtime:
     """The runtime ``topology.runner`` names, ready to ``open`` and ``run``."""
-    runner = conf["topology.runner"]
-    workers = conf["topology.workers"]
+    settings = settings_of(conf)
+    runner, workers = settings.topology_runner, settings.topology_workers
     if runner == "spark" and workers != 1:
         raise ConfigError(
             f"topology.workers is {workers}, but the spark runner does not start worker "
@@ -148,7 +149,7 @@ def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -
 
 
 def _local(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
-    if conf["topology.workers"] > 1:
+    if settings_of(conf).topology_workers > 1:
         from .workers import WorkerSupervisor
 
         return _conforming(WorkerSupervisor(topology, conf, clock=clock))
