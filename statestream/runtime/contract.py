@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .._config import settings_of
 from .._errors import ConfigError
@@ -152,10 +152,10 @@ def _local(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
     if settings_of(conf).topology_workers > 1:
         from .workers import WorkerSupervisor
 
-        return _conforming(WorkerSupervisor(topology, conf, clock=clock))
+        return WorkerSupervisor(topology, conf, clock=clock)
     from .local import LocalRuntime
 
-    return _conforming(LocalRuntime(topology, conf, clock=clock))
+    return LocalRuntime(topology, conf, clock=clock)
 
 
 def _spark(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
@@ -163,57 +163,8 @@ def _spark(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
 
     # The clock is not passed on: the spark runner has always run on the system
     # clock from make_runtime (issue 31 changes no behaviour).
-    return _conforming(SparkRuntime(topology, conf))
+    return SparkRuntime(topology, conf)
 
 
 register_runner("local", _local)
 register_runner("spark", _spark)
-
-
-# -- compatibility shim (issue 31, temporary) ---------------------------------------------
-# While the runtime classes are converted to the protocol, a runtime without
-# ``worker_rows`` (LocalRuntime, SparkRuntime) is handed out behind
-# _Conformed, which fills the gaps: ``worker_rows`` is [], ``counters`` a method
-# (Spark's is a dict attribute), ``close`` present. A runtime class that has
-# ``worker_rows`` is handed out as it is. Delete _conforming and _Conformed once
-# tests/unit/test_runtime_contract.py has no xfail left.
-
-
-def _conforming(rt: Any) -> Runtime:
-    if callable(getattr(type(rt), "worker_rows", None)):
-        return rt  # type: ignore[no-any-return]
-    return _Conformed(rt)
-
-
-class _Conformed:
-    """A runtime not yet converted to :class:`Runtime`, behind the protocol."""
-
-    def __init__(self, rt: Any) -> None:
-        self.runtime = rt
-        self.deadletter_path: Path = rt.deadletter_path
-
-    def open(self) -> None:
-        self.runtime.open()
-
-    def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
-        result: RunResult = self.runtime.run(until_idle=until_idle, duration=duration)
-        return result
-
-    def stop(self) -> None:
-        self.runtime.stop()
-
-    def close(self) -> None:
-        close = getattr(self.runtime, "close", None)
-        if close is not None:
-            close()
-
-    def metrics(self) -> dict[str, TaskMetrics]:
-        metrics: dict[str, TaskMetrics] = self.runtime.metrics()
-        return metrics
-
-    def counters(self) -> dict[str, int]:
-        counters = self.runtime.counters
-        return dict(counters() if callable(counters) else counters)
-
-    def worker_rows(self) -> list[WorkerInfo]:
-        return []

@@ -24,30 +24,9 @@ from statestream.testing import ListSpout
 _METHODS = ("open", "run", "stop", "close", "metrics", "counters", "worker_rows")
 
 _RUNTIMES = [
-    pytest.param(
-        "statestream.runtime.local:LocalRuntime",
-        id="local",
-        marks=pytest.mark.xfail(
-            strict=True, raises=AssertionError, reason="issue 31: LocalRuntime has no worker_rows() yet"
-        ),
-    ),
-    pytest.param(
-        "statestream.runtime.workers:WorkerSupervisor",
-        id="workers",
-        marks=pytest.mark.xfail(
-            strict=True, raises=AssertionError, reason="issue 31: WorkerSupervisor has no counters() nor close() yet"
-        ),
-    ),
-    pytest.param(
-        "statestream.runtime.spark:SparkRuntime",
-        id="spark",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AssertionError,
-            reason="issue 31: SparkRuntime's counters is a dict attribute; no close(), "
-            "no worker_rows() yet",
-        ),
-    ),
+    pytest.param("statestream.runtime.local:LocalRuntime", id="local"),
+    pytest.param("statestream.runtime.workers:WorkerSupervisor", id="workers"),
+    pytest.param("statestream.runtime.spark:SparkRuntime", id="spark"),
 ]
 
 
