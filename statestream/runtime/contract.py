@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from .._config import settings_of
 from .._errors import ConfigError
 from .._results import RunResult, TaskMetrics, WorkerInfo
+from .plan import check_refusals
 
 if TYPE_CHECKING:
     from .._clock import Clock
@@ -126,16 +127,13 @@ def runners() -> tuple[str, ...]:
 
 
 def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -> Runtime:
-    """The runtime ``topology.runner`` names, ready to ``open`` and ``run``."""
-    settings = settings_of(conf)
-    runner, workers = settings.topology_runner, settings.topology_workers
-    if runner == "spark" and workers != 1:
-        raise ConfigError(
-            f"topology.workers is {workers}, but the spark runner does not start worker "
-            "processes itself: Spark spreads the tasks over its executors. Remove "
-            "topology.workers and set spark.executor.instances (spark.executor.cores for "
-            "the cores of each) instead"
-        )
+    """The runtime ``topology.runner`` names, ready to ``open`` and ``run``.
+
+    Raises ConfigError for what no runtime would run (:func:`.plan.refusals`)
+    before it builds one.
+    """
+    check_refusals(topology, conf)
+    runner = settings_of(conf).topology_runner
     factory = _RUNNERS.get(runner)
     if factory is None:
         raise ConfigError(

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._clock import Clock
 from .._components import TopologyContext, task_namespace
-from .._config import Config
+from .._config import Config, settings_of
+from .._errors import ConfigError
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM
 from .._topology import ComponentSpec, Topology
 from .._tuple import Fields
@@ -25,7 +26,15 @@ from .._tuple import Fields
 if TYPE_CHECKING:
     from .._state import KeyValueState
 
-__all__ = ["RouteSpec", "RuntimePlan", "as_config", "task_namespace"]
+__all__ = [
+    "RouteSpec",
+    "RuntimePlan",
+    "as_config",
+    "check_refusals",
+    "provider_refusal",
+    "refusals",
+    "task_namespace",
+]
 
 
 def as_config(config: Mapping[str, Any] | None, topology_prefixes: Collection[str] = ()) -> Config:
@@ -33,6 +42,105 @@ def as_config(config: Mapping[str, Any] | None, topology_prefixes: Collection[st
     if isinstance(config, Config):
         return config
     return Config(config or {}, topology_prefixes=topology_prefixes)
+
+
+# -- refusals: what no runtime runs, decided once ---------------------------------------
+#
+# Pure: the topology's facts and the settings in, the messages out. make_runtime
+# raises the first before it builds a runtime; a runtime that checks something
+# only it knows later (Spark's session master, at open) asks provider_refusal.
+
+
+def provider_refusal(
+    spec: str, sharing: str, *, runner: str, workers: int = 1, master: str = ""
+) -> str | None:
+    """Why the provider ``spec``, shared as far as ``sharing`` (``process``, ``machine``
+    or ``network``, :func:`~statestream._registry.provider_sharing`), cannot hold the
+    state of a run on ``runner`` (``workers`` processes; Spark's ``master``); None if it can.
+    """
+    if runner == "spark":
+        local_master = master == "local" or master.startswith("local[")
+        if sharing == "process":
+            return (
+                f"topology.state.provider is {spec!r}, which keeps state inside one Python "
+                "process; on Spark every bolt task runs in a Python worker process apart from "
+                f"the driver (even with spark.master {master!r}), so the state a task prepares "
+                "would be invisible to the driver and lost. Use a shared store: "
+                "topology.state.provider: redis (or sqlite with a local[...] master)"
+            )
+        if sharing == "machine" and not local_master:
+            return (
+                f"topology.state.provider is {spec!r}, a store on one machine, but spark.master "
+                f"{master!r} runs executors in several processes or hosts that cannot share it "
+                "safely; use topology.state.provider: redis, or a local[...] master"
+            )
+        return None
+    if workers > 1 and sharing == "process":
+        return (
+            f"topology.state.provider is {spec!r}, which keeps state inside one process; "
+            f"with topology.workers: {workers} every worker is a process of its own, "
+            "so their checkpoints and the spouts' stored positions could not meet, and a "
+            "restarted worker would find nothing. Use a store the workers share: "
+            "topology.state.provider: sqlite (or redis), or topology.workers: 1"
+        )
+    return None
+
+
+def refusals(
+    topology: Topology, config: Config, *, sharing: Callable[[str], str] | None = None
+) -> list[str]:
+    """Why ``topology`` cannot run with ``config`` on the runner it names, in the order
+    the runtimes checked them; empty if nothing is refused.
+
+    ``sharing`` resolves a provider spec to its sharing scope (default:
+    :func:`~statestream._registry.provider_sharing`, asked only when a
+    topology with stateful bolts runs on several worker processes). Spark's
+    provider check waits for the session's master (:func:`provider_refusal`).
+    """
+    settings = settings_of(config)
+    runner, workers = settings.topology_runner, settings.topology_workers
+    found: list[str] = []
+    if runner == "spark":
+        if workers != 1:
+            found.append(
+                f"topology.workers is {workers}, but the spark runner does not start worker "
+                "processes itself: Spark spreads the tasks over its executors. Remove "
+                "topology.workers and set spark.executor.instances (spark.executor.cores for "
+                "the cores of each) instead"
+            )
+        return found
+    if workers > 1:
+        if topology.has_stateful_bolts:
+            from .._registry import provider_sharing
+
+            spec = settings.topology_state_provider
+            scope = (sharing or provider_sharing)(spec)
+            refusal = provider_refusal(spec, scope, runner=runner, workers=workers)
+            if refusal:
+                found.append(refusal)
+        from .._transactional.components import TransactionalCoordinatorSpout
+
+        for cid, spec_ in topology.components.items():
+            if isinstance(spec_.obj, TransactionalCoordinatorSpout):
+                found.append(
+                    f"topology {topology.name!r} is transactional (its coordinator is "
+                    f"{cid!r}); transactional topologies run on one process here: set "
+                    "topology.workers: 1, or run them on several with topology.runner: spark"
+                )
+                break
+    if topology.has_stateful_bolts and settings.topology_acker_executors == 0:
+        found.append(
+            f"topology {topology.name!r} has stateful bolts, which need acking to know when "
+            "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
+        )
+    return found
+
+
+def check_refusals(topology: Topology, config: Config) -> None:
+    """Raise ConfigError with the first of :func:`refusals`, if any."""
+    found = refusals(topology, config)
+    if found:
+        raise ConfigError(found[0])
 
 
 @dataclass(frozen=True)
