@@ -1,0 +1,160 @@
+"""No import circle anywhere in the package (issue 31).
+
+Static: each module of ``statestream`` is parsed with :mod:`ast`, its
+module-level imports (those that run when it is imported: not inside a
+function, nor under ``if TYPE_CHECKING:``) become edges between
+``statestream.*`` modules, and a cycle of that graph fails the test,
+printed as ``a -> b -> a``. ``from .pkg import name`` is an edge to the
+submodule ``pkg.name`` when there is one, else to the package ``pkg``.
+A function-level import (how optional parts are imported lazily) is not an
+edge: it runs after every module-level import is done.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import statestream
+
+ROOT = Path(statestream.__file__).parent
+PACKAGE = "statestream"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                yield from _module_level(block)
+            for handler in node.handlers:
+                yield from _module_level(handler.body)
+        elif isinstance(node, ast.With):
+            yield from _module_level(node.body)
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The ``statestream.*`` modules that module ``name`` imports at module level."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in _module_level(ast.parse(path.read_text(), str(path)).body):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in modules)
+            continue
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if not target.startswith(PACKAGE):
+            continue
+        for alias in node.names:
+            sub = f"{target}.{alias.name}"
+            if sub in modules:
+                out.add(sub)
+            elif target in modules:
+                out.add(target)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_a_cycle(graph, set(c), c[0]) for c in components]
+
+
+def _a_cycle(graph: dict[str, set[str]], members: set[str], start: str) -> list[str]:
+    """A shortest path ``start -> ... -> start`` inside ``members`` (breadth first)."""
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    return [*paths[v], start]
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"{start} is in no cycle")
+
+
+def test_the_package_has_no_import_circle() -> None:
+    found = cycles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_walk_sees_the_package() -> None:
+    graph = import_graph()
+    assert "statestream.runtime.plan" in graph
+    assert "statestream._config" in graph["statestream.runtime.plan"]
+    assert "statestream.runtime.contract" in graph["statestream._run"]
+    # a lazy (function-level) import is no edge: the runtimes are imported on demand
+    assert not {m for m in graph["statestream.runtime.contract"] if "local" in m}
+
+
+def test_a_circle_is_found_and_printed() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"x": {"y"}, "y": set()}) == []
