@@ -1,0 +1,82 @@
+"""A Spark bolt task run in this process (no Spark: Spark's last try of the task):
+what its acknowledgement tells the driver of a tuple it gave up on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from statestream import BasicBolt, Bolt, Config, FailedException, TopologyBuilder
+from statestream.runtime.plan import RuntimePlan
+from statestream.runtime.spark.executor import Shipped, run_bolt
+from statestream.runtime.spark.shared import ACK, SEQ_BITS
+from statestream.testing import ListSpout
+
+
+class Broadcast:
+    """What a Spark broadcast offers the executor: ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class BasicPicky(BasicBolt):
+    def execute(self, tuple: Any, collector: Any) -> None:
+        if tuple[0] == "poison":
+            raise FailedException("refused on purpose")
+        collector.emit([tuple[0].upper()])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(["word"])
+
+
+class RichPicky(Bolt):
+    def execute(self, tuple: Any) -> None:
+        if tuple[0] == "poison":
+            self.collector.fail(tuple)
+            return
+        self.collector.emit([tuple[0].upper()], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(["word"])
+
+
+def _run(bolt: Any, words: list[str]) -> tuple[Any, list[Any]]:
+    b = TopologyBuilder("task")
+    b.set_spout("src", ListSpout(words, fields=["word"]))
+    b.set_bolt("picky", bolt).shuffle_grouping("src")
+    plan = RuntimePlan(b.build(), Config({}))
+    payload = Broadcast(({}, cloudpickle.dumps(Shipped(plan, exactly_once=True))))
+    src = plan.component_tasks["src"][0]
+    items = [
+        (0, ((src << SEQ_BITS) | i, "default", (word,), (((src << SEQ_BITS) | i) + 1,)))
+        for i, word in enumerate(words)
+    ]
+    out = list(run_bolt(f"test-{id(bolt)}", payload, "picky", 0, {}, 0, items))
+    (ack,) = [rec for target, _, rec in out if target == ACK]
+    return ack, [rec for target, _, rec in out if target != ACK]
+
+
+@pytest.mark.parametrize(
+    ("bolt", "error_type", "error"),
+    [
+        (BasicPicky(), "FailedException", "refused on purpose"),
+        (RichPicky(), "Failed", "failed by collector.fail()"),
+    ],
+    ids=["basic-bolt-raises", "rich-bolt-fails"],
+)
+def test_a_tuple_given_up_on_names_its_message_and_why(
+    bolt: Any, error_type: str, error: str
+) -> None:
+    ack, emitted = _run(bolt, ["a", "poison", "b"])
+    cid, index, executed, n_emitted, failed, prepared, errors, lost = ack
+    assert (cid, index, prepared, errors) == ("picky", 0, None, [])
+    # The poison tuple is executed 3 times (MAX_TUPLE_FAILURES), then given up on.
+    assert (executed, failed, n_emitted) == (5, 3, 2)
+    src_root = lost[0][0]
+    assert lost == [(src_root, "picky", error_type, error)]
+    assert src_root & ((1 << SEQ_BITS) - 1) == 2  # the record at index 1 (root = key + 1)
+    assert emitted == []  # a last bolt sends acknowledgements only (no subscriber)
