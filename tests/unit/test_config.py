@@ -16,19 +16,15 @@ import pytest
 import yaml
 
 from statestream._config import (
-    _SCHEMA,
     Config,
     ConfigKey,
     Settings,
-    _defaults_yaml_entry,
-    _Invalid,
-    _key,
-    _schema_of,
     config_keys,
     load_config,
     parse_set,
 )
 from statestream._errors import ConfigError
+from statestream._settings import _SCHEMA, _defaults_yaml_entry, _Invalid, _key, _schema_of
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS_YAML = REPO / "statestream" / "defaults.yaml"

@@ -158,3 +158,14 @@ def test_a_circle_is_found_and_printed() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c", "a"]]
     assert cycles({"x": {"y"}, "y": set()}) == []
+
+
+def test_every_subpackage_is_in_the_wheel() -> None:
+    """pyproject.toml lists packages by hand: a new subpackage missing there would be
+    missing from an installed statestream."""
+    import tomllib
+
+    with open(ROOT.parent / "pyproject.toml", "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in _modules().items() if path.name == "__init__.py"}
+    assert packages - listed == set()
