@@ -12,10 +12,31 @@ therefore not block (Storm asks the same of ``nextTuple``).
 
 The runtime is a transport and a scheduler only. Acking lives in
 :mod:`statestream._acker` (the ledger) and is reached through
-:class:`Acking`; this module only delivers the messages.
+:class:`~.acking.Acking`; this package only delivers the messages.
+
+The modules, from the tuple up (each compiled with mypyc as one group, so
+that calls and attribute reads between them stay native; see
+:mod:`statestream._core`):
+
+* ``acking``: tuple-tree ids, the acker's routing (``Acking``), and the inbox
+  of a task in another worker (``RemoteInbox``);
+* ``tasks``: what every task shares: streams, routes, the delivery fast paths;
+* ``spout`` / ``bolt``: a spout task, a bolt task (each its own collector);
+* ``support``: the loop's helpers (errors named by task, the collector, ticks);
+* ``base``: what the tasks see of their runtime (``RuntimeBase``): building and
+  wiring them, ids, state, the poison-tuple book, the error log;
+* ``runtime``: :class:`LocalRuntime`: lifecycle, rewind, the loop, observation.
 """
 
 from __future__ import annotations
+
+# Every compiled module through the import system, each after those it
+# imports: mypyc gives a module of its group that another compiled module
+# imports first a __file__ (and spec) under the group library's folder, where
+# no file is.
+# isort: off
+from . import acking, tasks, spout, bolt, support, base, runtime  # noqa: F401
+# isort: on
 
 from ..._results import ErrorReport, RunResult, TaskMetrics
 from .acking import FLAT, RemoteInbox, next_edge_of, pack_ids, unpack_ids
