@@ -464,9 +464,13 @@ def test_crash_during_recovery_then_restart_is_exact(
     assert word_counts(conf) == collections.Counter(corpus.read_text().split())
 
 
-def test_a_store_without_spout_positions_is_refused(spark_session: Any, tmp_path: Path) -> None:
-    """A local run with at-least-once state stores no positions: Spark would read the
-    file from its beginning and count it again, so it refuses."""
+def test_a_store_left_at_least_once_is_continued_from_its_acked_positions(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    """A local run with at-least-once state stores its spouts' acked positions with
+    each checkpoint (issue 30): Spark continues from them rather than reading the
+    file from its beginning, so a finished input is not counted again. (Before,
+    such a store had no positions and Spark refused it.)"""
     corpus = write_lines(tmp_path / "in.txt", sentences(10))
     conf = {
         "topology.state.provider": "sqlite",
@@ -476,5 +480,8 @@ def test_a_store_without_spout_positions_is_refused(spark_session: Any, tmp_path
         "wordcount.input": str(corpus),
     }
     LocalRuntime(wordcount.topology(), conf).run(until_idle=True)
-    with pytest.raises(ConfigError, match="no spout positions for it"):
-        SparkRuntime(wordcount.topology(), conf, spark=spark_session).run(until_idle=True)
+    expected = collections.Counter(corpus.read_text().split())
+    assert word_counts(conf) == expected
+    result = SparkRuntime(wordcount.topology(), conf, spark=spark_session).run(until_idle=True)
+    assert result.components["sentences"].emitted == 0
+    assert word_counts(conf) == expected
