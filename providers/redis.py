@@ -891,6 +891,7 @@ class _Lease:
         ttl = self.ttl_ms / 1000
         delay = ttl / 3
         failing = False
+        lapsed = False  # the server was away past the ttl: the key may have expired
         while not self._stop.wait(delay):
             sent = time.monotonic()
             try:
@@ -900,11 +901,25 @@ class _Lease:
                     return
                 left = renewed + ttl - time.monotonic()
                 if left <= 0:
-                    self._lose(
-                        f"it could not be renewed for {ttl:g} s ({type(exc).__name__}: {exc}), "
-                        "so it has expired and another run may hold it now"
-                    )
-                    return
+                    # Not lost yet: a server that cannot be reached is no other
+                    # run's either. The run rides the outage out (its store
+                    # operations wait, statestream._outage) and the lease is
+                    # taken again when the server answers, unless another run
+                    # took it meanwhile.
+                    if not lapsed:
+                        log.warning(
+                            "the claim of topology %r (%s) could not be renewed for %g s "
+                            "(%s: %s): it is taken again when the server answers, unless "
+                            "another run holds it by then",
+                            self.scope,
+                            self.where,
+                            ttl,
+                            type(exc).__name__,
+                            exc,
+                        )
+                    lapsed = failing = True
+                    delay = min(ttl / 3, max(ttl / 20, _CLAIM_POLL_S))
+                    continue
                 if not failing:
                     log.warning(
                         "cannot renew the claim of topology %r (%s): %s: %s; retrying for "
@@ -919,10 +934,21 @@ class _Lease:
                 delay = min(ttl / 3, max(ttl / 20, _CLAIM_POLL_S))
                 continue
             if held == 1:
-                renewed, delay, failing = sent, ttl / 3, False
+                renewed, delay, failing, lapsed = sent, ttl / 3, False, False
                 continue
             if self._stop.is_set():
                 return  # released meanwhile: the key went with it
+            # A renewal answered past the lease's end (a stalled server holds the
+            # command, then runs it) finds the key expired, as one that failed.
+            lapsed = lapsed or time.monotonic() > renewed + ttl
+            if held is None and lapsed and self._take_again():
+                log.warning(
+                    "took the claim of topology %r (%s) again: the server is back",
+                    self.scope,
+                    self.where,
+                )
+                renewed, delay, failing, lapsed = sent, ttl / 3, False, False
+                continue
             if held is None:
                 self._lose("its key is gone (deleted, or expired unrenewed)")
             else:
@@ -930,6 +956,13 @@ class _Lease:
                 who = f"{held[:80]!r}" if holder is None else holder.describe()
                 self._lose(f"another process holds it now ({who})")
             return
+
+    def _take_again(self) -> bool:
+        """Take the expired lease again, if no other run took it (SET NX); never raises."""
+        try:
+            return bool(self.client.set(self.key, self.value, nx=True, px=self.ttl_ms))
+        except Exception:
+            return False
 
     def _lose(self, why: str) -> None:
         lost = f"the claim of topology {self.scope!r} ({self.where}) was lost: {why}"
