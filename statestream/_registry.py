@@ -282,6 +282,14 @@ class ScopedProvider:
         n = len(self._prefix)
         return [ns[n:] for ns in self.provider.namespaces() if ns.startswith(self._prefix)]
 
+    def forget_state(self, namespace: str) -> None:
+        """Forget the cached state of ``namespace`` in this scope
+        (:meth:`~statestream._state.BackendStateProvider.forget_state`); nothing
+        for a wrapped provider that caches none (it has no ``forget_state``)."""
+        forget = getattr(self.provider, "forget_state", None)
+        if forget is not None:
+            forget(self._prefix + namespace)
+
     def close(self) -> None:
         self.provider.close()
 

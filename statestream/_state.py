@@ -350,7 +350,9 @@ class BackendStateProvider(ABC):
 
     Subclasses implement :meth:`from_config`, :meth:`_open_backend`,
     :meth:`namespaces` and, if they hold resources, :meth:`_close`.
-    ``get_state`` hands out one :class:`StoredKeyValueState` per namespace.
+    ``get_state`` hands out one :class:`StoredKeyValueState` per namespace;
+    ``forget_state`` drops it, for a runtime whose namespace another process
+    writes between two uses (Spark's driver and executors).
 
     ``sharing`` defaults to :data:`SHARING_PROCESS`, the conservative
     answer: a provider whose store other processes can reach says so.
@@ -484,6 +486,19 @@ class BackendStateProvider(ABC):
             state = StoredKeyValueState(namespace, backend, self._serializer)
             self._states[namespace] = state
         return state
+
+    def forget_state(self, namespace: str) -> None:
+        """Drop the state object :meth:`get_state` cached for ``namespace``, if any,
+        so that the next ``get_state(namespace)`` builds a new one that reads its
+        txids (and entries) from the store again. Nothing in the store changes.
+
+        The cached object assumes it is the namespace's only writer. Where
+        another process writes the namespace between two uses (on Spark an
+        executor prepares it and the driver commits it), each side forgets
+        its object before acting. The forgotten object must not be used
+        again: what it holds may be stale.
+        """
+        self._states.pop(namespace, None)
 
     def close(self) -> None:
         """Release the store; idempotent. States of this provider stop working."""

@@ -22,6 +22,7 @@ from ..._components import (
 from ..._errors import ConfigError
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._topology import Topology
+from ..plan import provider_refusal
 from .shared import unwrap
 
 #: Config key: the most items one spout task contributes to one batch (defaults.yaml: 50,000).
@@ -47,35 +48,20 @@ SPARK_DEFAULTS: Mapping[str, str] = {
 # --------------------------------------------------------------------------- config checks
 
 
-def is_local_master(master: str) -> bool:
-    """True for ``local``/``local[...]``: one JVM (executor Python workers are still processes)."""
-    return master == "local" or master.startswith("local[")
-
-
 def check_provider(conf: Mapping[str, Any], master: str) -> None:
     """Refuse a provider that the executors of ``master`` cannot share (ConfigError).
 
     The provider declares how far it can be shared (``sharing``: ``process``,
-    ``machine`` or ``network``); see :func:`statestream._registry.provider_sharing`.
+    ``machine`` or ``network``; see :func:`statestream._registry.provider_sharing`);
+    what the spark runner refuses of it is decided in the plan
+    (:func:`~statestream.runtime.plan.provider_refusal`).
     """
     from ..._registry import provider_sharing
 
     spec = conf["topology.state.provider"]
-    scope = provider_sharing(spec)
-    if scope == "process":
-        raise ConfigError(
-            f"topology.state.provider is {spec!r}, which keeps state inside one Python "
-            "process; on Spark every bolt task runs in a Python worker process apart from the "
-            f"driver (even with spark.master {master!r}), so the state a task prepares would "
-            "be invisible to the driver and lost. Use a shared store: "
-            "topology.state.provider: redis (or sqlite with a local[...] master)"
-        )
-    if scope == "machine" and not is_local_master(master):
-        raise ConfigError(
-            f"topology.state.provider is {spec!r}, a store on one machine, but spark.master "
-            f"{master!r} runs executors in several processes or hosts that cannot share it "
-            "safely; use topology.state.provider: redis, or a local[...] master"
-        )
+    refusal = provider_refusal(spec, provider_sharing(spec), runner="spark", master=master)
+    if refusal:
+        raise ConfigError(refusal)
 
 
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep

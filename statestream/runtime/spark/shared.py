@@ -87,18 +87,12 @@ def fresh_state(provider: Any, namespace: str) -> Any:
     A provider hands out one cached state object per namespace, which assumes
     that object is the namespace's only writer. On Spark a namespace is
     prepared on an executor and committed by the driver, so each side drops
-    the cached object and takes a new one before acting.
+    the cached object (``forget_state``, which a provider that caches nothing
+    may lack) and takes a new one before acting.
     """
-    from ..._registry import SCOPE_SEPARATOR, ScopedProvider
-
-    inner, stored_as = provider, namespace
-    while isinstance(inner, ScopedProvider):
-        # The wrapped provider caches its states under the scoped name.
-        stored_as = inner.scope + SCOPE_SEPARATOR + stored_as
-        inner = inner.provider
-    states = getattr(inner, "_states", None)
-    if isinstance(states, dict):
-        states.pop(stored_as, None)
+    forget = getattr(provider, "forget_state", None)
+    if forget is not None:
+        forget(namespace)
     return provider.get_state(namespace)
 
 

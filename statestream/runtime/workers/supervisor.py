@@ -17,12 +17,12 @@ from typing import Any, NoReturn
 
 from ..._clock import Clock
 from ..._deadletter import configured_path
-from ..._errors import ConfigError, RuntimeFailure, StatestreamError
-from ..._registry import RunClaim
+from ..._errors import RuntimeFailure, StatestreamError
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._topology import Topology
 from ..local.base import local_run_mode
-from ..plan import RuntimePlan, as_config
+from ..plan import RuntimePlan, as_config, check_refusals
+from ..session import StoreSession
 from .mesh import PIPES, pipe
 from .worker import EXIT_PEER_LOST, worker_main
 
@@ -65,9 +65,9 @@ class WorkerSupervisor:
                 {"topology.acker.executors": self.workers}, source="topology.workers"
             )
         self.config = conf
-        if topology.has_stateful_bolts:
-            self._check_provider()
-        self._check_not_transactional()
+        # What the plan refuses (make_runtime checks it too; tests and
+        # statestream.testing build the supervisor directly).
+        check_refusals(topology, conf)
         self.clock = clock
         self.plan = RuntimePlan(topology, self.config)
         # What a one-process run refuses at construction is refused here, and
@@ -84,32 +84,9 @@ class WorkerSupervisor:
         self._past: list[TaskMetrics] = []
         self._past_counters: dict[str, int] = {}
         self._opened = False
-        self._claim = RunClaim()  # the run's hold on its scope of the store (open)
+        # The run's hold on its scope of the store (open), shared by the workers.
+        self._store = StoreSession(topology, conf, clock)
         self._reported_at = [0.0] * self.workers  # when each worker's last progress came
-
-    def _check_not_transactional(self) -> None:
-        from ..._transactional.components import TransactionalCoordinatorSpout
-
-        for cid, spec in self.topology.components.items():
-            if isinstance(spec.obj, TransactionalCoordinatorSpout):
-                raise ConfigError(
-                    f"topology {self.topology.name!r} is transactional (its coordinator is "
-                    f"{cid!r}); transactional topologies run on one process here: set "
-                    "topology.workers: 1, or run them on several with topology.runner: spark"
-                )
-
-    def _check_provider(self) -> None:
-        from ..._registry import provider_sharing
-
-        spec = self.config["topology.state.provider"]
-        if provider_sharing(spec) == "process":
-            raise ConfigError(
-                f"topology.state.provider is {spec!r}, which keeps state inside one process; "
-                f"with topology.workers: {self.workers} every worker is a process of its own, "
-                "so their checkpoints and the spouts' stored positions could not meet, and a "
-                "restarted worker would find nothing. Use a store the workers share: "
-                "topology.state.provider: sqlite (or redis), or topology.workers: 1"
-            )
 
     def open(self) -> None:
         """Claim the topology's scope of the store for the run, then re-partition stored
@@ -121,28 +98,12 @@ class WorkerSupervisor:
         """
         if self._opened:
             return
-        if not self.topology.has_stateful_bolts:
-            self._opened = True
-            return
-        from ..._registry import open_provider
-        from ..._rescale import LAYOUT_NAMESPACE, rescale_state
-
-        provider = open_provider(
-            self.config["topology.state.provider"],
-            self.config["topology.state.provider.config"],
-            scope=self.topology.name,
-        )
-        try:
-            self._claim.take(provider, self.topology.name, self.config)
+        if self.topology.has_stateful_bolts:
             try:
-                provider.get_state(LAYOUT_NAMESPACE)
-                rescale_state(provider, self.topology)
-            except BaseException:
-                self._claim.release()
-                raise
-            self._opened = True
-        finally:
-            provider.close()
+                self._store.open()
+            finally:
+                self._store.disconnect()  # the workers open their own
+        self._opened = True
 
     def stop(self) -> None:
         """Ask every worker to stop after its current round (safe from a signal handler)."""
@@ -194,7 +155,7 @@ class WorkerSupervisor:
         claim go itself); stops any worker left and lets the claim go, if not.
         Idempotent."""
         self._kill_all()
-        self._claim.release()
+        self._store.close()
 
     # -- running -------------------------------------------------------------------
     def _start(self, until_idle: bool, duration: float | None) -> list[Any]:
@@ -274,7 +235,7 @@ class WorkerSupervisor:
                 self._kill_all()
             finally:
                 # The workers are gone (joined), so nothing shares the claim now.
-                self._claim.release()
+                self._store.close()
 
     def _run(self, until_idle: bool, duration: float | None) -> RunResult:
         self.open()
@@ -310,11 +271,11 @@ class WorkerSupervisor:
         )
         while len(watch.results) < self.workers and watch.failure is None and watch.fatal is None:
             ready = wait(list(watch.live) + list(watch.by_sentinel), timeout=1.0)
-            if self._claim.lost is not None:
+            if self._store.lost is not None:
                 # Another run may write this topology's state now: stop at
                 # once, as a crash would; what was committed stays.
                 self._kill_all()
-                self._claim.check()
+                self._store.check()
             for r in ready:
                 if r in watch.live:
                     i = watch.live[r]
