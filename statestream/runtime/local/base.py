@@ -9,7 +9,6 @@ import logging
 import os
 import random
 import signal
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -19,20 +18,20 @@ from mypy_extensions import i64
 
 from ..._clock import Clock, SystemClock
 from ..._components import TopologyContext
+from ..._config import settings_of
 from ..._deadletter import DeadLetter, DeadLetterFile, Replay, Settled, configured_path, fits_stream
 from ..._errors import ConfigError, PrepareRefused
 from ..._exactly_once import Standstill, resolve_exactly_once
 from ..._results import ErrorReport, TaskMetrics
 from ..._retry import FailureRate, Retries, RetryPolicy, retry_cannot_fix, too_many_failures
 from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
-from ..._text import cut_message, cut_value
 from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
+from ..errorlog import ErrorLog
 from ..plan import RuntimePlan, as_config
 from .acking import EDGE_BITS, EDGE_MASK, FLAT, I64_MAX, ROOT_BIT, Acking, next_edge_of, unpack_ids
 from .bolt import BoltTask
 from .spout import SpoutTask
-from .support import error_signature, is_power_of_ten
 from .tasks import FIELDS1, FIELDSN, KIND, SHUFFLE, Route, Stream, Task
 
 log = logging.getLogger("statestream")
@@ -49,13 +48,14 @@ def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimeP
     """What a local run (one process, or the workers' supervisor) refuses of its
     topology and config, and whether it keeps exactly-once state (logging the
     note :func:`resolve_exactly_once` has for the user, if any)."""
-    if topology.has_stateful_bolts and int(config["topology.acker.executors"]) == 0:
+    settings = settings_of(config)
+    if topology.has_stateful_bolts and settings.topology_acker_executors == 0:
         raise ConfigError(
             f"topology {topology.name!r} has stateful bolts, which need acking to know when "
             "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
         )
     on, note = resolve_exactly_once(
-        config["statestream.state.exactly.once"],
+        settings.statestream_state_exactly_once,
         plan.checkpointed,
         {spec.id: spec.obj for spec in plan.data_spouts},
     )
@@ -93,14 +93,17 @@ class RuntimeBase:
         self._edge_state: i64 = _getrandbits(EDGE_BITS) or 1  # see next_edge
         #: Called after every step of run(): where a test looks at the queues.
         self.after_step: Callable[[], None] | None = None
-        self.capacity = int(self.config["topology.executor.receive.buffer.size"])
-        self.idle_sleep = self.config["topology.sleep.spout.wait.strategy.time.ms"] / 1000.0
-        self.n_ackers = int(self.config["topology.acker.executors"])
+        settings = settings_of(self.config)
+        self.capacity = settings.topology_executor_receive_buffer_size
+        self.idle_sleep = settings.topology_sleep_spout_wait_strategy_time_ms / 1000.0
+        self.n_ackers = settings.topology_acker_executors
         # Several workers (statestream.runtime.workers): this process runs the
         # tasks in ``owned`` and reaches the others through ``link``.
         self.link: Any = link
         self.owned: frozenset[int] | None = None if owned is None else frozenset(owned)
         self.errors: deque[ErrorReport] = deque(maxlen=1000)
+        # Reports the errors of user code into self.errors (run() logs the counts).
+        self.error_log = ErrorLog(log, self.errors)
         self.untracked_acks = 0
         self.rewinds = 0
         self._stop = False
@@ -142,7 +145,6 @@ class RuntimeBase:
         self._quiet_since = 0.0
         self._wait_said_at = float("-inf")
         self.skipped_settled = 0
-        self._error_seen: dict[Any, int] = {}  # error signature -> times reported
         # Exactly-once state (statestream._exactly_once): a standstill before
         # each PREPARE gives the cut, the spouts' positions are stored with it,
         # and any failure within the run goes back to the last commit.
@@ -555,43 +557,19 @@ class RuntimeBase:
 
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: Task, exc: BaseException, tup: Any) -> None:
-        tb = "".join(traceback.format_exception(exc))
-        # The tuple is a value (a whole read buffer must not fill the log); the
-        # error keeps its message's end, where a message says what to do.
-        report = ErrorReport(
-            task.component, task.task_index, cut_value(repr(tup)), cut_message(repr(exc)), tb
-        )
-        self.errors.append(report)
+        """Report a user's exception (statestream.runtime.errorlog): kept for the
+        result, logged once then counted; an error no retry fixes stops the run."""
         if retry_cannot_fix(exc):
             # The store stayed away past its bound (statestream._outage), an
             # emit that cannot be pickled (statestream._picklable), a value the
             # store cannot encode: not this task's failure to retry, but the
             # run's end, said in one line.
+            self.error_log.record(task.component, task.task_index, exc, tup)
             if self.fatal is None:
                 self.fatal = exc
             self._stop = True
             return
-        # A given error (the same task, type and place) shows its traceback
-        # once; repeats are counted, logged at 10, 100, 1000... and at the end.
-        sig = error_signature(task, exc)
-        seen = self._error_seen[sig] = self._error_seen.get(sig, 0) + 1
-        if seen == 1:
-            log.error(
-                "%s[%d] raised %s while processing %s\n%s",
-                task.component,
-                task.task_index,
-                report.error,
-                report.tuple,
-                tb,
-            )
-        elif is_power_of_ten(seen):
-            log.error(
-                "%s[%d] raised %s again: %d times so far (traceback above)",
-                task.component,
-                task.task_index,
-                type(exc).__name__,
-                seen,
-            )
+        self.error_log.report(task.component, task.task_index, exc, tup)
         if isinstance(exc, PrepareRefused):
             self._note_refusal(task, exc)
 
@@ -611,18 +589,6 @@ class RuntimeBase:
         )
         self.fatal = RefusedPrepares.fatal(namespace, self.topology.name, store, exc)
         self._stop = True
-
-    def _log_repeats(self) -> None:
-        for (component, task_index, type_name, _), seen in self._error_seen.items():
-            if seen > 1 and not is_power_of_ten(seen):
-                log.error(
-                    "%s[%d] raised %s %d times in all (traceback above)",
-                    component,
-                    task_index,
-                    type_name,
-                    seen,
-                )
-        self._error_seen.clear()
 
     def stop(self) -> None:
         """Ask the run loop to stop after the current step (safe from a signal handler)."""

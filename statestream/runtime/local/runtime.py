@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..._components import task_namespace
+from ..._config import settings_of
 from ..._errors import SimulatedCrash, StateLockedError
 from ..._exactly_once import CheckpointRecord, Standstill, StandstillStep, check_position
 from ..._rescale import LAYOUT_NAMESPACE, rescale_state
@@ -182,15 +183,15 @@ class LocalRuntime(RuntimeBase):
 
     def _setup_timers(self) -> None:
         now = self.clock.monotonic()
-        conf = self.config
-        if self.acking is not None and conf["topology.enable.message.timeouts"]:
-            period = conf["topology.message.timeout.secs"] / (TIMEOUT_BUCKETS - 1)
+        settings = settings_of(self.config)
+        if self.acking is not None and settings.topology_enable_message_timeouts:
+            period = settings.topology_message_timeout_secs / (TIMEOUT_BUCKETS - 1)
             self._timers.append([now + period, period, self._rotate_timeouts])
         by_freq: dict[float, list[BoltTask]] = {}
         for bolt in self.bolts:
-            freq = self.conf_for(bolt.spec).get("topology.tick.tuple.freq.secs")
+            freq = settings_of(self.conf_for(bolt.spec)).topology_tick_tuple_freq_secs
             if freq:
-                by_freq.setdefault(float(freq), []).append(bolt)
+                by_freq.setdefault(freq, []).append(bolt)
         for freq, bolts in by_freq.items():
             origin = Origin(SYSTEM_COMPONENT, -1, 0, TICK_STREAM, Fields("freq"))
             self._timers.append([now + freq, freq, TickSender(bolts, origin, freq)])
@@ -398,7 +399,7 @@ class LocalRuntime(RuntimeBase):
         finally:
             restore_gc(gc_before)
             self.close()
-            self._log_repeats()
+            self.error_log.log_repeats()
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
@@ -414,7 +415,7 @@ class LocalRuntime(RuntimeBase):
         if moved != self._wait_moved:
             self._wait_moved, self._quiet_since = moved, now
             return
-        timeout = float(self.config["topology.message.timeout.secs"])
+        timeout = settings_of(self.config).topology_message_timeout_secs
         if now - self._quiet_since < timeout or now - self._wait_said_at < timeout:
             return
         self._wait_said_at = now

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import traceback
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..._errors import RuntimeFailure, StatestreamError, caused_by
 from ..._text import error_line
@@ -36,16 +35,6 @@ def naming(task: Task, method: str) -> Iterator[None]:
         ) from exc
 
 
-def error_signature(task: Task, exc: BaseException) -> tuple[str, int, str, Any]:
-    """What makes two errors "the same": task, type, and where it was raised."""
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
-    where = tuple((f.filename, f.lineno) for f in frames[-3:])
-    return (task.component, task.task_index, type(exc).__name__, where)
-
-
-# A run allocates a tuple object or two per tuple, nearly all short-lived:
-
-
 # A run allocates a tuple object or two per tuple, nearly all short-lived:
 # with CPython's default young-generation threshold (700) the collector runs
 # every few hundred tuples and walks the live ones each time.
@@ -71,12 +60,6 @@ def restore_gc(saved: tuple[tuple[int, int, int], bool]) -> None:
     gc.set_threshold(*before)
     if froze:
         gc.unfreeze()
-
-
-def is_power_of_ten(n: int) -> bool:
-    while n >= 10 and n % 10 == 0:
-        n //= 10
-    return n == 1
 
 
 class TickSender:

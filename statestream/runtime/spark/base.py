@@ -26,7 +26,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +59,7 @@ from ..._retry import (
 from ..._stateful import apply_action
 from ..._topology import ComponentSpec, Topology
 from ..._transactional.driver import TransactionalLayout
+from ..errorlog import ErrorLog
 from ..plan import RuntimePlan
 from .config import CHECKPOINT_NAMESPACE, SPARK_DEFAULTS, task_tries
 from .executor import Shipped
@@ -102,6 +102,7 @@ class DriverBase:
     _stop: bool
     _deadline: float | None
     errors: list[ErrorReport]
+    error_log: ErrorLog
     _counters: dict[str, int]
     provider: Any
     _claim: RunClaim
@@ -325,9 +326,7 @@ class DriverBase:
     def _report(self, cid: str, index: int, exc: BaseException, what: Any) -> None:
         """Record an error of a component on the driver (a spout's, say)."""
         self._metrics[cid].errors += 1
-        self.errors.append(
-            ErrorReport(cid, index, repr(what), repr(exc), "".join(traceback.format_exception(exc)))
-        )
+        self.error_log.record(cid, index, exc, what)
 
     def _release(self, spark: Any) -> None:
         """The end of every run: stop a session this runtime started, close the store."""

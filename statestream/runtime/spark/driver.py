@@ -31,10 +31,10 @@ is in :mod:`.executor` and :mod:`.executor_tx`.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -50,7 +50,7 @@ from ..._components import (
     StatefulBolt,
     task_namespace,
 )
-from ..._config import Config
+from ..._config import Config, settings_of
 from ..._deadletter import (
     DeadLetterFile,
     Replay,
@@ -68,10 +68,10 @@ from ..._retry import (
 from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
+from ..errorlog import ErrorLog, error_report
 from ..plan import RuntimePlan, as_config
 from .base import NullCollector
 from .config import (
-    BATCH_ATTEMPTS_KEY,
     BATCH_SIZE_KEY,
     check_provider,
     check_spark_conf,
@@ -126,13 +126,19 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         self.clock: Clock = clock or SystemClock()
         self._spark = spark
         self._own_session = False
-        self.batch_size = int(batch_size if batch_size is not None else self.config[BATCH_SIZE_KEY])
+        settings = settings_of(self.config)
+        # The argument is the caller's (a test's) and unchecked; the key's value is validated.
+        self.batch_size = (
+            settings.statestream_spark_batch_size if batch_size is None else int(batch_size)
+        )
         if self.batch_size < 1:
             raise ConfigError(f"{BATCH_SIZE_KEY} must be a positive integer, got {self.batch_size}")
-        self.attempts = int(self.config[BATCH_ATTEMPTS_KEY])
+        self.attempts = settings.statestream_spark_batch_attempts
         self._stop = False
         self._deadline: float | None = None  # run(duration=...) ends then (time.monotonic)
         self.errors: list[ErrorReport] = []
+        # Reports into self.errors; the driver logs none of them itself.
+        self.error_log = ErrorLog(logging.getLogger("statestream"), self.errors)
         self._counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
         self.provider: Any = None
         self._claim = RunClaim()  # the run's hold on its scope of the store (_claim_store)
@@ -185,7 +191,8 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         """Whether batches are read at-most-once (a spout cannot rewind and the
         user accepted it); refuses a spout that cannot rewind otherwise."""
         readers = {s.id: s.obj for s in self.spouts if not isinstance(s.obj, DataFrameSpout)}
-        setting = self.config["statestream.state.exactly.once"]
+        settings = settings_of(self.config)
+        setting = settings.statestream_state_exactly_once
         cannot = [cid for cid, obj in readers.items() if not can_rewind(obj)]
         try:
             # A batch is the unit of replay whether or not a bolt is stateful,
@@ -195,7 +202,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
             on = False  # true, and a spout cannot rewind: refused below
         if on or not cannot:
             return False
-        if setting is not True and self.config["topology.acker.executors"] == 0:
+        if setting is not True and settings.topology_acker_executors == 0:
             return True  # at-most-once, as asked (auto asks for no more than is possible)
         names = ", ".join(f"{cid!r} ({type(readers[cid]).__name__})" for cid in cannot)
         if setting is True:
@@ -290,7 +297,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
             self._start_checkpoints(positions_needed=not self.at_most_once)
             self._open_spouts()
             self._seek(start=True)
-            interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
+            interval = settings_of(self.config).topology_state_checkpoint_interval_ms / 1000.0
             while not self._stop:
                 if duration is not None and time.monotonic() - start_time >= duration:
                     reason = "duration"
@@ -337,6 +344,4 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
                         bolt.init_state(fresh_state(provider, namespace))
                     bolt.cleanup()
                 except Exception as exc:
-                    self.errors.append(
-                        ErrorReport(spec.id, i, "cleanup()", repr(exc), traceback.format_exc())
-                    )
+                    self.errors.append(error_report(spec.id, i, exc, "cleanup()"))

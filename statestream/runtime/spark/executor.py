@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import traceback
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -55,6 +54,7 @@ from ..._retry import (
 from ..._routing import RouteChoice
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import Origin, Tuple, check_emit
+from ..errorlog import TRACEBACK_LIMIT, error_parts
 from ..plan import RuntimePlan
 from .config import MAX_TUPLE_FAILURES
 from .shared import (
@@ -297,8 +297,7 @@ class Producer:
 
     def report_error(self, error: BaseException) -> None:
         if self.errors is not None:
-            tb = "".join(traceback.format_exception(error))[-20000:]
-            self.errors.append((f"{self.cid}[{self.index}]", repr(error), tb))
+            self.errors.append(error_parts(error, f"{self.cid}[{self.index}]", TRACEBACK_LIMIT))
         log.error("%s[%d] reported %r", self.cid, self.index, error)
 
 
@@ -365,7 +364,7 @@ def _cause(exc: BaseException) -> tuple[str, str]:
 
 
 def _reported(tup: Tuple, exc: BaseException) -> ReportedError:
-    return (repr(tup), repr(exc), "".join(traceback.format_exception(exc))[-20000:])
+    return error_parts(exc, repr(tup), TRACEBACK_LIMIT)
 
 
 class BoltTask:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from functools import partial
 from typing import Any
 
 from ..._clock import SystemClock
+from ..._config import settings_of
 from ..._errors import RuntimeFailure
 from ..._results import ErrorReport, RunResult
 from ..._text import count
@@ -52,6 +52,7 @@ from ..._transactional.components import (
 from ..._transactional.coordinator import Emission as TxEmission
 from ..._transactional.coordinator import TransactionAttempt, TransactionCoordinator, TxPhase
 from ..._transactional.driver import TransactionalLayout, settle
+from ..errorlog import TRACEBACK_LIMIT, error_report
 from .base import DriverBase
 from .config import check_provider
 from .executor_tx import run_tx_task, tx_commit_input, tx_source
@@ -110,7 +111,7 @@ class TransactionalDriver(DriverBase):
                     return False  # commit what is processed first
                 return bool(spout_coordinator.is_ready())
 
-            interval = self.config["topology.state.checkpoint.interval.ms"] / 1000.0
+            interval = settings_of(self.config).topology_state_checkpoint_interval_ms / 1000.0
             batches: list[TxEmission] = []
             while not self._stop:
                 if duration is not None and time.monotonic() - start_time >= duration:
@@ -166,7 +167,7 @@ class TransactionalDriver(DriverBase):
         store = CoordinatorStore(fresh_state(provider, coordinator_namespace(self.topology.name)))
         protocol = TransactionCoordinator(
             store.load(),
-            self.config.get("topology.max.spout.pending") or 1,
+            settings_of(self.config).topology_max_spout_pending or 1,
             None,  # a job returns or fails; nothing of it can time out unheard
             store.save,
         )
@@ -253,15 +254,7 @@ class TransactionalDriver(DriverBase):
         return [(c, i) for c in cids for i in range(self.topology.components[c].parallelism)]
 
     def _tx_job_failed(self, what: str, exc: BaseException) -> None:
-        self.errors.append(
-            ErrorReport(
-                "$batch",
-                -1,
-                what,
-                repr(exc)[:2000],
-                "".join(traceback.format_exception(exc))[-20000:],
-            )
-        )
+        self.errors.append(error_report("$batch", -1, exc, what, TRACEBACK_LIMIT))
         log.warning("spark runtime: %s failed (%s)", what, root_cause(exc))
 
     def _tx_process(

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..._config import settings_of
 from ..._errors import SerializationError, StatestreamError
 from ..._picklable import unpicklable
 from ..._tuple import Origin
@@ -159,7 +160,7 @@ class Link:
         self.queues: dict[tuple[int, bool], Any] = {}
         self.rt: Any = None
         self.delayed: dict[int, _DelayedControl] = {}  # by task id
-        self.slack = int(plan.config["topology.transfer.buffer.size"])
+        self.slack = settings_of(plan.config).topology_transfer_buffer_size
         self.origins: dict[tuple[int, str], Origin] = {}
         for cid, tids in plan.component_tasks.items():
             for i, tid in enumerate(tids):

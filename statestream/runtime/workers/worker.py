@@ -10,7 +10,6 @@ import os
 import pickle
 import signal
 import time
-import traceback
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from ..._exactly_once import (
 from ..._results import ErrorReport, RunResult
 from ..._resume import SpoutRef, acked_positions
 from ..._topology import Topology
+from ..errorlog import traceback_text
 from ..local import LocalRuntime
 from ..local.support import GC_YOUNG, restore_gc, tune_gc
 from ..plan import RuntimePlan
@@ -522,7 +522,7 @@ def worker_main(
         log.info("worker %d: %s", index, exc)
         os._exit(EXIT_PEER_LOST)
     except BaseException as exc:
-        text = "".join(traceback.format_exception(exc))
+        text = traceback_text(exc)
         try:
             pickle.dumps(exc)
             err: Any = exc
