@@ -29,6 +29,7 @@ from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
 from ..errorlog import ErrorLog
 from ..plan import RuntimePlan, as_config
+from ..session import StoreSession
 from .acking import EDGE_BITS, EDGE_MASK, FLAT, I64_MAX, ROOT_BIT, Acking, next_edge_of, unpack_ids
 from .bolt import BoltTask
 from .spout import SpoutTask
@@ -111,11 +112,10 @@ class RuntimeBase:
         self._closed = False
         self._start_time = 0.0
         self._timers: list[list[Any]] = []  # [next_due, period, callback]
-        self.provider: Any = None
-        # This run's hold on its topology's scope of the store (_open_provider).
-        from ..._registry import RunClaim
-
-        self._claim: Any = RunClaim()
+        # The run's store: provider, claim, outage guard, rescale (runtime.session).
+        # Only the process that owns the run claims: a worker runs with a link,
+        # under a supervisor that holds the claim (and rescaled) for it.
+        self.store = StoreSession(topology, self.config, self.clock, owner=link is None)
         # PREPAREs the states refused (outlive a rewind), and the error that
         # stops the run once one namespace refuses again (_note_refusal).
         self.refused_prepares = RefusedPrepares()
@@ -403,39 +403,19 @@ class RuntimeBase:
 
     # -- state ---------------------------------------------------------------------
     def open_state(self, namespace: str) -> Any:
-        """The provider's state for ``namespace`` (the provider opens on first use)."""
+        """The provider's state for ``namespace``. The store opens on first use: the
+        run's owner claims the topology's scope of it first, before anything reads
+        or writes it (held until :meth:`close`; StateLockedError if another run
+        holds it)."""
         state = self._states.get(namespace)
         if state is None:
-            state = self._states[namespace] = self._open_provider().get_state(namespace)
+            state = self._states[namespace] = self.store.open(rescale=False).get_state(namespace)
         return state
 
-    def _open_provider(self) -> Any:
-        """The provider of this topology's state (it connects on first use).
-
-        The first one of a run claims the topology's scope of the store
-        first, before anything reads or writes it (``BackendStateProvider.claim``;
-        the claim is held until :meth:`close`). Only the process that owns
-        the run claims: a worker runs with a link, under a supervisor that
-        holds the claim for it. Raises StateLockedError if another run
-        holds it."""
-        if self.provider is None:
-            from ..._outage import guard_store
-            from ..._registry import open_provider
-
-            provider = open_provider(
-                self.config["topology.state.provider"],
-                self.config["topology.state.provider.config"],
-                scope=self.topology.name,
-            )
-            guard_store(provider, self.config, self.clock)
-            if self.link is None:
-                try:
-                    self._claim.take(provider, self.topology.name, self.config)
-                except BaseException:
-                    provider.close()
-                    raise
-            self.provider = provider
-        return self.provider
+    @property
+    def provider(self) -> Any:
+        """The topology's scoped provider while the store is open, else None."""
+        return self.store.provider
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
     def retries_for(self, namespace: str) -> Retries:

@@ -10,7 +10,6 @@ from ..._components import task_namespace
 from ..._config import settings_of
 from ..._errors import SimulatedCrash, StateLockedError
 from ..._exactly_once import CheckpointRecord, Standstill, StandstillStep, check_position
-from ..._rescale import LAYOUT_NAMESPACE, rescale_state
 from ..._results import RunResult, TaskMetrics, WorkerInfo
 from ..._resume import SpoutRef, acked_positions, plan_resume
 from ..._stateful import CHECKPOINT_SPOUT
@@ -43,17 +42,17 @@ class LocalRuntime(RuntimeBase):
         """Call ``open``/``prepare`` on every task (``run`` does it for you)."""
         if self._started:
             return
-        had_claim = self._claim.asked
+        had_claim = self.store.claimed
         if self.topology.has_stateful_bolts and self.link is None:
             # The claim of the store, first: refused, it leaves the runtime
             # unopened (close() has nothing to do).
-            self._open_provider()
+            self.store.open(rescale=False)
         self._started = True
         try:
             self._open_tasks()
         except BaseException:
             if not had_claim:  # a failed rewind keeps it: the run's close() lets it go
-                self._claim.release()
+                self.store.release_claim()
             raise
 
     def _open_tasks(self) -> None:
@@ -61,8 +60,7 @@ class LocalRuntime(RuntimeBase):
             # Before any task reads its state: a bolt whose parallelism
             # changed since the last run gets its keys re-partitioned. (With
             # several workers their supervisor does it, once, before they start.)
-            self.open_state(LAYOUT_NAMESPACE)
-            rescale_state(self.provider, self.topology)
+            self.store.rescale()
         for spout in self.spouts:
             with naming(spout, "open()"):
                 spout.spout.open(self.conf_for(spout.spec), self._context(spout), spout)
@@ -166,9 +164,7 @@ class LocalRuntime(RuntimeBase):
                 self._past_counters[key] = self._past_counters.get(key, 0) + value
         self._timers = []
         self._states = {}
-        provider, self.provider = self.provider, None
-        if provider is not None:
-            provider.close()
+        self.store.disconnect()  # the claim stays: open() below checks it was not lost
         self.standstill.on_rewind()
         self._build()
         self._started = False
@@ -195,7 +191,7 @@ class LocalRuntime(RuntimeBase):
         for freq, bolts in by_freq.items():
             origin = Origin(SYSTEM_COMPONENT, -1, 0, TICK_STREAM, Fields("freq"))
             self._timers.append([now + freq, freq, TickSender(bolts, origin, freq)])
-        if self._claim.can_lapse:
+        if self.store.can_lapse:
             self._timers.append([now + _CLAIM_CHECK_S, _CLAIM_CHECK_S, self._check_claim])
         # So that step() fires timers when a caller drives the loop itself.
         self._next_due = min((t[0] for t in self._timers), default=float("inf"))
@@ -205,9 +201,9 @@ class LocalRuntime(RuntimeBase):
         lapsed while the store could not be reached): another run may be writing
         this topology's state, and two would undo each other's checkpoints.
         :meth:`run` raises :attr:`fatal`; what was committed stays."""
-        if self.fatal is None and self._claim.lost is not None:
+        if self.fatal is None and self.store.lost is not None:
             try:
-                self._claim.check()
+                self.store.check()
             except StateLockedError as exc:
                 self.fatal = exc
                 self._stop = True
@@ -258,9 +254,7 @@ class LocalRuntime(RuntimeBase):
         is dropped, which the operating system would do for a dead process."""
         self._closed = True
         self._release_spouts()
-        if self.provider is not None:
-            self.provider.close()
-        self._claim.release()  # as a dead process's lock goes with it
+        self.store.close()  # as a dead process's lock goes with it
 
     def close(self) -> None:
         """Call ``close``/``cleanup`` on every task; idempotent."""
@@ -274,10 +268,8 @@ class LocalRuntime(RuntimeBase):
                     bolt.executor.cleanup()
                 except Exception as exc:
                     bolt.report(exc, "cleanup()")
-            if self.provider is not None:
-                self.provider.close()
         finally:
-            self._claim.release()
+            self.store.close()
 
     def __enter__(self) -> LocalRuntime:
         return self

@@ -47,9 +47,6 @@ from ..._deadletter import (
 )
 from ..._errors import ConfigError, RuntimeFailure
 from ..._exactly_once import CheckpointRecord
-from ..._outage import guard_store
-from ..._registry import RunClaim
-from ..._rescale import rescale_state
 from ..._results import ErrorReport, RunResult, TaskMetrics
 from ..._retry import (
     FailureRate,
@@ -61,6 +58,7 @@ from ..._topology import ComponentSpec, Topology
 from ..._transactional.driver import TransactionalLayout
 from ..errorlog import ErrorLog
 from ..plan import RuntimePlan
+from ..session import StoreSession
 from .config import CHECKPOINT_NAMESPACE, SPARK_DEFAULTS, task_tries
 from .executor import Shipped
 from .shared import fresh_state, state_opener, user_bolt
@@ -104,8 +102,7 @@ class DriverBase:
     errors: list[ErrorReport]
     error_log: ErrorLog
     _counters: dict[str, int]
-    provider: Any
-    _claim: RunClaim
+    _store: StoreSession
     _tokens: dict[str, str]
     component_tasks: dict[str, list[int]]
     spouts: list[ComponentSpec]
@@ -174,33 +171,26 @@ class DriverBase:
         self._own_session = True
         return self._spark
 
-    def _open_provider(self) -> Any:
-        if self.provider is None:
-            from ..._registry import open_provider
+    @property
+    def provider(self) -> Any:
+        """The topology's scoped provider while the store is open, else None."""
+        return self._store.provider
 
-            self.provider = open_provider(
-                self.config["topology.state.provider"],
-                self.config["topology.state.provider.config"],
-                scope=self.topology.name,
-            )
-            guard_store(self.provider, self.config, self.clock)
-        return self.provider
+    def _open_provider(self) -> Any:
+        """The topology's scoped provider (the store opens, claimed, on first use)."""
+        return self._store.open(rescale=False)
 
     def _claim_store(self) -> None:
         """Claim this topology's scope of the store for the run, on the driver, before
         the checkpoint record is read (``BackendStateProvider.claim``; executors
         never claim). Held until :meth:`_close_provider`. Raises
-        StateLockedError if another run holds it."""
-        self._claim.take(self._open_provider(), self.topology.name, self.config)
+        StateLockedError if another run holds it (or this run's was lost)."""
+        self._store.open(rescale=False)
+        self._store.check()
 
     def _close_provider(self) -> None:
         """The end of a run: close the store and let the claim go."""
-        try:
-            if self.provider is not None:
-                self.provider.close()
-                self.provider = None
-        finally:
-            self._claim.release()
+        self._store.close()
 
     def _context(self, cid: str, index: int) -> TopologyContext:
         return self.plan.context(
@@ -244,10 +234,9 @@ class DriverBase:
         ends with ``INITSTATE``.
         """
         self._claim_store()
-        if self.topology.has_stateful_bolts:
-            # Before any job: a bolt whose parallelism changed since the last
-            # run gets its keys re-partitioned (statestream._rescale).
-            rescale_state(self._open_provider(), self.topology)
+        # Before any job: a bolt whose parallelism changed since the last
+        # run gets its keys re-partitioned (statestream._rescale).
+        self._store.rescale()
         record = self._load()
         txid, positions = record.restore_point()
         # Acked positions (a local at-least-once run's) are resumed from, with a

@@ -127,7 +127,7 @@ class BatchDriver(SpoutDriver):
         """Poll the coordinator for batch's PREPARE (``PREPARING(t)`` is stored with
         the batch's end positions); its txid."""
         coordinator = self.coordinator
-        self._claim.check()  # a lost lease: another run may own the state now
+        self._store.check()  # a lost lease: another run may own the state now
         self._cut = batch.positions
         try:
             emission = coordinator.poll(self._now_ms(), early=True)

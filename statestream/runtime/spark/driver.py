@@ -58,7 +58,6 @@ from ..._deadletter import (
 )
 from ..._errors import ConfigError
 from ..._exactly_once import CheckpointRecord, can_rewind, resolve_exactly_once
-from ..._registry import RunClaim
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._retry import (
     FailureRate,
@@ -70,6 +69,7 @@ from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
 from ..errorlog import ErrorLog, error_report
 from ..plan import RuntimePlan, as_config
+from ..session import StoreSession
 from .base import NullCollector
 from .config import (
     BATCH_SIZE_KEY,
@@ -140,8 +140,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         # Reports into self.errors; the driver logs none of them itself.
         self.error_log = ErrorLog(logging.getLogger("statestream"), self.errors)
         self._counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
-        self.provider: Any = None
-        self._claim = RunClaim()  # the run's hold on its scope of the store (_claim_store)
+        self._store = StoreSession(topology, self.config, self.clock)  # provider, claim, rescale
         self._tokens: dict[str, str] = {}
         self.component_tasks = self.plan.component_tasks
         self.spouts = self.plan.data_spouts

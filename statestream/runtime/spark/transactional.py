@@ -119,7 +119,7 @@ class TransactionalDriver(DriverBase):
                     break
                 # A lost lease: another run may own the state now; before the poll,
                 # which may store a new transaction's metadata.
-                self._claim.check()
+                self._store.check()
                 emissions = protocol.poll(
                     self._now_ms(),
                     ready=ready,
