@@ -17,13 +17,14 @@ from typing import Any, Final
 from mypy_extensions import i64
 
 from ..._clock import Clock, SystemClock
-from ..._components import TopologyContext
+from ..._components import TopologyContext, task_namespace
 from ..._config import settings_of
-from ..._deadletter import DeadLetter, DeadLetterFile, Replay, Settled, configured_path, fits_stream
+from ..._deadletter import DeadLetter, DeadLetterFile, Replay, configured_path, fits_stream
 from ..._errors import ConfigError, PrepareRefused
 from ..._exactly_once import Standstill, resolve_exactly_once
+from ..._messages import MessageBook, Outcome
 from ..._results import ErrorReport, TaskMetrics
-from ..._retry import FailureRate, Retries, RetryPolicy, retry_cannot_fix, too_many_failures
+from ..._retry import FailureRate, RetryPolicy, retry_cannot_fix, too_many_failures
 from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
 from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
@@ -124,19 +125,16 @@ class RuntimeBase:
         # Counts of the tasks a rewind replaced, so metrics cover the whole run.
         self._past: dict[tuple[str, int], TaskMetrics] = {}
         self._past_counters: dict[str, int] = {}
-        # Poison tuples (statestream._retry, statestream._deadletter): per spout
-        # task namespace, its failed messages, the messages the dead-letter file
-        # settles, and dead letters fed back by `statestream deadletter replay`;
-        # all outlive a rewind. fail_causes: root -> (component, exception,
+        # Poison tuples (statestream._messages): per spout task namespace, its
+        # message book (failed messages, the messages the dead-letter file
+        # settles, dead letters fed back by `statestream deadletter replay`),
+        # which outlives a rewind. fail_causes: root -> (component, exception,
         # text) of the failure the acker is about to report.
         self.retry_policy = RetryPolicy.from_config(self.config)
         self.deadletter_path = configured_path(self.config)
         self.deadletters = DeadLetterFile(self.deadletter_path)
-        self._retries: dict[str, Retries] = {}
+        self._books: dict[str, MessageBook] = {}
         self._failure_rates: dict[tuple[str, int], FailureRate] = {}  # per bolt task
-        self._settled: dict[str, Settled] = {}
-        self._replays: dict[str, deque[Replay]] = {}
-        self.replaying: set[Replay] = set()  # fed back and emitted, not yet acked or given up
         self._deadletters_loaded = False
         self.fail_causes: dict[int, Any] = {}
         # --until-idle diagnosis (explain_wait): what moved, since when, last said
@@ -418,12 +416,15 @@ class RuntimeBase:
         return self.store.provider
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
-    def retries_for(self, namespace: str) -> Retries:
-        """The failed messages of the spout task ``namespace`` (kept across rewinds)."""
-        r = self._retries.get(namespace)
-        if r is None:
-            r = self._retries[namespace] = Retries(self.retry_policy)
-        return r
+    def book_for(self, spout: str, task_index: int) -> MessageBook:
+        """The message book of the spout task ``spout[task_index]`` (kept across rewinds)."""
+        namespace = task_namespace(spout, task_index)
+        book = self._books.get(namespace)
+        if book is None:
+            book = self._books[namespace] = MessageBook(
+                self.topology.name, spout, task_index, self.retry_policy
+            )
+        return book
 
     def failure_rate(self, task: BoltTask) -> FailureRate:
         """The error-rate limit of a bolt task (kept across rewinds)."""
@@ -446,15 +447,6 @@ class RuntimeBase:
         self.fatal = too_many_failures(task.component, task.task_index, reason, self.errors)
         self._stop = True
 
-    def settled_for(self, namespace: str) -> Settled:
-        """The messages of ``namespace`` dead-lettered in this run: not delivered
-        again when the spout emits them (a rewind of exactly-once state replays them)."""
-        return self._settled.setdefault(namespace, Settled())
-
-    def replays_for(self, namespace: str) -> deque[Replay]:
-        """Dead letters of ``namespace`` fed back for this run, not yet emitted."""
-        return self._replays.setdefault(namespace, deque())
-
     def _load_deadletters(self) -> None:
         """Read the dead-letter file once per run: the messages of this topology
         marked for replay are fed back.
@@ -470,7 +462,7 @@ class RuntimeBase:
         self._deadletters_loaded = True
         spouts = {s.namespace for s in self.data_spouts}
         for r in self.deadletters.marked_for_replay(self.topology.name, spouts):
-            self.replays_for(r.namespace).append(Replay(r))
+            self.book_for(r.spout, r.task).feed(r)
 
     def note_failure(self, roots: Iterable[int], cause: Any) -> None:
         """A bolt failed these trees: remember why, for a dead-letter record."""
@@ -493,7 +485,8 @@ class RuntimeBase:
 
     def emit_replays(self, task: SpoutTask, limit: int) -> bool:
         """Emit up to ``limit`` dead letters fed back for ``task``; True if any went out."""
-        replays = task.replays
+        book = task.book
+        replays = book.replays
         n = 0
         while replays and n < limit:
             if task.max_pending is not None and len(task.pending) >= task.max_pending:
@@ -515,7 +508,7 @@ class RuntimeBase:
                 task.deliver_untracked(origin, routes, record.values, None)
                 self.replay_acked(rid)
                 continue
-            self.replaying.add(rid)
+            book.replay_emitted(rid)
             root = self.draw_root()
             task.pending.put_new(root, (rid, record.values, origin))  # a fresh root
             self.acking.init(
@@ -525,15 +518,18 @@ class RuntimeBase:
 
     def replay_acked(self, rid: Replay) -> None:
         """A fed-back dead letter went through: mark it replayed in the file."""
-        self.replaying.discard(rid)
-        self.deadletters.replayed([rid.record])
+        record = rid.record
+        self.book_for(record.spout, record.task).replay_done(rid)
+        self.deadletters.replayed([record])
 
-    def replay_given_up(
-        self, rid: Replay, component: str, exc: BaseException | None, text: str, attempts: int
-    ) -> None:
-        """A fed-back dead letter failed to its last attempt again: back to ``dead``."""
-        self.replaying.discard(rid)
-        self.deadletters.replay_given_up(rid.record, component, exc, text, attempts)
+    def replay_given_up(self, outcome: Outcome) -> None:
+        """A fed-back dead letter failed to its last attempt again (the book said
+        so): back to ``dead`` in the file."""
+        assert outcome.replay is not None
+        cause = outcome.cause
+        self.deadletters.replay_given_up(
+            outcome.replay.record, cause.component, cause.exc, cause.text, outcome.verdict.failures
+        )
 
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: Task, exc: BaseException, tup: Any) -> None:

@@ -141,15 +141,10 @@ class LocalRuntime(RuntimeBase):
         self.finish_queued(self.data_spouts)
         complete = not any(b.inbox or b.control for b in self.bolts)  # none paused
         # What was emitted and not acked is replayed: the sources seek back,
-        # and the dead letters fed back go out again.
-        for rid in self.replaying:
-            self.replays_for(rid.record.namespace).appendleft(rid)
-        self.replaying.clear()
+        # and the dead letters fed back go out again (statestream._messages).
         self.fail_causes.clear()
-        for retries in self._retries.values():
-            retries.rewound(complete=complete)
-        for spout in self.spouts:
-            spout.settles.clear()  # the new instances hear of them when they emit them
+        for book in self._books.values():
+            book.rewound(complete, reopen=True)
         self._release_spouts()
         for tasks in self.tasks_of.values():
             for t in tasks:

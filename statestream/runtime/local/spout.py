@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..._components import Spout
-from ..._deadletter import DeadLetter, Replay, Settled
+from ..._deadletter import Replay, Settled
 from ..._errors import RuntimeFailure
+from ..._messages import Cause, MessageBook, Outcome
 from ..._results import TaskMetrics
-from ..._retry import Retries, VerdictKind, msg_id_key_fast
+from ..._retry import Retries, msg_id_key_fast
 from ..._rotating import RotatingMap
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._topology import ComponentSpec
@@ -55,12 +56,14 @@ class SpoutTask(Task):
         # Emits not delivered: held for a retry (exactly-once) or settled. The
         # standstill counts them, so that a replay is cut where its attempt was.
         self.held = 0
-        # Kept by the runtime per task namespace, so that they outlive a rewind.
-        self.retries: Retries = rt.retries_for(self.namespace)
-        self.failures = self.retries.failures  # the same dict: a cheap test at emit
-        self.settled: Settled = rt.settled_for(self.namespace)
-        self.settles: deque[Any] = deque()  # message ids to tell dead_lettered() at the next poll
-        self.replays: deque[Replay] = rt.replays_for(self.namespace)
+        # Kept by the runtime per task namespace, so that it outlives a rewind
+        # (statestream._messages); its containers read directly, as cheap tests.
+        self.book: MessageBook = rt.book_for(spec.id, task_index)
+        self.retries: Retries = self.book.retries
+        self.failures = self.book.failures  # the same dict: a cheap test at emit
+        self.settled: Settled = self.book.settled
+        self.settles: deque[Any] = self.book.settles  # to tell dead_lettered() at the next poll
+        self.replays: deque[Replay] = self.book.replays
 
     def metrics(self) -> TaskMetrics:
         m = super().metrics()
@@ -131,9 +134,8 @@ class SpoutTask(Task):
     def _settled_already(self, msg_id: Any, values: Sequence[Any]) -> bool:
         """True if the dead-letter file holds this very message: it is not delivered,
         and the spout is told it is settled at the next poll."""
-        if not self.settled.holds(msg_id, values):
+        if not self.book.skips(msg_id, values):
             return False
-        self.settles.append(msg_id)
         self.rt.skipped_settled += 1
         self.held += 1  # emitted, not delivered: the standstill counts it still
         return True
@@ -161,55 +163,43 @@ class SpoutTask(Task):
             else:
                 self._call_fail(msg_id)
             return
-        now = rt.clock.monotonic()
-        if standstill is not None:
-            # Exactly-once: no Storm-style replay, the topology goes back to
-            # its last committed checkpoint instead. Every message failing
-            # before that rewind counts an attempt (Retries.attempt_failed).
-            verdict = self.retries.attempt_failed(msg_id, now)
-            if verdict.kind is VerdictKind.GIVE_UP:
-                # The rewind replays without it (settled, see _settled_already).
-                self._dead_letter(entry, cause, verdict.failures)
-            standstill.tuple_failed()
-            return
-        verdict = self.retries.failed(msg_id, now)
-        if verdict.kind is VerdictKind.GIVE_UP:
-            self._dead_letter(entry, cause, verdict.failures)
-            if type(msg_id) is not Replay:
-                self._call_dead_lettered(msg_id)
-
-    def _dead_letter(self, entry: Any, cause: Any, attempts: int) -> None:
-        msg_id, values, origin = entry
+        _, values, origin = entry
         component, exc, text = cause
-        if type(msg_id) is Replay:
-            self.rt.replay_given_up(msg_id, component, exc, text, attempts)
-            self.dead_lettered += 1
-            return
-        record = DeadLetter.of(
-            self.rt.topology.name,
-            self.component,
-            self.task_index,
+        # Exactly-once: no Storm-style replay, the topology goes back to its
+        # last committed checkpoint instead, and every message failing before
+        # that rewind counts an attempt; a message given up on is replayed
+        # without it (settled, see _settled_already).
+        outcome = self.book.failed(
             msg_id,
             values,
-            component,
-            exc,
-            attempts,
-            text,
-            stream=origin.stream if origin is not None else "default",
+            origin.stream if origin is not None else "default",
+            Cause(component, exc, text),
+            rt.clock.monotonic(),
+            rewinds=standstill is not None,
         )
-        self.rt.write_dead_letter(record)
+        if outcome.gives_up:
+            self._dead_letter(outcome)
+        if standstill is not None:
+            standstill.tuple_failed()
+        elif outcome.tell_spout:
+            self._call_dead_lettered(msg_id)
+
+    def _dead_letter(self, outcome: Outcome) -> None:
+        """Do what the book said of a message given up on: write its record, then
+        settle it; or, fed back, mark its record dead again."""
+        if outcome.record is not None:
+            self.rt.write_dead_letter(outcome.record)
+            self.book.gave_up(outcome)
+        else:
+            self.rt.replay_given_up(outcome)
         self.dead_lettered += 1
-        self.settled.add(msg_id, values)
 
     def release_held(self) -> None:
         """Exactly-once, at a cut: hand every message held for its retry back to the
         spout (``fail``), so that the position it gives holds them (see
         statestream.Rewindable); it emits them again after the cut."""
-        for msg_id in self.retries.clear_schedule():
-            if type(msg_id) is Replay:
-                self.replays.append(msg_id)
-            else:
-                self._call_fail(msg_id)
+        for msg_id in self.book.release_held():
+            self._call_fail(msg_id)
 
     def _call_fail(self, msg_id: Any) -> None:
         try:
@@ -231,7 +221,7 @@ class SpoutTask(Task):
         spout = self.spout
         untracked = self.rt.acking is None
         failures = self.retries.failures
-        replaying = bool(self.rt.replaying)
+        replaying = bool(self.book.replaying)
         left = len(completions) - most if 0 < most < len(completions) else 0
         pop = completions.popleft  # bound once: deque is not a compiled type
         while len(completions) > left:
@@ -267,13 +257,10 @@ class SpoutTask(Task):
         retries = self.retries
         standstill = self.rt.standstill
         if retries.heap and (standstill is None or not standstill.replaying):
-            due = retries.due(self.rt.clock.monotonic())
-            for msg_id in due:
-                if type(msg_id) is Replay:
-                    self.replays.append(msg_id)
-                else:
-                    self._call_fail(msg_id)
-            busy = bool(due)
+            due = self.book.due(self.rt.clock.monotonic())
+            for msg_id in due.fail:
+                self._call_fail(msg_id)
+            busy = bool(due.fail) or due.requeued > 0
         settles = self.settles
         while settles:
             self._call_dead_lettered(settles.popleft())

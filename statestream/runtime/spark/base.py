@@ -26,7 +26,6 @@ import logging
 import os
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,16 +40,13 @@ from ..._components import (
     task_namespace,
 )
 from ..._config import Config
-from ..._deadletter import (
-    DeadLetterFile,
-    Replay,
-)
+from ..._deadletter import DeadLetterFile
 from ..._errors import ConfigError, RuntimeFailure
 from ..._exactly_once import CheckpointRecord
+from ..._messages import MessageBook
 from ..._results import ErrorReport, RunResult, TaskMetrics
 from ..._retry import (
     FailureRate,
-    Retries,
     RetryPolicy,
 )
 from ..._stateful import apply_action
@@ -123,11 +119,10 @@ class DriverBase:
     _tx_jobs: list[TxJob]
     _tx_failures: dict[int, int]
     retry_policy: RetryPolicy
-    _retries: dict[str, Retries]
+    _books: dict[str, MessageBook]
     _failure_rates: dict[tuple[str, int], tuple[FailureRate, int]]
     deadletter_path: Path
     deadletters: DeadLetterFile
-    _replays: dict[str, deque[Replay]]
 
     if TYPE_CHECKING:
 

@@ -35,16 +35,13 @@ from ..._checkpoint import Action, Emission
 from ..._components import (
     task_namespace,
 )
-from ..._deadletter import (
-    DeadLetter,
-    Replay,
-)
+from ..._deadletter import Replay
 from ..._errors import RuntimeFailure
+from ..._messages import Cause
 from ..._picklable import run_ending
 from ..._results import ErrorReport
 from ..._retry import (
     FailureRate,
-    VerdictKind,
     cannot_fix_in,
     too_many_failures,
 )
@@ -156,8 +153,8 @@ class BatchDriver(SpoutDriver):
             )
         )
         self._counters["replays"] += 1
-        for retries in self._retries.values():
-            retries.rewound()  # the job's failure tells nothing of the messages
+        for book in self._books.values():
+            book.rewound()  # the job's failure tells nothing of the messages
         self.coordinator.on_fail(Action.PREPARE, txid)
         self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
         if failures >= self.attempts:
@@ -199,8 +196,8 @@ class BatchDriver(SpoutDriver):
             # After the commit, as the local runtime marks one once its tree is
             # acked: a crash in between feeds it back to the next run again.
             self.deadletters.replayed(replayed)
-        for retries in self._retries.values():
-            retries.passed_cut()  # what went through in the batch is forgotten
+        for book in self._books.values():
+            book.passed_cut()  # what went through in the batch is forgotten
         self._counters["batches"] += 1
         # The prepares just committed: executors may keep using those state objects.
         self._tokens = {
@@ -275,37 +272,32 @@ class BatchDriver(SpoutDriver):
                 )
                 continue
             task, (stream, values, _), msg_id = found
-            verdict = self._retries[task.namespace].attempt_failed(msg_id, now)
+            book = task.book
+            outcome = book.failed(
+                msg_id, values, stream, Cause(component, None, error, error_type), now, rewinds=True
+            )
             self._metrics[task.cid].failed += 1
             resume_at = now if resume_at is None else resume_at
-            if verdict.kind is VerdictKind.GIVE_UP and type(msg_id) is Replay:
+            if outcome.replay is not None:
                 # Fed back and given up on again: dead again, not a second record.
                 self.deadletters.replay_given_up(
-                    msg_id.record, component, None, error, verdict.failures, error_type=error_type
-                )
-                self._metrics[task.cid].dead_lettered += 1
-            elif verdict.kind is VerdictKind.GIVE_UP:
-                record = DeadLetter.of(
-                    self.topology.name,
-                    task.cid,
-                    task.index,
-                    msg_id,
-                    values,
+                    outcome.replay.record,
                     component,
                     None,
-                    verdict.failures,
                     error,
-                    stream=stream,
+                    outcome.verdict.failures,
                     error_type=error_type,
                 )
-                self.deadletters.give_up(record)
-                task.collector.settled.add(msg_id, values)
                 self._metrics[task.cid].dead_lettered += 1
-            elif verdict.at is not None:
-                resume_at = max(resume_at, verdict.at)
+            elif outcome.record is not None:
+                self.deadletters.give_up(outcome.record)
+                book.gave_up(outcome)  # the batch read again skips it
+                self._metrics[task.cid].dead_lettered += 1
+            elif outcome.verdict.at is not None:
+                resume_at = max(resume_at, outcome.verdict.at)
         if resume_at is not None:
-            for retries in self._retries.values():
-                retries.rewound(complete=True)  # a job runs every tuple it holds
+            for book in self._books.values():
+                book.rewound(complete=True)  # a job runs every tuple it holds
         return resume_at
 
     def _wait_until(self, when: float) -> bool:

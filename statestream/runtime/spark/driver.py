@@ -36,7 +36,6 @@ import os
 import sys
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,15 +52,14 @@ from ..._components import (
 from ..._config import Config, settings_of
 from ..._deadletter import (
     DeadLetterFile,
-    Replay,
     configured_path,
 )
 from ..._errors import ConfigError
 from ..._exactly_once import CheckpointRecord, can_rewind, resolve_exactly_once
+from ..._messages import MessageBook
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._retry import (
     FailureRate,
-    Retries,
     RetryPolicy,
 )
 from ..._topology import Topology
@@ -173,18 +171,16 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         self._driver_bolts: dict[str, StatefulBolt] = {}
         self._tx_jobs: list[TxJob] = []
         self._tx_failures: dict[int, int] = {}
-        # Poison tuples (statestream._retry, statestream._deadletter), as on the
-        # local runtime: per spout task namespace, its failed messages (kept for
-        # the run, in memory only) and where the given-up ones go.
+        # Poison tuples (statestream._messages), as on the local runtime: per
+        # spout task namespace, its message book (kept for the run, in memory
+        # only: failed messages, settled ones, dead letters fed back by
+        # `statestream deadletter replay`) and where the given-up ones go.
         self.retry_policy = RetryPolicy.from_config(self.config)
-        self._retries: dict[str, Retries] = {}
+        self._books: dict[str, MessageBook] = {}
         # The error-rate limit per bolt task, and what each has executed so far.
         self._failure_rates: dict[tuple[str, int], tuple[FailureRate, int]] = {}
         self.deadletter_path = configured_path(self.config)
         self.deadletters = DeadLetterFile(self.deadletter_path)
-        #: Per spout task namespace, the dead letters fed back for this run
-        #: (``statestream deadletter replay``) and not in a batch under way.
-        self._replays: dict[str, deque[Replay]] = {}
 
     def _at_most_once(self) -> bool:
         """Whether batches are read at-most-once (a spout cannot rewind and the
@@ -246,9 +242,9 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         out = {cid: TaskMetrics(**vars(m)) for cid, m in self._metrics.items()}
         for spec in self.spouts:
             for i in range(spec.parallelism):
-                retries = self._retries.get(task_namespace(spec.id, i))
-                if retries is not None:
-                    out[spec.id].retrying += len(retries.failures)
+                book = self._books.get(task_namespace(spec.id, i))
+                if book is not None:
+                    out[spec.id].retrying += len(book.failures)
         return out
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,20 +28,13 @@ from ..._components import (
     Spout,
     task_namespace,
 )
-from ..._deadletter import (
-    REPLAY,
-    Replay,
-    Settled,
-    fits_stream,
-)
+from ..._deadletter import fits_stream
 from ..._errors import RuntimeFailure
 from ..._exactly_once import check_position
+from ..._messages import MessageBook
 from ..._picklable import check_first
 from ..._results import ErrorReport
 from ..._resume import SpoutRef, plan_resume
-from ..._retry import (
-    Retries,
-)
 from ..._stateful import CHECKPOINT_STREAM
 from ..._tuple import Fields, check_emit
 from ..plan import RuntimePlan
@@ -61,6 +53,7 @@ class PollCollector:
         index: int,
         outputs: Mapping[str, tuple[Fields, bool]],
         report: Callable[[BaseException, Any], None],
+        book: MessageBook,
     ) -> None:
         self.cid = cid
         self.index = index
@@ -71,10 +64,9 @@ class PollCollector:
         """The message id of each item (None: untracked)."""
         self.checked: set[str] = set()
         """The streams whose first tuple pickled (statestream._picklable)."""
-        self.settled = Settled()
-        """The messages of this task given up on in this run: not read into a batch."""
-        self.settles: list[Any] = []
-        """Message ids emitted again since the last ``dead_lettered`` calls, skipped."""
+        self.book = book
+        """The task's message book: the messages given up on in this run are not
+        read into a batch (their ids wait in ``book.settles`` for ``dead_lettered``)."""
 
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
         # Checked here, as the local runtime checks it in the spout's emit: the
@@ -92,8 +84,8 @@ class PollCollector:
         if stream not in self.checked:
             check_first(self.cid, self.index, stream, values)
             self.checked.add(stream)
-        if msg_id is not None and self.settled and self.settled.holds(msg_id, values):
-            self.settles.append(msg_id)
+        book = self.book
+        if msg_id is not None and book.settled and book.skips(msg_id, values):
             return
         self.items.append((stream, list(values), direct))
         self.msg_ids.append(msg_id)
@@ -111,6 +103,10 @@ class SpoutTask:
     namespace: str
     spout: Spout
     collector: PollCollector
+
+    @property
+    def book(self) -> MessageBook:
+        return self.collector.book
 
 
 @dataclass
@@ -158,11 +154,15 @@ class SpoutDriver(DriverBase):
             for i in range(spec.parallelism):
                 spout: Spout = self.topology.instantiate(spec.id)
                 outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
-                collector = PollCollector(spec.id, i, outputs, partial(self._report, spec.id, i))
-                spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
                 namespace = task_namespace(spec.id, i)
+                book = self._books.setdefault(
+                    namespace, MessageBook(self.topology.name, spec.id, i, self.retry_policy)
+                )
+                collector = PollCollector(
+                    spec.id, i, outputs, partial(self._report, spec.id, i), book
+                )
+                spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
                 self._spout_tasks.append(SpoutTask(spec.id, i, namespace, spout, collector))
-                self._retries.setdefault(namespace, Retries(self.retry_policy))
         self._load_replays()
 
     def _load_replays(self) -> None:
@@ -179,7 +179,7 @@ class SpoutDriver(DriverBase):
             declared = outputs[record.namespace].get(record.stream)
             fields = None if declared is None else len(declared[0])
             if fits_stream(record, fields, declared is not None and declared[1]):
-                self._replays.setdefault(record.namespace, deque()).append(Replay(record))
+                self._books[record.namespace].feed(record)
 
     def _seek(self, *, start: bool = False) -> None:
         """Rewind every data spout to the positions of the checkpoint recovery restored
@@ -208,7 +208,8 @@ class SpoutDriver(DriverBase):
             collector.msg_ids = []
             next_tuple = task.spout.next_tuple
             items = collector.items
-            replays = self._replays.get(task.namespace)
+            book = task.book
+            replays = book.replays
             while replays and len(items) < self.batch_size:
                 rid = replays.popleft()  # dead letters fed back first, then the spout's
                 items.append((rid.record.stream, list(rid.record.values), None))
@@ -223,14 +224,14 @@ class SpoutDriver(DriverBase):
                 except Exception as exc:  # reported; the spout keeps going (as on local)
                     self._report(task.cid, task.index, exc, "next_tuple()")
                     break
-                if collector.settles:
-                    skipped += len(collector.settles)
+                if book.settles:
+                    skipped += len(book.settles)
                     self._settle(task)  # it emitted a dead letter: skipped, told
                 elif len(items) == before:
                     break
             batch.records[task.cid, task.index] = items
             batch.msg_ids.append((task, collector.msg_ids))
-            retries = self._retries[task.namespace]
+            retries = book.retries
             if retries.failures:
                 for msg_id in collector.msg_ids:
                     if msg_id is not None:
@@ -244,7 +245,7 @@ class SpoutDriver(DriverBase):
 
     def _settle(self, task: SpoutTask) -> None:
         """Tell ``task``'s spout that the dead letters it just emitted again are settled."""
-        settles, task.collector.settles = task.collector.settles, []
+        settles = task.book.take_settles()
         self._counters["skipped_dead_letters"] = self._counters.get(
             "skipped_dead_letters", 0
         ) + len(settles)
@@ -267,9 +268,7 @@ class SpoutDriver(DriverBase):
         """Put the dead letters fed back in ``batch`` that are still to replay back in
         front of their task's queue, in their order."""
         for task, msg_ids in batch.msg_ids:
-            again = [m for m in msg_ids if type(m) is Replay and m.record.status == REPLAY]
-            if again:
-                self._replays.setdefault(task.namespace, deque()).extendleft(reversed(again))
+            task.book.requeue(msg_ids)
 
     def _close_spouts(self) -> None:
         tasks, self._spout_tasks = self._spout_tasks, []
