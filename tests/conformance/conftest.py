@@ -205,6 +205,13 @@ def sdk_example_module() -> Any:
     return module
 
 
+@pytest.fixture
+def sdk_example() -> Any:
+    """The SDK example provider's module (a fixture: several test folders have a
+    ``conftest`` module, so importing from one by that name is ambiguous)."""
+    return sdk_example_module()
+
+
 def _make_sdk_example(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
     module = sdk_example_module()
     store = f"conformance-{uuid.uuid4().hex}"

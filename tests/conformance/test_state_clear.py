@@ -119,12 +119,10 @@ def test_clear_deletes_every_key_whatever_its_name_and_the_rerun_counts_exactly(
     assert committed_state(other, config, "count") == expected
 
 
-def test_a_provider_that_cannot_delete_state_wholly_says_so() -> None:
-    from conftest import sdk_example_module
-
+def test_a_provider_that_cannot_delete_state_wholly_says_so(sdk_example: Any) -> None:
     from statestream._state import BackendStateProvider
 
-    base = sdk_example_module().DictStateProvider
+    base = sdk_example.DictStateProvider
 
     class Older(base):  # type: ignore[misc, valid-type]
         """The SDK example as written before the optional deletion existed."""

@@ -11,22 +11,19 @@ checks the chain (on the core this process has).
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from statestream import Bolt, RuntimeFailure, TopologyBuilder, run
-from statestream._core import COMPILED_MODULES
+from statestream._core import COMPILED_MODULES, source_path
 from statestream.testing import ListSpout
 
 
 def _source(module: str) -> tuple[Path, str]:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    # The .py beside a compiled extension: what mypyc compiles.
-    path = Path(spec.origin)
-    path = path.with_name(path.name.split(".")[0] + ".py")
+    # The .py mypyc compiles, by the module's name: a compiled module's own spec
+    # may name the group's library folder instead of its package's.
+    path = source_path(module)
     return path, path.read_text(encoding="utf-8")
 
 

@@ -37,14 +37,35 @@ def _class(path: str) -> type:
 
 
 def _parameters(function: Any) -> list[tuple[str, Any, Any]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    # Without self: a method compiled by mypyc makes it positional-only.
+    params = list(inspect.signature(function).parameters.values())[1:]
+    return [(p.name, p.kind, p.default) for p in params]
 
 
 def _annotations(cls: type) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
-        found.update(inspect.get_annotations(klass))
+        found.update(inspect.get_annotations(klass) or _compiled_annotations(klass))
     return found
+
+
+def _compiled_annotations(klass: type) -> dict[str, Any]:
+    """A class compiled by mypyc keeps no annotations: read them from its source."""
+    import ast
+
+    from statestream import _core
+
+    if klass.__module__ not in _core.COMPILED_MODULES:
+        return {}
+    tree = ast.parse(_core.source_path(klass.__module__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == klass.__name__:
+            return {
+                stmt.target.id: ast.unparse(stmt.annotation)
+                for stmt in node.body
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+            }
+    return {}
 
 
 def _missing(cls: type) -> list[str]:
