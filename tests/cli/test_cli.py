@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_process import statestream
 from click.testing import CliRunner
 
 from statestream._checkpoint import Phase
@@ -32,14 +33,7 @@ CORPUS = ROOT / "examples" / "corpus.txt"
 def cli(
     *args: str, timeout: float = 60, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "statestream", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    return statestream(*args, cwd=cwd, timeout=timeout)
 
 
 def memory_sets() -> list[str]:
