@@ -273,8 +273,7 @@ class Retries:
         at = self._due_at.get(key)
         if at is None or (at <= now and not replaying):
             self._due_at.pop(key, None)
-            if key in self.failures and key not in self._failed_now:
-                self._again.add(key)
+            self.emitted_again(msg_id)
             return False
         if key not in self._waiting:
             self._waiting[key] = msg_id
