@@ -161,6 +161,17 @@ def _number_at_least(minimum: float) -> Callable[[object], object]:
     return validate
 
 
+def _fraction(value: object) -> object:
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= 1
+    ):
+        return float(value)
+    raise _Invalid
+
+
 def _boolean(value: object) -> object:
     if isinstance(value, bool):
         return value
@@ -496,6 +507,16 @@ class Settings:
         "Name of the topology; null lets the runtime pick one from the topology itself.",
         storm="the same key; Storm sets it to the name the topology is submitted under.",
     )
+    topology_stats_sample_rate: float = _key(
+        "topology.stats.sample.rate",
+        _Kind("a number above 0 and at most 1", _fraction, _text_as_number, float),
+        0.05,
+        """The share of tuples whose latency is timed (execute latency per bolt
+        task, complete latency per spout task; capacity is derived from them):
+        one in round(1 / rate) drains of a bolt's queue or emits of a spout.
+        1 times every one, at the cost of two clock reads each.""",
+        storm="the same key and meaning (Storm samples tuples, statestream a task's drains).",
+    )
     statestream_progress_interval_secs: float = _key(
         "statestream.progress.interval.secs",
         _POSITIVE_NUMBER,
@@ -528,6 +549,17 @@ class Settings:
         happened, nothing rewound. Past it the run stops with exit 1 and one
         line naming the store and the cause; what it committed stays, and the
         next run resumes from there.""",
+    )
+    statestream_connectors_reconnect_secs: float = _key(
+        "statestream.connectors.reconnect.secs",
+        _POSITIVE_NUMBER,
+        30.0,
+        """Seconds a connector (statestream.connectors) keeps trying a broker or
+        database it lost mid-run, with backoff; its spout emits nothing
+        meanwhile and the rest of the topology runs on. Past it the run stops
+        with exit 1 and one line naming the server (password hidden); what it
+        committed stays, and the next run resumes from there. A server that
+        does not answer at start stops the run at once.""",
     )
     statestream_retry_initial_ms: int = _key(
         "statestream.retry.initial.ms",

@@ -1,0 +1,45 @@
+"""Sources and sinks for real systems, one module per system (DESIGN.md section 8).
+
+Each connector's client library is an optional dependency behind an extra
+(``pip install 'statestream[redis]'``, ``[nats]``, ``[rabbitmq]``,
+``[postgres]``). Importing this package imports none of them: a name is
+loaded from its module on first use (the module ``__getattr__`` below), and a
+missing library is one error naming the extra to install.
+
+==================  ============================  ==========================================
+connector           guarantee                     position (in the checkpoint record)
+==================  ============================  ==========================================
+RedisStreamSpout    exactly-once                  last entry id read, per stream
+JetStreamSpout      exactly-once                  last stream sequence read
+RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; classic queue:
+                    classic queue: at-least-once  none (acked after the checkpoint commits)
+==================  ============================  ==========================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["JetStreamSpout", "RabbitMQSpout", "RedisStreamSpout"]
+
+# public name -> the module of this package that defines it. Sink modules add
+# their names here.
+_LAZY: dict[str, str] = {
+    "JetStreamSpout": "jetstream",
+    "RabbitMQSpout": "rabbitmq",
+    "RedisStreamSpout": "redis_streams",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
