@@ -14,7 +14,7 @@ Lifecycle, the same on every runtime::
     make_runtime(...)  ->  open()  ->  run(...)  ->  close()
                              ^ run() calls open() itself; open() twice is once
     stop() at any time (a signal handler included) asks run() to end;
-    metrics(), counters(), worker_rows() at any time, from any thread.
+    metrics(), counters(), worker_rows(), metrics_snapshot() at any time, from any thread.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .._clock import Clock
     from .._config import Config
     from .._topology import Topology
+    from .metrics import MetricsSnapshot
 
 __all__ = ["RunnerFactory", "Runtime", "make_runtime", "register_runner", "runners"]
 
@@ -100,6 +101,16 @@ class Runtime(Protocol):
         has no worker processes.
 
         Safe from another thread while ``run`` runs.
+        """
+        ...
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """Everything the run's metrics bank knows now (``runtime.metrics``: counts,
+        sampled latencies, capacity, checkpoints, workers, input progress), for the
+        terminal table, ``/metrics`` and ``/api/v1/topology``.
+
+        Safe from another thread while ``run`` runs, and after it returned (the
+        final numbers, equal to the ``RunResult``'s counts).
         """
         ...
 

@@ -29,6 +29,7 @@ from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, R
 from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
 from ..errorlog import ErrorLog
+from ..metrics import MetricsBank, kinds_of
 from ..plan import RuntimePlan, as_config
 from ..session import StoreSession
 from .acking import EDGE_BITS, EDGE_MASK, FLAT, I64_MAX, ROOT_BIT, Acking, next_edge_of, unpack_ids
@@ -148,6 +149,11 @@ class RuntimeBase:
         # and any failure within the run goes back to the last commit.
         on = self.exactly_once = local_run_mode(topology, self.config, self.plan)
         self.standstill: Standstill | None = Standstill() if on else None
+        # The run's metrics bank (runtime.metrics): the tasks time their samples
+        # into it; it outlives a rewind's new tasks.
+        self.bank = MetricsBank(
+            topology.name, "local", kinds_of(topology), settings.topology_stats_sample_rate
+        )
         self._build()
 
     def _build(self) -> None:

@@ -287,7 +287,13 @@ class BoltTask(Task):
         if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
             before = self.executed
             failed = self.failed
-            self._drain()
+            sample = self.sample_in - 1
+            if sample:
+                self.sample_in = sample
+                self._drain()
+            else:
+                self.sample_in = self.sample_every
+                self._timed_drain(before)
             if self.failed != failed:
                 self.rt.judge_failures(self, before)
             # A bolt blocked by a full downstream queue did nothing: saying so
@@ -296,6 +302,18 @@ class BoltTask(Task):
         if self.last_root:
             self._fold_ack()
         return did
+
+    def _timed_drain(self, before: int) -> None:
+        """A sampled drain: its time and tuples go to the task's timing record, and
+        whether it ended on a full downstream queue (backpressure)."""
+        clock = self.rt.clock
+        start = clock.monotonic()
+        self._drain()
+        timing = self.timing
+        timing.timed(self.executed - before, clock.monotonic() - start)
+        timing.drains += 1
+        if self.inbox:
+            timing.blocked += 1
 
     def _drain_control(self) -> None:
         control = self.control

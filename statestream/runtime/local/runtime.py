@@ -14,6 +14,7 @@ from ..._results import RunResult, TaskMetrics, WorkerInfo
 from ..._resume import SpoutRef, acked_positions, plan_resume
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin
+from ..metrics import MetricsSnapshot, SourceProgress, progress_of
 from .acking import TIMEOUT_BUCKETS
 from .base import RuntimeBase
 from .bolt import BoltTask
@@ -212,6 +213,7 @@ class LocalRuntime(RuntimeBase):
     def begin_run(self) -> float:
         """The run starts now (on the runtime's clock, returned): timers count from it."""
         start = self._start_time = self.clock.monotonic()
+        self.bank.begin(start)
         self._next_due = min((t[0] for t in self._timers), default=float("inf"))
         return start
 
@@ -282,6 +284,8 @@ class LocalRuntime(RuntimeBase):
         now = self.clock.monotonic()
         if now >= self._next_due:
             self._next_due = self._fire_timers(now)
+        if self._checkpoint_task is not None:
+            self.observe_checkpoint()
         standstill = self.standstill
         if standstill is None:
             for spout in self.spouts:
@@ -292,6 +296,19 @@ class LocalRuntime(RuntimeBase):
             self.rewind()
             return True
         return self._step_spouts(standstill) or busy
+
+    def observe_checkpoint(self) -> None:
+        """Once per scheduler step: if the checkpoint record moved (each phase is
+        stored before it goes out, and a step moves it at most once), the bank
+        notes the phase and when. Nothing where the checkpoint spout runs elsewhere."""
+        cp = self.checkpoint_spout
+        if cp is None or cp.record is self._seen_record:
+            return
+        record = self._seen_record = cp.record
+        if self._seen_any:
+            cs = record.state
+            self.bank.checkpoint_phase(cs.txid, cs.phase.value, self.clock.monotonic())
+        self._seen_any = True  # the record as loaded at start is no event
 
     def _step_spouts(self, standstill: Standstill) -> bool:
         """Exactly-once: poll the spouts as the standstill decides."""
@@ -384,6 +401,7 @@ class LocalRuntime(RuntimeBase):
             self._abandon()
             raise
         finally:
+            self.bank.end(clock.monotonic())
             restore_gc(gc_before)
             self.close()
             self.error_log.log_repeats()
@@ -508,6 +526,24 @@ class LocalRuntime(RuntimeBase):
         """No worker processes: one process runs every task (the Runtime contract)."""
         return []
 
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """The bank's view of the run now (the Runtime contract)."""
+        return self.bank.snapshot(
+            self.clock.monotonic(),
+            self.task_metrics(),
+            self.counters(),
+            sources=self.source_progress(),
+        )
+
+    def source_progress(self) -> list[SourceProgress]:
+        """How far each data spout task of this process has read, where it can tell."""
+        out = []
+        for s in list(self.data_spouts):
+            p = progress_of(s.component, s.task_index, s.spout)
+            if p is not None:
+                out.append(p)
+        return out
+
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals (a consistent-enough snapshot; safe to call from another thread)."""
         out: dict[str, TaskMetrics] = {}
@@ -527,3 +563,5 @@ class LocalRuntime(RuntimeBase):
         return out
 
     _next_due = float("inf")
+    _seen_record: object = None  # the checkpoint record the bank saw last
+    _seen_any = False

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 SPOUT_BATCH: Final = 64
 _COMPLETIONS_PER_POLL: Final = 1024
 _MISSING: Final = object()
+# Sampled trees whose emit time is kept at most (a tree that times out never
+# takes its entry out; past this, the entries start over).
+_MAX_TIMED: Final = 4096
 
 
 class SpoutTask(Task):
@@ -64,6 +67,8 @@ class SpoutTask(Task):
         self.settled: Settled = self.book.settled
         self.settles: deque[Any] = self.book.settles  # to tell dead_lettered() at the next poll
         self.replays: deque[Replay] = self.book.replays
+        # root -> when it was emitted, for the sampled trees (complete latency).
+        self.emitted_at: dict[int, float] = {}
 
     def metrics(self) -> TaskMetrics:
         m = super().metrics()
@@ -127,9 +132,22 @@ class SpoutTask(Task):
             self.emitted += 1
             root = self.rt.draw_root()
             self.pending.put_new(root, (msg_id, values, origin))  # a fresh root
+            sample = self.sample_in - 1
+            if sample:
+                self.sample_in = sample
+            else:
+                self._time_tree(root)
             acking.init(
                 root, self.task_id, self.deliver_spout(origin, routes, values, direct, root)
             )
+
+    def _time_tree(self, root: int) -> None:
+        """A sampled emit: its tree's complete latency is taken when it is acked."""
+        self.sample_in = self.sample_every
+        timed = self.emitted_at
+        if len(timed) >= _MAX_TIMED:  # trees that timed out leave theirs behind
+            timed.clear()
+        timed[root] = self.rt.clock.monotonic()
 
     def _settled_already(self, msg_id: Any, values: Sequence[Any]) -> bool:
         """True if the dead-letter file holds this very message: it is not delivered,
@@ -224,8 +242,11 @@ class SpoutTask(Task):
         replaying = bool(self.book.replaying)
         left = len(completions) - most if 0 < most < len(completions) else 0
         pop = completions.popleft  # bound once: deque is not a compiled type
+        timed = self.emitted_at
         while len(completions) > left:
             key, ok = pop()
+            if timed and key in timed:
+                self._tree_done(key, ok)
             msg_id: Any
             entry: Any = (key, (), None)
             if untracked:
@@ -249,6 +270,14 @@ class SpoutTask(Task):
             else:
                 cause = self.rt.fail_causes.pop(key, None) or ("(unknown)", None, None)
                 self._failed(entry, cause)
+
+    def _tree_done(self, root: int, ok: bool) -> None:
+        """A sampled tree completed: an acked one adds its complete latency."""
+        emitted = self.emitted_at.pop(root)
+        if ok:
+            timing = self.timing
+            timing.complete_samples += 1
+            timing.complete += self.rt.clock.monotonic() - emitted
 
     def _due(self) -> bool:
         """Deliver what the retry policy and the dead-letter file decided: retries

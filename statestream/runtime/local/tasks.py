@@ -18,6 +18,7 @@ from ..._routing import custom_choose, stable_hash
 from ..._text import error_line
 from ..._topology import ComponentSpec
 from ..._tuple import Origin, Tuple, check_emit
+from ..metrics import TaskTiming
 from .acking import RemoteInbox
 
 if TYPE_CHECKING:
@@ -160,6 +161,12 @@ class Task(NativeCollector):
         self.errors = 0
         self.last_error = ""
         self.last_error_at = 0.0
+        # Sampled timing (runtime.metrics): one in sample_every drains (a bolt)
+        # or emits (a spout) is timed into the bank's record of this task, so a
+        # tuple costs a countdown, never a clock read.
+        self.timing: TaskTiming = rt.bank.timing(spec.id, task_index)
+        self.sample_every = rt.bank.every
+        self.sample_in = 1  # the first is timed: a short run shows a latency too
         self.tracking = rt.acking is not None  # acking on: anchored tuples get edge ids
         self.streams: dict[str, Stream] = {}
         # streams["default"], read without a dict lookup by the emits that name

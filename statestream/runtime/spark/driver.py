@@ -66,6 +66,7 @@ from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
 from ..errorlog import ErrorLog, error_report
+from ..metrics import MetricsBank, MetricsSnapshot, kinds_of
 from ..plan import RuntimePlan, as_config
 from ..session import StoreSession
 from .base import NullCollector
@@ -164,6 +165,13 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         self._metrics = {
             cid: TaskMetrics(cid, -1) for cid in self.component_tasks if not cid.startswith("$")
         }
+        # The run's metrics bank (runtime.metrics), fed per batch.
+        self.bank = MetricsBank(
+            topology.name,
+            "spark",
+            {cid: kind for cid, kind in kinds_of(topology).items() if cid in self._metrics},
+            settings.topology_stats_sample_rate,
+        )
         self._record = CheckpointRecord(CheckpointState.initial())
         self._coordinator: CheckpointCoordinator | None = None
         self._cut: dict[str, Any] | None = None
@@ -235,6 +243,13 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     def worker_rows(self) -> list[WorkerInfo]:
         """``[]``: a Spark run has no worker processes of its own (Spark's are its executors)."""
         return []
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """The bank's view of the run: the counts of the committed batches, the
+        batches' checkpoints (the Runtime contract)."""
+        return self.bank.snapshot(
+            self.clock.monotonic(), list(self.metrics().values()), self.counters()
+        )
 
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals over the committed batches of this run; a spout's

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..._clock import Clock
+from ..._config import settings_of
 from ..._deadletter import configured_path
 from ..._errors import RuntimeFailure, StatestreamError
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._topology import Topology
 from ..local.base import local_run_mode
+from ..metrics import MetricsBank, MetricsSnapshot, SourceProgress, kinds_of
 from ..plan import RuntimePlan, as_config, check_refusals
 from ..session import StoreSession
 from .mesh import PIPES, pipe
@@ -87,6 +89,14 @@ class WorkerSupervisor:
         # The run's hold on its scope of the store (open), shared by the workers.
         self._store = StoreSession(topology, conf, clock)
         self._reported_at = [0.0] * self.workers  # when each worker's last progress came
+        # The run's metrics bank: every worker's latest export merged (runtime.metrics).
+        self.bank = MetricsBank(
+            topology.name,
+            "workers",
+            kinds_of(topology),
+            settings_of(conf).topology_stats_sample_rate,
+        )
+        self._sources: dict[int, list[SourceProgress]] = {}
 
     def open(self) -> None:
         """Claim the topology's scope of the store for the run, then re-partition stored
@@ -149,6 +159,21 @@ class WorkerSupervisor:
 
     def worker_rows(self) -> list[WorkerInfo]:
         return list(self.info)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """One view over every worker: their latest reports, merged (the Runtime contract)."""
+        task_worker = {
+            (m.component, m.task_index): w.index for w in list(self.info) for m in w.metrics
+        }
+        return self.bank.snapshot(
+            time.monotonic(),
+            self.task_metrics(),
+            self.counters(),
+            workers=self.worker_rows(),
+            task_names=self.task_names,
+            sources=[p for i in sorted(self._sources) for p in self._sources[i]],
+            task_worker=task_worker,
+        )
 
     def close(self) -> None:
         """Nothing to release after :meth:`run` (it stops the workers and lets the
@@ -223,6 +248,7 @@ class WorkerSupervisor:
                     self._past_counters[k] = self._past_counters.get(k, 0) + v
             w.metrics = []
             w.counters = {}
+        self.bank.retire_workers()
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run the workers until they finish (as ``LocalRuntime.run``), restarting them
@@ -240,6 +266,7 @@ class WorkerSupervisor:
     def _run(self, until_idle: bool, duration: float | None) -> RunResult:
         self.open()
         start = time.monotonic()
+        self.bank.begin(start)
         deadline = start + duration if duration is not None else None
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -389,8 +416,11 @@ class WorkerSupervisor:
         w.tasks = payload["tasks"]
         w.metrics = payload["metrics"]
         w.counters = payload["counters"]
+        self.bank.absorb(i, payload["bank"])
+        self._sources[i] = payload["sources"]
 
     def _merge(self, results: Mapping[int, RunResult], elapsed: float, reason: str) -> RunResult:
+        self.bank.end(time.monotonic())
         components: dict[str, TaskMetrics] = {}
         for m in self.task_metrics():
             components.setdefault(m.component, TaskMetrics(m.component, -1)).add(m)

@@ -356,6 +356,7 @@ class Worker:
                 if (bolt.inbox or bolt.control) and bolt.drain():
                     moved = True
             rt.fire_due_timers(rt.clock.monotonic())
+            rt.observe_checkpoint()
             if decision is StandstillStep.CUT:
                 assert old is not None
                 self._cut(old)
@@ -452,6 +453,8 @@ class Worker:
             "tasks": sorted(rt.task_by_id),
             "metrics": rt.task_metrics(),
             "counters": rt.counters(),
+            "bank": rt.bank.export(),
+            "sources": rt.source_progress(),
             "rounds": self.rounds,
             "encode_s": self.encode_time,
             "wait_s": self.wait_time,
