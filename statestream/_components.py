@@ -304,3 +304,14 @@ class StatefulBolt(Bolt):
 
     def pre_rollback(self) -> None:
         """Called just before this task's prepared state is rolled back."""
+
+    def post_commit(self, txid: int, state: KeyValueState) -> None:
+        """Called just after this task's state committed ``txid``, with that state.
+
+        For work outside the store that must follow a commit (a two-phase
+        sink writes its target here, see ``statestream.connectors.TwoPhaseSink``).
+        If it raises, the COMMIT failed and is sent again (the state's commit
+        is idempotent), so it must be idempotent too. It may come before
+        ``init_state`` (a recovery re-sends the COMMIT of an interrupted
+        checkpoint first), and on Spark it runs on the driver's instance of
+        the task, whose ``state`` is read from the store."""

@@ -24,6 +24,8 @@
     └── RuntimeFailure(RuntimeError)    a runtime could not keep running
         ├── SourceError                 a spout's input cannot be read on (an undecodable
         │                               byte): the run stops instead of skipping it
+        ├── SinkError                   a sink's target refuses its rows (a missing table or
+        │                               column, a refused row): the run stops
         ├── StoreOutageError            the store stayed unreachable or unwritable for
         │                               statestream.state.outage.secs: the run stops
         └── UnpicklableTupleError       an emitted value pickle cannot carry to another
@@ -56,6 +58,7 @@ __all__ = [
     "RuntimeFailure",
     "SerializationError",
     "SimulatedCrash",
+    "SinkError",
     "SourceError",
     "StateCorruptError",
     "StateError",
@@ -205,6 +208,14 @@ class UnpicklableTupleError(RuntimeFailure):
     checks the first tuple of each (task, stream) alike (:mod:`statestream._picklable`)
     and stops the run, rather than a topology that passes on one process failing
     only at scale-out."""
+
+
+class SinkError(RuntimeFailure):
+    """A sink's target refuses what the sink must write: a table or column that
+    is not there, a row the database refuses, a server lost for longer than
+    ``statestream.connectors.reconnect.secs``. No retry fixes it, so the run
+    stops (exit 1); what was committed stays, and the staged rows are written
+    when the next run recovers, once the target is fixed."""
 
 
 class SourceError(RuntimeFailure):

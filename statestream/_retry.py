@@ -67,6 +67,7 @@ from ._config import settings_of
 from ._errors import (
     RuntimeFailure,
     SerializationError,
+    SinkError,
     StoreOutageError,
     UnpicklableTupleError,
 )
@@ -347,7 +348,7 @@ def msg_id_key_fast(msg_id: Any) -> Hashable:
 _GONE = object()
 
 
-_CANNOT_FIX: Final = (SerializationError, StoreOutageError, UnpicklableTupleError)
+_CANNOT_FIX: Final = (SerializationError, StoreOutageError, UnpicklableTupleError, SinkError)
 # The last line of an executor's traceback, as a Spark job's error carries it.
 _REMOTE_CANNOT_FIX: Final = re.compile(
     r"(" + "|".join(t.__name__ for t in _CANNOT_FIX) + r"): (.+)"

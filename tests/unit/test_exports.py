@@ -37,7 +37,8 @@ PROMISED = {
     # errors
     "StatestreamError", "ConfigError", "TopologyError", "TupleError", "ReliabilityError",
     "StateError", "StateCorruptError", "SerializationError", "ProviderNotFoundError",
-    "ProviderUnavailableError", "ProtocolViolation", "RuntimeFailure", "SourceError", "FailedException",
+    "ProviderUnavailableError", "ProtocolViolation", "RuntimeFailure", "SourceError", "SinkError",
+    "FailedException",
     "StateLockedError", "PrepareRefused", "StoreOutageError", "StoreUnwritableError",
 }  # fmt: skip
 

@@ -1,0 +1,278 @@
+"""``PostgresSink``: each tuple a row of a PostgreSQL table, written exactly once per checkpoint.
+
+A :class:`~statestream.connectors.TwoPhaseSink` (see there for the
+protocol). At each COMMIT one transaction writes the checkpoint's rows and
+moves the guard row ``(topology, sink, task) -> txid`` of the guard table
+(``statestream_sink_guard``, created if missing); the guard is moved first,
+with ``ON CONFLICT ... WHERE txid < new``, so a re-sent COMMIT finds it and
+writes nothing, and two writers of one guard wait for each other on its
+row lock. Rows go in batches, never one round trip per tuple:
+
+* ``mode="append"``: ``COPY table (columns) FROM STDIN``; every row once.
+* ``mode="upsert"``: the batch is deduplicated on ``key`` (the last value
+  wins), copied into a temporary table and merged with
+  ``INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE``: the table keeps
+  the last value per key. With parallelism above 1, group the sink's input
+  by ``fields(key)`` so that one task owns each key.
+
+At start (``prepare``) the table and its columns are checked: a table that
+is not there, a column it lacks, an upsert key without a unique index are
+one :class:`~statestream.SinkError` naming table and columns. A row the
+database refuses stops the run with the sink, task, row and the database's
+message (the row is found again one at a time, on that error path only).
+The DSN shows in messages with its password hidden.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import ConfigError, SinkError
+from ._broker import redact, require
+from .sink import TwoPhaseSink
+
+__all__ = ["PostgresSink"]
+
+GUARD_TABLE = "statestream_sink_guard"
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def hide_password(dsn: str) -> str:
+    """A DSN fit for a message: a URL's password, or a ``password=`` pair, hidden."""
+    if "://" in dsn:
+        return redact(dsn)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+class PostgresSink(TwoPhaseSink):
+    """Writes each input tuple's values as one row of ``table`` (``columns``, in order).
+
+    ``PostgresSink("counts", ["word", "n"], dsn="postgresql://...", mode="upsert",
+    key=["word"])``. ``table`` may be schema-qualified (``"public.counts"``).
+    """
+
+    kind = "PostgresSink"
+
+    def __init__(
+        self,
+        table: str,
+        columns: Sequence[str],
+        dsn: str = DEFAULT_DSN,
+        mode: str = "append",
+        key: Sequence[str] = (),
+        guard_table: str = GUARD_TABLE,
+    ) -> None:
+        super().__init__()
+        if mode not in ("append", "upsert"):
+            raise ConfigError(f"PostgresSink mode {mode!r}: use 'append' or 'upsert'")
+        if not columns:
+            raise ConfigError(f"PostgresSink {table!r}: give the columns each tuple fills")
+        if mode == "upsert" and not key:
+            raise ConfigError(f"PostgresSink {table!r}: mode 'upsert' needs key=[columns]")
+        missing = [k for k in key if k not in columns]
+        if missing:
+            raise ConfigError(
+                f"PostgresSink {table!r}: key column(s) {missing} are not among columns {list(columns)}"
+            )
+        self.table = table
+        self.columns = list(columns)
+        self.dsn = self.url = dsn
+        self.mode = mode
+        self.key = list(key)
+        self.guard_table = guard_table
+        self._conn: Any = None
+
+    # -- SQL ---------------------------------------------------------------------------
+    def _ident(self, name: str) -> Any:
+        sql = self._sql
+        return sql.Identifier(*name.split("."))
+
+    def _columns_sql(self, names: Sequence[str]) -> Any:
+        sql = self._sql
+        return sql.SQL(", ").join(sql.Identifier(c) for c in names)
+
+    # -- the target --------------------------------------------------------------------
+    def open_target(self) -> None:
+        psycopg = require("psycopg", "postgres", "PostgresSink")
+        self._psycopg = psycopg
+        self._sql = psycopg.sql
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise SinkError(
+                f"{self.what} cannot reach {hide_password(self.dsn)}: {_first_line(exc)}; "
+                "start the server or fix the DSN"
+            ) from exc
+        self._conn = conn
+        try:
+            self._check(conn)
+        except BaseException:
+            self._conn = None
+            conn.close()
+            raise
+
+    def _check(self, conn: Any) -> None:
+        """The table is there with the columns; the guard table is created if missing."""
+        found = conn.execute(
+            "SELECT to_regclass(%s)::oid", (self._regclass(self.table),)
+        ).fetchone()
+        if found is None or found[0] is None:
+            raise SinkError(
+                f"{self.what}: table {self.table!r} does not exist in {hide_password(self.dsn)}; "
+                f"create it with the columns {self.columns}"
+            )
+        oid = found[0]
+        have = [
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum",
+                (oid,),
+            )
+        ]
+        lacking = [c for c in self.columns if c not in have]
+        if lacking:
+            raise SinkError(
+                f"{self.what}: table {self.table!r} has no column(s) {lacking} (it has {have}); "
+                "fix the sink's columns or the table"
+            )
+        if self.mode == "upsert":
+            uniques = [
+                set(r[0])
+                for r in conn.execute(
+                    "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a "
+                    "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                    "WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid",
+                    (oid,),
+                )
+            ]
+            if set(self.key) not in uniques:
+                raise SinkError(
+                    f"{self.what}: table {self.table!r} has no primary key or unique index on "
+                    f"{self.key}, which upsert needs (ON CONFLICT); add one"
+                )
+        sql = self._sql
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (topology text NOT NULL, sink text NOT NULL, "
+                "task integer NOT NULL, txid bigint NOT NULL, PRIMARY KEY (topology, sink, task))"
+            ).format(self._ident(self.guard_table))
+        )
+
+    @staticmethod
+    def _regclass(name: str) -> str:
+        return ".".join('"' + part.replace('"', '""') + '"' for part in name.split("."))
+
+    def close_target(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def guard(self) -> int:
+        """The txid this task last wrote (-1 if none)."""
+        sql = self._sql
+        row = self._conn.execute(
+            sql.SQL("SELECT txid FROM {} WHERE topology = %s AND sink = %s AND task = %s").format(
+                self._ident(self.guard_table)
+            ),
+            self.guard_key,
+        ).fetchone()
+        return -1 if row is None else int(row[0])
+
+    def write(self, rows: list[list[Any]], txid: int) -> bool:
+        psycopg = self._psycopg
+        try:
+            with self._conn.transaction():
+                if not self._move_guard(txid):
+                    return False  # written before: a COMMIT sent again
+                self._write_rows(rows)
+            return True
+        except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
+            raise self._refused(rows, exc) from exc
+
+    def _move_guard(self, txid: int) -> bool:
+        sql = self._sql
+        moved = self._conn.execute(
+            sql.SQL(
+                "INSERT INTO {} AS g (topology, sink, task, txid) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (topology, sink, task) DO UPDATE SET txid = EXCLUDED.txid "
+                "WHERE g.txid < EXCLUDED.txid RETURNING 1"
+            ).format(self._ident(self.guard_table)),
+            (*self.guard_key, txid),
+        ).fetchone()
+        return moved is not None
+
+    def _write_rows(self, rows: list[list[Any]]) -> None:
+        sql, cur = self._sql, self._conn.cursor()
+        if self.mode == "append":
+            target = sql.SQL("COPY {} ({}) FROM STDIN").format(
+                self._ident(self.table), self._columns_sql(self.columns)
+            )
+            with cur.copy(target) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        # Upsert: the last value per key in this batch, then one merge.
+        at = [self.columns.index(k) for k in self.key]
+        last = {tuple(row[i] for i in at): row for row in rows}
+        cur.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS "
+                "INCLUDING CONSTRAINTS) ON COMMIT DELETE ROWS"
+            ).format(sql.Identifier("statestream_stage"), self._ident(self.table))
+        )
+        with cur.copy(
+            sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier("statestream_stage"), self._columns_sql(self.columns)
+            )
+        ) as copy:
+            for row in last.values():
+                copy.write_row(row)
+        rest = [c for c in self.columns if c not in self.key]
+        action = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                    for c in rest
+                )
+            )
+            if rest
+            else sql.SQL("DO NOTHING")
+        )
+        cur.execute(
+            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
+                self._ident(self.table),
+                self._columns_sql(self.columns),
+                self._columns_sql(self.columns),
+                sql.Identifier("statestream_stage"),
+                self._columns_sql(self.key),
+                action,
+            )
+        )
+
+    def _refused(self, rows: list[list[Any]], exc: BaseException) -> SinkError:
+        """The error for a batch the database refused, naming the first refused row
+        (found again one row at a time, in a transaction that is rolled back)."""
+        bad: list[Any] | None = None
+        reason = _first_line(exc)
+        psycopg = self._psycopg
+        try:
+            with self._conn.transaction(force_rollback=True):
+                for row in rows:
+                    try:
+                        with self._conn.transaction():
+                            self._write_rows([row])
+                    except psycopg.Error as one:
+                        bad, reason = row, _first_line(one)
+                        break
+        except psycopg.Error:
+            pass
+        where = f"row {bad!r}" if bad is not None else f"a batch of {len(rows)} rows"
+        return SinkError(f"{self.what}: table {self.table!r} refused {where}: {reason}")

@@ -1,0 +1,252 @@
+"""Two-phase sinks: a bolt that writes its target exactly once, with the checkpoint.
+
+As Flink's ``TwoPhaseCommitSinkFunction``, a :class:`TwoPhaseSink` takes
+part in the checkpoint instead of writing per tuple::
+
+    execute(tuple)     the row is buffered in memory and the tuple acked (the
+                       stateful executor holds the ack until the checkpoint
+                       covering it commits)
+    PREPARE(t)         pre_prepare: the buffer becomes the stage of t, put in
+                       the task's own state namespace, so the state provider
+                       makes it durable atomically with the checkpoint
+    COMMIT(t)          post_commit, after the state committed t: the stage is
+                       written to the target in ONE target transaction with the
+                       guard (topology, sink, task) -> t; a stage whose txid the
+                       guard already holds is not written again
+    ROLLBACK           pre_rollback: the buffer and the uncommitted stage are
+                       dropped (the state's rollback drops the stage's put)
+
+Why it is exact: a crash after the state committed ``t`` but before the
+target write leaves the stored phase ``COMMITTING(t)``, and every recovery
+re-sends ``COMMIT(t)`` from it (DESIGN.md section 4) before anything else:
+``post_commit`` finds the stage of ``t`` in the committed state and the
+guard below ``t``, and writes it. A COMMIT re-sent after the write finds the
+guard at ``t`` and writes nothing. Exactly once end to end needs
+exactly-once state (the default whenever every spout can rewind); with
+at-least-once state a tuple replayed by a failure elsewhere in its tree is
+written again.
+
+Where the target write runs: on the local runtime (one process or
+``topology.workers``) in the sink task, at the COMMIT of its checkpoint. On
+Spark the executors buffer and stage (``pre_prepare`` runs in the job, the
+stage is prepared with the namespace there), and the driver, once it has
+committed every namespace, calls ``post_commit`` on its own instance of each
+sink task, which reads the stage from the store: the target is written from
+the driver, one transaction per sink task per batch.
+
+To write your own target, subclass and implement three methods (a worked
+example is in the README's "Writing your own sink")::
+
+    class SqliteSink(TwoPhaseSink):
+        def __init__(self, path):
+            super().__init__()
+            self.path = path
+
+        def open_target(self):
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.db.execute("CREATE TABLE IF NOT EXISTS guard (k TEXT PRIMARY KEY, txid INT)")
+
+        def write(self, rows, txid):
+            key = "/".join(map(str, self.guard_key))
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                seen = self.db.execute("SELECT txid FROM guard WHERE k = ?", (key,)).fetchone()
+                if seen is not None and seen[0] >= txid:
+                    self.db.execute("ROLLBACK")
+                    return False  # written before: a re-sent COMMIT
+                self.db.executemany("INSERT INTO out VALUES (?, ?)", rows)
+                self.db.execute("INSERT OR REPLACE INTO guard VALUES (?, ?)", (key, txid))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            return True
+
+        def close_target(self):
+            self.db.close()
+
+Lifecycle: ``check_target`` once at ``prepare`` (by default
+``open_target`` then ``close_target``: a server that does not answer, a
+missing table, a column mismatch stop the run at start, as a
+:class:`~statestream.SinkError`); the writing connection is opened by
+``open_target`` at the first commit that has rows and kept until
+``cleanup``. ``write`` is called only with rows, never concurrently, and
+must be all or nothing together with the guard. The sink's state namespace
+is the sink's own (do not use it from a subclass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._components import OutputCollector, StatefulBolt, TopologyContext
+from .._errors import SinkError, SourceError, TopologyError
+from .._state import KeyValueState
+from .._tuple import Tuple
+from ._broker import Reconnect, redact
+
+__all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields"]
+
+#: The key of the stage in the sink task's state: ``{"txid": t, "rows": [...]}``.
+STAGE_KEY = "$sink.stage"
+
+
+class SinkUnavailable(ConnectionError):
+    """The target is away and the next reconnect is not due yet: the COMMIT fails
+    and is sent again (not a :class:`~statestream.SinkError`, which stops the run)."""
+
+
+def input_fields(context: TopologyContext, what: str) -> list[str]:
+    """The field names of the tuples a sink receives: those its inputs declare.
+
+    All of its inputs must declare the same fields; ``what`` names the sink
+    in the error."""
+    seen = {
+        tuple(context.output_fields(src, stream))
+        for src, stream in context.sources()
+        if not stream.startswith("$")
+    }
+    if len(seen) != 1:
+        raise TopologyError(
+            f"{what}: its inputs declare different fields {sorted(seen)}; give the sink's "
+            "fields explicitly or subscribe it to inputs with the same fields"
+        )
+    return list(seen.pop())
+
+
+class TwoPhaseSink(StatefulBolt):
+    """A bolt that writes what it receives to a target, exactly once, at each checkpoint.
+
+    Subclasses implement :meth:`open_target`, :meth:`write` and
+    :meth:`close_target` (and may override :meth:`check_target` and
+    :meth:`row`); see the module's docstring for the protocol and an example.
+    """
+
+    #: What the sink is called in messages (the class name by default).
+    kind: str = ""
+    #: The target's address, for messages (its password is hidden in them).
+    url: str = ""
+
+    def __init__(self) -> None:
+        self._buffer: list[list[Any]] = []
+        self._staged: dict[str, Any] | None = None  # the stage put at the last pre_prepare
+        self._written = -1  # the highest txid this instance wrote or found written
+        self._open = False
+
+    # -- what a subclass implements -------------------------------------------------
+    def open_target(self) -> None:
+        """Connect to the target and check it (table, columns); raise
+        :class:`~statestream.SinkError` with one line naming what is wrong."""
+
+    def write(self, rows: list[list[Any]], txid: int) -> bool:
+        """In ONE transaction of the target: unless the guard of :attr:`guard_key`
+        already holds ``txid`` or above, write ``rows`` and set the guard to
+        ``txid``. Returns whether it wrote. Raising leaves the target as it was."""
+        raise NotImplementedError(f"{type(self).__name__} must implement write(rows, txid)")
+
+    def close_target(self) -> None:
+        """Release the connection; called at most once after each :meth:`open_target`."""
+
+    def check_target(self) -> None:
+        """Called at ``prepare``: the target is there and fits (by default, open
+        and close it)."""
+        self.open_target()
+        self.close_target()
+
+    def row(self, tup: Tuple) -> list[Any]:
+        """The row a tuple becomes (its values by default); it must be JSON-serializable
+        (it is staged in the state store)."""
+        return list(tup.values)
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def guard_key(self) -> tuple[str, str, int]:
+        """``(topology, sink, task)``: whose guard :meth:`write` checks and sets."""
+        c = self.context
+        return (c.topology_name, c.component_id, c.task_index)
+
+    @property
+    def what(self) -> str:
+        """The sink and task, for messages: ``PostgresSink 'out' task 0``."""
+        return f"{self.kind or type(self).__name__} {self.context.component_id!r} task {self.context.task_index}"
+
+    # -- the bolt ---------------------------------------------------------------------
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        super().prepare(conf, context, collector)
+        self._buffer = []
+        self._staged = None
+        self._written = -1
+        self._open = False
+        self._reconnect = Reconnect.from_conf(self.what, self.url, conf, context.clock)
+        self.check_target()
+
+    def init_state(self, state: KeyValueState) -> None:
+        # The target is not touched here: on Spark init_state runs on the
+        # executors for every batch; the committed stage a crash left unwritten
+        # is written by the COMMIT that recovery re-sends (module docstring).
+        self._buffer = []
+        self._staged = None
+        self._state = state
+
+    def execute(self, tuple: Tuple) -> None:
+        self._buffer.append(self.row(tuple))
+        self.collector.ack(tuple)
+
+    def pre_prepare(self, txid: int) -> None:
+        rows = self._buffer
+        staged = self._staged
+        if staged is not None and staged["txid"] == txid:
+            rows = staged["rows"] + rows  # txid prepared again: its first stage stays in it
+        self._buffer = []
+        if not rows:
+            return  # nothing to write for txid: the committed stage is an older one
+        stage = {"txid": txid, "rows": rows}
+        self._state.put(STAGE_KEY, stage)
+        self._staged = stage
+
+    def pre_rollback(self) -> None:
+        self._buffer = []
+        self._staged = None
+
+    def post_commit(self, txid: int, state: KeyValueState) -> None:
+        self._staged = None
+        stage = state.get(STAGE_KEY)
+        if stage is None or stage["txid"] <= self._written:
+            return
+        staged_txid: int = stage["txid"]
+        reconnect = self._reconnect
+        if not reconnect.due():
+            raise SinkUnavailable(f"{self.what}: waiting to reconnect to {redact(self.url)}")
+        try:
+            if not self._open:
+                self.open_target()
+                self._open = True
+            self.write(stage["rows"], staged_txid)
+        except SinkError:
+            raise
+        except Exception as exc:
+            # Most likely the target went away: the COMMIT fails and is sent
+            # again (with backoff) until statestream.connectors.reconnect.secs,
+            # then the run stops. A new connection is opened at the next try.
+            self._close()
+            try:
+                reconnect.failed(exc)
+            except SourceError as lost:
+                raise SinkError(f"{self.what}: {lost}") from exc
+            raise
+        reconnect.ok()
+        self._written = staged_txid
+
+    def cleanup(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._open:
+            self._open = False
+            self.close_target()
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """A sink emits nothing."""
