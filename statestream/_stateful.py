@@ -84,6 +84,7 @@ def apply_action(
             # and the checkpoint retried forever.
             state.prepare_commit(txid)
         state.commit(txid)
+        bolt.post_commit(txid, state)
     elif action is Action.ROLLBACK:
         bolt.pre_rollback()
         state.rollback()
