@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import os
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -90,6 +91,18 @@ class FileSpout(Spout):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(["offset", "line"])
+
+    def progress(self) -> tuple[int, int | None] | None:
+        """``(bytes read, the file's size now)``, or None before ``open`` (the metrics
+        bank's optional spout method, ``statestream.runtime.metrics.ReportsProgress``)."""
+        f = self._file
+        if f is None:
+            return None
+        try:
+            size = os.fstat(f.fileno()).st_size
+        except (OSError, ValueError):  # closed meanwhile (another thread reads this)
+            return None
+        return self._offset, size
 
     def resolve_path(self, conf: Mapping[str, Any]) -> str:
         path = self.path

@@ -60,6 +60,7 @@ from .executor import Shipped
 from .shared import fresh_state, state_opener, user_bolt
 
 if TYPE_CHECKING:
+    from ..metrics import MetricsBank
     from .spouts import SpoutTask
     from .transactional import TxJob
 
@@ -111,6 +112,7 @@ class DriverBase:
     at_most_once: bool
     exactly_once: bool
     _metrics: dict[str, TaskMetrics]
+    bank: MetricsBank
     _record: CheckpointRecord
     _coordinator: CheckpointCoordinator | None
     _cut: dict[str, Any] | None
@@ -322,6 +324,7 @@ class DriverBase:
             self._close_provider()
 
     def _result(self, start_time: float, reason: str) -> RunResult:
+        self.bank.end(self.clock.monotonic())
         return RunResult(
             self.metrics(), list(self.errors), time.monotonic() - start_time, reason, self._counters
         )

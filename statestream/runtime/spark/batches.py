@@ -97,12 +97,14 @@ class BatchDriver(SpoutDriver):
         coordinator = self.coordinator
         failures = 0
         while True:
+            started = self.clock.monotonic()  # the metrics bank's checkpoint of the batch
             txid = self._prepare(batch)
             try:
                 acks = self._job(sc, token, payload, txid, batch)
                 if batch.source is not None:
                     refuse_lost(acks, txid)
             except Exception as exc:
+                self.bank.checkpoint_done(txid, started, started, self.clock.monotonic(), ok=False)
                 failures += 1
                 self._job_failed(exc, txid, failures, batch)
                 batch = read_again(batch)
@@ -118,7 +120,9 @@ class BatchDriver(SpoutDriver):
             if not self._wait_until(resume_at):
                 return  # stopped: the batch is rolled back, the next run reads it again
             batch = read_again(batch)
+        prepared = self.clock.monotonic()
         self._commit(txid, batch, acks)
+        self.bank.checkpoint_done(txid, started, prepared, self.clock.monotonic())
 
     def _prepare(self, batch: Batch) -> int:
         """Poll the coordinator for batch's PREPARE (``PREPARING(t)`` is stored with

@@ -66,7 +66,7 @@ from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
 from ..errorlog import ErrorLog, error_report
-from ..metrics import MetricsBank, MetricsSnapshot, kinds_of
+from ..metrics import MetricsBank, MetricsSnapshot, kinds_of, progress_of
 from ..plan import RuntimePlan, as_config
 from ..session import StoreSession
 from .base import NullCollector
@@ -247,8 +247,12 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     def metrics_snapshot(self) -> MetricsSnapshot:
         """The bank's view of the run: the counts of the committed batches, the
         batches' checkpoints (the Runtime contract)."""
+        sources = [progress_of(t.cid, t.index, t.spout) for t in list(self._spout_tasks)]
         return self.bank.snapshot(
-            self.clock.monotonic(), list(self.metrics().values()), self.counters()
+            self.clock.monotonic(),
+            list(self.metrics().values()),
+            self.counters(),
+            sources=[p for p in sources if p is not None],
         )
 
     def metrics(self) -> dict[str, TaskMetrics]:
@@ -295,6 +299,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         if self.transactional is not None:
             return self._run_transactional(self.transactional, until_idle, duration)
         start_time = time.monotonic()
+        self.bank.begin(self.clock.monotonic())
         self._deadline = None if duration is None else start_time + duration
         spark = self._session()
         check_provider(self.config, self.master)  # the session's master may differ
