@@ -1,0 +1,390 @@
+"""A spout reading a NATS JetStream stream, rewindable by stream sequence (exactly-once).
+
+nats-py is asyncio only, and a spout is called from the runtime's thread:
+each spout task runs one event loop in a daemon thread of its own
+(:class:`_Reader`), which fetches batches from an ephemeral pull consumer
+and hands them over through a bounded queue (its backpressure: the loop
+waits while the queue is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+import orjson
+
+from .._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from .._errors import ConfigError, SourceError
+from ._broker import Reconnect, redact, require, unreachable
+
+__all__ = ["JetStreamSpout"]
+
+T = TypeVar("T")
+_Item = tuple[int, "list[tuple[int, bytes]] | BaseException"]  # (generation, batch or error)
+_QUEUE_BATCHES = 8  # batches the loop may read ahead of the spout
+
+
+async def _quiet(_exc: Exception) -> None:
+    """nats-py's error callback: our reader reports errors, not the client's logger."""
+
+
+class _Reader:
+    """One task's event loop thread, its NATS connection and its fetching coroutine.
+
+    Lifecycle: :meth:`connect` (raises at once if the server or the stream is
+    not there), :meth:`start` from a sequence (again at every seek: the
+    batches of an earlier start still queued are told apart by their
+    generation and dropped), :meth:`close` (idempotent; stops the loop and
+    joins the thread).
+    """
+
+    def __init__(
+        self, url: str, stream: str, subject: str | None, count: int, block_s: float
+    ) -> None:
+        self.url, self.stream, self.subject = url, stream, subject
+        self.count, self.block_s = count, block_s
+        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=_QUEUE_BATCHES)
+        self.generation = 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name=f"jetstream-{stream}", daemon=True
+        )
+        self.thread.start()
+        self._nc: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def _connect(self) -> None:
+        import nats
+
+        if self._nc is not None and not self._nc.is_closed:
+            return
+        # No reconnects inside nats-py: a lost server is our Reconnect's business
+        # (bounded by statestream.connectors.reconnect.secs), and the client's own
+        # loop would retry its first connect for ever.
+        self._nc = await nats.connect(
+            self.url,
+            connect_timeout=2,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=_quiet,
+        )
+
+    async def _subjects(self) -> list[str]:
+        await self._connect()
+        info = await self._nc.jetstream().stream_info(self.stream)
+        return list(info.config.subjects or [])
+
+    def connect(self) -> list[str]:
+        """Connect and return the stream's subjects; raises what nats-py raises."""
+        return self.call(self._subjects())
+
+    def start(self, seq: int) -> None:
+        """Fetch from stream sequence ``seq`` on; what an earlier start queued is dropped."""
+        self.generation += 1
+        generation = self.generation
+
+        def begin() -> None:
+            if self._task is not None:
+                self._task.cancel()
+            self._task = self.loop.create_task(self._fetch(generation, seq))
+
+        self.loop.call_soon_threadsafe(begin)
+        while True:  # leave room for the new generation's batches
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+
+    async def _fetch(self, generation: int, seq: int) -> None:
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        sub: Any = None
+        wait = 0.05
+        while True:
+            try:
+                if sub is None:
+                    await self._connect()
+                    subjects = await self._subjects()
+                    config = ConsumerConfig(
+                        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                        opt_start_seq=seq,
+                        ack_policy=AckPolicy.NONE,  # the position is ours, in the checkpoint
+                        inactive_threshold=30.0,  # an abandoned consumer goes away
+                    )
+                    if self.subject is None:
+                        config.filter_subjects = subjects
+                    sub = await self._nc.jetstream().pull_subscribe(
+                        self.subject or subjects[0], stream=self.stream, config=config
+                    )
+                try:
+                    msgs = await sub.fetch(batch=self.count, timeout=self.block_s)
+                except NatsTimeout:
+                    if not self._nc.is_connected:
+                        raise ConnectionError("the connection to the server closed") from None
+                    msgs = []
+                batch = [(m.metadata.sequence.stream, m.data) for m in msgs]
+                if batch:
+                    seq = batch[-1][0] + 1
+                wait = 0.05
+                await self._put((generation, batch))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                sub = None
+                await self._put((generation, exc))
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 2.0)
+
+    async def _put(self, item: _Item) -> None:
+        while True:
+            try:
+                self.queue.put_nowait(item)
+                return
+            except queue.Full:
+                await asyncio.sleep(0.005)
+
+    async def _stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task  # a task left pending is reported when the loop closes
+        if self._nc is not None and not self._nc.is_closed:
+            await self._nc.close()
+        self._nc = None
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        with contextlib.suppress(Exception):  # closing: the connection goes with the loop
+            self.call(self._stop(), timeout=5.0)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5.0)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class JetStreamSpout(Spout):
+    """Emits each message of a NATS JetStream stream, in stream order.
+
+    What it emits: with one field (``fields=["line"]``, the default) the
+    message's payload as UTF-8 text; with several, the named keys of the
+    payload read as a JSON object; or whatever ``decoder(payload)`` returns
+    (a sequence, one value per output field; give ``output_fields``).
+    ``subject`` filters the stream's messages (default: all of them).
+
+    **Exactly-once.** It implements :class:`~statestream.Rewindable`: its
+    position is the stream sequence of the next message (plus the failed
+    messages waiting to be emitted again), kept in the checkpoint record;
+    a restore reads from there through a new ephemeral consumer
+    (``deliver_policy=by_start_sequence``, no acks: nothing is kept on the
+    server). ``acked_position()`` serves at-least-once state.
+
+    One task per stream (a JetStream stream is one ordered log); a
+    parallelism above 1 is refused.
+
+    **Reading.** A loop thread fetches ``count`` messages at a time ahead of
+    the spout (at most 8 batches); ``next_tuple`` waits at most ``block_ms``
+    for one when none is ready. With ``--until-idle`` it is exhausted once a
+    fetch found nothing new and everything it emitted is acked.
+
+    **Faults.** A server that does not answer at ``open`` stops the run
+    (exit 1, the URL named with its password hidden); a stream that does not
+    exist is a :class:`~statestream.ConfigError` naming it; a server lost
+    mid-run is tried again with backoff for
+    ``statestream.connectors.reconnect.secs``, then the run stops.
+    ``close`` stops the loop and joins its thread.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        subject: str | None = None,
+        fields: Sequence[str] = ("line",),
+        url: str = "nats://127.0.0.1:4222",
+        *,
+        decoder: Callable[[bytes], Sequence[Any]] | None = None,
+        output_fields: Sequence[str] | None = None,
+        count: int = 1000,
+        block_ms: int = 50,
+    ) -> None:
+        self.stream = stream
+        self.subject = subject
+        self.fields = list(fields)
+        self.decoder = decoder
+        self.output_fields = list(output_fields) if output_fields is not None else self.fields
+        if decoder is None and len(self.output_fields) != len(self.fields):
+            raise ConfigError(
+                f"JetStreamSpout: output_fields {self.output_fields} must name as many fields "
+                f"as fields {self.fields}"
+            )
+        if count < 1 or block_ms < 0:
+            raise ConfigError(
+                f"JetStreamSpout: count must be >= 1 and block_ms >= 0 (got {count}, {block_ms})"
+            )
+        self.url = url
+        self.count = count
+        self.block_ms = block_ms
+        self._reader: _Reader | None = None
+        self._reconnect: Reconnect | None = None
+        self._next = 1  # the stream sequence of the next message to emit
+        self._started = False
+        self._buffer: deque[tuple[int, list[Any]]] = deque()
+        self._in_flight: dict[int, list[Any]] = {}  # in sequence order
+        self._replay: deque[int] = deque()
+        self._caught_up = False
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(self.output_fields)
+
+    def _name(self) -> str:
+        return f"JetStreamSpout {self.context.component_id!r}"
+
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        super().open(conf, context, collector)
+        require("nats", "nats", "JetStreamSpout")
+        from nats.js.errors import NotFoundError
+
+        if context.parallelism > 1:
+            raise ConfigError(
+                f"{self._name()} has {context.parallelism} tasks, but a JetStream stream is "
+                "one ordered log read by one task: give it parallelism 1 (and spread the "
+                "work over the bolts after it)"
+            )
+        self._reader = _Reader(
+            self.url, self.stream, self.subject, self.count, self.block_ms / 1000.0
+        )
+        try:
+            self._reader.connect()
+        except NotFoundError:
+            self.close()
+            raise ConfigError(
+                f"{self._name()}: the JetStream stream {self.stream!r} does not exist on "
+                f"{redact(self.url)}; fix the name, or create it first (nats stream add "
+                f"{self.stream} --subjects ...)"
+            ) from None
+        except Exception as exc:
+            self.close()
+            raise unreachable(self._name(), self.url, exc) from exc
+        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+
+    def _start(self, seq: int, replay: Sequence[Any]) -> None:
+        assert self._reader is not None
+        self._next = seq
+        self._buffer.clear()
+        self._caught_up = False
+        self._in_flight = {int(n): list(values) for n, values in replay}
+        self._replay = deque(self._in_flight)
+        self._reader.start(seq)
+        self._started = True
+
+    def next_tuple(self) -> None:
+        if self._replay:
+            n = self._replay.popleft()
+            self.collector.emit(self._in_flight[n], n)
+            return
+        if not self._buffer:
+            self._take()
+            if not self._buffer:
+                return
+        n, values = self._buffer.popleft()
+        self._in_flight[n] = values
+        self._next = n + 1
+        self.collector.emit(values, n)
+
+    def _take(self) -> None:
+        """Move the next batch the loop fetched into the buffer (waiting at most block_ms)."""
+        reader, reconnect = self._reader, self._reconnect
+        if reader is None or reconnect is None:
+            return
+        if not self._started:
+            self._start(self._next, [])
+        try:
+            generation, item = reader.queue.get(timeout=self.block_ms / 1000.0)
+        except queue.Empty:
+            return
+        if generation != reader.generation:
+            return  # fetched for a position given up by a seek
+        if isinstance(item, BaseException):
+            reconnect.failed(item)  # raises SourceError once the limit is past
+            return
+        reconnect.ok()
+        self._caught_up = not item
+        for n, data in item:
+            if n >= self._next:  # a refetch after a reconnect may overlap
+                self._buffer.append((n, self._decode(n, data)))
+
+    def _decode(self, n: int, data: bytes) -> list[Any]:
+        try:
+            if self.decoder is not None:
+                return list(self.decoder(data))
+            if len(self.fields) == 1:
+                return [data.decode()]
+            record = orjson.loads(data)
+            return [record[f] for f in self.fields]
+        except Exception as exc:
+            raise SourceError(
+                f"{self._name()}: message {n} of stream {self.stream!r} cannot be read as "
+                f"{self.fields if self.decoder is None else 'the decoder wants'}: "
+                f"{type(exc).__name__}: {exc}; produce it so, or pass a decoder"
+            ) from exc
+
+    # -- positions (statestream.Rewindable) ------------------------------------------
+    def position(self) -> Any:
+        """The stream sequence of the next message, and the failed messages (with
+        their values) that wait to be emitted again."""
+        replay = [[n, self._in_flight[n]] for n in self._replay]
+        return {"stream": self.stream, "seq": self._next, "replay": replay}
+
+    def acked_position(self) -> Any:
+        """The stream sequence of the first message not yet acked."""
+        return {"stream": self.stream, "seq": next(iter(self._in_flight), self._next)}
+
+    def seek(self, position: Any) -> None:
+        """Continue from ``position`` (from :meth:`position`; None: the stream's start)."""
+        if self._reader is None:
+            raise ConfigError("JetStreamSpout.seek() before open()")
+        if position is None:
+            self._start(1, [])
+            return
+        if position.get("stream") != self.stream:
+            self.close()
+            raise ConfigError(
+                f"{self._name()}: the checkpoint to restore was taken reading stream "
+                f"{position.get('stream')!r}, but this run reads {self.stream!r}; point "
+                "it back, or start from an empty state store (statestream state clear)"
+            )
+        self._start(int(position["seq"]), position.get("replay") or [])
+
+    def ack(self, msg_id: Any) -> None:
+        self._in_flight.pop(msg_id, None)
+
+    def fail(self, msg_id: Any) -> None:
+        if msg_id in self._in_flight:
+            self._replay.append(msg_id)
+
+    def exhausted(self) -> bool:
+        return self._caught_up and not self._buffer and not self._replay and not self._in_flight
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None  # a loop and a connection do not travel; open() makes them
+        return state
