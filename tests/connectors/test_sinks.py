@@ -23,7 +23,7 @@ from statestream.testing import make_tuple
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(params=["postgres"])
+@pytest.fixture(params=["postgres", "redis", "file"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkCase]:
     yield from case_fixture(request, tmp_path)
 
@@ -108,8 +108,6 @@ def test_rollback_drops_the_stage(case: SinkCase, tmp_path: Path) -> None:
 
 
 def test_tasks_of_one_sink_keep_their_own_guards(case: SinkCase, tmp_path: Path) -> None:
-    if case.name == "file":
-        pytest.skip("a FileSink task writes a file of its own (test_files.py)")
     provider = store(tmp_path)
     one, s1 = open_task(case, provider, task=0)
     two, s2 = open_task(case, provider, task=1)

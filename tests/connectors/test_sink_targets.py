@@ -1,0 +1,168 @@
+"""What each sink does beyond the shared protocol: PostgreSQL's append and upsert and
+its errors at start and at commit, Redis hash and set targets, the file cut back
+to its guard on restore. The protocol itself is in test_sinks.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sink_cases import (
+    FIELDS,
+    PG_DSN,
+    JsonLines,
+    PostgresAppend,
+    RedisStream,
+    SinkCase,
+    open_task,
+    store,
+)
+
+from statestream import SinkError
+from statestream._checkpoint import Action
+from statestream._stateful import apply_action
+from statestream.connectors.postgres import PostgresSink
+from statestream.connectors.redis_sink import RedisSink
+from statestream.testing import make_tuple
+
+pytestmark = pytest.mark.redis
+
+
+def checkpoint(case: SinkCase, tmp_path: Path, batches: list[list[list[Any]]]) -> None:
+    """Each batch through PREPARE(t)/COMMIT(t) on one task of a sink of ``case``."""
+    sink, state = open_task(case, store(tmp_path))
+    apply_action(sink, state, Action.INITSTATE, -1, False)
+    for t, rows in enumerate(batches):
+        for row in rows:
+            sink.execute(make_tuple(row, FIELDS))
+        apply_action(sink, state, Action.PREPARE, t, True)
+        apply_action(sink, state, Action.COMMIT, t, True)
+
+
+@pytest.fixture
+def upsert(tmp_path: Path) -> Iterator[PostgresAppend]:
+    case = PostgresAppend(tmp_path, mode="upsert")
+    case.opened, case.topology = [], "topo-upsert-" + case.table
+    yield case
+    for s in case.opened:
+        s.cleanup()
+    case.close()
+
+
+@pytest.fixture
+def append(tmp_path: Path) -> Iterator[PostgresAppend]:
+    case = PostgresAppend(tmp_path)
+    case.opened, case.topology = [], "topo-append-" + case.table
+    yield case
+    for s in case.opened:
+        s.cleanup()
+    case.close()
+
+
+def test_postgres_append_keeps_every_row_and_upsert_the_last_per_key(
+    append: PostgresAppend, upsert: PostgresAppend, tmp_path: Path
+) -> None:
+    batches = [[["a", 1], ["b", 1], ["a", 2]], [["a", 3], ["c", 1]]]
+    checkpoint(append, tmp_path / "1", batches)
+    checkpoint(upsert, tmp_path / "2", batches)
+    assert append.rows() == [["a", 1], ["a", 2], ["a", 3], ["b", 1], ["c", 1]]
+    assert upsert.rows() == [["a", 3], ["b", 1], ["c", 1]]
+
+
+def test_postgres_errors_at_start_name_the_table_and_hide_the_password(
+    append: PostgresAppend, tmp_path: Path
+) -> None:
+    class Missing(SinkCase):
+        def make(self) -> PostgresSink:
+            return PostgresSink(
+                "no_such_table", FIELDS, dsn=PG_DSN.replace("postgres@", "postgres:s3cret@")
+            )
+
+    class Mismatch(SinkCase):
+        def make(self) -> PostgresSink:
+            return PostgresSink(append.table, ["word", "total"], dsn=PG_DSN)
+
+    class NoKey(SinkCase):
+        def make(self) -> PostgresSink:
+            return PostgresSink(append.table, FIELDS, dsn=PG_DSN, mode="upsert", key=["word"])
+
+    class Unreachable(SinkCase):
+        def make(self) -> PostgresSink:
+            return PostgresSink(append.table, FIELDS, dsn="postgresql://u:s3cret@127.0.0.1:1/test")
+
+    expected = {
+        Missing: "table 'no_such_table' does not exist in postgresql://postgres:***@",
+        Mismatch: f"table '{append.table}' has no column(s) ['total'] (it has ['word', 'n'])",
+        NoKey: "has no primary key or unique index on ['word']",
+        Unreachable: "cannot reach postgresql://u:***@127.0.0.1:1/test",
+    }
+    for kind, text in expected.items():
+        case = kind()
+        case.opened, case.topology = [], append.topology
+        with pytest.raises(SinkError) as err:
+            open_task(case, store(tmp_path))
+        assert text in str(err.value)
+        assert "s3cret" not in str(err.value)
+        assert "\n" not in str(err.value)
+
+
+def test_postgres_a_refused_row_stops_with_the_sink_task_row_and_reason(
+    append: PostgresAppend, tmp_path: Path
+) -> None:
+    sink, state = open_task(append, store(tmp_path))
+    apply_action(sink, state, Action.INITSTATE, -1, False)
+    for row in (["a", 1], ["b", None], ["c", 3]):
+        sink.execute(make_tuple(row, FIELDS))
+    apply_action(sink, state, Action.PREPARE, 0, True)
+    with pytest.raises(SinkError) as err:
+        apply_action(sink, state, Action.COMMIT, 0, True)
+    message = str(err.value)
+    assert "PostgresSink 'out' task 0" in message
+    assert "refused row ['b', None]" in message
+    assert 'null value in column "n"' in message
+    assert append.rows() == []  # nothing of the batch: one transaction
+
+
+@pytest.mark.parametrize("target", ["hash", "set"])
+def test_redis_hash_and_set_targets(target: str, tmp_path: Path) -> None:
+    case = RedisStream(tmp_path)
+    case.opened, case.topology = [], "topo-" + case.prefix
+    key = case.prefix + ":" + target
+
+    class Target(SinkCase):
+        def make(self) -> RedisSink:
+            return RedisSink(target, key, guard=case.prefix + ":guard")
+
+    t = Target()
+    t.opened, t.topology = case.opened, case.topology
+    try:
+        checkpoint(t, tmp_path, [[["a", 1], ["b", 1]], [["a", 2]]])
+        again, state = open_task(t, store(tmp_path))  # COMMIT(1) re-sent after a restart
+        apply_action(again, state, Action.COMMIT, 1, True)
+        assert case.client.hget(case.prefix + ":guard", f"{t.topology}/out/0") == "1"
+        if target == "hash":
+            assert case.client.hgetall(key) == {"a": "2", "b": "1"}
+        else:
+            assert case.client.smembers(key) == {"a", "b"}
+    finally:
+        for s in case.opened:
+            s.cleanup()
+        case.close()
+
+
+def test_a_file_is_cut_back_to_its_guard_on_restore(tmp_path: Path) -> None:
+    case = JsonLines(tmp_path)
+    case.opened, case.topology = [], "topo-file"
+    checkpoint(case, tmp_path, [[["a", 1]], [["b", 1]]])
+    out = tmp_path / "out-0.jsonl"
+    committed = out.read_bytes()
+    with open(out, "ab") as f:  # a crash mid-append left half a batch
+        f.write(b'{"word": "c", "n"')
+    assert json.loads((tmp_path / "out-0.jsonl.guard").read_text())["length"] == len(committed)
+    open_task(case, store(tmp_path))  # the restart: prepare cuts it back
+    assert out.read_bytes() == committed
+    for s in case.opened:
+        s.cleanup()
