@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Self
 
@@ -37,10 +38,15 @@ __all__ = ["MemoryStateProvider"]
 class _Namespace:
     """The stored layers of one namespace. Guarded by its store's lock."""
 
-    __slots__ = ("committed", "committed_txid", "prepared", "prepared_txid")
+    __slots__ = ("committed", "committed_txid", "ordered", "prepared", "prepared_txid")
 
     def __init__(self) -> None:
         self.committed: dict[bytes, bytes] = {}
+        # The committed keys sorted, for paged reads (scan_page); None once a
+        # key was added since. A deleted key may linger in it (pages skip
+        # it), so a commit of deletions alone keeps it: a rescale deleting
+        # the keys it moves pages on without sorting again.
+        self.ordered: list[bytes] | None = None
         self.committed_txid = -1
         self.prepared: dict[bytes, bytes | None] = {}
         self.prepared_txid: int | None = None
@@ -112,6 +118,20 @@ class _MemoryBackend:
             entries = list(self._ns().committed.items())
         return iter(entries)
 
+    def scan_page(
+        self, after: bytes | None, limit: int
+    ) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+        with self._store.lock:
+            namespace = self._ns()
+            committed = namespace.committed
+            ordered = namespace.ordered
+            if ordered is None:
+                ordered = namespace.ordered = sorted(committed)
+            start = 0 if after is None else bisect_right(ordered, after)
+            keys = ordered[start : start + limit]
+            page = [(key, committed[key]) for key in keys if key in committed]
+        return page, (keys[-1] if len(keys) == limit else None)
+
     def load_txids(self) -> tuple[int, int | None]:
         with self._store.lock:
             namespace = self._ns()
@@ -130,7 +150,7 @@ class _MemoryBackend:
                 return CommitOutcome.ALREADY_COMMITTED
             if namespace.prepared_txid != txid:
                 return CommitOutcome.NOT_PREPARED
-            _apply(namespace.committed, namespace.prepared.items())
+            _apply(namespace, namespace.prepared.items())
             namespace.prepared = {}
             namespace.prepared_txid = None
             namespace.committed_txid = txid
@@ -138,7 +158,7 @@ class _MemoryBackend:
 
     def commit_direct(self, delta: Delta) -> None:
         with self._store.lock:
-            _apply(self._ns().committed, delta)
+            _apply(self._ns(), delta)
 
     def discard_prepared(self) -> None:
         with self._store.lock:
@@ -147,11 +167,14 @@ class _MemoryBackend:
             namespace.prepared_txid = None
 
 
-def _apply(committed: dict[bytes, bytes], delta: Iterable[tuple[bytes, bytes | None]]) -> None:
+def _apply(namespace: _Namespace, delta: Iterable[tuple[bytes, bytes | None]]) -> None:
+    committed = namespace.committed
     for key, value in delta:
         if value is None:
             committed.pop(key, None)
         else:
+            if key not in committed:  # a new key: the sorted keys miss it
+                namespace.ordered = None
             committed[key] = value
 
 

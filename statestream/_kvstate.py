@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import math
 import reprlib
+import sys
 from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -92,6 +93,15 @@ _INT_BOUND: Final = 1 << 61
 _isascii: Final = str.isascii
 
 
+def _entry_bytes(key: Any, value: Any) -> int:
+    """What one cache entry takes: its key, its value and a dict slot (~100 bytes
+    with the dict's spare room)."""
+    size = sys.getsizeof(key) + 100
+    if value is not _ABSENT:
+        size += sys.getsizeof(value)
+    return size
+
+
 def _plain_value(value: Any) -> bool:
     """True if JSON always encodes ``value``, to what reads back equal and of its type."""
     t = type(value)
@@ -106,6 +116,21 @@ def _plain_value(value: Any) -> bool:
 
 PRELOAD_LIMIT: Final = 50_000
 """Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
+
+PAGE: Final = 1024
+"""Committed entries :meth:`StoredKeyValueState.items` reads from the store at a time."""
+
+DEFAULT_CACHE_MB: Final = 32.0
+"""The read cache of a process's states, MiB (``topology.state.cache.mb``)."""
+
+#: Bytes a cache entry is reckoned at before one was measured: a short str
+#: key, a small int value and the dict slot that holds them.
+_ENTRY_GUESS: Final = 200
+#: Entries a generation keeps at least, whatever the budget: a tiny budget
+#: must still let a checkpoint's worth of work run.
+_MIN_GENERATION: Final = 16
+#: Entries sampled to measure what one costs (see StoredKeyValueState._rotate).
+_SAMPLE: Final = 32
 
 
 class StoredKeyValueState:
@@ -149,18 +174,27 @@ class StoredKeyValueState:
         "_defer",
         "_encode",
         "_foreign_prepared",
+        "_generation",
         "_loaded",
+        "_old",
         "_pending",
         "_plain",
         "_preload_tried",
         "_prepared",
         "_prepared_txid",
         "_view",
+        "cache_bytes",
         "namespace",
         "preload_limit",
     )
 
-    def __init__(self, namespace: str, backend: StateBackend, serializer: Serializer) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        backend: StateBackend,
+        serializer: Serializer,
+        cache_bytes: int = int(DEFAULT_CACHE_MB * 1024 * 1024),
+    ) -> None:
         self.namespace: Final = namespace
         self._backend = backend
         self._encode = serializer.encode
@@ -176,6 +210,17 @@ class StoredKeyValueState:
         self._defer = type(serializer) is JsonSerializer
         self._prepared: dict[Hashable, _Entry] = {}
         self._view: dict[Hashable, Any] = {}
+        # The read cache is two generations (a segmented approximation of
+        # LRU that costs nothing on a hit): _view, the young one, takes every
+        # read and write; a miss there looks in _old, the previous one, and
+        # moves what it finds back up. When _view reaches _generation
+        # entries, _old (clean entries only: every uncommitted change is in
+        # _view) is dropped and _view becomes _old (see _rotate).
+        self._old: dict[Hashable, Any] = {}
+        #: The bytes this state's read cache may keep (its share of
+        #: ``topology.state.cache.mb``, set by its provider).
+        self.cache_bytes = cache_bytes
+        self._generation = max(_MIN_GENERATION, cache_bytes // 2 // _ENTRY_GUESS)
         # Txids are read from the store on the first protocol call, not at open.
         self._loaded = False
         self._committed_txid = -1
@@ -256,29 +301,78 @@ class StoredKeyValueState:
             ) from exc
 
     def _load(self, key: Any, cache_key: Hashable) -> Any:
-        """Read a committed value into the view (a cache miss)."""
+        """Read a committed value into the view (a miss in the young generation)."""
+        view = self._view
+        if len(view) >= self._generation:
+            self._rotate()
+            view = self._view
+        value = self._old.get(cache_key, _MISSING)
+        if value is not _MISSING:
+            view[cache_key] = value  # used again: back to the young generation
+            return value
         if not self._complete and not self._preload_tried:
             self._preload()
-            value = self._view.get(cache_key, _MISSING)
+            value = view.get(cache_key, _MISSING)
             if value is not _MISSING:
                 return value
         if self._complete:
-            self._view[cache_key] = _ABSENT
+            view[cache_key] = _ABSENT
             return _ABSENT
         data = self._backend.load(self._key(key)[1])
         value = _ABSENT if data is None else self._decode_value(key, data)
-        self._view[cache_key] = value
+        view[cache_key] = value
         return value
+
+    def _rotate(self) -> None:
+        """Drop the old generation, and make the young one old (see ``_view``).
+
+        Every uncommitted change stays young: the entries of ``_pending``
+        and ``_prepared`` move to the new young generation (``_plain`` is
+        apart from the view), so eviction drops only what the store holds.
+        The generation's size is then set from the budget's share and the
+        bytes a sample of the entries takes.
+        """
+        view = self._view
+        young: dict[Hashable, Any] = {}
+        for dirty in (self._prepared, self._pending):
+            for cache_key in dirty:
+                value = view.get(cache_key, _MISSING)
+                if value is not _MISSING:
+                    young[cache_key] = value
+        self._old = view
+        self._view = young
+        self._complete = False  # what was evicted is no longer known absent or present
+        self._preload_tried = True  # and a state that outgrew the cache is not read whole
+        self._size_generation(view)
+        # A checkpoint's changes larger than a generation stay cached all the
+        # same: room for as many again, or every miss would rotate.
+        self._generation = max(self._generation, 2 * len(young))
+
+    def _size_generation(self, sample_of: dict[Hashable, Any]) -> None:
+        total = n = 0
+        for cache_key, value in sample_of.items():
+            total += _entry_bytes(cache_key, value)
+            n += 1
+            if n >= _SAMPLE:
+                break
+        per_entry = total // n if n else _ENTRY_GUESS
+        self._generation = max(_MIN_GENERATION, self.cache_bytes // 2 // max(1, per_entry))
+
+    @property
+    def cache_entries(self) -> int:
+        """Entries the read cache holds now (both generations; for tests and benches)."""
+        return len(self._view) + len(self._old)
 
     def _preload(self) -> None:
         """On the first miss, read a small committed state whole.
 
         A bolt meeting new keys would otherwise pay a store round trip per
         key, even on an empty store (20,000 Redis round trips for a 20,000
-        word vocabulary). Up to ``preload_limit`` committed entries are streamed
-        into the view; if the scan ends within the limit the view is complete
-        and later misses need no I/O. A larger state stays lazy (what was read
-        is kept), so opening a state of millions of keys stays fast.
+        word vocabulary). Up to ``preload_limit`` committed entries (and no
+        more than the young generation holds) are streamed into the view; if
+        the scan ends within the limit the view is complete and later misses
+        need no I/O. A larger state stays lazy (what was read is kept), so
+        opening a state of millions of keys stays fast.
         """
         self._preload_tried = True
         if self._foreign_prepared:
@@ -286,13 +380,34 @@ class StoredKeyValueState:
         view = self._view
         self._settle_plain()
         overlay = self._pending.keys() | self._prepared.keys()
-        for n, (encoded_key, data) in enumerate(self._backend.scan(), 1):
-            if n > self.preload_limit:
+        # Half a generation at most, so that a complete state has room for new keys.
+        limit = min(self.preload_limit, self._generation // 2 - len(view))
+        if limit <= 0:
+            return
+        for n, (encoded_key, data) in enumerate(self._committed(limit + 1), 1):
+            if n > limit:
                 return
             key, cache_key = self._stored_key(encoded_key)
             if cache_key not in overlay and cache_key not in view:
                 view[cache_key] = self._decode_value(key, data)
         self._complete = True
+
+    def _committed(self, first: int = 0) -> Iterator[tuple[bytes, bytes]]:
+        """The committed entries, in pages in key order where the backend can
+        (``scan_page``; else its ``scan``, in its own order). ``first``: the
+        size of the first page, for a reader that wants no more."""
+        scan_page = getattr(self._backend, "scan_page", None)
+        if scan_page is None:
+            yield from self._backend.scan()
+            return
+        after: bytes | None = None
+        size = first or PAGE
+        while True:
+            page, after = scan_page(after, size)
+            yield from page
+            if after is None:
+                return
+            size = PAGE
 
     # ------------------------------------------------------------------ mapping
 
@@ -393,23 +508,40 @@ class StoredKeyValueState:
         return iter(self)
 
     def _walk(self, *, values: bool) -> Iterator[tuple[Any, Any]]:
+        """Pending over prepared over committed, in key order where the backend
+        pages in key order (``scan_page``): the committed entries are read a
+        page at a time and merged with the uncommitted changes sorted by
+        encoded key. Nothing is added to the read cache."""
         self._settle_plain()
-        overlay = {**self._prepared, **self._pending}  # a snapshot; pending wins
-        view = self._view
-        for cache_key, entry in overlay.items():
-            value = view[cache_key]
-            if value is not _ABSENT:
-                yield entry[0], value
-        for encoded_key, data in self._backend.scan():
-            key, cache_key = self._stored_key(encoded_key)
-            if cache_key in overlay:
+        overlay: dict[bytes, _Entry] = {}
+        for dirty in (self._prepared, self._pending):  # pending wins
+            for entry in dirty.values():
+                encoded_key = entry[1] or b"%b" % orjson.dumps(entry[0])  # a plain prepared key
+                overlay[encoded_key] = entry
+        ordered = getattr(self._backend, "scan_page", None) is not None
+        changes = sorted(overlay) if ordered else list(overlay)
+        i = 0
+        if not ordered:  # the backend's own order: the changes first
+            i = len(changes)
+            for encoded_key in changes:
+                entry = overlay[encoded_key]
+                if entry[3] is not None:  # None: a tombstone
+                    yield entry[0], entry[2]
+        for encoded_key, data in self._committed():
+            while i < len(changes) and changes[i] < encoded_key:
+                entry = overlay[changes[i]]
+                i += 1
+                if entry[3] is not None:
+                    yield entry[0], entry[2]
+            if encoded_key in overlay:
                 continue
-            value = view.get(cache_key, _MISSING)
-            if value is _ABSENT:
-                continue  # consistent with get(), which trusts the cache
-            if value is _MISSING:
-                value = self._decode_value(key, data) if values else None
-            yield key, value
+            key, _ = self._stored_key(encoded_key)
+            yield key, self._decode_value(key, data) if values else None
+        while i < len(changes):
+            entry = overlay[changes[i]]
+            i += 1
+            if entry[3] is not None:
+                yield entry[0], entry[2]
 
     # ------------------------------------------------------------------ checkpoint protocol
 
@@ -490,6 +622,8 @@ class StoredKeyValueState:
         staged.update(pending)  # its keys are never plain ones (put keeps them apart)
         pending.clear()
         self._prepared_txid = t
+        if len(self._view) >= self._generation:
+            self._rotate()
 
     def commit(self, txid: object = None) -> None:
         """Commit the prepared delta of ``txid``, or the pending changes if ``txid`` is None.
@@ -529,6 +663,7 @@ class StoredKeyValueState:
                 cache_key: (_ABSENT if entry[3] is None else entry[2])
                 for cache_key, entry in self._pending.items()
             }
+            self._old = {}
             self._foreign_prepared = False
             self._complete = False
             self._preload_tried = False
@@ -547,6 +682,8 @@ class StoredKeyValueState:
         if pending:
             self._backend.commit_direct([(e[1], e[3]) for e in pending.values()])
             pending.clear()
+        if len(self._view) >= self._generation:
+            self._rotate()
 
     def rollback(self) -> None:
         """Forget the prepared delta (in the store too) and the pending changes."""
@@ -556,11 +693,13 @@ class StoredKeyValueState:
         # one, and its keys must not ride along with the next prepare.
         self._backend.discard_prepared()
         self._settle_plain()
-        view = self._view
-        for cache_key in self._pending:
-            view.pop(cache_key, None)
-        for cache_key in self._prepared:
-            view.pop(cache_key, None)
+        view, old = self._view, self._old
+        for dirty in (self._pending, self._prepared):
+            for cache_key in dirty:
+                view.pop(cache_key, None)
+                # The old generation may hold an uncommitted value too: the
+                # young one had it when it became old.
+                old.pop(cache_key, None)
         self._pending.clear()
         self._prepared.clear()
         self._prepared_txid = None

@@ -40,7 +40,7 @@ from ._errors import ProviderUnavailableError, StoreOutageError, StoreUnwritable
 if TYPE_CHECKING:
     from ._clock import Clock
     from ._kvstate import CommitOutcome
-    from ._state import Delta, StateBackend
+    from ._state import Delta, ScanPage, StateBackend
 
 __all__ = [
     "OUTAGE_KEY",
@@ -228,6 +228,13 @@ class GuardedBackend:
     def __init__(self, backend: StateBackend, guard: OutageGuard) -> None:
         self.backend = backend
         self.guard = guard
+        # The optional paged scan (StateBackend.scan_page) only where the
+        # backend has it: the state falls back to scan() on None.
+        inner = getattr(backend, "scan_page", None)
+        self.scan_page: ScanPage | None = None
+        if inner is not None:
+            page: ScanPage = inner
+            self.scan_page = lambda after, limit: guard.call(lambda: page(after, limit))
 
     def load(self, key: bytes) -> bytes | None:
         return self.guard.call(lambda: self.backend.load(key))

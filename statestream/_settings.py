@@ -281,6 +281,26 @@ _PROVIDER_CONFIG: Final = _Kind(
 )
 
 
+# The live view's address: a port alone (bound to loopback) or HOST:PORT,
+# [IPv6]:PORT; statestream/_ui/server.py parse_address reads it.
+_ADDRESS_RE: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]:|[^\s:\[\]]*:)?\d{1,5}")
+
+
+def _address_or_null(value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # `topology.ui: 8080` in YAML is a number
+    if isinstance(value, str) and _ADDRESS_RE.fullmatch(value.strip()) and int(value.rsplit(":", 1)[-1]) <= 65535:
+        return value.strip()
+    raise _Invalid
+
+
+_ADDRESS_OR_NULL: Final = _Kind(
+    "a port, HOST:PORT or null", _address_or_null, _scalar, str | None
+)
+
+
 def _one_of(*choices: str) -> _Kind:
     listed = ", ".join(repr(c) for c in choices)
     literal = cast(Any, Literal)[choices]  # Literal['a', 'b'], built at run time
@@ -466,6 +486,17 @@ class Settings:
         since two runs would undo each other's checkpoints; `statestream
         state clear` takes it too, with the same wait. 0 gives up at once.""",
     )
+    topology_state_cache_mb: float = _key(
+        "topology.state.cache.mb",
+        _POSITIVE_NUMBER,
+        32.0,
+        """MiB of read cache for the state of the stateful bolts of each process,
+        shared evenly by its bolt tasks. Keys beyond it are read from the state
+        provider on their next use (least recently used first, approximately);
+        changes not yet committed always stay in memory. State of any size then
+        runs in bounded memory on a durable provider (on memory, the provider
+        itself keeps everything).""",
+    )
     topology_executor_receive_buffer_size: int = _key(
         "topology.executor.receive.buffer.size",
         _Kind("an integer >= 1", _integer(1), _scalar, int),
@@ -523,6 +554,17 @@ class Settings:
         5.0,
         """Seconds between status lines when stdout is not a terminal (a terminal
         gets a live progress display instead).""",
+    )
+    topology_ui: str | None = _key(
+        "topology.ui",
+        _ADDRESS_OR_NULL,
+        None,
+        """Serve the run's live view while it runs (`statestream run --ui` sets
+        it): a page with the topology graph and the component, checkpoint and
+        worker figures, /metrics (Prometheus text) and /api/v1/topology (JSON),
+        at PORT on 127.0.0.1, or at HOST:PORT (0.0.0.0:PORT shows the run to the
+        network). Port 0 picks a free port; the URL is printed at start. null:
+        no server.""",
     )
     statestream_state_exactly_once: bool | Literal["auto"] = _key(
         "statestream.state.exactly.once",

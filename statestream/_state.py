@@ -38,7 +38,7 @@ Everything else raises :class:`~statestream._errors.ProtocolViolation`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Protocol, Self, TypeVar, runtime_checkable
 
@@ -48,6 +48,7 @@ from statestream._errors import (
     StateError,
 )
 from statestream._kvstate import (
+    DEFAULT_CACHE_MB,
     CommitOutcome,
     StoredKeyValueState,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "CommitOutcome",
     "Delta",
     "KeyValueState",
+    "ScanPage",
     "ScopeClaim",
     "State",
     "StateBackend",
@@ -76,6 +78,11 @@ __all__ = [
 #: ``None`` is a tombstone (delete the key). Serializers never produce ``None``,
 #: and a stored JSON ``null`` is the bytes ``b"null"``, so the two cannot meet.
 Delta = Sequence[tuple[bytes, bytes | None]]
+
+#: :meth:`StateBackend.scan_page`'s signature: ``(after, limit) -> (page, next)``.
+ScanPage = Callable[[bytes | None, int], tuple[list[tuple[bytes, bytes]], bytes | None]]
+
+_MIB: Final = 1024 * 1024
 
 #: Sharing scopes: who can see a provider's state (:attr:`StateProvider.sharing`).
 #: One Python process only (the ``memory`` provider).
@@ -255,6 +262,17 @@ class StateBackend(Protocol):
     calls it, with the JSON serializer only, for the puts it kept unencoded,
     so a backend that stores them as one document encodes no key or value
     one by one. Its keys are never keys of ``delta``.
+
+    Optional: ``scan_page(after, limit) -> (page, next)``: committed entries
+    in key order, a page at a time, so that ``items()``, ``state dump`` and
+    rescale read a state of any size in bounded memory. ``page`` holds the
+    entries whose encoded key is above ``after`` (every one when None), in
+    ascending order of the key's bytes, about ``limit`` of them (a page may
+    be shorter, even empty, or a little longer); ``next`` is the ``after``
+    of the next page, None once the entries are exhausted. Each call is its
+    own short read: nothing stays open between pages, and entries committed
+    meanwhile may or may not be seen, but each key comes once. A backend
+    without it is read with ``scan()``: in its own order, still lazily.
     """
 
     def load(self, key: bytes) -> bytes | None:
@@ -264,6 +282,8 @@ class StateBackend(Protocol):
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         """Every committed ``(key, value)``, lazily, each key once; order unspecified."""
         ...
+
+    # scan_page (optional) is described above; a Protocol member would make it required.
 
     def load_txids(self) -> tuple[int, int | None]:
         """``(committed txid or -1, prepared txid or None)``."""
@@ -371,6 +391,30 @@ class BackendStateProvider(ABC):
         self._serializer = serializer
         self._states: dict[str, StoredKeyValueState] = {}
         self._closed = False
+        self._cache_bytes = int(DEFAULT_CACHE_MB * _MIB)
+
+    @property
+    def cache_mb(self) -> float:
+        """The read cache of this provider's states, MiB (``topology.state.cache.mb``).
+
+        The states of bolts share it evenly; the runtime's own (a namespace
+        starting with ``$``: the checkpoint spout's record, the layout) hold
+        a few keys and are not counted. The runtime sets it where it opens
+        the provider (:func:`size_cache`).
+        """
+        return self._cache_bytes / _MIB
+
+    @cache_mb.setter
+    def cache_mb(self, mb: float) -> None:
+        self._cache_bytes = int(mb * _MIB)
+        self._share_cache()
+
+    def _share_cache(self) -> None:
+        states = self._states.values()
+        bolts = sum(1 for state in states if not state.namespace.startswith("$"))
+        share = self._cache_bytes // max(1, bolts)
+        for state in states:
+            state.cache_bytes = share
 
     @classmethod
     @abstractmethod
@@ -485,6 +529,7 @@ class BackendStateProvider(ABC):
                 backend = GuardedBackend(backend, self.outage)
             state = StoredKeyValueState(namespace, backend, self._serializer)
             self._states[namespace] = state
+            self._share_cache()
         return state
 
     def forget_state(self, namespace: str) -> None:
@@ -517,3 +562,15 @@ class BackendStateProvider(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def size_cache(provider: Any, mb: float) -> None:
+    """Give ``provider``'s states ``mb`` MiB of read cache (``topology.state.cache.mb``).
+
+    Every runtime calls it where it opens its provider. A provider not built
+    on :class:`BackendStateProvider` (a scoped view is looked through) is
+    left as is: its states cache as they please.
+    """
+    inner = getattr(provider, "provider", provider)
+    if isinstance(inner, BackendStateProvider):
+        inner.cache_mb = mb

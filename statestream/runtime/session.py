@@ -44,9 +44,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._clock import Clock, SystemClock
+from .._config import settings_of
 from .._outage import guard_store
 from .._registry import RunClaim, open_provider
 from .._rescale import rescale_state
+from .._state import size_cache
 from .._topology import Topology
 
 __all__ = ["StoreSession"]
@@ -98,6 +100,7 @@ class StoreSession:
                 scope=self.topology.name,
             )
             guard_store(provider, self.config, self.clock)
+            size_cache(provider, settings_of(self.config).topology_state_cache_mb)
             if self.owner:
                 try:
                     self._claim.take(provider, self.topology.name, self.config)

@@ -13,7 +13,7 @@ from statestream_providers.redis import RedisStateProvider
 from statestream_providers.sqlite import SQLiteStateProvider
 
 PROVIDERS = Path(__file__).resolve().parents[2] / "providers"
-PROVIDER_FILES = sorted(PROVIDERS.glob("*.py"))
+PROVIDER_FILES = sorted(PROVIDERS.rglob("*.py"))  # a provider may be a package
 
 
 def _statestream_imports(tree: ast.AST) -> list[tuple[int, str]]:
@@ -30,10 +30,13 @@ def _statestream_imports(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_the_provider_files_are_found() -> None:
-    assert {path.name for path in PROVIDER_FILES} >= {"memory.py", "sqlite.py", "redis.py"}
+    names = {str(path.relative_to(PROVIDERS)) for path in PROVIDER_FILES}
+    assert names >= {"memory.py", "sqlite/__init__.py", "sqlite/backend.py", "redis.py"}
 
 
-@pytest.mark.parametrize("path", PROVIDER_FILES, ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", PROVIDER_FILES, ids=lambda path: str(path.relative_to(PROVIDERS))
+)
 def test_providers_import_no_private_statestream_module(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     private = [

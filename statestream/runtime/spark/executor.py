@@ -43,6 +43,7 @@ from ..._components import (
     TopologyContext,
     task_namespace,
 )
+from ..._config import settings_of
 from ..._errors import FailedException, RuntimeFailure, TupleError
 from ..._executors import BasicBoltExecutor
 from ..._journal import TupleJournal
@@ -52,6 +53,7 @@ from ..._retry import (
     retry_cannot_fix,
 )
 from ..._routing import RouteChoice
+from ..._state import size_cache
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import Origin, Tuple, check_emit
 from ..errorlog import TRACEBACK_LIMIT, error_parts
@@ -91,6 +93,7 @@ def shared_provider(conf: Mapping[str, Any], scope: str) -> Any:
             conf["topology.state.provider"], conf["topology.state.provider.config"], scope=scope
         )
         guard_store(provider, conf, SystemClock())  # a prepare rides out an outage here too
+        size_cache(provider, settings_of(conf).topology_state_cache_mb)
     return provider
 
 
