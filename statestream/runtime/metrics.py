@@ -338,6 +338,7 @@ class MetricsBank:
         self._past: dict[tuple[str, int], TaskTiming] = {}  # of replaced workers
         self._workers: dict[int, BankExport] = {}  # the supervisor's: latest per worker
         self._checkpoints: deque[CheckpointInfo] = deque(maxlen=RECENT_CHECKPOINTS)
+        self._sources: dict[tuple[str, int], SourceProgress] = {}
         self.histogram = Histogram()
         # (component, task) -> [(at, executed)]: the history capacity looks back over.
         self._history: dict[tuple[str, int], deque[tuple[float, int]]] = {}
@@ -412,6 +413,14 @@ class MetricsBank:
         self.checkpoint_phase(txid, "COMMITTING", prepared_at)
         self.checkpoint_phase(txid, "COMMITTED", committed_at)
 
+    def sources(self, found: Iterable[SourceProgress | None]) -> list[SourceProgress]:
+        """The spouts' progress as ``found`` now, each task's last known one where it
+        says nothing now (a spout closed at the end of the run)."""
+        for p in found:
+            if p is not None:
+                self._sources[p.component, p.task_index] = p
+        return list(self._sources.values())
+
     # -- workers ------------------------------------------------------------------
     def export(self) -> BankExport:
         """What a worker sends its supervisor with each progress report."""
@@ -458,12 +467,11 @@ class MetricsBank:
 
     def _merged_checkpoints(self) -> tuple[list[CheckpointInfo], Histogram]:
         hist = replace(self.histogram, counts=list(self.histogram.counts))
-        seen: dict[int, CheckpointInfo] = {c.txid: c for c in list(self._checkpoints)}
+        recent = list(self._checkpoints)
         for export in list(self._workers.values()):
             hist.add(export.histogram)
-            for c in export.checkpoints:
-                seen[c.txid] = c  # one worker runs the checkpoint spout
-        recent = sorted(seen.values(), key=lambda c: (c.started_at, c.txid))
+            recent.extend(export.checkpoints)  # one worker runs the checkpoint spout
+        recent.sort(key=lambda c: c.started_at)  # stable: a txid tried again stays after
         return recent[-RECENT_CHECKPOINTS:], hist
 
     # -- reading -------------------------------------------------------------------

@@ -238,6 +238,7 @@ class LocalRuntime(RuntimeBase):
         return due
 
     def _release_spouts(self) -> None:
+        self.source_progress()  # the bank keeps where they got to: closed, they cannot say
         for spout in self.spouts:
             try:
                 spout.spout.close()
@@ -537,12 +538,9 @@ class LocalRuntime(RuntimeBase):
 
     def source_progress(self) -> list[SourceProgress]:
         """How far each data spout task of this process has read, where it can tell."""
-        out = []
-        for s in list(self.data_spouts):
-            p = progress_of(s.component, s.task_index, s.spout)
-            if p is not None:
-                out.append(p)
-        return out
+        return self.bank.sources(
+            progress_of(s.component, s.task_index, s.spout) for s in list(self.data_spouts)
+        )
 
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals (a consistent-enough snapshot; safe to call from another thread)."""

@@ -41,7 +41,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..._checkpoint import CheckpointCoordinator, CheckpointState
+from ..._checkpoint_driver import CheckpointDriver
 from ..._clock import Clock, SystemClock
 from ..._components import (
     BasicBolt,
@@ -55,7 +55,7 @@ from ..._deadletter import (
     configured_path,
 )
 from ..._errors import ConfigError
-from ..._exactly_once import CheckpointRecord, can_rewind, resolve_exactly_once
+from ..._exactly_once import can_rewind, resolve_exactly_once
 from ..._messages import MessageBook
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._retry import (
@@ -172,9 +172,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
             {cid: kind for cid, kind in kinds_of(topology).items() if cid in self._metrics},
             settings.topology_stats_sample_rate,
         )
-        self._record = CheckpointRecord(CheckpointState.initial())
-        self._coordinator: CheckpointCoordinator | None = None
-        self._cut: dict[str, Any] | None = None
+        self._checkpoints: CheckpointDriver | None = None
         self._spout_tasks: list[SpoutTask] = []
         self._driver_bolts: dict[str, StatefulBolt] = {}
         self._tx_jobs: list[TxJob] = []
@@ -247,12 +245,11 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     def metrics_snapshot(self) -> MetricsSnapshot:
         """The bank's view of the run: the counts of the committed batches, the
         batches' checkpoints (the Runtime contract)."""
-        sources = [progress_of(t.cid, t.index, t.spout) for t in list(self._spout_tasks)]
+        sources = self.bank.sources(
+            progress_of(t.cid, t.index, t.spout) for t in list(self._spout_tasks)
+        )
         return self.bank.snapshot(
-            self.clock.monotonic(),
-            list(self.metrics().values()),
-            self.counters(),
-            sources=[p for p in sources if p is not None],
+            self.clock.monotonic(), list(self.metrics().values()), self.counters(), sources=sources
         )
 
     def metrics(self) -> dict[str, TaskMetrics]:

@@ -1,0 +1,88 @@
+"""``/metrics`` and ``/api/v1/topology`` agree with the run's RunResult, on every runtime.
+
+The body of ``/metrics`` (statestream.runtime.metrics_export.prometheus_text
+over the runtime's ``metrics_snapshot()``) is parsed back with
+prometheus_client's own parser: the per-task counters, summed per component,
+are the RunResult's counts; the checkpoints, the input progress and the
+latencies are there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+from runtime_harness import Runner
+from word_bolts import word_count
+
+from statestream.runtime.metrics_export import api_json, prometheus_text
+
+LINES = 120
+
+
+def _families(text: bytes) -> dict[str, list[tuple[dict[str, str], float, str]]]:
+    out: dict[str, list[tuple[dict[str, str], float, str]]] = defaultdict(list)
+    for fam in text_string_to_metric_families(text.decode()):
+        for sample in fam.samples:
+            out[fam.name].append((sample.labels, sample.value, sample.name))
+    return out
+
+
+def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> None:
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("".join(f"a b c{i}\n" for i in range(LINES)))
+    topology = word_count("metrics", corpus)
+    rt = runner.runtime(topology, {"topology.state.checkpoint.interval.ms": 10}, batch_size=40)
+    result = rt.run(until_idle=True)
+    snap = rt.metrics_snapshot()
+    fams = _families(prometheus_text(snap))
+
+    for key in ("emitted", "executed", "acked", "failed"):
+        per_component: dict[str, float] = defaultdict(float)
+        for labels, value, name in fams[f"statestream_tuples_{key}"]:
+            assert name == f"statestream_tuples_{key}_total"
+            assert labels["topology"] == topology.name
+            per_component[labels["component"]] += value
+        expected = {cid: getattr(m, key) for cid, m in result.components.items()}
+        assert {cid: per_component[cid] for cid in expected} == expected, key
+    assert {s.component for s in snap.tasks} >= {"lines", "split", "count"}
+    assert snap.elapsed > 0 or runner.name != "spark"
+
+    # Checkpoints: the histogram counts the committed ones the snapshot lists.
+    hist = {
+        name: value
+        for labels, value, name in fams["statestream_checkpoint_duration_seconds"]
+        if labels.get("le") in (None, "+Inf")
+    }
+    committed = [c for c in snap.checkpoints if c.phase == "committed"]
+    assert committed and hist["statestream_checkpoint_duration_seconds_count"] >= len(committed)
+    assert fams["statestream_checkpoint_last_txid"][0][1] == committed[-1].txid
+
+    # The file spout read its whole file.
+    size = corpus.stat().st_size
+    progress = [(p.component, p.done, p.total) for p in snap.sources]
+    assert progress == [("lines", size, size)]
+    assert [v for _, v, _ in fams["statestream_source_lag"]] == [0]
+
+    if runner.name != "spark":  # the local tasks time their first drain, then 1 in 20
+        timed = {
+            labels["component"]: value
+            for labels, value, name in fams["statestream_execute_latency_seconds"]
+            if name.endswith("_count")
+        }
+        assert timed["split"] > 0 and timed["count"] > 0
+        assert snap.components["count"].execute_latency is not None
+    if runner.workers:
+        assert [w.index for w in snap.workers] == [0, 1]
+        assert all(s.worker in (0, 1) for s in snap.tasks)
+
+    body = orjson.loads(api_json(snap, topology))
+    nodes = {n["id"] for n in body["graph"]["nodes"]}
+    assert nodes == {"lines", "split", "count"}
+    api_components = body["metrics"]["components"]
+    for cid, m in result.components.items():
+        assert api_components[cid]["executed"] == m.executed
+        assert api_components[cid]["emitted"] == m.emitted
+    assert body["metrics"]["sources"][0]["fraction"] == 1.0

@@ -1,0 +1,190 @@
+"""The metrics bank's pure parts (statestream.runtime.metrics), table-tested: sampling,
+capacity and its window, checkpoint phases, the supervisor's merge of worker banks."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from statestream import FakeClock
+from statestream._results import TaskMetrics
+from statestream.runtime.metrics import (
+    CHECKPOINT_BUCKETS,
+    Histogram,
+    MetricsBank,
+    TaskTiming,
+    capacity,
+    sample_every,
+)
+
+KINDS = {"src": ("spout", 1), "work": ("bolt", 2)}
+
+
+@pytest.mark.parametrize(
+    ("rate", "every"), [(1.0, 1), (0.5, 2), (0.05, 20), (0.03, 33), (0.001, 1000), (0.9, 1)]
+)
+def test_sample_every(rate: float, every: int) -> None:
+    assert sample_every(rate) == every
+
+
+@pytest.mark.parametrize(
+    ("executed", "latency", "window", "expected"),
+    [
+        (100, 0.001, 1.0, 0.1),
+        (1000, 0.001, 1.0, 1.0),
+        (5000, 0.001, 1.0, 1.0),  # at most 1
+        (0, 0.001, 1.0, 0.0),
+        (100, None, 1.0, 0.0),  # no sample yet
+        (100, 0.001, 0.0, 0.0),  # no window yet
+        (50, 0.002, 10.0, 0.01),
+    ],
+)
+def test_capacity(executed: int, latency: float | None, window: float, expected: float) -> None:
+    assert capacity(executed, latency, window) == pytest.approx(expected)
+
+
+def test_timing_means_over_samples() -> None:
+    t = TaskTiming("work", 0)
+    assert t.execute_latency is None and t.complete_latency is None
+    t.timed(10, 0.02)
+    t.timed(0, 5.0)  # a drain that executed nothing is no sample
+    t.timed(30, 0.02)
+    assert (t.samples, t.execute_latency, t.max_drain) == (40, pytest.approx(0.001), 0.02)
+
+
+def _bank(clock: FakeClock, rate: float = 0.05, window: float = 10.0) -> MetricsBank:
+    bank = MetricsBank("topo", "local", KINDS, rate, window=window)  # type: ignore[arg-type]
+    bank.begin(clock.monotonic())
+    return bank
+
+
+def _counts(executed: int, emitted: int = 0, task: int = 0) -> list[TaskMetrics]:
+    return [
+        TaskMetrics("src", 0, emitted=emitted, acked=emitted),
+        TaskMetrics("work", task, executed=executed),
+    ]
+
+
+def test_capacity_over_the_window() -> None:
+    """Capacity is Storm's: tuples executed within the last window times the sampled
+    latency, over the window's seconds; older readings fall out of the window."""
+    clock = FakeClock(100.0)
+    bank = _bank(clock, window=10.0)
+    bank.timing("work", 0).timed(100, 0.1)  # 1 ms per tuple
+    table = [
+        # (advance, executed so far, capacity of work[0])
+        (0.0, 0, 0.0),
+        (1.0, 500, 0.5),  # 500 tuples x 1 ms in 1 s
+        (1.0, 1500, 0.75),  # 1500 in 2 s
+        (8.0, 1500, 0.15),  # idle since: 1500 x 1 ms in 10 s
+        (5.0, 1500, 0.0),  # the window has passed the last work
+    ]
+    for advance, executed, expected in table:
+        clock.advance(advance)
+        snap = bank.snapshot(clock.monotonic(), _counts(executed))
+        stats = next(s for s in snap.tasks if s.component == "work")
+        assert stats.capacity == pytest.approx(expected), (advance, executed)
+        assert snap.components["work"].capacity == pytest.approx(expected)
+
+
+def test_snapshot_totals_and_latencies() -> None:
+    clock = FakeClock()
+    bank = _bank(clock)
+    bank.timing("work", 0).timed(10, 0.01)
+    bank.timing("work", 1).timed(30, 0.01)
+    src = bank.timing("src", 0)
+    src.complete_samples, src.complete = 4, 0.2
+    clock.advance(3.0)
+    metrics = [
+        *_counts(100, emitted=7),
+        TaskMetrics("work", 1, executed=50, errors=1, last_error="E: x", last_error_at=2.0),
+    ]
+    snap = bank.snapshot(clock.monotonic(), metrics, {"rewinds": 2})
+    assert list(snap.components) == ["src", "work"]  # the topology's order
+    work = snap.components["work"]
+    assert (work.task_index, work.kind, work.parallelism, work.executed) == (-1, "bolt", 2, 150)
+    # The component's latency weighs its tasks' samples: 0.02 s over 40 tuples.
+    assert work.execute_latency == pytest.approx(0.0005)
+    assert snap.components["src"].complete_latency == pytest.approx(0.05)
+    assert (snap.errors, snap.last_error, snap.elapsed) == (1, "E: x", 3.0)
+    assert snap.counters == {"rewinds": 2}
+    bank.end(clock.monotonic())
+    clock.advance(10.0)
+    assert bank.snapshot(clock.monotonic(), metrics).elapsed == 3.0  # stops at the end
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        # (txid, phase, at) events -> (txid, phase, duration, commit latency) per checkpoint
+        (
+            [(1, "PREPARING", 0.0), (1, "COMMITTING", 0.3), (1, "COMMITTED", 0.5)],
+            [(1, "committed", 0.5, 0.2)],
+        ),
+        (
+            [
+                (1, "PREPARING", 0.0),
+                (2, "PREPARING", 1.0),
+                (2, "COMMITTING", 1.1),
+                (2, "COMMITTED", 1.4),
+            ],
+            [(1, "failed", None, None), (2, "committed", 0.4, pytest.approx(0.3))],
+        ),
+        (
+            [(1, "PREPARING", 0.0), (1, "ROLLBACK", 0.2), (1, "PREPARING", 0.5)],
+            [(1, "failed", None, None), (1, "preparing", None, None)],
+        ),
+        # A commit finished from a stored phase (recovery): no start seen.
+        ([(4, "COMMITTED", 2.0)], [(4, "committed", 0.0, None)]),
+        ([(4, "COMMITTING", 2.0)], []),
+    ],
+)
+def test_checkpoint_phases(
+    events: list[tuple[int, str, float]], expected: list[tuple[int, str, object, object]]
+) -> None:
+    bank = _bank(FakeClock())
+    for txid, phase, at in events:
+        bank.checkpoint_phase(txid, phase, at)
+    snap = bank.snapshot(10.0, [])
+    got = [(c.txid, c.phase, c.duration, c.commit_latency) for c in snap.checkpoints]
+    assert got == [(t, p, None if d is None else pytest.approx(d), c) for t, p, d, c in expected]
+    committed = [c for c in snap.checkpoints if c.phase == "committed"]
+    assert snap.checkpoint_histogram.count == len(committed)
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    h = Histogram()
+    for v in (0.004, 0.02, 0.02, 3.0, 100.0):
+        h.observe(v)
+    bounds = dict(zip(CHECKPOINT_BUCKETS, h.counts, strict=True))
+    assert (bounds[0.005], bounds[0.025], bounds[5.0], bounds[60.0], h.count) == (1, 3, 4, 4, 5)
+    assert h.sum == pytest.approx(103.044)
+
+
+def test_supervisor_merges_worker_banks_across_restarts() -> None:
+    """Each worker's export replaces its previous one; a restart keeps what the
+    replaced workers timed, so the run's latencies and checkpoints cover it all."""
+    w0, w1 = _bank(FakeClock()), _bank(FakeClock())
+    w0.timing("work", 0).timed(10, 0.1)
+    w1.timing("work", 1).timed(10, 0.3)
+    w0.checkpoint_done(0, 1.0, 1.5, 2.0)
+    sup = _bank(FakeClock())
+    sup.absorb(0, pickle.loads(pickle.dumps(w0.export())))  # it crosses a pipe
+    sup.absorb(1, w1.export())
+    w0.timing("work", 0).timed(10, 0.1)
+    sup.absorb(0, w0.export())  # a later report replaces the earlier one
+    both = [*_counts(0), TaskMetrics("work", 1)]
+    snap = sup.snapshot(5.0, both)
+    assert snap.components["work"].samples == 30
+    assert snap.components["work"].execute_latency == pytest.approx(0.5 / 30)
+    assert [(c.txid, c.phase) for c in snap.checkpoints] == [(0, "committed")]
+    sup.retire_workers()  # the workers restart: new ones start from nothing
+    fresh = _bank(FakeClock())
+    fresh.timing("work", 0).timed(5, 0.05)
+    fresh.checkpoint_done(1, 6.0, 6.2, 6.5)
+    sup.absorb(0, fresh.export())
+    snap = sup.snapshot(7.0, both)
+    assert snap.components["work"].samples == 35
+    assert [(c.txid, c.phase) for c in snap.checkpoints] == [(0, "committed"), (1, "committed")]
+    assert snap.checkpoint_histogram.count == 2
