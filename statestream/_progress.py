@@ -23,8 +23,9 @@ from ._text import count, cut_message, cut_value
 
 if TYPE_CHECKING:
     from .runtime.contract import Runtime
+    from .runtime.metrics import MetricsSnapshot, TaskStats
 
-__all__ = ["Progress", "print_summary"]
+__all__ = ["Progress", "print_summary", "status_line"]
 
 # retrying: a spout's tuples waiting for their retry; dead: those it gave up
 # on (in the dead-letter file); last error: a component's, on one line.
@@ -41,6 +42,10 @@ _HEADERS = (
     "last error",
 )
 
+# After the rate: the sampled latency (a bolt's execute latency, a spout's
+# complete latency) and a bolt's capacity (busy share of the last window).
+_LIVE_HEADERS = (*_HEADERS, "rate", "latency", "capacity")
+
 # Each worker process of a run with topology.workers > 1: its index, pid, the
 # tasks it runs, the tuples its tasks executed per second, and restarts so far.
 _WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
@@ -50,7 +55,9 @@ _WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
 _ERROR_CELL = 60
 
 
-def _rows(metrics: Mapping[str, TaskMetrics], error_cell: int | None = _ERROR_CELL) -> list[tuple[str, ...]]:
+def _rows(
+    metrics: Mapping[str, TaskMetrics], error_cell: int | None = _ERROR_CELL
+) -> list[tuple[str, ...]]:
     """One row of cells per component; the last error whole when ``error_cell`` is None."""
     rows: list[tuple[str, ...]] = []
     for cid, m in metrics.items():
@@ -70,6 +77,50 @@ def _rows(metrics: Mapping[str, TaskMetrics], error_cell: int | None = _ERROR_CE
             )
         )
     return rows
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h01m``: a duration to read at a glance."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _latency(stats: TaskStats) -> str:
+    value = stats.complete_latency if stats.kind == "spout" else stats.execute_latency
+    if value is None:
+        return "-"
+    return f"{value * 1000:.3f} ms" if value < 0.1 else f"{value:.2f} s"
+
+
+def status_line(snap: MetricsSnapshot) -> str:
+    """The run at a glance: elapsed, how much of the input is read with the time
+    left at the rate so far (files) or the lag (a broker), the last checkpoint and
+    how long ago it committed."""
+    parts = [f"elapsed {_duration(snap.elapsed)}"]
+    done = sum(p.done for p in snap.sources)
+    totals = [p.total for p in snap.sources]
+    if snap.sources and all(t is not None for t in totals):
+        total = sum(t for t in totals if t is not None)
+        unit = snap.sources[0].unit
+        if unit == "bytes" and total > 0:
+            share = min(1.0, done / total)
+            eta = "-"
+            if share >= 1.0:
+                eta = "0s"
+            elif done > 0 and snap.elapsed > 0:
+                eta = _duration((total - done) * snap.elapsed / done)
+            parts.append(f"input {share:.0%} ETA {eta}")
+        else:
+            parts.append(f"lag {max(0, total - done):,} {unit}")
+    last = snap.last_checkpoint
+    if last is not None:
+        age = max(0.0, snap.at - (last.ended_at or snap.at))
+        parts.append(f"checkpoint {last.txid} ({_duration(age)} ago)")
+    return " | ".join(parts)
 
 
 def print_summary(result: RunResult) -> None:
@@ -112,16 +163,19 @@ class Progress:
         self._screen: Any = None
         self._last: dict[str, tuple[float, int]] = {}
 
-    def _rates(self, error_cell: int | None = _ERROR_CELL) -> list[tuple[str, ...]]:
+    def _rates(
+        self, snap: MetricsSnapshot, error_cell: int | None = _ERROR_CELL
+    ) -> list[tuple[str, ...]]:
+        """One row per component of ``snap``: counts, rate, latency, capacity."""
         now = time.monotonic()
-        metrics = self.rt.metrics()
         rows = []
-        for cid, m in metrics.items():
+        for cid, m in snap.components.items():
             done = m.executed if m.executed else m.emitted
             t0, n0 = self._last.get(cid, (now, done))
             rate = (done - n0) / (now - t0) if now > t0 else 0.0
             self._last[cid] = (now, done)
-            rows.append((*_rows({cid: m}, error_cell)[0], f"{rate:,.0f}/s"))
+            capacity = f"{m.capacity:.0%}" if m.kind == "bolt" else "-"
+            rows.append((*_rows({cid: m}, error_cell)[0], f"{rate:,.0f}/s", _latency(m), capacity))
         return rows
 
     def _worker_rows(self) -> list[tuple[str, ...]]:
@@ -142,10 +196,11 @@ class Progress:
         from rich.console import Group
         from rich.table import Table
 
-        table = Table(title="statestream", expand=False)
-        for h in (*_HEADERS, "rate"):
+        snap = self.rt.metrics_snapshot()
+        table = Table(title=f"statestream: {status_line(snap)}", expand=False)
+        for h in _LIVE_HEADERS:
             table.add_column(h, justify="left" if h in ("component", "last error") else "right")
-        for row in self._rates():
+        for row in self._rates(snap):
             table.add_row(*row)
         workers = self._worker_rows()
         if not workers:
@@ -163,12 +218,14 @@ class Progress:
 
     def _run_plain(self) -> None:
         while not self._done.wait(self.interval):
+            snap = self.rt.metrics_snapshot()
             parts = [
                 f"{r[0]} emitted={r[1]} executed={r[2]} failed={r[4]} errors={r[5]} "
-                f"retrying={r[7]} dead={r[8]} rate={r[10]}"
+                f"retrying={r[7]} dead={r[8]} rate={r[10]} latency={r[11].replace(' ', '')}"
                 + (f" last_error={r[9]!r}" if r[9] else "")
-                for r in self._rates(error_cell=None)
+                for r in self._rates(snap, error_cell=None)
             ]
+            click.echo(f"statestream: {status_line(snap)}", err=True)
             click.echo("statestream: " + "; ".join(parts), err=True)
             workers = [
                 f"worker {r[0]} pid={r[1]} rate={r[3]} restarts={r[4]} tasks=[{r[2]}]"
