@@ -1,0 +1,335 @@
+"""A spout reading a RabbitMQ queue (pika, one BlockingConnection per task).
+
+A stream queue (``x-queue-type: stream``) is a log read from an offset: the
+offset lives in the checkpoint record and the spout is rewindable
+(exactly-once). A classic queue forgets what it delivered once it is acked:
+the spout acks the broker only when the runtime acks the message, which in
+a stateful topology happens once the checkpoint covering it has committed
+(at-least-once; ``auto`` says so in one line at start, since this spout has
+no ``position``/``seek``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from .._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from .._errors import ConfigError, SourceError
+from ._broker import Reconnect, redact, require, unreachable
+
+__all__ = ["RabbitMQSpout"]
+
+
+class RabbitMQSpout(Spout):
+    """Emits each message of RabbitMQ queue ``queue`` as one field, its body as UTF-8 text.
+
+    ``kind="stream"`` (the default) reads a stream queue from an offset
+    (``x-stream-offset``, with ``basic_qos(prefetch_count=count)``): it
+    implements :class:`~statestream.Rewindable`, its position being the
+    offset of the next message (plus the failed ones waiting to be emitted
+    again), so a stateful topology reading it is exactly-once.
+    ``kind="classic"`` consumes a classic (or quorum) queue: every delivery
+    is held unacked on the broker until the runtime acks its tuple, which a
+    stateful topology does once the checkpoint covering it committed, so a
+    crash redelivers only what no checkpoint covered: at-least-once. The
+    kind is checked against the queue at ``open``.
+
+    One task per queue (a stream is one ordered log; a classic queue would
+    work with several, but ordering is then lost): a parallelism above 1
+    is refused.
+
+    ``next_tuple`` waits at most ``block_ms`` for a delivery when none is
+    buffered. With ``--until-idle`` it is exhausted once nothing arrived
+    for that long and everything it emitted is acked.
+
+    **Faults.** A broker that does not answer at ``open`` stops the run
+    (exit 1, the URL named with its password hidden); a queue that does not
+    exist is a :class:`~statestream.ConfigError` naming it; a broker lost
+    mid-run is tried again with backoff for
+    ``statestream.connectors.reconnect.secs``, then the run stops.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RabbitMQSpout:
+        # The kind decides the class: only the stream queue's has position/seek,
+        # which is how the runtime tells a rewindable spout (``auto``).
+        # No arguments: pickle or copy making an instance of the class it stored.
+        if cls is RabbitMQSpout and (args or kwargs) and kwargs.get("kind", "stream") == "stream":
+            cls = _StreamQueueSpout
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        queue: str,
+        url: str = "amqp://guest:guest@127.0.0.1:5672/%2F",
+        *,
+        kind: Literal["stream", "classic"] = "stream",
+        field: str = "line",
+        count: int = 1000,
+        block_ms: int = 50,
+    ) -> None:
+        if kind not in ("stream", "classic"):
+            raise ConfigError(f"RabbitMQSpout: kind is 'stream' or 'classic', not {kind!r}")
+        if count < 1 or block_ms < 0:
+            raise ConfigError(
+                f"RabbitMQSpout: count must be >= 1 and block_ms >= 0 (got {count}, {block_ms})"
+            )
+        self.queue, self.url, self.kind, self.field = queue, url, kind, field
+        self.count, self.block_ms = count, block_ms
+        self._connection: Any = None
+        self._channel: Any = None
+        self._consumer: str | None = None
+        self._reconnect: Reconnect | None = None
+        self._buffer: deque[tuple[int, str]] = deque()  # (message id, text)
+        self._in_flight: dict[int, str] = {}  # in delivery order
+        self._replay: deque[int] = deque()
+        self._broker_acks: list[int] = []  # classic: delivery tags to ack at the next call
+        self._caught_up = False
+        self._conf: Mapping[str, Any] = {}
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare([self.field])
+
+    def _name(self) -> str:
+        return f"RabbitMQSpout {self.context.component_id!r}"
+
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        super().open(conf, context, collector)
+        require("pika", "rabbitmq", "RabbitMQSpout")
+        if context.parallelism > 1:
+            raise ConfigError(
+                f"{self._name()} has {context.parallelism} tasks, but reads one queue in "
+                "order: give it parallelism 1 (and spread the work over the bolts after it)"
+            )
+        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        try:
+            self._connect()
+        except ConfigError:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            raise unreachable(self._name(), self.url, exc) from exc
+        self._check_kind()
+
+    def _connect(self) -> None:
+        import pika
+        from pika.exceptions import ChannelClosedByBroker
+
+        params = pika.URLParameters(self.url)
+        params.connection_attempts, params.socket_timeout = 1, 2.0
+        params.blocked_connection_timeout = 10.0
+        self._connection = pika.BlockingConnection(params)
+        self._channel = self._connection.channel()
+        try:
+            self._channel.queue_declare(self.queue, passive=True)
+        except ChannelClosedByBroker as exc:
+            raise ConfigError(
+                f"{self._name()}: the queue {self.queue!r} does not exist on "
+                f"{redact(self.url)} ({exc.reply_text}); fix the name, or declare it first"
+                + (" with x-queue-type: stream" if self.kind == "stream" else "")
+            ) from None
+        self._channel.basic_qos(prefetch_count=self.count)
+
+    def _check_kind(self) -> None:
+        """Whether the queue is a stream: declaring it as one again is accepted only then."""
+        from pika.exceptions import ChannelClosedByBroker
+
+        probe = self._connection.channel()
+        try:
+            probe.queue_declare(self.queue, durable=True, arguments={"x-queue-type": "stream"})
+            is_stream = True
+            probe.close()
+        except ChannelClosedByBroker:
+            is_stream = False
+        if is_stream != (self.kind == "stream"):
+            actual = "stream" if is_stream else "classic"
+            self.close()
+            raise ConfigError(
+                f"{self._name()}: the queue {self.queue!r} is a {actual} queue, but the "
+                f"spout was given kind={self.kind!r}; pass kind={actual!r}"
+            )
+
+    def _consume(self, arguments: dict[str, Any] | None = None) -> None:
+        self._consumer = self._channel.basic_consume(
+            self.queue, self._deliver, auto_ack=False, arguments=arguments
+        )
+
+    def _deliver(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        try:
+            text = body.decode()
+        except UnicodeDecodeError as exc:
+            raise SourceError(
+                f"{self._name()}: a message of queue {self.queue!r} is not UTF-8 "
+                f"({exc.reason}); produce UTF-8 text"
+            ) from None
+        self._buffer.append((self._message_id(method, properties), text))
+
+    def _message_id(self, method: Any, properties: Any) -> int:
+        return int(method.delivery_tag)
+
+    def next_tuple(self) -> None:
+        if self._broker_acks:
+            self._flush_acks()
+        if self._replay:
+            n = self._replay.popleft()
+            self.collector.emit([self._in_flight[n]], n)
+            return
+        if not self._buffer:
+            self._fill()
+            if not self._buffer:
+                return
+        n, text = self._buffer.popleft()
+        self._in_flight[n] = text
+        self._emitted(n)
+        self.collector.emit([text], n)
+
+    def _emitted(self, n: int) -> None:
+        """A hook: the stream spout moves its offset."""
+
+    def _fill(self) -> None:
+        import pika.exceptions as errors
+
+        reconnect = self._reconnect
+        if reconnect is None or not reconnect.due():
+            return
+        try:
+            if self._channel is None or self._channel.is_closed:
+                self._connect()
+                self._resubscribe()
+            elif self._consumer is None:
+                self._resubscribe()
+            self._connection.process_data_events(time_limit=self.block_ms / 1000.0)
+        except errors.ChannelClosedByBroker as exc:  # refused, not lost: retrying cannot help
+            self._drop_connection()
+            raise SourceError(
+                f"{self._name()}: the broker closed the channel on queue {self.queue!r}: "
+                f"{exc.reply_code} {exc.reply_text}"
+            ) from exc
+        except (errors.AMQPConnectionError, errors.ChannelClosed, errors.StreamLostError) as exc:
+            self._drop_connection()
+            reconnect.failed(exc)  # raises SourceError once the limit is past
+            return
+        reconnect.ok()
+        self._caught_up = not self._buffer
+
+    def _resubscribe(self) -> None:
+        """Consume again after a (re)connect. Classic: what was delivered and not acked
+        was put back by the broker, and comes again with new tags."""
+        self._in_flight.clear()
+        self._replay.clear()
+        self._consume()
+
+    def _flush_acks(self) -> None:
+        tags, self._broker_acks = self._broker_acks, []
+        if self._channel is None or self._channel.is_closed:
+            return  # the broker redelivers them: at-least-once
+        for tag in tags:
+            self._channel.basic_ack(tag)
+
+    def ack(self, msg_id: Any) -> None:
+        # In a stateful topology the runtime acks once the checkpoint covering the
+        # message committed: only now may the broker forget it.
+        if self._in_flight.pop(msg_id, None) is not None:
+            self._broker_acks.append(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        if msg_id in self._in_flight:
+            self._replay.append(msg_id)
+
+    def exhausted(self) -> bool:
+        return self._caught_up and not self._buffer and not self._replay and not self._in_flight
+
+    def _drop_connection(self) -> None:
+        connection, self._connection, self._channel, self._consumer = (
+            self._connection,
+            None,
+            None,
+            None,
+        )
+        self._buffer.clear()
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except Exception:  # already broken: dropping it is all we want
+                return
+
+    def close(self) -> None:
+        if self._broker_acks and self._channel is not None and self._channel.is_open:
+            self._flush_acks()
+        self._drop_connection()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_connection"] = state["_channel"] = state["_consumer"] = None
+        return state
+
+
+class _StreamQueueSpout(RabbitMQSpout):
+    """:class:`RabbitMQSpout` on a stream queue: rewindable by offset."""
+
+    _next: int = 0  # the offset of the next message to emit
+    _last_tag: int = 0  # the delivery tag to ack after a read (it only grants credit)
+
+    def _message_id(self, method: Any, properties: Any) -> int:
+        # Stream queues deliver each message's offset in a header: the message id.
+        self._last_tag = int(method.delivery_tag)
+        return int(properties.headers["x-stream-offset"])
+
+    def _emitted(self, n: int) -> None:
+        self._next = n + 1
+
+    def _resubscribe(self) -> None:
+        self._buffer.clear()
+        self._last_tag = 0
+        self._consume({"x-stream-offset": self._next})
+
+    def _fill(self) -> None:
+        super()._fill()
+        if self._last_tag and self._channel is not None:
+            self._channel.basic_ack(self._last_tag, multiple=True)  # one frame per read
+            self._last_tag = 0
+        # A refetch after a reconnect starts at the next offset; nothing is older.
+        while self._buffer and self._buffer[0][0] < self._next:
+            self._buffer.popleft()
+
+    def ack(self, msg_id: Any) -> None:
+        self._in_flight.pop(msg_id, None)  # nothing to tell the broker: the offset is ours
+
+    def position(self) -> Any:
+        """The offset of the next message, and the failed messages (with their text)
+        that wait to be emitted again."""
+        replay = [[n, self._in_flight[n]] for n in self._replay]
+        return {"queue": self.queue, "offset": self._next, "replay": replay}
+
+    def acked_position(self) -> Any:
+        """The offset of the first message not yet acked."""
+        return {"queue": self.queue, "offset": next(iter(self._in_flight), self._next)}
+
+    def seek(self, position: Any) -> None:
+        """Continue from ``position`` (from :meth:`position`; None: the stream's start)."""
+        if self._channel is None:
+            raise ConfigError("RabbitMQSpout.seek() before open()")
+        replay: list[Any] = []
+        offset = 0
+        if position is not None:
+            if position.get("queue") != self.queue:
+                self.close()
+                raise ConfigError(
+                    f"{self._name()}: the checkpoint to restore was taken reading queue "
+                    f"{position.get('queue')!r}, but this run reads {self.queue!r}; point "
+                    "it back, or start from an empty state store (statestream state clear)"
+                )
+            offset, replay = int(position["offset"]), position.get("replay") or []
+        if self._consumer is not None:
+            self._channel.basic_cancel(self._consumer)
+            self._consumer = None
+        self._next = offset
+        self._buffer.clear()
+        self._caught_up = False
+        self._in_flight = {int(n): text for n, text in replay}
+        self._replay = deque(self._in_flight)
+        self._consume({"x-stream-offset": offset})
