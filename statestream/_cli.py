@@ -13,7 +13,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,6 +26,7 @@ from ._errors import ConfigError, StatestreamError, TopologyError
 from ._progress import Progress, print_summary
 from ._run import load_topology
 from ._text import count, cut_message, cut_value, error_line
+from ._topology import Topology
 from .runtime.contract import Runtime, make_runtime
 from .runtime.plan import RuntimePlan
 
@@ -107,6 +108,12 @@ def main() -> None:
     help="Live progress (default: on a terminal; otherwise a status line every statestream.progress.interval.secs).",
 )
 @click.option(
+    "--ui",
+    metavar="[HOST:]PORT",
+    help="Serve a live view of the run (page, /metrics, /api/v1/topology) at PORT on "
+    "127.0.0.1, or at HOST:PORT; 0 picks a free port. Overrides topology.ui.",
+)
+@click.option(
     "--verbose", "-v", is_flag=True, help="Tracebacks for runtime failures, debug logging."
 )
 def run(
@@ -117,6 +124,7 @@ def run(
     duration: float | None,
     runner: str | None,
     progress: bool | None,
+    ui: str | None,
     verbose: bool,
 ) -> None:
     """Run TOPOLOGY: a .py file (its `topology` attribute) or module:attribute,
@@ -136,9 +144,9 @@ def run(
     )
     with _errors(verbose):
         topo = load_topology(topology)
-        conf = _load_config(
-            configs, list(sets) + ([f"topology.runner={runner}"] if runner else []), (topo.name,)
-        )
+        overrides = [f"topology.runner={runner}"] if runner else []
+        overrides += [f"topology.ui={ui}"] if ui else []
+        conf = _load_config(configs, list(sets) + overrides, (topo.name,))
         rt = make_runtime(topo, conf)
         task_names = RuntimePlan(topo, conf).task_names
     show_live = sys.stderr.isatty() if progress is None else progress
@@ -159,7 +167,8 @@ def run(
         # holds the store, after waiting for it) shows its one error line only.
         with _errors(verbose):
             _start_line(rt, topo.name, conf)
-        with reporter, _errors(verbose):
+            view = _live_view(rt, topo, conf)
+        with view, reporter, _errors(verbose):
             result = rt.run(until_idle=until_idle, duration=duration)
     except KeyboardInterrupt:
         click.echo("statestream: aborted", err=True)
@@ -176,6 +185,18 @@ def run(
         sys.exit(128 + signals[0])
     if result.errors:
         sys.exit(EXIT_WITH_ERRORS)
+
+
+def _live_view(rt: Runtime, topo: Topology, conf: Config) -> AbstractContextManager[object]:
+    """The run's live view (topology.ui, --ui), bound and its URL said; or nothing."""
+    address = settings_of(conf).topology_ui
+    if address is None:
+        return nullcontext()
+    from ._ui.source import live_view  # http.server only for a run that serves
+
+    view = live_view(rt, topo, address)
+    click.echo(f"statestream: live view at {view.url}", err=True)
+    return view
 
 
 def _start_line(rt: Runtime, name: str, conf: Config) -> None:
@@ -454,10 +475,23 @@ def providers() -> None:
 
 @main.command("topology")
 @click.argument("topology")
-def show_topology(topology: str) -> None:
-    """Validate TOPOLOGY and print its components and wiring."""
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "dot", "mermaid"]),
+    default="text",
+    show_default=True,
+    help="text: components and wiring; dot (Graphviz) or mermaid: the graph the live view draws.",
+)
+def show_topology(topology: str, fmt: str) -> None:
+    """Validate TOPOLOGY and print its components and wiring, or its graph."""
     with _errors():
         topo = load_topology(topology)
+    if fmt != "text":
+        from ._ui.graph import to_dot, to_mermaid, topology_graph
+
+        click.echo((to_dot if fmt == "dot" else to_mermaid)(topology_graph(topo)), nl=False)
+        return
     click.echo(f"topology {topo.name!r}")
     for spec in topo.components.values():
         kind = "spout" if spec.is_spout else ("stateful bolt" if spec.is_stateful else "bolt")

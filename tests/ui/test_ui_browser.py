@@ -1,0 +1,133 @@
+"""The live view in a real browser: Debian's chromium, driven by selenium through
+chromedriver (.ci/run installs both), looks at `statestream run --ui` while the
+run runs: every component is in the graph, the executed count rises between two
+reads a second apart, and the browser's console has no error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestream.testing import random_text
+
+TESTS = Path(__file__).resolve().parent.parent
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+COMPONENTS = {"lines", "split", "count"}  # tests/ui/slow_words.py
+
+
+class LiveRun:
+    """`statestream run tests/ui/slow_words.py --ui 0` in ``cwd``, its stderr collected."""
+
+    def __init__(self, cwd: Path) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(TESTS)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "statestream", "run", str(TESTS / "ui" / "slow_words.py"),
+             "--until-idle", "--ui", "0", "--no-progress"],
+            cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.lines: list[str] = []
+        self.url_seen = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "live view at " in line:
+                self.url_seen.set()
+        self.url_seen.set()  # the run ended: url() says why
+
+    def url(self) -> str:
+        self.url_seen.wait(60)
+        found = [x for x in self.lines if "live view at " in x]
+        assert found, "no live view line:\n" + "".join(self.lines)
+        line = found[0]
+        return line.split("live view at ", 1)[1].strip()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(60)
+
+
+@pytest.fixture
+def live_run(tmp_path: Path) -> Iterator[LiveRun]:
+    # Long enough to outlast the test (a few ms a line); the test stops it.
+    random_text(tmp_path / "corpus.txt", 50_000, words_per_line=8, vocabulary=50)
+    run = LiveRun(tmp_path)
+    try:
+        yield run
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+        run.reader.join(10)
+        assert run.proc.stderr is not None
+        run.proc.stderr.close()
+
+
+def chromium(user_data: Path) -> Any:
+    """A headless chromium as root may run it, with its console log kept."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if shutil.which(p) is None]
+    assert not missing, (
+        f"{missing} not found: the browser test needs Debian's chromium and chromium-driver "
+        "(apt-get install chromium chromium-driver; .ci/run installs them)"
+    )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,1000", f"--user-data-dir={user_data}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+
+
+def _executed(driver: Any, component: str) -> int:
+    from selenium.webdriver.common.by import By
+
+    cell = driver.find_element(By.CSS_SELECTOR, f'#components tr[data-id="{component}"] td.executed')
+    return int(cell.text.replace(",", ""))
+
+
+def test_the_page_shows_every_component_and_counts_rising_without_console_errors(
+    live_run: LiveRun, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url = live_run.url()
+    driver = chromium(tmp_path / "chromium-profile")
+    try:
+        driver.get(url)
+        wait = WebDriverWait(driver, 30)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) >= len(COMPONENTS))
+        drawn = {e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+        assert drawn == COMPONENTS
+        edges = {(e.get_attribute("data-source"), e.get_attribute("data-target"))
+                 for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.edge")}
+        assert edges == {("lines", "split"), ("split", "count")}
+        wait.until(lambda d: _executed(d, "count") > 0)
+        first = _executed(driver, "count")
+        time.sleep(1)  # two reads a second apart; the page polls once a second
+        wait.until(lambda d: _executed(d, "count") > first)
+        assert live_run.proc.poll() is None, "the run ended before the second read"
+        driver.save_screenshot(str(os.environ.get("LIVE_VIEW_SCREENSHOT", tmp_path / "live-view.png")))
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+    finally:
+        driver.quit()
+    assert live_run.stop() == 130, "".join(live_run.lines)
