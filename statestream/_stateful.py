@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._checkpoint import Action, CheckpointCoordinator, CheckpointState, Phase
+from ._checkpoint import Action, CheckpointCoordinator
+from ._checkpoint_driver import CheckpointDriver
 from ._components import (
     OutputFieldsDeclarer,
     Spout,
@@ -31,10 +32,10 @@ from ._components import (
 )
 from ._config import settings_of
 from ._errors import PrepareRefused, ProtocolViolation, RuntimeFailure
-from ._exactly_once import CheckpointRecord
 from ._tuple import Fields
 
 if TYPE_CHECKING:
+    from ._exactly_once import CheckpointRecord
     from ._state import KeyValueState
 
 __all__ = [
@@ -225,8 +226,9 @@ class StatefulTaskProtocol:
 class CheckpointSpout(Spout):
     """``$checkpointspout``: emits PREPARE/COMMIT/ROLLBACK/INITSTATE on ``$checkpoint``.
 
-    It wraps the pure :class:`~statestream._checkpoint.CheckpointCoordinator`
-    and stores each phase change, as a
+    It emits what the :class:`~statestream._checkpoint_driver.CheckpointDriver`
+    (the coordinator over its stored record, shared with the Spark driver)
+    gives it: each phase change is stored, as a
     :class:`~statestream._exactly_once.CheckpointRecord` in its task's
     namespace (``$checkpointspout-0``), before the tuple announcing it is
     emitted. Time comes from the context's clock.
@@ -241,8 +243,6 @@ class CheckpointSpout(Spout):
     positions, see ``statestream._resume``) is stored with it.
     """
 
-    acked_positions: Callable[[], Mapping[str, Any]] | None = None
-
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare_stream(CHECKPOINT_STREAM, CHECKPOINT_FIELDS)
 
@@ -250,36 +250,39 @@ class CheckpointSpout(Spout):
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
     ) -> None:
         super().open(conf, context, collector)
-        self.state = context.state()
+        state = context.state()
         self.clock = context.clock
-        self.record = CheckpointRecord.load(self.state)
         interval_ms = settings_of(conf).topology_state_checkpoint_interval_ms
-        self.coordinator = CheckpointCoordinator(self.record.state, interval_ms, self._save)
+        self.checkpoints = CheckpointDriver(lambda: state, interval_ms, self._now_ms)
         self.gated = context.exactly_once
         self._early = False
-        self._positions: Mapping[str, Any] | None = None
 
-    def _save(self, cs: CheckpointState) -> None:
-        positions = acked = None
-        if cs.phase is Phase.PREPARING:
-            positions = self._positions
-            if positions is None and self.acked_positions is not None:
-                # Every message below these was acked, so its effects are in
-                # a checkpoint committed before t: safe to resume from at t.
-                acked = self.acked_positions()
-        record = self.record.advance(cs, positions, acked)
-        record.save(self.state)
-        self.record = record
+    @property
+    def coordinator(self) -> CheckpointCoordinator:
+        return self.checkpoints.coordinator
+
+    @property
+    def record(self) -> CheckpointRecord:
+        """The checkpoint record as last stored."""
+        return self.checkpoints.record
+
+    @property
+    def acked_positions(self) -> Callable[[], Mapping[str, Any]] | None:
+        """At-least-once: the data spouts' acked positions, stored with each PREPARE."""
+        return self.checkpoints.acked_positions
+
+    @acked_positions.setter
+    def acked_positions(self, positions: Callable[[], Mapping[str, Any]] | None) -> None:
+        self.checkpoints.acked_positions = positions
 
     @property
     def committed_txid(self) -> int:
         """The last txid committed everywhere (as stored)."""
-        cs = self.record.state
-        return cs.txid if cs.phase is Phase.COMMITTED else cs.txid - 1
+        return self.checkpoints.committed_txid
 
     def restore_point(self) -> tuple[int, Mapping[str, Any] | None]:
         """``(txid, positions)`` that recovery restores: the data spouts seek there."""
-        return self.record.restore_point()
+        return self.checkpoints.restore_point()
 
     def request_early(self) -> None:
         """Checkpoint at the next chance instead of after the interval (everything
@@ -288,40 +291,32 @@ class CheckpointSpout(Spout):
 
     def prepare_due(self) -> bool:
         """Exactly-once: should the runtime bring the spouts to a standstill now?"""
-        return self.coordinator.prepare_due(self._now_ms(), early=self._early)
+        return self.checkpoints.prepare_due(early=self._early)
 
     def start_prepare(self, positions: Mapping[str, Any]) -> None:
         """Exactly-once: the spouts stand still at ``positions``; emit PREPARE(t+1) now
         (if still due), storing the positions with it."""
-        self._positions = positions
-        try:
-            self._poll(allow_prepare=True)
-        finally:
-            self._positions = None
+        self._poll(positions, allow_prepare=True)
 
     def store_acked(self) -> None:
         """At-least-once, at the clean end of a run: store the acked positions now
         (:meth:`CheckpointRecord.with_acked`), so that a rerun after a finished
         input reads nothing; a crash keeps those of the last prepare."""
-        if self.acked_positions is None:
-            return
-        record = self.record.with_acked(self.acked_positions())
-        if record is not self.record:
-            record.save(self.state)
-            self.record = record
+        self.checkpoints.store_acked()
 
     def _now_ms(self) -> float:
         return self.clock.monotonic() * 1000.0
 
     def next_tuple(self) -> None:
-        self._poll(allow_prepare=not self.gated)
+        self._poll(None, allow_prepare=not self.gated)
 
-    def _poll(self, allow_prepare: bool) -> None:
-        now_ms = self._now_ms()
-        if not allow_prepare and self.coordinator.prepare_due(now_ms, early=self._early):
+    def _poll(self, positions: Mapping[str, Any] | None, allow_prepare: bool) -> None:
+        checkpoints = self.checkpoints
+        now_ms = checkpoints.now_ms()  # one instant: a PREPARE cannot fall due in between
+        if not allow_prepare and checkpoints.prepare_due(early=self._early, now_ms=now_ms):
             return  # the runtime takes the cut first (start_prepare)
         early, self._early = self._early, False
-        emission = self.coordinator.poll(now_ms, early=early)
+        emission = checkpoints.poll_prepare(positions, early=early, now_ms=now_ms)
         if emission is None:
             return
         self.collector.emit(
@@ -333,7 +328,7 @@ class CheckpointSpout(Spout):
     def ack(self, msg_id: Any) -> None:
         action, txid = msg_id
         try:
-            self.coordinator.on_ack(Action(action), txid, self._now_ms())
+            self.checkpoints.on_ack(Action(action), txid)
         except Exception as exc:
             # The next phase could not be stored: treat the round as failed so
             # the coordinator recovers from what is stored, instead of waiting
@@ -341,11 +336,11 @@ class CheckpointSpout(Spout):
             # StateError: a provider that lets an OSError through must not stop
             # checkpointing for good (the runtime would only report the error).
             self.collector.report_error(exc)
-            self.coordinator.on_fail(Action(action), txid)
+            self.checkpoints.on_fail(Action(action), txid)
 
     def fail(self, msg_id: Any) -> None:
         action, txid = msg_id
-        self.coordinator.on_fail(Action(action), txid)
+        self.checkpoints.on_fail(Action(action), txid)
 
     def exhausted(self) -> bool:
         # Checkpoints never end, and a run may stop between two of them: the

@@ -1,8 +1,8 @@
 """The driver's session, store and checkpoint record: what every part of the driver uses.
 
-The driver drives the same :class:`~statestream._checkpoint.CheckpointCoordinator`
-as the local runtime's checkpoint spout and stores the same
-:class:`~statestream._exactly_once.CheckpointRecord` (phase, and for
+The driver drives the same :class:`~statestream._checkpoint_driver.CheckpointDriver`
+as the local runtime's checkpoint spout (its synchronous side) and so stores the
+same :class:`~statestream._exactly_once.CheckpointRecord` (phase, and for
 ``PREPARING(t)`` the data spouts' positions at the end of batch ``t``), so a
 store one runtime left behind, killed or not, is finished exactly by the
 other. Only the transport differs: a batch is the unit of replay, so there
@@ -32,14 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from ..._checkpoint import Action, CheckpointCoordinator, CheckpointState, Emission, Phase
+from ..._checkpoint import Action, Emission
+from ..._checkpoint_driver import CheckpointDriver
 from ..._clock import Clock
 from ..._components import (
     StatefulBolt,
     TopologyContext,
     task_namespace,
 )
-from ..._config import Config
+from ..._config import Config, settings_of
 from ..._deadletter import DeadLetterFile
 from ..._errors import ConfigError, RuntimeFailure
 from ..._exactly_once import CheckpointRecord
@@ -113,9 +114,7 @@ class DriverBase:
     exactly_once: bool
     _metrics: dict[str, TaskMetrics]
     bank: MetricsBank
-    _record: CheckpointRecord
-    _coordinator: CheckpointCoordinator | None
-    _cut: dict[str, Any] | None
+    _checkpoints: CheckpointDriver | None
     _spout_tasks: list[SpoutTask]
     _driver_bolts: dict[str, StatefulBolt]
     _tx_jobs: list[TxJob]
@@ -202,22 +201,12 @@ class DriverBase:
     def _load(self) -> CheckpointRecord:
         return CheckpointRecord.load(fresh_state(self._open_provider(), CHECKPOINT_NAMESPACE))
 
-    def _save(self, state: CheckpointState) -> None:
-        """The coordinator's ``save``: store the record moved to ``state``.
-
-        ``PREPARING(t)`` is stored with the cut of batch ``t`` (the data
-        spouts' positions at its end) in the same commit.
-        """
-        positions = self._cut if state.phase is Phase.PREPARING else None
-        record = self._record.advance(state, positions)
-        record.save(self._open_provider().get_state(CHECKPOINT_NAMESPACE))
-        self._record = record
-
     @property
-    def coordinator(self) -> CheckpointCoordinator:
-        if self._coordinator is None:
+    def checkpoints(self) -> CheckpointDriver:
+        """The checkpoint coordinator over its stored record (from the run's start on)."""
+        if self._checkpoints is None:
             raise RuntimeFailure("the spark runtime has not started its checkpoints")
-        return self._coordinator
+        return self._checkpoints
 
     @staticmethod
     def _now_ms() -> float:
@@ -247,33 +236,31 @@ class DriverBase:
                 "and counted into the state again. Finish it with the runtime and settings that "
                 "wrote it, or give this run a fresh store (another sqlite path or redis key_prefix)"
             )
-        self._record = record
-        interval_ms = int(self.config["topology.state.checkpoint.interval.ms"])
-        self._coordinator = CheckpointCoordinator(record.state, interval_ms, self._save)
+        self._checkpoints = CheckpointDriver(
+            lambda: self._open_provider().get_state(CHECKPOINT_NAMESPACE),
+            settings_of(self.config).topology_state_checkpoint_interval_ms,
+            self._now_ms,
+            record,
+        )
         self._open_driver_bolts()
         if self._recover():
             self._counters["recovered"] += 1
         if self.fault_hook is not None:
-            self.fault_hook("recovered", self.coordinator.state.txid)
+            self.fault_hook("recovered", self.checkpoints.state.txid)
 
     def _recover(self) -> bool:
-        """Run the coordinator's recovery to its end; True if it rolled back or committed."""
-        coordinator = self.coordinator
-        acted = False
-        while coordinator.recovering:
-            emission = coordinator.poll(self._now_ms())
-            if emission is None:
-                raise RuntimeFailure(f"the checkpoint coordinator is stuck: {coordinator!r}")
-            if emission.action is not Action.INITSTATE:
-                log.warning(
-                    "spark runtime: recovery %s(%d) on every stateful task",
-                    emission.action.value,
-                    emission.txid,
-                )
-                acted = True
-            self._act(emission)
-            coordinator.on_ack(emission.action, emission.txid, self._now_ms())
-        return acted
+        """Run the recovery to its end on every stateful namespace; True if it rolled
+        back or committed."""
+        return self.checkpoints.recover(self._recovery_act)
+
+    def _recovery_act(self, emission: Emission) -> None:
+        if emission.action is not Action.INITSTATE:
+            log.warning(
+                "spark runtime: recovery %s(%d) on every stateful task",
+                emission.action.value,
+                emission.txid,
+            )
+        self._act(emission)
 
     def _act(self, emission: Emission) -> None:
         """Carry out ``ROLLBACK``/``COMMIT``/``INITSTATE`` on every stateful namespace.

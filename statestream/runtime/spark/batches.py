@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from ..._checkpoint import Action, Emission
 from ..._components import (
     task_namespace,
 )
@@ -94,7 +93,6 @@ class BatchDriver(SpoutDriver):
         without the messages that had their last attempt. Returns without a
         commit if the run is stopped (or its duration ends) while it waits.
         """
-        coordinator = self.coordinator
         failures = 0
         while True:
             started = self.clock.monotonic()  # the metrics bank's checkpoint of the batch
@@ -115,7 +113,7 @@ class BatchDriver(SpoutDriver):
                 break
             self._count_errors(acks)
             self._counters["replays"] += 1
-            coordinator.on_fail(Action.PREPARE, txid)
+            self.checkpoints.abort(txid)
             self._recover()
             if not self._wait_until(resume_at):
                 return  # stopped: the batch is rolled back, the next run reads it again
@@ -127,19 +125,8 @@ class BatchDriver(SpoutDriver):
     def _prepare(self, batch: Batch) -> int:
         """Poll the coordinator for batch's PREPARE (``PREPARING(t)`` is stored with
         the batch's end positions); its txid."""
-        coordinator = self.coordinator
         self._store.check()  # a lost lease: another run may own the state now
-        self._cut = batch.positions
-        try:
-            emission = coordinator.poll(self._now_ms(), early=True)
-        finally:
-            self._cut = None
-        if emission is None or emission.action is not Action.PREPARE:
-            raise RuntimeFailure(
-                f"the checkpoint coordinator gave {emission} where a PREPARE was due "
-                f"({coordinator!r})"
-            )
-        return emission.txid
+        return self.checkpoints.prepare(batch.positions)
 
     def _job_failed(self, exc: Exception, txid: int, failures: int, batch: Batch) -> None:
         """A job that failed as a whole (its ``failures``-th attempt): rolled back, and
@@ -159,7 +146,7 @@ class BatchDriver(SpoutDriver):
         self._counters["replays"] += 1
         for book in self._books.values():
             book.rewound()  # the job's failure tells nothing of the messages
-        self.coordinator.on_fail(Action.PREPARE, txid)
+        self.checkpoints.abort(txid)
         self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
         if failures >= self.attempts:
             # A dead letter fed back stays marked: the next run feeds it again.
@@ -175,17 +162,10 @@ class BatchDriver(SpoutDriver):
 
     def _commit(self, txid: int, batch: Batch, acks: list[Ack]) -> None:
         """Every task prepared ``txid``: COMMIT it, ack the batch's messages, count it."""
-        coordinator = self.coordinator
         if self.fault_hook is not None:
             self.fault_hook("prepared", txid)
-        coordinator.on_ack(Action.PREPARE, txid, self._now_ms())  # stores COMMITTING(txid)
-        emission = coordinator.poll(self._now_ms())
-        if emission != Emission(Action.COMMIT, txid):
-            raise RuntimeFailure(
-                f"the checkpoint coordinator gave {emission} where COMMIT({txid}) was due"
-            )
-        self._act(emission)
-        coordinator.on_ack(Action.COMMIT, txid, self._now_ms())  # stores COMMITTED(txid)
+        # COMMITTING(txid) stored, every namespace commits, COMMITTED(txid) stored.
+        self.checkpoints.commit(txid, self._act)
         if self.fault_hook is not None:
             self.fault_hook("committed", txid)
         replayed = []

@@ -143,7 +143,7 @@ class FeedDriver(BatchDriver):
             self._start_checkpoints(positions_needed=False)
 
             def on_batch(batch_df: Any, batch_id: int) -> None:
-                state = self.coordinator.state
+                state = self.checkpoints.state
                 if batch_id <= state.txid:
                     log.warning("batch %d was committed already; skipping its replay", batch_id)
                     self._counters["skipped"] = self._counters.get("skipped", 0) + 1

@@ -188,7 +188,7 @@ class SpoutDriver(DriverBase):
             SpoutRef(t.namespace, t.cid, t.index, len(self.component_tasks[t.cid]), t.spout)
             for t in self._spout_tasks
         ]
-        plan = plan_resume(self._record, not self.at_most_once, refs)
+        plan = plan_resume(self.checkpoints.record, not self.at_most_once, refs)
         if start:
             for line in ([plan.warning] if plan.warning else []) + plan.lines:
                 log.warning("%s", line)
