@@ -110,7 +110,7 @@ function drawGraph(graph, comps, rate) {
     const r = rate[n.id] || {};
     const done = kind === "spout" ? c.emitted : c.executed;
     const perSec = kind === "spout" ? r.emitted : r.executed;
-    const cap = Number.isFinite(c.capacity) ? ` · cap ${fmt(c.capacity)}` : "";
+    const cap = Number.isFinite(c.capacity) ? ` · cap ${c.capacity.toFixed(2)}` : "";
     g.appendChild(el("svg:text", { class: "count", x: 10, y: 53 }, `${fmt(done || 0)}${perSec !== null && perSec !== undefined ? ` · ${fmt(perSec)}/s` : ""}${cap}`));
     svg.appendChild(g);
   }
@@ -127,12 +127,14 @@ function componentRows(graph, comps, rate) {
   return comps.map((c) => {
     const tr = el("tr", { "data-id": c.id });
     const r = rate[c.id] || {};
-    const latency = c.execute_latency_ms !== undefined ? c.execute_latency_ms : c.complete_latency_ms;
+    // Seconds in the snapshot; a spout's is its complete latency (emit to the tree's ack).
+    const secs = c.kind === "spout" ? c.complete_latency : c.execute_latency;
+    const latency = secs === null || secs === undefined ? null : secs * 1000;
     const cells = [
-      ["id", c.id], ["tasks", tasks[c.id]], ["emitted", fmt(c.emitted)], ["executed", fmt(c.executed)],
+      ["id", c.id], ["tasks", tasks[c.id] || c.parallelism], ["emitted", fmt(c.emitted)], ["executed", fmt(c.executed)],
       ["rate", fmt(r.executed !== null && r.executed !== undefined && c.executed ? r.executed : r.emitted)],
-      ["acked", fmt(c.acked)], ["failed", fmt(c.failed)], ["capacity", fmt(c.capacity)],
-      ["latency", fmt(latency)], ["queued", fmt(c.queued)], ["retrying", fmt(c.retrying)],
+      ["acked", fmt(c.acked)], ["failed", fmt(c.failed)], ["capacity", Number.isFinite(c.capacity) ? c.capacity.toFixed(2) : "-"],
+      ["latency", latency === null ? "-" : latency.toLocaleString("en-US", { maximumSignificantDigits: 3 })], ["queued", fmt(c.queued)], ["retrying", fmt(c.retrying)],
       ["dead", fmt(c.dead_lettered)], ["error", c.last_error || ""],
     ];
     for (const [cls, v] of cells) tr.appendChild(el("td", { class: cls }, v === undefined ? "-" : v));
@@ -146,6 +148,7 @@ function drawProgress(list, data) {
   box.replaceChildren(...list.map((p) => {
     const row = el("div", { class: "progress-row", "data-id": p.component || "" });
     row.appendChild(el("b", {}, p.component || "input"));
+    if (list.length > 1) row.appendChild(el("span", {}, `task ${p.task_index}`));
     if (p.total) {
       const share = Math.max(0, Math.min(1, (p.done || 0) / p.total));
       const bar = el("div", { class: "bar" });
@@ -169,8 +172,8 @@ function drawCheckpoints(list) {
   const box = document.getElementById("checkpoints");
   if (!list || !list.length) return;
   box.replaceChildren(...list.slice(-30).map((c) => {
-    const outcome = String(c.outcome || c.phase || "committed").toLowerCase();
-    const ms = c.duration_ms !== undefined ? c.duration_ms : c.duration !== undefined ? c.duration * 1000 : null;
+    const outcome = String(c.phase || c.outcome || "committed").toLowerCase();
+    const ms = c.duration === null || c.duration === undefined ? null : c.duration * 1000;
     const div = el("div", { class: `checkpoint ${outcome}`, title: JSON.stringify(c) });
     div.appendChild(el("b", {}, `#${c.txid}`));
     div.appendChild(el("div", {}, `${ms === null ? "-" : fmt(ms) + " ms"} · ${outcome}`));
@@ -196,7 +199,9 @@ function drawCounters(counters) {
   }));
 }
 
-function render(data) {
+// /api/v1/topology is {"graph": ..., "metrics": the run's snapshot}.
+function render(body) {
+  const data = Object.assign({ graph: body.graph }, body.metrics || body);
   const comps = componentList(data);
   const rate = rates(data, comps);
   const graph = data.graph || { nodes: [], edges: [] };
@@ -204,7 +209,7 @@ function render(data) {
   document.title = `statestream · ${data.topology || ""}`;
   drawGraph(graph, comps, rate);
   fillTable("components", componentRows(graph, comps, rate));
-  drawProgress(data.progress, data);
+  drawProgress(data.sources || data.progress, data);
   drawCheckpoints(data.checkpoints);
   fillTable("workers", workerRows(data.workers));
   drawCounters(data.counters);
