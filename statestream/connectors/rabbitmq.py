@@ -203,6 +203,13 @@ class RabbitMQSpout(Spout):
             elif self._consumer is None:
                 self._resubscribe()
             self._connection.process_data_events(time_limit=self.block_ms / 1000.0)
+            if not self._buffer:
+                # Nothing came for block_ms, which under load is no proof: the broker's
+                # count of the queue's messages says whether there is more.
+                declared = self._channel.queue_declare(self.queue, passive=True)
+                self._caught_up = self._read_all(int(declared.method.message_count))
+            else:
+                self._caught_up = False
         except errors.ChannelClosedByBroker as exc:  # refused, not lost: retrying cannot help
             self._drop_connection()
             raise SourceError(
@@ -214,7 +221,11 @@ class RabbitMQSpout(Spout):
             reconnect.failed(exc)  # raises SourceError once the limit is past
             return
         reconnect.ok()
-        self._caught_up = not self._buffer
+
+    def _read_all(self, message_count: int) -> bool:
+        """Whether a queue holding ``message_count`` messages has nothing more for us:
+        a classic queue counts those ready (not delivered)."""
+        return message_count == 0
 
     def _resubscribe(self) -> None:
         """Consume again after a (re)connect. Classic: what was delivered and not acked
@@ -282,6 +293,11 @@ class _StreamQueueSpout(RabbitMQSpout):
     def _emitted(self, n: int) -> None:
         self._next = n + 1
 
+    def _read_all(self, message_count: int) -> bool:
+        # A stream counts every message it holds, offsets from 0 (with retention
+        # cutting the head, the count is lower: caught up a little early).
+        return message_count <= self._next + len(self._buffer)
+
     def _resubscribe(self) -> None:
         self._buffer.clear()
         self._last_tag = 0
@@ -324,12 +340,27 @@ class _StreamQueueSpout(RabbitMQSpout):
                     "it back, or start from an empty state store (statestream state clear)"
                 )
             offset, replay = int(position["offset"]), position.get("replay") or []
-        if self._consumer is not None:
-            self._channel.basic_cancel(self._consumer)
-            self._consumer = None
-        self._next = offset
-        self._buffer.clear()
-        self._caught_up = False
         self._in_flight = {int(n): text for n, text in replay}
         self._replay = deque(self._in_flight)
-        self._consume({"x-stream-offset": offset})
+        self._caught_up = False
+        if self._consumer is not None and offset == self._next:
+            return  # already there: what is buffered comes next anyway
+        self._next = offset
+        self._restart()
+
+    def _restart(self) -> None:
+        """Consume from ``_next`` on a fresh channel. pika's basic_cancel rejects the
+        deliveries it holds, which a stream queue answers by closing the
+        connection; so deliver them first, and reconnect if the broker closed it."""
+        import pika.exceptions as errors
+
+        if self._consumer is not None:
+            try:
+                self._connection.process_data_events(time_limit=0)
+                self._channel.basic_cancel(self._consumer)
+            except (errors.AMQPError, errors.ChannelClosed):
+                self._drop_connection()
+                self._connect()
+            self._consumer = None
+        self._buffer.clear()
+        self._resubscribe()

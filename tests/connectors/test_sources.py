@@ -1,0 +1,374 @@
+"""The source conformance suite: every broker spout against its real server.
+
+Each test runs once per source (Redis stream, JetStream stream, RabbitMQ
+stream queue; the classic RabbitMQ queue where it applies), on a stream or
+queue of its own that is deleted afterwards. A spout is driven by hand
+(open, seek, next_tuple) with a collector that records its emits, as a
+runtime would call it; the topology tests at the end run it for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestream import ConfigError, FakeClock, SourceError, Spout, TopologyBuilder, run
+from statestream.connectors import JetStreamSpout, RabbitMQSpout, RedisStreamSpout
+from statestream.testing import committed_state, mock_context
+
+BAD_URLS = {
+    "redis": "redis://:s3cret@127.0.0.1:1/0",
+    "jetstream": "nats://user:s3cret@127.0.0.1:1",
+    "rabbitmq": "amqp://guest:s3cret@127.0.0.1:1/%2F",
+}
+
+
+class Source:
+    """One broker's stream or queue for a test: produce into it, make spouts on it."""
+
+    kind = ""
+
+    def __init__(self) -> None:
+        self.name = f"sst_{uuid.uuid4().hex[:10]}"
+
+    def produce(self, lines: list[str]) -> None:
+        raise NotImplementedError
+
+    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+        raise NotImplementedError
+
+    def drop(self) -> None:
+        raise NotImplementedError
+
+
+class RedisSource(Source):
+    kind = "redis"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import redis
+
+        self.client = redis.Redis()
+
+    def produce(self, lines: list[str]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for line in lines:
+            pipe.xadd(self.name, {"line": line})
+        pipe.execute()
+
+    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+        return RedisStreamSpout(name or self.name, ["line"], url or "redis://127.0.0.1:6379/0")
+
+    def drop(self) -> None:
+        self.client.delete(self.name)
+        self.client.close()
+
+
+class JetStreamSource(Source):
+    kind = "jetstream"
+
+    async def _run(self, what: Callable[[Any], Any]) -> None:
+        import nats
+
+        nc = await nats.connect("nats://127.0.0.1:4222")
+        try:
+            await what(nc.jetstream())
+        finally:
+            await nc.close()
+
+    def produce(self, lines: list[str]) -> None:
+        async def publish(js: Any) -> None:
+            try:
+                await js.stream_info(self.name)
+            except Exception:
+                await js.add_stream(name=self.name, subjects=[f"{self.name}.lines"])
+            for line in lines:
+                await js.publish(f"{self.name}.lines", line.encode())
+
+        asyncio.run(self._run(publish))
+
+    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+        return JetStreamSpout(name or self.name, url=url or "nats://127.0.0.1:4222")
+
+    def drop(self) -> None:
+        async def delete(js: Any) -> None:
+            try:
+                await js.delete_stream(self.name)
+            except Exception:
+                return
+
+        asyncio.run(self._run(delete))
+
+
+class RabbitSource(Source):
+    kind = "rabbitmq"
+    queue_kind = "stream"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import pika
+
+        self.connection = pika.BlockingConnection(
+            pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2F")
+        )
+        self.channel = self.connection.channel()
+        args = {"x-queue-type": "stream"} if self.queue_kind == "stream" else None
+        self.channel.queue_declare(self.name, durable=True, arguments=args)
+
+    def produce(self, lines: list[str]) -> None:
+        for line in lines:
+            self.channel.basic_publish("", self.name, line.encode())
+
+    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+        return RabbitMQSpout(
+            name or self.name,
+            url or "amqp://guest:guest@127.0.0.1:5672/%2F",
+            kind=self.queue_kind,  # type: ignore[arg-type]
+        )
+
+    def drop(self) -> None:
+        self.channel.queue_delete(self.name)
+        self.connection.close()
+
+
+class RabbitClassicSource(RabbitSource):
+    queue_kind = "classic"
+
+
+SOURCES: dict[str, type[Source]] = {
+    "redis": RedisSource,
+    "jetstream": JetStreamSource,
+    "rabbitmq-stream": RabbitSource,
+}
+
+
+@pytest.fixture(params=list(SOURCES))
+def source(request: pytest.FixtureRequest) -> Iterator[Source]:
+    made = SOURCES[request.param]()
+    yield made
+    made.drop()
+
+
+class Recorder:
+    """A spout's collector: what it emitted, in order, with message ids."""
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[list[Any], Any]] = []
+
+    def emit(self, values: Any, msg_id: Any = None, stream: str = "default") -> None:
+        self.emitted.append((list(values), msg_id))
+
+    def emit_direct(self, task: int, values: Any, msg_id: Any = None, stream: str = "") -> None:
+        raise AssertionError("a broker spout emits to no task directly")
+
+    def report_error(self, error: BaseException) -> None:
+        raise error
+
+    def lines(self) -> list[str]:
+        return [values[0] for values, _ in self.emitted]
+
+
+def opened(spout: Spout, position: Any = "none") -> Recorder:
+    """``spout`` opened as task 0 of 1, sought to ``position`` unless "none"."""
+    recorder = Recorder()
+    spout.open({}, mock_context("lines", clock=FakeClock()), recorder)  # type: ignore[arg-type]
+    if position != "none":
+        spout.seek(position)  # type: ignore[attr-defined]
+    return recorder
+
+
+def pump(spout: Spout, recorder: Recorder, count: int, *, ack: bool = True) -> None:
+    """Call next_tuple until ``count`` tuples were emitted in all (acking each), or
+    the spout says it is exhausted; a safety limit of 30 s against a hang."""
+    deadline = time.monotonic() + 30
+    while len(recorder.emitted) < count and time.monotonic() < deadline:
+        before = len(recorder.emitted)
+        spout.next_tuple()
+        if ack and len(recorder.emitted) > before:
+            spout.ack(recorder.emitted[-1][1])
+        if len(recorder.emitted) == before and spout.exhausted():
+            break
+
+
+def test_emits_every_entry_in_order(source: Source) -> None:
+    lines = [f"line {i}" for i in range(2500)]  # more than one read batch
+    source.produce(lines)
+    spout = source.spout()
+    recorder = opened(spout, None)
+    pump(spout, recorder, len(lines))
+    spout.close()
+    assert recorder.lines() == lines
+
+
+def test_position_and_seek_replay_exactly_what_came_after(source: Source) -> None:
+    lines = [f"l{i}" for i in range(300)]
+    source.produce(lines)
+    first = source.spout()
+    recorder = opened(first, None)
+    pump(first, recorder, 120)
+    where = first.position()  # type: ignore[attr-defined]
+    pump(first, recorder, 200)
+    first.close()
+    again = source.spout()  # a restart: a fresh instance sought to the stored position
+    replayed = opened(again, where)
+    pump(again, replayed, 180)
+    again.close()
+    assert recorder.lines()[:120] == lines[:120]
+    assert replayed.lines() == lines[120:]
+
+
+def test_a_failed_entry_in_the_position_is_emitted_again(source: Source) -> None:
+    source.produce([f"l{i}" for i in range(10)])
+    spout = source.spout()
+    recorder = opened(spout, None)
+    pump(spout, recorder, 5, ack=False)
+    spout.fail(recorder.emitted[2][1])
+    for _, msg_id in recorder.emitted[:2] + recorder.emitted[3:]:
+        spout.ack(msg_id)
+    where = spout.position()  # type: ignore[attr-defined]
+    spout.close()
+    again = source.spout()
+    replayed = opened(again, where)
+    pump(again, replayed, 6)
+    again.close()
+    assert replayed.lines() == ["l2", "l5", "l6", "l7", "l8", "l9"]
+
+
+def test_exhausted_once_caught_up_and_acked(source: Source) -> None:
+    source.produce(["a", "b", "c"])
+    spout = source.spout()
+    recorder = opened(spout, None)
+    pump(spout, recorder, 3, ack=False)
+    assert not spout.exhausted()
+    for _ in range(3):
+        spout.next_tuple()  # reads nothing new: caught up
+    assert not spout.exhausted(), "exhausted with 3 entries not acked"
+    for _, msg_id in recorder.emitted:
+        spout.ack(msg_id)
+    spout.next_tuple()
+    assert spout.exhausted()
+    source.produce(["d"])  # a live stream: what comes later is read
+    pump(spout, recorder, 4)
+    spout.close()
+    assert recorder.lines() == ["a", "b", "c", "d"]
+
+
+def test_acked_position_resumes_at_the_first_unacked_entry(source: Source) -> None:
+    source.produce([f"l{i}" for i in range(8)])
+    spout = source.spout()
+    recorder = opened(spout, None)
+    pump(spout, recorder, 6, ack=False)
+    for _, msg_id in recorder.emitted[:3] + recorder.emitted[4:]:
+        spout.ack(msg_id)
+    where = spout.acked_position()  # type: ignore[attr-defined]
+    spout.close()
+    again = source.spout()
+    replayed = opened(again, where)
+    pump(again, replayed, 5)
+    again.close()
+    assert replayed.lines() == ["l3", "l4", "l5", "l6", "l7"]
+
+
+def test_a_missing_stream_is_an_error_naming_it(source: Source) -> None:
+    spout = source.spout(name=f"{source.name}_missing")
+    with pytest.raises(ConfigError, match=f"{source.name}_missing.*(does not exist|no queue)"):
+        opened(spout)
+
+
+def test_an_unreachable_server_names_the_url_without_its_password(source: Source) -> None:
+    url = BAD_URLS[source.kind]
+    spout = source.spout(url=url)
+    with pytest.raises(SourceError, match="cannot reach") as caught:
+        opened(spout)
+    message = str(caught.value)
+    assert "s3cret" not in message
+    assert url.replace("s3cret", "***") in message
+    assert "\n" not in message
+
+
+def test_rabbitmq_classic_queue_acks_the_broker_only_on_ack() -> None:
+    source = RabbitClassicSource()
+    try:
+        source.produce(["a", "b", "c"])
+        spout = source.spout()
+        assert not hasattr(spout, "position"), "a classic queue cannot rewind"
+        recorder = opened(spout)
+        pump(spout, recorder, 3, ack=False)
+        spout.ack(recorder.emitted[0][1])
+        spout.next_tuple()  # sends the broker the ack it holds
+        spout.close()  # b and c were never acked: the broker keeps them
+        again = source.spout()
+        redelivered = opened(again)
+        pump(again, redelivered, 2)
+        again.close()
+        assert sorted(redelivered.lines()) == ["b", "c"]
+    finally:
+        source.drop()
+
+
+def test_the_queue_kind_is_checked_at_open() -> None:
+    source = RabbitClassicSource()
+    try:
+        with pytest.raises(ConfigError, match=r"classic queue.*kind='classic'"):
+            opened(RabbitMQSpout(source.name))
+    finally:
+        source.drop()
+
+
+# -- real topologies -------------------------------------------------------------------
+LINES = [f"w{i % 7} w{i % 11} common" for i in range(2000)]
+
+
+def _word_count(source: Source, name: str) -> Any:
+    from word_bolts import Count, Split
+
+    b = TopologyBuilder(name)
+    b.set_spout("lines", source.spout())
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    return b.build()
+
+
+def _expected() -> Counter[str]:
+    return Counter(w for line in LINES for w in line.split())
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_topology_counts_every_entry_exactly(
+    source: Source, workers: int, tmp_path: Path
+) -> None:
+    source.produce(LINES)
+    topology = _word_count(source, f"src-{source.kind}-{workers}")
+    conf = {
+        "topology.workers": workers,
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+    }
+    run(topology, conf, until_idle=True)
+    assert committed_state(topology, conf, "count") == _expected()
+    # Run again: the stored positions say everything was read; nothing is counted twice.
+    run(topology, conf, until_idle=True)
+    assert committed_state(topology, conf, "count") == _expected()
+
+
+@pytest.mark.spark
+def test_a_topology_counts_every_entry_exactly_on_spark(
+    source: Source, spark_session: Any, tmp_path: Path
+) -> None:
+    from statestream.runtime.spark import SparkRuntime
+
+    source.produce(LINES)
+    topology = _word_count(source, f"src-spark-{source.kind}")
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+    }
+    SparkRuntime(topology, conf, spark=spark_session).run(until_idle=True)
+    assert committed_state(topology, conf, "count") == _expected()
