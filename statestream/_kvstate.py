@@ -218,7 +218,7 @@ class StoredKeyValueState:
         # _view) is dropped and _view becomes _old (see _rotate).
         self._old: dict[Hashable, Any] = {}
         #: The bytes this state's read cache may keep (its share of
-        #: ``topology.state.cache.mb``, set by its provider).
+        #: ``topology.state.cache.mb``, set by its provider with resize_cache).
         self.cache_bytes = cache_bytes
         self._generation = max(_MIN_GENERATION, cache_bytes // 2 // _ENTRY_GUESS)
         # Txids are read from the store on the first protocol call, not at open.
@@ -357,6 +357,11 @@ class StoredKeyValueState:
                 break
         per_entry = total // n if n else _ENTRY_GUESS
         self._generation = max(_MIN_GENERATION, self.cache_bytes // 2 // max(1, per_entry))
+
+    def resize_cache(self, cache_bytes: int) -> None:
+        """Let the read cache keep ``cache_bytes`` (its provider's share for it)."""
+        self.cache_bytes = cache_bytes
+        self._size_generation(self._old or self._view)
 
     @property
     def cache_entries(self) -> int:
@@ -622,8 +627,6 @@ class StoredKeyValueState:
         staged.update(pending)  # its keys are never plain ones (put keeps them apart)
         pending.clear()
         self._prepared_txid = t
-        if len(self._view) >= self._generation:
-            self._rotate()
 
     def commit(self, txid: object = None) -> None:
         """Commit the prepared delta of ``txid``, or the pending changes if ``txid`` is None.
@@ -670,6 +673,9 @@ class StoredKeyValueState:
         self._prepared.clear()
         self._prepared_txid = None
         self._committed_txid = t
+        # The committed changes are clean now: the cache may evict them.
+        if len(self._view) >= self._generation:
+            self._rotate()
 
     def _commit_direct(self) -> None:
         if self._prepared_txid is not None:

@@ -36,7 +36,6 @@ delete of each one that moves (``bench/bench_rescale.py`` measures it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,12 +134,6 @@ def _stored_tasks(namespaces: list[str], component: str) -> list[int]:
     return sorted(tasks)
 
 
-def _entries(kv: Any) -> Iterator[tuple[Any, Any]]:
-    # Read whole before anything is written: a store's cursor need not
-    # survive writes and commits on the same connection (sqlite's does not).
-    yield from list(kv.items())
-
-
 def _settle(provider: Any, namespaces: list[str]) -> None:
     """Finish or undo what was prepared, as a recovery would (step 1)."""
     record = CheckpointRecord.load(provider.get_state(task_namespace(CHECKPOINT_SPOUT, 0)))
@@ -197,36 +190,30 @@ def _repartition(
     stored = sorted(set(stored) | set(range(old)))
     _settle(provider, [task_namespace(cid, t) for t in sorted(set(stored) | set(range(n)))])
     targets = [provider.get_state(task_namespace(cid, t)) for t in range(n)]
-    moved = kept = 0
+    moved = owned = 0
     pending = set(stored)  # tasks not scanned yet; keys moved into them are not "kept"
-    arrived: dict[int, set[Any]] = {t: set() for t in stored}
+    arrived = 0  # keys moved into a task not scanned yet, which its scan counts as owned
     for task in stored:
         pending.discard(task)
         source = provider.get_state(task_namespace(cid, task))
-        came = arrived.pop(task)
-        leaving = []
-        for key, value in _entries(source):
+        # items() reads the store a page at a time (each page its own short
+        # read, so the moves may commit in between) and never whole: memory
+        # holds one chunk of moves, whatever the state's size.
+        chunk: list[tuple[Any, Any, int]] = []
+        for key, value in source.items():
             new = owner(spec, key, n)
-            if new != task:
-                leaving.append((key, value, new))
-            elif key not in came:
-                kept += 1
-        for i in range(0, len(leaving), _CHUNK):
-            chunk = leaving[i : i + _CHUNK]
-            touched = set()
-            for key, value, new in chunk:
-                targets[new].put(key, value)
-                touched.add(new)
-                if new in pending:
-                    arrived[new].add(key)
-            for t in sorted(touched):
-                targets[t].commit()
-            # Only once the new owners hold them: a crash before this leaves
-            # two equal copies, which the next start's re-partition merges.
-            for key, _, _ in chunk:
-                source.delete(key)
-            source.commit()
-        moved += len(leaving)
+            if new == task:
+                owned += 1
+                continue
+            chunk.append((key, value, new))
+            if len(chunk) >= _CHUNK:
+                arrived += _move(chunk, source, targets, pending)
+                moved += len(chunk)
+                chunk = []
+        if chunk:
+            arrived += _move(chunk, source, targets, pending)
+            moved += len(chunk)
+    kept = owned - arrived
     log.warning(
         "%s: bolt %r went from %d to %d tasks; its state was re-partitioned "
         "(%d keys moved, %d stayed)",
@@ -238,3 +225,24 @@ def _repartition(
         kept,
     )
     return RescaleReport(cid, old, n, moved, kept)
+
+
+def _move(
+    chunk: list[tuple[Any, Any, int]], source: Any, targets: list[Any], pending: set[int]
+) -> int:
+    """Put ``chunk``'s keys in their new tasks, then delete them from ``source``;
+    return how many went to a task not scanned yet."""
+    touched = set()
+    ahead = 0
+    for key, value, new in chunk:
+        targets[new].put(key, value)
+        touched.add(new)
+        ahead += new in pending
+    for t in sorted(touched):
+        targets[t].commit()
+    # Only once the new owners hold them: a crash before this leaves
+    # two equal copies, which the next start's re-partition merges.
+    for key, _, _ in chunk:
+        source.delete(key)
+    source.commit()
+    return ahead

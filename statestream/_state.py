@@ -414,7 +414,7 @@ class BackendStateProvider(ABC):
         bolts = sum(1 for state in states if not state.namespace.startswith("$"))
         share = self._cache_bytes // max(1, bolts)
         for state in states:
-            state.cache_bytes = share
+            state.resize_cache(share)
 
     @classmethod
     @abstractmethod

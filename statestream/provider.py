@@ -15,7 +15,10 @@ the txid rules of the checkpoint protocol) is implemented once, in
    is one task's state (``"<component>-<task>"``, e.g. ``"count-0"``). Keys
    and values arrive already encoded as bytes. Seven methods: ``load``,
    ``scan``, ``load_txids``, ``write_prepared``, ``apply_prepared``,
-   ``commit_direct``, ``discard_prepared``. Each is one atomic operation on
+   ``commit_direct``, ``discard_prepared``. Optional, ``scan_page``: the
+   committed entries a page at a time in key order, so that ``items()``,
+   ``statestream state dump`` and rescale read a state of any size in
+   bounded memory and in order (see :class:`StateBackend`). Each is one atomic operation on
    the store (a crash leaves the old or the new store, never a mix) and
    can be repeated after a failure. ``None`` as a value in a :data:`Delta`
    is a deletion. Translate the store's errors at this boundary: a store
@@ -134,6 +137,14 @@ runs on this very example, so it stays correct)::
 
         def scan(self) -> Iterator[tuple[bytes, bytes]]:
             return iter(list(self._open().committed.items()))
+
+        def scan_page(
+            self, after: bytes | None, limit: int
+        ) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+            # Optional: pages in key order (items() without it comes in scan()'s order).
+            committed = self._open().committed
+            keys = sorted(k for k in committed if after is None or k > after)[:limit]
+            return [(k, committed[k]) for k in keys], (keys[-1] if len(keys) == limit else None)
 
         def load_txids(self) -> tuple[int, int | None]:
             tables = self._open()

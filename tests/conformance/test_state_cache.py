@@ -1,0 +1,134 @@
+"""A read cache far smaller than the state: evictions never lose a change.
+
+Every provider runs with ``cache_mb`` so small that a state keeps a few
+dozen entries; the state is hundreds of keys, so every step evicts. What
+the state shows must stay exactly the model's through puts, deletes,
+prepares, a crash (the provider abandoned, a new one opened), either
+recovery, and a rollback; and ``items()`` must be complete and, where the
+backend pages in key order (``scan_page``), in the order of the encoded keys.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+
+from statestream._state import size_cache
+
+TINY_MB = 0.001  # a generation of the minimum size (16 entries)
+N = 300
+
+
+def _open(provider_factory: Any, namespace: str) -> Any:
+    provider = provider_factory()
+    size_cache(provider, TINY_MB)
+    return provider.get_state(namespace)
+
+
+def _visible(state: Any, model: dict[str, Any]) -> None:
+    for key, value in model.items():
+        assert state.get(key, "<none>") == value, key
+    assert state.get("never-written", "<none>") == "<none>"
+
+
+def _items_in_order(state: Any, model: dict[str, Any]) -> None:
+    items = list(state.items())
+    assert dict(items) == model
+    assert len(items) == len(model)  # each key once
+    backend = getattr(state._backend, "backend", state._backend)
+    if getattr(backend, "scan_page", None) is not None:
+        assert [key for key, _ in items] == sorted(model, key=orjson.dumps)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"cache-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("recovery", ["commit", "rollback"])
+def test_evictions_keep_every_uncommitted_change_through_a_crash(
+    provider_factory: Any, namespace: str, recovery: str
+) -> None:
+    state = _open(provider_factory, namespace)
+    committed = {f"k{i:04d}": i for i in range(N)}
+    for key, value in committed.items():
+        state.put(key, value)
+    state.prepare_commit(0)
+    state.commit(0)
+    _visible(state, committed)  # reads the whole state through a cache of 16 entries
+    assert state.cache_entries < N
+
+    prepared = dict(committed)
+    for i in range(0, N, 2):  # changes, with evictions in between
+        prepared[f"k{i:04d}"] = {"v": i}
+        state.put(f"k{i:04d}", {"v": i})
+        assert state.get(f"k{(i * 7) % N:04d}") == prepared[f"k{(i * 7) % N:04d}"]
+    for i in range(1, N, 10):
+        del prepared[f"k{i:04d}"]
+        state.delete(f"k{i:04d}")
+    _visible(state, prepared)
+    state.prepare_commit(1)
+    _visible(state, prepared)
+    _items_in_order(state, prepared)
+
+    pending = dict(prepared)
+    for i in range(N, N + 50):
+        pending[f"k{i:04d}"] = i
+        state.put(f"k{i:04d}", i)
+    _visible(state, pending)
+    _items_in_order(state, pending)
+
+    # The crash: this provider is abandoned; a new one sees txid 1 prepared.
+    again = _open(provider_factory, namespace)
+    assert again.committed_txid == 0 and again.prepared_txid == 1
+    _visible(again, committed)
+    if recovery == "commit":
+        again.commit(1)
+        expected = prepared
+    else:
+        again.rollback()
+        expected = committed
+    _visible(again, expected)
+    _items_in_order(again, expected)
+
+
+def test_a_rollback_after_evictions_shows_the_committed_values(
+    provider_factory: Any, namespace: str
+) -> None:
+    state = _open(provider_factory, namespace)
+    committed = {f"k{i:04d}": i for i in range(N)}
+    for key, value in committed.items():
+        state.put(key, value)
+    state.commit()
+    for i in range(N):
+        state.put(f"k{i:04d}", -i)
+        if i % 3 == 0:
+            state.prepare_commit(0)  # the same txid again: merged onto its delta
+    _visible(state, {k: -v for k, v in committed.items()})
+    state.rollback()
+    _visible(state, committed)
+    _items_in_order(state, committed)
+
+
+def test_iteration_of_a_state_larger_than_the_cache_is_complete_and_ordered(
+    provider_factory: Any, namespace: str
+) -> None:
+    state = _open(provider_factory, namespace)
+    model: dict[Any, Any] = {}
+    for i in range(2 * N):
+        key: Any = f"w{i}" if i % 3 else i  # str and int keys mixed
+        model[key] = i
+        state.put(key, i)
+        if i % 200 == 199:
+            state.commit()
+    state.commit()
+    state.put("late", 1)  # pending, between committed keys in order
+    state.delete("w1")
+    model["late"] = 1
+    del model["w1"]
+    _items_in_order(state, model)
+    assert sorted(state.keys(), key=orjson.dumps) == sorted(model, key=orjson.dumps)
+    assert state.cache_entries < 2 * N
