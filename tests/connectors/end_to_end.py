@@ -1,0 +1,353 @@
+"""examples/stream_to_postgres.py end to end, against the real servers, killed and restarted.
+
+Shared by tests/connectors/test_end_to_end*.py (small inputs, a few kills) and
+bench/bench_connectors_kill.py (200,000 lines, 20 kills). What runs:
+
+* a **source**: a stream of its own (unique name) on Redis, JetStream or
+  RabbitMQ (a stream queue), fed by ``examples/produce_lines.py`` as a
+  subprocess, at a set rate, *while* the pipeline runs;
+* a **database**: a PostgreSQL schema of its own holding the example's two
+  tables (``examples/stream_to_postgres.sql``), reached through a DSN whose
+  ``search_path`` is that schema (so the sinks' guard table lands there too);
+* the pipeline, ``statestream run examples/stream_to_postgres.py``, SIGKILLed
+  at random moments of its work by ``tests/kill_loop.py`` (or its workers by
+  ``tests/runtime/test_workers_kill.py``'s helpers), then run to the end with
+  ``--until-idle`` once the producer is done;
+* the **verdict** (:func:`check`): ``word_updates`` holds every
+  ``(word, k)`` for k = 1 .. the word's count once (duplicates and gaps
+  counted), and ``word_totals`` equals ``collections.Counter`` of the input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+
+from kill_loop import cli, sigkill_runs  # noqa: E402
+from test_workers_kill import _kill_workers, _Run  # noqa: E402
+
+from statestream.testing import random_text  # noqa: E402
+
+EXAMPLE = str(ROOT / "examples" / "stream_to_postgres.py")
+PRODUCER = str(ROOT / "examples" / "produce_lines.py")
+TABLES_SQL = ROOT / "examples" / "stream_to_postgres.sql"
+POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+URLS = {
+    "redis": "redis://127.0.0.1:6379/0",
+    "jetstream": "nats://127.0.0.1:4222",
+    "rabbitmq": "amqp://guest:guest@127.0.0.1:5672/%2F",
+}
+SOURCES = tuple(URLS)
+WORDS_PER_LINE = 10  # random_text's
+FIRST = 100  # lines in the source before the pipeline starts
+
+
+# -- the source ---------------------------------------------------------------------------
+
+
+@dataclass
+class Source:
+    """A stream of the test's own on one of the three brokers."""
+
+    kind: str
+    url: str
+    stream: str
+
+    def delete(self) -> None:
+        """Remove the stream (or queue) and everything in it."""
+        if self.kind == "redis":
+            import redis
+
+            client = redis.Redis.from_url(self.url)
+            client.delete(self.stream)
+            client.close()
+        elif self.kind == "jetstream":
+            asyncio.run(_delete_jetstream(self.url, self.stream))
+        else:
+            import pika
+
+            connection = pika.BlockingConnection(pika.URLParameters(self.url))
+            connection.channel().queue_delete(self.stream)
+            connection.close()
+
+
+async def _delete_jetstream(url: str, stream: str) -> None:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        with contextlib.suppress(NotFoundError):
+            await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+@contextlib.contextmanager
+def source(kind: str, url: str | None = None) -> Iterator[Source]:
+    """A fresh stream named ``e2e-<random>`` on ``kind``'s server, deleted afterwards."""
+    src = Source(kind, url or URLS[kind], f"e2e-{uuid.uuid4().hex[:10]}")
+    try:
+        yield src
+    finally:
+        with contextlib.suppress(Exception):  # a server stopped by the test
+            src.delete()
+
+
+def start_producer(
+    src: Source, corpus: Path, rate: float, skip: int = 0, lines: int | None = None
+) -> subprocess.Popen[str]:
+    """``produce_lines.py`` sending ``corpus`` (from line ``skip``, ``lines`` of them) to
+    ``src`` at ``rate`` lines a second, as a subprocess."""
+    args = [PRODUCER, "--to", src.url, "--stream", src.stream, "--from", str(corpus)]
+    args += ["--rate", str(rate), "--skip", str(skip)]
+    if lines is not None:
+        args += ["--lines", str(lines)]
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def start_feeding(src: Source, corpus: Path, rate: float) -> subprocess.Popen[str]:
+    """Send the first ``FIRST`` lines of ``corpus`` now (the stream must exist before the
+    pipeline starts: a missing one is an error), and the rest at ``rate`` by a
+    producer left running."""
+    wait_producer(start_producer(src, corpus, 0, lines=FIRST))
+    return start_producer(src, corpus, rate, skip=FIRST)
+
+
+def wait_producer(proc: subprocess.Popen[str], timeout: float = 600) -> None:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"the producer failed: {out}"
+
+
+# -- the database -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    """A DSN whose ``search_path`` is a fresh schema holding the example's tables; the
+    schema is dropped afterwards."""
+    import psycopg
+
+    schema = f"e2e_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(POSTGRES, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute(TABLES_SQL.read_text())
+    try:
+        yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@dataclass
+class Verdict:
+    """What the two tables hold against the input's true counts."""
+
+    rows: int  # rows of word_updates
+    duplicates: int  # (word, k) rows beyond the first of each
+    gaps: int  # (word, k), k = 1 .. the word's final count, with no row
+    beyond: int  # rows with a k above the word's true count
+    totals_exact: bool  # word_totals == Counter of the input
+
+    @property
+    def exact(self) -> bool:
+        return not (self.duplicates or self.gaps or self.beyond) and self.totals_exact
+
+
+def check(dsn: str, truth: collections.Counter[str]) -> Verdict:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        updates = conn.execute("SELECT word, count FROM word_updates").fetchall()
+        totals: dict[str, int] = dict(
+            conn.execute("SELECT word, count FROM word_totals").fetchall()
+        )
+    seen: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    for word, k in updates:
+        seen[word][k] += 1
+    duplicates = sum(n - 1 for ks in seen.values() for n in ks.values())
+    beyond = sum(1 for word, ks in seen.items() for k in ks if not 1 <= k <= truth.get(word, 0))
+    gaps = sum(1 for word, n in truth.items() for k in range(1, n + 1) if k not in seen[word])
+    return Verdict(len(updates), duplicates, gaps, beyond, totals == dict(truth))
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def feeding(src: Source, dsn: str, corpus: Path, rate: float) -> Iterator[Callable[[], None]]:
+    """For the block: the example's environment variables set for the ``statestream run``
+    processes started in it (the kill loops pass ``os.environ`` on), and ``corpus``
+    being produced into ``src`` (:func:`start_feeding`); yields a function that waits
+    for the producer to finish (and fails if it did not)."""
+    values = {"LINES_URL": src.url, "LINES_STREAM": src.stream, "POSTGRES_DSN": dsn}
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    producer = start_feeding(src, corpus, rate)
+    try:
+        yield lambda: wait_producer(producer)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def finish(settings: Sequence[str], timeout: float = 600) -> None:
+    """Run the pipeline to the end of its source (``--until-idle``), exit 0."""
+    final = subprocess.run(
+        cli("run", EXAMPLE, "--until-idle", "--no-progress", *settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert final.returncode == 0, final.stderr
+
+
+def as_settings(conf: dict[str, Any]) -> list[str]:
+    """``conf`` as ``--set`` options (values: scalars or flat mappings of strings)."""
+    out: list[str] = []
+    for key, value in conf.items():
+        if isinstance(value, dict):
+            value = "{" + ", ".join(f"{k}: '{v}'" for k, v in value.items()) + "}"
+        out += ["--set", f"{key}={value}"]
+    return out
+
+
+@dataclass
+class Result:
+    kind: str
+    runtime: str
+    lines: int
+    kills: int
+    verdict: Verdict
+    seconds: float
+
+
+RUNTIMES = ("local", "workers", "spark")
+
+
+def killed_run(
+    runtime: str,
+    src: Source,
+    dsn: str,
+    tmp: Path,
+    *,
+    lines: int,
+    kills: int,
+    rate: float,
+    rng: random.Random,
+    spark: Any = None,
+    state_prefix: str = "",
+) -> Result:
+    """Produce ``lines`` into ``src`` at ``rate`` while the pipeline runs and is killed
+    ``kills`` times, finish it, and check the tables. ``runtime``:
+
+    * ``local``: ``statestream run`` SIGKILLed each time at a random 1-6% of the
+      input's words counted in that run (tests/kill_loop.py), state in sqlite;
+    * ``workers``: ``topology.workers: 2``, one worker of each incarnation
+      SIGKILLed (the supervisor restarts them from the last checkpoint), then a
+      clean stop (SIGTERM) once the producer is done; state in sqlite;
+    * ``spark``: ``statestream run --runner spark`` (a driver of its own,
+      ``local[2,2]``) SIGKILLed a random 0.2-2 s after the count first showed
+      work; the state on the shared Redis under ``state_prefix``; the stream is
+      finished on ``spark`` (the caller's SparkSession, in this process).
+    """
+    path = tmp / "lines.txt"
+    truth = random_text(path, lines)
+    conf: dict[str, Any] = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp / "state.db")},
+        "topology.state.checkpoint.interval.ms": 200,
+    }
+    if runtime == "workers":
+        conf["topology.workers"] = 2
+    elif runtime == "spark":
+        conf["topology.state.provider"] = "redis"
+        conf["topology.state.provider.config"] = {"url": URLS["redis"], "key_prefix": state_prefix}
+        # Several transactions over the input, so that a kill lands between two.
+        conf["statestream.spark.batch.size"] = max(100, lines // 4)
+    settings = as_settings(conf)
+    started = time.monotonic()
+    with feeding(src, dsn, path, rate) as fed:
+        if runtime == "local":
+            killed = sigkill_runs(
+                [EXAMPLE, *settings], kills=kills, component="count", rng=rng,
+                work=lines * WORDS_PER_LINE,
+            )  # fmt: skip
+        elif runtime == "workers":
+            killed = _kill_workers_then_stop(settings, kills, rng, fed)
+        else:
+            killed = sigkill_runs(
+                [EXAMPLE, "--runner", "spark", *settings],
+                kills=kills, component="count", rng=rng, delay=(0.2, 2.0),
+            )  # fmt: skip
+        fed()
+        if runtime == "spark":
+            _finish_on_spark(spark, conf)
+        else:
+            finish(settings)
+    label = {"workers": "workers 2", "spark": "spark local[2]"}.get(runtime, runtime)
+    return Result(src.kind, label, lines, killed, check(dsn, truth), time.monotonic() - started)
+
+
+def _kill_workers_then_stop(
+    settings: Sequence[str], kills: int, rng: random.Random, fed: Callable[[], None]
+) -> int:
+    run = _Run([EXAMPLE, *settings])
+    try:
+        _kill_workers(run, kills, rng)
+        fed()
+        run.proc.send_signal(signal.SIGTERM)
+        code = run.wait(120)
+        assert code in (0, 128 + signal.SIGTERM), run.log()
+    finally:
+        run.cleanup()
+    return kills
+
+
+def _finish_on_spark(spark: Any, conf: dict[str, Any]) -> None:
+    from statestream import load_topology
+    from statestream.runtime.spark import SparkRuntime
+
+    result = SparkRuntime(load_topology(EXAMPLE), conf, spark=spark).run(until_idle=True)
+    assert not result.errors, result.errors
+
+
+def describe(result: Result) -> dict[str, Any]:
+    v = result.verdict
+    return {
+        "source": result.kind,
+        "runtime": result.runtime,
+        "lines": result.lines,
+        "kills": result.kills,
+        "duplicates": v.duplicates,
+        "gaps": v.gaps,
+        "beyond": v.beyond,
+        "totals": "equal" if v.totals_exact else "differ",
+        "exact": "yes" if v.exact else "NO",
+        "seconds": round(result.seconds, 1),
+    }
