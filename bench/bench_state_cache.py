@@ -1,0 +1,113 @@
+"""The bounded state cache (issue 34): peak RSS while writing N distinct keys, the cost
+of a commit of 1,000 changed keys in a 1,000-key and an N-key state, and the time from
+opening a provider to the first get, per provider. Each measurement runs in a fresh
+process (peak RSS is the process's).
+
+    STATESTREAM_CORE=python python3 bench/bench_state_cache.py --keys 200000 --providers memory sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHANGED = 1000
+
+
+def _provider(name: str, path: str) -> object:
+    from statestream._state import size_cache
+    from statestream_providers.memory import MemoryStateProvider
+    from statestream_providers.sqlite import SQLiteStateProvider
+
+    provider = SQLiteStateProvider(path) if name == "sqlite" else MemoryStateProvider(path)
+    size_cache(provider, 32.0)
+    return provider
+
+
+def child(name: str, keys: int, path: str) -> dict[str, float]:
+    provider = _provider(name, path)
+    small = provider.get_state("small-0")  # type: ignore[attr-defined]
+    large = provider.get_state("large-0")  # type: ignore[attr-defined]
+    for i in range(CHANGED):
+        small.put(f"s{i}", i)
+    small.prepare_commit(0)
+    small.commit(0)
+    txid = 0
+    for start in range(0, keys, 10_000):
+        for i in range(start, min(keys, start + 10_000)):
+            large.put(f"word{i}", i)
+        large.prepare_commit(txid)
+        large.commit(txid)
+        txid += 1
+    out: dict[str, float] = {}
+    for label, state, tx, span in (("small", small, 1, CHANGED), ("large", large, txid, keys)):
+        times = []
+        for rep in range(5):
+            for i in range(CHANGED):
+                key = (
+                    f"s{(i * 7919 + rep) % span}"
+                    if label == "small"
+                    else f"word{(i * 7919 + rep * 13) % span}"
+                )
+                state.put(key, state.get(key, 0) + 1)
+            t0 = time.perf_counter()
+            state.prepare_commit(tx)
+            state.commit(tx)
+            times.append(time.perf_counter() - t0)
+            tx += 1
+        out[f"commit_{label}_ms"] = 1000 * sorted(times)[2]
+    out["cache_entries"] = large.cache_entries
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def restart(name: str, path: str) -> dict[str, float]:
+    t0 = time.perf_counter()
+    provider = _provider(name, path)
+    state = provider.get_state("large-0")  # type: ignore[attr-defined]
+    state.get("word1")
+    return {"first_get_s": time.perf_counter() - t0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--providers", nargs="+", default=["memory", "sqlite"])
+    parser.add_argument("--child", nargs=3)
+    parser.add_argument("--restart", nargs=2)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.child[2])))
+        return
+    if args.restart:
+        print(json.dumps(restart(*args.restart)))
+        return
+    print(
+        f"| provider | keys | peak RSS MB | cache entries | commit 1k keys, 1k-key state ms | in {args.keys}-key state ms | ratio | open to first get s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.providers:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "state.db") if name == "sqlite" else "bench"
+            run = [sys.executable, __file__]
+            res = json.loads(subprocess.check_output([*run, "--child", name, str(args.keys), path]))
+            first = (
+                json.loads(subprocess.check_output([*run, "--restart", name, path]))
+                if name == "sqlite"
+                else {"first_get_s": float("nan")}
+            )
+            ratio = res["commit_large_ms"] / res["commit_small_ms"]
+            print(
+                f"| {name} | {args.keys} | {res['peak_rss_mb']:.0f} | {res['cache_entries']:.0f} | "
+                f"{res['commit_small_ms']:.2f} | {res['commit_large_ms']:.2f} | {ratio:.2f} | {first['first_get_s']:.3f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
