@@ -13,22 +13,49 @@ RedisStreamSpout    exactly-once                  last entry id read, per stream
 JetStreamSpout      exactly-once                  last stream sequence read
 RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; classic queue:
                     classic queue: at-least-once  none (acked after the checkpoint commits)
+PostgresSink        exactly-once (two-phase)      guard row (topology, sink, task) -> txid
+RedisSink           exactly-once (two-phase)      guard hash field, checked under WATCH
+FileSink            exactly-once (two-phase)      guard file: txid and the committed length
+TwoPhaseSink        the base of the three above: stage at PREPARE, write at COMMIT with the guard
 ==================  ============================  ==========================================
+
+The sinks are exactly-once with exactly-once state (the default); under
+at-least-once a replayed tuple is written again.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["JetStreamSpout", "RabbitMQSpout", "RedisStreamSpout"]
+if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads them
+    from .files import FileSink
+    from .jetstream import JetStreamSpout
+    from .postgres import PostgresSink
+    from .rabbitmq import RabbitMQSpout
+    from .redis_sink import RedisSink
+    from .redis_streams import RedisStreamSpout
+    from .sink import TwoPhaseSink
 
-# public name -> the module of this package that defines it. Sink modules add
-# their names here.
+__all__ = [
+    "FileSink",
+    "JetStreamSpout",
+    "PostgresSink",
+    "RabbitMQSpout",
+    "RedisSink",
+    "RedisStreamSpout",
+    "TwoPhaseSink",
+]
+
+# public name -> the module of this package that defines it.
 _LAZY: dict[str, str] = {
     "JetStreamSpout": "jetstream",
     "RabbitMQSpout": "rabbitmq",
     "RedisStreamSpout": "redis_streams",
+    "TwoPhaseSink": "sink",
+    "PostgresSink": "postgres",
+    "RedisSink": "redis_sink",
+    "FileSink": "files",
 }
 
 
