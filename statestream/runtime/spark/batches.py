@@ -20,6 +20,11 @@ messages those tuples belong to, under the retry policy of the local runtime
 
 A job that fails as a whole says nothing of its messages: it is rolled back
 and read again, up to ``statestream.spark.batch.attempts`` times.
+
+What follows what (commit, roll back and wait, read again, give up, stop) is
+decided by :class:`~statestream._batch_transaction.BatchTransaction` from
+the events of the batch; :meth:`BatchDriver._transaction` carries out its
+actions.
 """
 
 from __future__ import annotations
@@ -27,15 +32,18 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
+from ..._batch_transaction import BatchTransaction, Do, Event
 from ..._components import (
     task_namespace,
 )
 from ..._deadletter import Replay
-from ..._errors import RuntimeFailure
+from ..._errors import RuntimeFailure, StateLockedError
 from ..._messages import Cause
 from ..._picklable import run_ending
 from ..._results import ErrorReport
@@ -63,13 +71,34 @@ def refuse_lost(acks: Iterable[Ack], txid: int) -> None:
             )
 
 
-def _raise_run_ending(acks: list[Ack]) -> None:
-    """Stop the run on a tuple given up on for a reason that ends it (statestream._picklable)."""
+def run_ending_in(acks: list[Ack]) -> BaseException | None:
+    """The error that stops the run, if a task gave up on a tuple for a reason that
+    ends it (statestream._picklable)."""
     for *_, lost in acks:
         for _, _, error_type, error in lost:
             fatal = run_ending(error_type, error)
             if fatal is not None:
-                raise fatal  # the prepares are rolled back at the next start
+                return fatal
+    return None
+
+
+@dataclass
+class BatchRun:
+    """One batch's transaction as the driver carries it out: what the actions of
+    :class:`~statestream._batch_transaction.BatchTransaction` act on."""
+
+    batch: Batch
+    read_again: Callable[[Batch], Batch]
+    txid: int = -1
+    acks: list[Ack] = field(default_factory=list)
+    error: BaseException | None = None
+    """The last job's failure, or the error that stops the run."""
+    cause: BaseException | None = None
+    """What the error that stops the run was found in (raised as its cause)."""
+    failures: int = 0
+    """The jobs of the batch that failed as a whole so far."""
+    resume_at: float = 0.0
+    """When the batch may run again after its messages failed (the runtime's clock)."""
 
 
 class BatchDriver(SpoutDriver):
@@ -86,79 +115,133 @@ class BatchDriver(SpoutDriver):
         """One batch through the coordinator: PREPARE (stored with the batch's end
         positions), the job, COMMIT; a failed job rolls back and runs again.
 
-        A job in which tasks gave up on tuples of tracked messages (a poison
-        record) is an attempt of those messages: it is rolled back, each one
-        counts a failure under the retry policy (:meth:`_failed_messages`), and
-        the batch is read again and run once the policy's delay has passed,
-        without the messages that had their last attempt. Returns without a
-        commit if the run is stopped (or its duration ends) while it waits.
+        What comes next is decided by the pure
+        :class:`~statestream._batch_transaction.BatchTransaction` from what
+        happened; this only carries its actions out. A job in which tasks gave
+        up on tuples of tracked messages (a poison record) is an attempt of
+        those messages: it is rolled back, each one counts a failure under the
+        retry policy (:meth:`_failed_messages`), and the batch is read again
+        and run once the policy's delay has passed, without the messages that
+        had their last attempt. Returns without a commit if the run is stopped
+        (or its duration ends) while it waits.
         """
-        failures = 0
-        while True:
-            started = self.clock.monotonic()  # the metrics bank's checkpoint of the batch
-            txid = self._prepare(batch)
-            try:
-                acks = self._job(sc, token, payload, txid, batch)
-                if batch.source is not None:
-                    refuse_lost(acks, txid)
-            except Exception as exc:
-                self.bank.checkpoint_done(txid, started, started, self.clock.monotonic(), ok=False)
-                failures += 1
-                self._job_failed(exc, txid, failures, batch)
-                batch = read_again(batch)
-                continue
-            _raise_run_ending(acks)
-            resume_at = self._failed_messages(batch, acks)
-            if resume_at is None:
-                break
-            self._count_errors(acks)
-            self._counters["replays"] += 1
-            self.checkpoints.abort(txid)
-            self._recover()
-            if not self._wait_until(resume_at):
-                return  # stopped: the batch is rolled back, the next run reads it again
-            batch = read_again(batch)
-        prepared = self.clock.monotonic()
-        self._commit(txid, batch, acks)
-        self.bank.checkpoint_done(txid, started, prepared, self.clock.monotonic())
+        decide = BatchTransaction(self.attempts)
+        run = BatchRun(batch, read_again)
+        job = partial(self._job, sc, token, payload)
+        todo = deque(decide.on(Event.READ))
+        while todo:
+            do = todo.popleft()
+            event = self._run_job(run, job) if do is Do.RUN_JOB else self._actions[do](self, run)
+            if event is not None:
+                todo.extend(decide.on(event))
+                run.failures = decide.failures
 
-    def _prepare(self, batch: Batch) -> int:
-        """Poll the coordinator for batch's PREPARE (``PREPARING(t)`` is stored with
-        the batch's end positions); its txid."""
-        self._store.check()  # a lost lease: another run may own the state now
-        return self.checkpoints.prepare(batch.positions)
+    def _run_job(self, run: BatchRun, job: Callable[[int, Batch], list[Ack]]) -> Event:
+        """Every bolt task executes its tuples and prepares the txid: how it went."""
+        try:
+            run.acks = job(run.txid, run.batch)
+            if run.batch.source is not None:
+                refuse_lost(run.acks, run.txid)
+        except Exception as exc:
+            stop = cannot_fix_in(exc)  # e.g. the store stayed away: a new attempt would too
+            if stop is not None:
+                run.error, run.cause = stop, exc
+                return Event.UNFIXABLE
+            run.error = exc
+            return Event.JOB_FAILED
+        fatal = run_ending_in(run.acks)
+        if fatal is not None:
+            run.error = fatal  # the prepares are rolled back at the next start
+            return Event.UNFIXABLE
+        resume_at = self._failed_messages(run.batch, run.acks)
+        if resume_at is None:
+            return Event.JOB_SUCCEEDED
+        run.resume_at = resume_at
+        return Event.MESSAGES_FAILED
 
-    def _job_failed(self, exc: Exception, txid: int, failures: int, batch: Batch) -> None:
-        """A job that failed as a whole (its ``failures``-th attempt): rolled back, and
-        the run stopped once the batch had its ``statestream.spark.batch.attempts``."""
-        stop = cannot_fix_in(exc)
-        if stop is not None:  # e.g. the store stayed away: a new attempt would too
-            raise stop from exc
+    def _prepare(self, run: BatchRun) -> Event | None:
+        """Store ``PREPARING(t)`` with the batch's end positions (its txid in ``run``),
+        unless the run's claim on the store was lost."""
+        try:
+            self._store.check()  # a lost lease: another run may own the state now
+        except StateLockedError as exc:
+            run.error = exc
+            return Event.CLAIM_LOST
+        run.txid = self.checkpoints.prepare(run.batch.positions)
+        return None
+
+    def _record_failure(self, run: BatchRun) -> None:
+        """A job that failed as a whole: its error in the run's errors; it tells nothing
+        of the messages, so what their books noted of the attempt is forgotten."""
+        exc = run.error
+        assert exc is not None
         self.errors.append(
             ErrorReport(
                 "$batch",
                 -1,
-                f"batch {txid} attempt {failures}",
+                f"batch {run.txid} attempt {run.failures}",
                 repr(exc)[:2000],
                 "".join(traceback.format_exception(exc))[-20000:],
             )
         )
-        self._counters["replays"] += 1
         for book in self._books.values():
-            book.rewound()  # the job's failure tells nothing of the messages
-        self.checkpoints.abort(txid)
-        self._recover()  # ROLLBACK(txid) (pre_rollback first), then INITSTATE
-        if failures >= self.attempts:
-            # A dead letter fed back stays marked: the next run feeds it again.
-            for task, msg_ids in batch.msg_ids:
-                for msg_id in msg_ids:
-                    if msg_id is not None and type(msg_id) is not Replay:
-                        task.spout.fail(msg_id)
-            raise RuntimeFailure(
-                f"batch {txid} failed {count(failures, 'time')} and was rolled back; the last "
-                f"error: {exc!r}. The next run reads it again from the stored positions"
-            ) from exc
-        log.warning("batch %d failed (%r); rolled back, reading it again", txid, exc)
+            book.rewound()
+
+    def _rollback(self, run: BatchRun) -> None:
+        """ROLLBACK(t) (pre_rollback first), then INITSTATE, on every namespace."""
+        self._counters["replays"] += 1
+        self.checkpoints.abort(run.txid)
+        self._recover()
+
+    def _warn_retry(self, run: BatchRun) -> None:
+        log.warning("batch %d failed (%r); rolled back, reading it again", run.txid, run.error)
+
+    def _wait(self, run: BatchRun) -> Event:
+        return Event.WAITED if self._wait_until(run.resume_at) else Event.STOPPED
+
+    def _reread(self, run: BatchRun) -> None:
+        run.batch = run.read_again(run.batch)
+
+    def _fail_messages(self, run: BatchRun) -> None:
+        """The batch's messages failed (a dead letter fed back stays marked: the next
+        run feeds it again)."""
+        for task, msg_ids in run.batch.msg_ids:
+            for msg_id in msg_ids:
+                if msg_id is not None and type(msg_id) is not Replay:
+                    task.spout.fail(msg_id)
+
+    def _give_up(self, run: BatchRun) -> None:
+        raise RuntimeFailure(
+            f"batch {run.txid} failed {count(run.failures, 'time')} and was rolled back; the "
+            f"last error: {run.error!r}. The next run reads it again from the stored positions"
+        ) from run.error
+
+    def _stop_run(self, run: BatchRun) -> None:
+        assert run.error is not None
+        if run.cause is not None:
+            raise run.error from run.cause
+        raise run.error
+
+    def _commit_run(self, run: BatchRun) -> None:
+        self._commit(run.txid, run.batch, run.acks)
+
+    def _count_run_errors(self, run: BatchRun) -> None:
+        self._count_errors(run.acks)
+
+    #: How each action but RUN_JOB is carried out (an event, or None to go on).
+    _actions: ClassVar[dict[Do, Callable[[BatchDriver, BatchRun], Event | None]]] = {
+        Do.PREPARE: _prepare,
+        Do.COMMIT: _commit_run,
+        Do.RECORD_FAILURE: _record_failure,
+        Do.COUNT_ERRORS: _count_run_errors,
+        Do.ROLLBACK: _rollback,
+        Do.WARN_RETRY: _warn_retry,
+        Do.WAIT: _wait,
+        Do.READ_AGAIN: _reread,
+        Do.FAIL_MESSAGES: _fail_messages,
+        Do.GIVE_UP: _give_up,
+        Do.STOP: _stop_run,
+    }
 
     def _commit(self, txid: int, batch: Batch, acks: list[Ack]) -> None:
         """Every task prepared ``txid``: COMMIT it, ack the batch's messages, count it."""
