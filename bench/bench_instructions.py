@@ -3,6 +3,7 @@
     python bench/bench_instructions.py [--sentences 5000]
         [--topology plain|lines|words|stateful]
         [--exactly-once auto|true|false]
+        [--metrics default|off|on|served[,...]]
 
 Wall-clock benchmarks on a shared 2-core machine swing by 30% from run to
 run; an instruction count does not (callgrind counts the same total for the
@@ -33,6 +34,28 @@ more checkpoints per word; with a fixed N every build takes the same
 checkpoints at the same lines, so counts compare across builds. 23,000 is
 the measured rate of the stateful SQLite count on this machine kind
 (200,000 lines in 8.7 s, bench/RESULTS-wallclock.md).
+
+``--metrics`` says what the metrics bank collects (issue 33: collection on,
+with the page served and polled once a second, costs at most 3% more
+instructions per word than off); a comma-separated list runs each in turn and
+prints one row each with its ratio to the first:
+
+- ``default``: the config as it is (for a tree older than the bank, which
+  has no such key);
+- ``off``: ``topology.stats.sample.rate: 0``, no latency timed;
+- ``on``: ``topology.stats.sample.rate: 0.05`` (the default);
+- ``served``: ``on``, and the live view served from the measured process
+  (statestream._ui, on a free loopback port) and polled once a second of the
+  run's clock: ``--lines-per-second`` is required, and at every
+  ``lines-per-second``-th line the spout renders the bodies as the
+  publisher thread does (``LiveView.publish``: one ``metrics_snapshot()``,
+  ``/api/v1/topology`` and ``/metrics``) and waits while a poller thread
+  GETs both paths. The publisher's own wall-clock timer is not used: under
+  valgrind it would render some 50 times more often per word than in a real
+  run. Counted: the render (in the run's thread) and the server's handling
+  of each request (its request threads are run through ``functools.reduce``
+  too, as callgrind toggles collection per thread); not counted: the poller
+  (it stands for the browser) and the server's accept loop.
 """
 
 from __future__ import annotations
@@ -44,6 +67,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +103,11 @@ def ack_only_topology(words: bool) -> Any:
     return b.build()
 
 
-def ticking_topology(clock: Any, lines_per_second: int) -> Any:
+def ticking_topology(
+    clock: Any, lines_per_second: int, each_second: Callable[[], None] | None = None
+) -> Any:
     """examples/wordcount.py's topology, its spout moving ``clock`` 1/``lines_per_second`` s
-    forward per line read."""
+    forward per line read (and calling ``each_second`` at every ``lines_per_second``-th)."""
     import wordcount
 
     from statestream import FileSpout, TopologyBuilder
@@ -87,8 +115,15 @@ def ticking_topology(clock: Any, lines_per_second: int) -> Any:
     step = 1.0 / lines_per_second
 
     class TickingFileSpout(FileSpout):
+        lines = 0
+
         def next_tuple(self) -> None:
             clock.advance(step)
+            if each_second is not None:
+                self.lines += 1
+                if self.lines == lines_per_second:
+                    self.lines = 0
+                    each_second()
             super().next_tuple()
 
     b = TopologyBuilder("wordcount")
@@ -99,6 +134,64 @@ def ticking_topology(clock: Any, lines_per_second: int) -> Any:
     return b.build()
 
 
+class PolledView:
+    """The live view of a run in this process, published and polled on demand
+    (``--metrics served``; see the module docstring)."""
+
+    def __init__(self) -> None:
+        from statestream._ui import server
+
+        original = server._Server.process_request_thread
+
+        def counted(srv: Any, request: Any, address: Any) -> None:
+            # callgrind collects per thread: a request thread is counted only
+            # inside functools.reduce, as the run's thread is.
+            functools.reduce(lambda _, __: original(srv, request, address), [0, 0])
+
+        server._Server.process_request_thread = counted  # type: ignore[assignment,method-assign]
+        self.view: Any = None
+        self.polls = 0
+        self._asked = threading.Event()
+        self._answered = threading.Event()
+        self._stop = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The build checks that the spout (whose class calls each_second) pickles;
+        # its tasks are copies of it sharing this class, so this one is never copied.
+        return {}
+
+    def start(self, runtime: Any, topology: Any) -> None:
+        from statestream._ui.server import LiveView
+        from statestream._ui.source import renderer
+
+        # The publisher's timer never fires within a run: each_second publishes.
+        self.view = LiveView(("127.0.0.1", 0), renderer(runtime, topology), interval=1e9)
+        self.view.__enter__()
+        threading.Thread(target=self._poller, daemon=True).start()
+
+    def _poller(self) -> None:
+        while self._asked.wait() and not self._stop:
+            self._asked.clear()
+            for path in ("api/v1/topology", "metrics"):
+                with urllib.request.urlopen(self.view.url + path, timeout=600) as reply:
+                    reply.read()
+            self._answered.set()
+
+    def each_second(self) -> None:
+        """A second of the run's clock went by: render, as the publisher does, and
+        let the poller GET both paths (waited for, so every build serves as many)."""
+        self.view.publish()
+        self._answered.clear()
+        self._asked.set()
+        self._answered.wait()
+        self.polls += 1
+
+    def close(self) -> None:
+        self._stop = True
+        self._asked.set()
+        self.view.close()
+
+
 def one_run(
     topology: str,
     sentences: int,
@@ -107,6 +200,7 @@ def one_run(
     interval_ms: int = 3_600_000,
     acking: bool = True,
     lines_per_second: int = 0,
+    metrics: str = "default",
 ) -> tuple[Any, dict[str, Any]]:
     """The measured part (runs under valgrind): one word count, inside functools.reduce.
 
@@ -126,6 +220,11 @@ def one_run(
         "wordcount.input": str(corpus_path(sentences)),
         "wordcount.output": f"{workdir}/out.jsonl",
     }
+    if metrics != "default":
+        conf["topology.stats.sample.rate"] = 0 if metrics == "off" else 0.05
+    polled = PolledView() if metrics == "served" else None
+    if polled is not None and not lines_per_second:
+        raise SystemExit("--metrics served polls once a second of the run: give --lines-per-second")
     if topology == "plain":
         topo = bench_stateful.plain_topology()
     elif topology in ("lines", "words"):
@@ -138,13 +237,22 @@ def one_run(
             exactly_once, exactly_once
         )
         topo = (
-            ticking_topology(clock, lines_per_second) if lines_per_second else wordcount.topology()
+            ticking_topology(clock, lines_per_second, polled.each_second if polled else None)
+            if lines_per_second
+            else wordcount.topology()
         )
+    if polled is not None and topology != "stateful":
+        raise SystemExit("--metrics served needs --topology stateful (its spout ticks the clock)")
     if not acking:
         conf["topology.acker.executors"] = 0
     rt = LocalRuntime(topo, conf, clock)
+    if polled is not None:
+        polled.start(rt, topo)
     # A two-item list without an initial value: reduce calls the lambda once.
     result = functools.reduce(lambda _, __: rt.run(until_idle=True), [0, 0])
+    if polled is not None:
+        polled.close()
+        print(f"polls: {polled.polls}")
     return result, conf
 
 
@@ -168,7 +276,13 @@ def callgrind_count(*script_args: str) -> int:
     found = re.search(r"Collected : (\d+)", proc.stderr)
     if found is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+    polls = re.search(r"^polls: (\d+)", proc.stdout, re.M)
+    if polls is not None:
+        print(f"({script_args[script_args.index('--metrics') + 1]}: {polls.group(1)} polls)")
     return int(found.group(1))
+
+
+METRICS = ("default", "off", "on", "served")
 
 
 def main() -> None:
@@ -180,8 +294,16 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=int, default=3_600_000)
     ap.add_argument("--no-acking", action="store_true")
     ap.add_argument("--lines-per-second", type=int, default=0)
+    ap.add_argument(
+        "--metrics",
+        default="default",
+        help=f"comma-separated, each of {', '.join(METRICS)} (see the module docstring)",
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    modes = args.metrics.split(",")
+    if unknown := [m for m in modes if m not in METRICS]:
+        ap.error(f"--metrics {unknown[0]!r}: pick from {', '.join(METRICS)}")
     if args.one:
         one_run(
             args.topology,
@@ -191,6 +313,7 @@ def main() -> None:
             args.interval_ms,
             not args.no_acking,
             args.lines_per_second,
+            modes[0],
         )
         return
     if shutil.which("valgrind") is None:
@@ -198,9 +321,7 @@ def main() -> None:
     from corpus import corpus_path
 
     corpus_path(args.sentences)  # written outside the measured run
-    total = callgrind_count(
-        __file__,
-        "--one",
+    common = [
         "--topology",
         args.topology,
         "--sentences",
@@ -213,7 +334,8 @@ def main() -> None:
         str(args.interval_ms),
         *(["--no-acking"] if args.no_acking else []),
         *(["--lines-per-second", str(args.lines_per_second)] if args.lines_per_second else []),
-    )
+    ]
+    totals = [callgrind_count(__file__, "--one", *common, "--metrics", m) for m in modes]
     words = args.sentences * 10
     cmd = "python bench/bench_instructions.py"
     if args.sentences != 5000:
@@ -230,10 +352,16 @@ def main() -> None:
         cmd += " --no-acking"
     if args.lines_per_second:
         cmd += f" --lines-per-second {args.lines_per_second}"
+    if args.metrics != "default":
+        cmd += f" --metrics {args.metrics}"
     print(f"command: {cmd}\n")
-    print("| topology | words | instructions in LocalRuntime.run | per word |")
-    print("|---|---:|---:|---:|")
-    print(f"| {args.topology} | {words:,} | {total:,} | {total / words:,.0f} |")
+    print("| topology | metrics | words | instructions in LocalRuntime.run | per word | ratio |")
+    print("|---|---|---:|---:|---:|---:|")
+    for mode, total in zip(modes, totals, strict=True):
+        print(
+            f"| {args.topology} | {mode} | {words:,} | {total:,} | {total / words:,.0f} "
+            f"| {total / totals[0]:.4f} |"
+        )
 
 
 if __name__ == "__main__":

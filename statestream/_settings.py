@@ -166,7 +166,7 @@ def _fraction(value: object) -> object:
         isinstance(value, int | float)
         and not isinstance(value, bool)
         and math.isfinite(value)
-        and 0 < value <= 1
+        and 0 <= value <= 1
     ):
         return float(value)
     raise _Invalid
@@ -540,12 +540,13 @@ class Settings:
     )
     topology_stats_sample_rate: float = _key(
         "topology.stats.sample.rate",
-        _Kind("a number above 0 and at most 1", _fraction, _text_as_number, float),
+        _Kind("a number from 0 to 1", _fraction, _text_as_number, float),
         0.05,
         """The share of tuples whose latency is timed (execute latency per bolt
         task, complete latency per spout task; capacity is derived from them):
         one in round(1 / rate) drains of a bolt's queue or emits of a spout.
-        1 times every one, at the cost of two clock reads each.""",
+        1 times every one, at the cost of two clock reads each; 0 times none
+        (no latency or capacity is shown; the counts stay).""",
         storm="the same key and meaning (Storm samples tuples, statestream a task's drains).",
     )
     statestream_progress_interval_secs: float = _key(

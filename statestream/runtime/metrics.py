@@ -43,7 +43,8 @@ with ``snapshot.at``, never with the wall clock)::
 
 Latencies are sampled as Storm samples them (``topology.stats.sample.rate``,
 default 0.05): a task times one in ``round(1 / rate)`` of its drains (a bolt)
-or emits (a spout), so the per-tuple cost is a countdown, never a clock read.
+or emits (a spout), so the per-tuple cost is a countdown, never a clock read;
+rate 0 times none (the countdown stays: collection off costs it alone).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_BUCKETS",
+    "NEVER",
     "CheckpointInfo",
     "Histogram",
     "MetricsBank",
@@ -99,9 +101,14 @@ RECENT_CHECKPOINTS: Final = 50
 CAPACITY_WINDOW: Final = 10.0
 
 
+#: ``sample_every`` at rate 0: a countdown from here never reaches 0 in a run.
+NEVER: Final = 2**60
+
+
 def sample_every(rate: float) -> int:
-    """One in how many events is timed at sample rate ``rate`` (0 < rate <= 1)."""
-    return max(1, round(1.0 / rate))
+    """One in how many events is timed at sample rate ``rate`` (0 <= rate <= 1;
+    0 times none: :data:`NEVER`)."""
+    return max(1, round(1.0 / rate)) if rate > 0 else NEVER
 
 
 def capacity(executed: int, latency: float | None, window: float) -> float:
@@ -331,6 +338,9 @@ class MetricsBank:
         self.runtime = runtime
         self.kinds = dict(kinds)
         self.every = sample_every(sample_rate)
+        #: What a task's countdown starts at: 1 times its first event, so that a
+        #: short run shows a latency too; with sampling off (rate 0), never.
+        self.first_sample = 1 if sample_rate > 0 else self.every
         self.window = window
         self.started_at: float | None = None
         self.ended_at: float | None = None

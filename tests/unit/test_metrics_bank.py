@@ -4,6 +4,7 @@ capacity and its window, checkpoint phases, the supervisor's merge of worker ban
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from statestream import FakeClock
 from statestream._results import TaskMetrics
 from statestream.runtime.metrics import (
     CHECKPOINT_BUCKETS,
+    NEVER,
     Histogram,
     MetricsBank,
     TaskTiming,
@@ -26,6 +28,31 @@ KINDS = {"src": ("spout", 1), "work": ("bolt", 2)}
 )
 def test_sample_every(rate: float, every: int) -> None:
     assert sample_every(rate) == every
+
+
+@pytest.mark.parametrize(("rate", "timed"), [(0, False), (0.05, True), (1, True)])
+def test_sample_rate_zero_times_nothing(tmp_path: Path, rate: float, timed: bool) -> None:
+    """topology.stats.sample.rate 0 is collection off: no task's countdown reaches 0,
+    not even the first, so no latency is timed; the counts stay."""
+    from word_bolts import word_count
+
+    from statestream.runtime.local import LocalRuntime
+
+    assert (sample_every(0), MetricsBank("t", "local", KINDS, 0).first_sample) == (  # type: ignore[arg-type]
+        NEVER,
+        NEVER,
+    )
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("".join(f"a b c{i}\n" for i in range(50)))
+    rt = LocalRuntime(word_count("rate", corpus), {"topology.stats.sample.rate": rate}, FakeClock())
+    result = rt.run(until_idle=True)
+    snap = rt.metrics_snapshot()
+    assert result.components["count"].executed == snap.components["count"].executed == 150
+    for cid in ("lines", "split", "count"):
+        s = snap.components[cid]
+        assert (s.samples + s.complete_samples > 0) is timed, cid
+    assert (snap.components["count"].execute_latency is not None) is timed
+    assert (snap.components["lines"].complete_latency is not None) is timed
 
 
 @pytest.mark.parametrize(

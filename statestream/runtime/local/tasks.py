@@ -166,7 +166,7 @@ class Task(NativeCollector):
         # tuple costs a countdown, never a clock read.
         self.timing: TaskTiming = rt.bank.timing(spec.id, task_index)
         self.sample_every = rt.bank.every
-        self.sample_in = 1  # the first is timed: a short run shows a latency too
+        self.sample_in = rt.bank.first_sample
         self.tracking = rt.acking is not None  # acking on: anchored tuples get edge ids
         self.streams: dict[str, Stream] = {}
         # streams["default"], read without a dict lookup by the emits that name
