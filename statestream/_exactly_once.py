@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
@@ -67,13 +67,17 @@ __all__ = [
     "Lockstep",
     "Rewindable",
     "RoundStatus",
+    "RunMode",
+    "SpoutAt",
     "Standstill",
     "StandstillStep",
     "can_resume",
     "can_rewind",
     "check_position",
+    "cut_positions",
     "quiet_wants_checkpoint",
     "resolve_exactly_once",
+    "run_mode",
 ]
 
 CHECKPOINT_KEY = "checkpoint"
@@ -181,6 +185,96 @@ def resolve_exactly_once(
         "position() and seek(position) (see statestream.Rewindable and FileSpout), or set "
         "statestream.state.exactly.once: auto (or false) for Storm's at-least-once"
     )
+
+
+@dataclass(frozen=True)
+class RunMode:
+    """What a run of a topology keeps: :func:`run_mode`'s answer, for every runtime."""
+
+    exactly_once: bool
+    """Exactly-once state: the spouts' positions are stored with each cut
+    (what bolts are told through ``context.exactly_once``)."""
+    at_most_once: bool = False
+    """A batch runtime only: a spout cannot rewind and the user accepted
+    at-most-once (a failed batch runs again with the records already read; a
+    batch lost to a crash is not replayed)."""
+    note: str | None = None
+    """A line to log for the user (``auto`` fell back to at-least-once)."""
+
+
+def run_mode(
+    runner: str,
+    setting: bool | str,
+    stateful: bool,
+    spouts: Mapping[str, object],
+    ackers: int,
+) -> RunMode:
+    """Decide, once for every runtime, what a run keeps.
+
+    ``runner`` is ``topology.runner``, ``setting``
+    ``statestream.state.exactly.once``, ``stateful`` whether the topology is
+    checkpointed, ``spouts`` its data spouts that the runtime reads (id ->
+    object) and ``ackers`` ``topology.acker.executors``.
+
+    The local runtime (one process or workers) keeps exactly-once state as
+    :func:`resolve_exactly_once` decides, Storm's at-least-once otherwise.
+    The spark runtime replays a batch by seeking its spouts back, whether or
+    not a bolt is stateful, so every spout must rewind; it has no
+    at-least-once mode to fall back to. A spout that cannot is refused
+    (ConfigError naming it and the fix) unless the user opted into
+    at-most-once with ``topology.acker.executors: 0`` (and the setting
+    ``auto`` or false).
+    """
+    if runner != "spark":
+        on, note = resolve_exactly_once(setting, stateful, spouts)
+        return RunMode(on, False, note)
+    cannot = [cid for cid, obj in spouts.items() if not can_rewind(obj)]
+    try:
+        # A batch is the unit of replay whether or not a bolt is stateful,
+        # so the decision is taken as for a stateful topology.
+        on, _ = resolve_exactly_once(setting, True, spouts)
+    except ConfigError:
+        on = False  # true, and a spout cannot rewind: refused below
+    if on or not cannot:
+        return RunMode(stateful)
+    if setting is not True and ackers == 0:
+        return RunMode(False, True)  # as asked (auto asks for no more than is possible)
+    names = ", ".join(f"{cid!r} ({type(spouts[cid]).__name__})" for cid in cannot)
+    if setting is True:
+        why = "statestream.state.exactly.once is true"
+    else:
+        why = (
+            f"statestream.state.exactly.once is {str(setting).lower()}, which on the local "
+            "runtime gives Storm's at-least-once, but the spark runtime has no at-least-once "
+            "mode"
+        )
+    raise ConfigError(
+        f"spout {names} cannot rewind (no position()/seek()), and the spark runtime reads "
+        f"a failed or unfinished batch again by seeking its spouts back ({why}). Implement "
+        "statestream.Rewindable (position() and seek(position), see FileSpout), or accept "
+        "at-most-once processing with topology.acker.executors: 0 (and "
+        "statestream.state.exactly.once auto or false)"
+    )
+
+
+class SpoutAt(Protocol):
+    """A data spout task as a cut sees it (every runtime's spout task has these)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def component(self) -> str: ...
+
+    @property
+    def spout(self) -> Any: ...
+
+
+def cut_positions(spouts: Iterable[SpoutAt]) -> dict[str, Any]:
+    """The positions of a cut: each data spout task's ``position()`` (JSON-checked),
+    by namespace. Called between two ``next_tuple`` calls of every one of them:
+    at a standstill (local, workers) or after a batch was read (Spark)."""
+    return {s.namespace: check_position(s.component, s.spout.position()) for s in spouts}
 
 
 def check_position(component: str, position: Any) -> Any:

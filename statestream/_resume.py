@@ -24,7 +24,14 @@ import orjson
 
 from ._exactly_once import CheckpointRecord, can_resume, check_position
 
-__all__ = ["ResumePlan", "SpoutRef", "acked_positions", "describe_position", "plan_resume"]
+__all__ = [
+    "ResumePlan",
+    "SpoutRef",
+    "acked_positions",
+    "describe_position",
+    "plan_resume",
+    "restore_spouts",
+]
 
 _FRESH = "reading from the start (no position stored yet)"
 
@@ -108,6 +115,21 @@ def plan_resume(
         else:
             plan.seeks[s.namespace] = where
             plan.lines.append(_line(s, _resuming(where)))
+    return plan
+
+
+def restore_spouts(
+    record: CheckpointRecord, exactly_once: bool, spouts: Sequence[SpoutRef], *, seek: bool = True
+) -> ResumePlan:
+    """:func:`plan_resume`, then ``seek`` every spout task the plan names: the one
+    place every runtime seeks its data spouts at a start or a rewind (``seek``
+    False: plan only, for spouts that cannot rewind and run at-most-once).
+    The caller logs the plan's lines."""
+    plan = plan_resume(record, exactly_once, spouts)
+    if seek:
+        for s in spouts:
+            if s.namespace in plan.seeks:
+                s.spout.seek(plan.seeks[s.namespace])  # type: ignore[attr-defined]
     return plan
 
 

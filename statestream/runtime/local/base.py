@@ -21,7 +21,7 @@ from ..._components import TopologyContext, task_namespace
 from ..._config import settings_of
 from ..._deadletter import DeadLetter, DeadLetterFile, Replay, configured_path, fits_stream
 from ..._errors import ConfigError, PrepareRefused
-from ..._exactly_once import Standstill, resolve_exactly_once
+from ..._exactly_once import Standstill, run_mode
 from ..._messages import MessageBook, Outcome
 from ..._results import ErrorReport, TaskMetrics
 from ..._retry import FailureRate, RetryPolicy, retry_cannot_fix, too_many_failures
@@ -50,21 +50,23 @@ _KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
 def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimePlan) -> bool:
     """What a local run (one process, or the workers' supervisor) refuses of its
     topology and config, and whether it keeps exactly-once state (logging the
-    note :func:`resolve_exactly_once` has for the user, if any)."""
+    note :func:`~statestream._exactly_once.run_mode` has for the user, if any)."""
     settings = settings_of(config)
     if topology.has_stateful_bolts and settings.topology_acker_executors == 0:
         raise ConfigError(
             f"topology {topology.name!r} has stateful bolts, which need acking to know when "
             "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
         )
-    on, note = resolve_exactly_once(
+    mode = run_mode(
+        "local",
         settings.statestream_state_exactly_once,
         plan.checkpointed,
         {spec.id: spec.obj for spec in plan.data_spouts},
+        settings.topology_acker_executors,
     )
-    if note:
-        log.warning("%s", note)
-    return on
+    if mode.note:
+        log.warning("%s", mode.note)
+    return mode.exactly_once
 
 
 class RuntimeBase:
@@ -567,7 +569,7 @@ class RuntimeBase:
         store = (
             repr(getattr(provider, "provider", provider))
             if provider is not None
-            else f"topology.state.provider: {self.config['topology.state.provider']}"
+            else f"topology.state.provider: {settings_of(self.config).topology_state_provider}"
         )
         self.fatal = RefusedPrepares.fatal(namespace, self.topology.name, store, exc)
         self._stop = True

@@ -9,9 +9,9 @@ from typing import Final
 from ..._components import task_namespace
 from ..._config import settings_of
 from ..._errors import SimulatedCrash, StateLockedError
-from ..._exactly_once import CheckpointRecord, Standstill, StandstillStep, check_position
+from ..._exactly_once import CheckpointRecord, Standstill, StandstillStep, cut_positions
 from ..._results import RunResult, TaskMetrics, WorkerInfo
-from ..._resume import SpoutRef, acked_positions, plan_resume
+from ..._resume import SpoutRef, acked_positions, restore_spouts
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin
 from ..metrics import MetricsSnapshot, SourceProgress, progress_of
@@ -85,15 +85,12 @@ class LocalRuntime(RuntimeBase):
             # gives the same restore point (it is where recovery ends).
             record = CheckpointRecord.load(self.open_state(task_namespace(CHECKPOINT_SPOUT, 0)))
         refs = self.spout_refs()
-        plan = plan_resume(record, self.exactly_once, refs)
+        plan = restore_spouts(record, self.exactly_once, refs)
         if self.rewinds == 0:  # at start; a rewind says so itself
             if plan.warning and (self.link is None or self.link.index == 0):  # once
                 log.warning("%s", plan.warning)
             for line in plan.lines:
                 log.warning("%s", line)
-        for spout in self.data_spouts:
-            if spout.namespace in plan.seeks:
-                spout.spout.seek(plan.seeks[spout.namespace])  # type: ignore[attr-defined]
         if cp is not None and not self.exactly_once:
             cp.acked_positions = lambda: acked_positions(refs)
 
@@ -332,10 +329,7 @@ class LocalRuntime(RuntimeBase):
                 s.retries.passed_cut()
                 s.release_held()
             # Nothing is queued: the positions mark exactly what the states hold.
-            positions = {
-                s.namespace: check_position(s.component, s.spout.position())  # type: ignore[attr-defined]
-                for s in self.data_spouts
-            }
+            positions = cut_positions(self.data_spouts)
             cp.request_early()
             cp.start_prepare(positions)
         busy = False

@@ -55,7 +55,7 @@ from ..._deadletter import (
     configured_path,
 )
 from ..._errors import ConfigError
-from ..._exactly_once import can_rewind, resolve_exactly_once
+from ..._exactly_once import run_mode
 from ..._messages import MessageBook
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._retry import (
@@ -190,37 +190,18 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
 
     def _at_most_once(self) -> bool:
         """Whether batches are read at-most-once (a spout cannot rewind and the
-        user accepted it); refuses a spout that cannot rewind otherwise."""
-        readers = {s.id: s.obj for s in self.spouts if not isinstance(s.obj, DataFrameSpout)}
+        user accepted it); refuses a spout that cannot rewind otherwise
+        (:func:`statestream._exactly_once.run_mode`)."""
         settings = settings_of(self.config)
-        setting = settings.statestream_state_exactly_once
-        cannot = [cid for cid, obj in readers.items() if not can_rewind(obj)]
-        try:
-            # A batch is the unit of replay whether or not a bolt is stateful,
-            # so the decision is taken as for a stateful topology.
-            on, _ = resolve_exactly_once(setting, True, readers)
-        except ConfigError:
-            on = False  # true, and a spout cannot rewind: refused below
-        if on or not cannot:
-            return False
-        if setting is not True and settings.topology_acker_executors == 0:
-            return True  # at-most-once, as asked (auto asks for no more than is possible)
-        names = ", ".join(f"{cid!r} ({type(readers[cid]).__name__})" for cid in cannot)
-        if setting is True:
-            why = "statestream.state.exactly.once is true"
-        else:
-            why = (
-                f"statestream.state.exactly.once is {str(setting).lower()}, which on the local "
-                "runtime gives Storm's at-least-once, but the spark runtime has no at-least-once "
-                "mode"
-            )
-        raise ConfigError(
-            f"spout {names} cannot rewind (no position()/seek()), and the spark runtime reads "
-            f"a failed or unfinished batch again by seeking its spouts back ({why}). Implement "
-            "statestream.Rewindable (position() and seek(position), see FileSpout), or accept "
-            "at-most-once processing with topology.acker.executors: 0 (and "
-            "statestream.state.exactly.once auto or false)"
+        readers = {s.id: s.obj for s in self.spouts if not isinstance(s.obj, DataFrameSpout)}
+        mode = run_mode(
+            "spark",
+            settings.statestream_state_exactly_once,
+            self.plan.checkpointed,
+            readers,
+            settings.topology_acker_executors,
         )
+        return mode.at_most_once
 
     # -- the loop -----------------------------------------------------------------
     def stop(self) -> None:

@@ -18,7 +18,6 @@ last attempt.
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,13 +29,13 @@ from ..._components import (
 )
 from ..._deadletter import fits_stream
 from ..._errors import RuntimeFailure
-from ..._exactly_once import check_position
+from ..._exactly_once import cut_positions
 from ..._messages import MessageBook
 from ..._picklable import check_first
-from ..._results import ErrorReport
-from ..._resume import SpoutRef, plan_resume
+from ..._resume import SpoutRef, restore_spouts
 from ..._stateful import CHECKPOINT_STREAM
 from ..._tuple import Fields, check_emit
+from ..errorlog import error_report
 from ..plan import RuntimePlan
 from .base import DriverBase
 from .shared import SEQ_BITS
@@ -107,6 +106,10 @@ class SpoutTask:
     @property
     def book(self) -> MessageBook:
         return self.collector.book
+
+    @property
+    def component(self) -> str:
+        return self.cid
 
 
 @dataclass
@@ -188,15 +191,12 @@ class SpoutDriver(DriverBase):
             SpoutRef(t.namespace, t.cid, t.index, len(self.component_tasks[t.cid]), t.spout)
             for t in self._spout_tasks
         ]
-        plan = plan_resume(self.checkpoints.record, not self.at_most_once, refs)
+        # At-most-once: a spout cannot rewind, none is sought (the plan is only said).
+        exact = not self.at_most_once
+        plan = restore_spouts(self.checkpoints.record, exact, refs, seek=exact)
         if start:
             for line in ([plan.warning] if plan.warning else []) + plan.lines:
                 log.warning("%s", line)
-        if self.at_most_once:
-            return
-        for task in self._spout_tasks:
-            if task.namespace in plan.seeks:
-                task.spout.seek(plan.seeks[task.namespace])  # type: ignore[attr-defined]
 
     def _read_batch(self) -> Batch:
         """Fill a batch: ``next_tuple`` on each spout task until it has emitted
@@ -237,10 +237,7 @@ class SpoutDriver(DriverBase):
                     if msg_id is not None:
                         retries.emitted_again(msg_id)
         if not self.at_most_once:
-            batch.positions = {
-                task.namespace: check_position(task.cid, task.spout.position())  # type: ignore[attr-defined]
-                for task in self._spout_tasks
-            }
+            batch.positions = cut_positions(self._spout_tasks)
         return batch
 
     def _settle(self, task: SpoutTask) -> None:
@@ -276,6 +273,4 @@ class SpoutDriver(DriverBase):
             try:
                 task.spout.close()
             except Exception as exc:
-                self.errors.append(
-                    ErrorReport(task.cid, task.index, "close()", repr(exc), traceback.format_exc())
-                )
+                self.errors.append(error_report(task.cid, task.index, exc, "close()"))

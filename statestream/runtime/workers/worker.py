@@ -21,7 +21,7 @@ from ..._exactly_once import (
     Lockstep,
     StandstillStep,
     can_resume,
-    check_position,
+    cut_positions,
     quiet_wants_checkpoint,
 )
 from ..._results import ErrorReport, RunResult
@@ -201,10 +201,7 @@ class Worker:
         if draining and not queued and not st.sent and ss is not None:
             for s in rt.data_spouts:
                 s.release_held()  # into the position (see SpoutTask.release_held)
-            st.positions = {
-                s.namespace: check_position(s.component, s.spout.position())  # type: ignore[attr-defined]
-                for s in rt.data_spouts
-            }
+            st.positions = cut_positions(rt.data_spouts)
         return st
 
     def _poll_spouts(self, decision: StandstillStep | None) -> tuple[bool, int]:
