@@ -13,7 +13,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -24,9 +24,8 @@ from ._components import task_namespace
 from ._config import Config, load_config, settings_of
 from ._errors import ConfigError, StatestreamError, TopologyError
 from ._progress import Progress, print_summary
-from ._run import load_topology
+from ._run import live_view, load_topology
 from ._text import count, cut_message, cut_value, error_line
-from ._topology import Topology
 from .runtime.contract import Runtime, make_runtime
 from .runtime.plan import RuntimePlan
 
@@ -167,7 +166,7 @@ def run(
         # holds the store, after waiting for it) shows its one error line only.
         with _errors(verbose):
             _start_line(rt, topo.name, conf)
-            view = _live_view(rt, topo, conf)
+            view = live_view(rt, topo, conf, lambda line: click.echo(line, err=True))
         with view, reporter, _errors(verbose):
             result = rt.run(until_idle=until_idle, duration=duration)
     except KeyboardInterrupt:
@@ -185,18 +184,6 @@ def run(
         sys.exit(128 + signals[0])
     if result.errors:
         sys.exit(EXIT_WITH_ERRORS)
-
-
-def _live_view(rt: Runtime, topo: Topology, conf: Config) -> AbstractContextManager[object]:
-    """The run's live view (topology.ui, --ui), bound and its URL said; or nothing."""
-    address = settings_of(conf).topology_ui
-    if address is None:
-        return nullcontext()
-    from ._ui.source import live_view  # http.server only for a run that serves
-
-    view = live_view(rt, topo, address)
-    click.echo(f"statestream: live view at {view.url}", err=True)
-    return view
 
 
 def _start_line(rt: Runtime, name: str, conf: Config) -> None:

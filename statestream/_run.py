@@ -5,21 +5,23 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
 from ._clock import Clock
+from ._config import Config, settings_of
 from ._errors import TopologyError
 from ._results import RunResult
 from ._topology import Topology
 from ._user_code import user_code
-from .runtime.contract import make_runtime
+from .runtime.contract import Runtime, make_runtime
 from .runtime.plan import as_config
 
-__all__ = ["as_config", "load_topology", "make_runtime", "run"]
+__all__ = ["as_config", "live_view", "load_topology", "make_runtime", "run"]
 
 
 def _import_path(path: Path) -> Any:
@@ -80,6 +82,30 @@ def load_topology(target: str) -> Topology:
     return obj
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def live_view(
+    runtime: Runtime, topology: Topology, conf: Config, say: Callable[[str], None] = _say
+) -> AbstractContextManager[object]:
+    """The live view of ``runtime``'s run where ``topology.ui`` asks for one (``--ui``,
+    ``run(ui=...)``): bound, its URL said through ``say`` (stderr by default), to
+    be entered around ``runtime.run``; a context that does nothing otherwise.
+
+    Call it after ``runtime.open()``, so that a run refused at open binds no port.
+    Raises ConfigError (naming the address) if the address cannot be bound.
+    """
+    address = settings_of(conf).topology_ui
+    if address is None:
+        return nullcontext()
+    from ._ui.source import live_view as bind  # http.server only for a run that serves
+
+    view = bind(runtime, topology, address)
+    say(f"statestream: live view at {view.url}")
+    return view
+
+
 def run(
     topology: Topology,
     config: Mapping[str, Any] | None = None,
@@ -87,8 +113,25 @@ def run(
     until_idle: bool = False,
     duration: float | None = None,
     clock: Clock | None = None,
+    ui: str | int | None = None,
 ) -> RunResult:
-    """Run ``topology`` on the runtime ``topology.runner`` names; return its RunResult."""
-    conf = as_config(config, (topology.name,))
-    return make_runtime(topology, conf, clock=clock).run(until_idle=until_idle, duration=duration)
+    """Run ``topology`` on the runtime ``topology.runner`` names; return its RunResult.
 
+    ``ui`` (``PORT`` on 127.0.0.1 or ``HOST:PORT``; 0 picks a free port)
+    serves the run's live view while it runs, as ``statestream run --ui``
+    does, over ``topology.ui``; the URL is printed on stderr at start.
+    """
+    conf = as_config(config, (topology.name,))
+    if ui is not None:
+        conf = conf.with_overrides({"topology.ui": str(ui)})
+    runtime = make_runtime(topology, conf, clock=clock)
+    if settings_of(conf).topology_ui is None:
+        return runtime.run(until_idle=until_idle, duration=duration)
+    try:
+        runtime.open()  # first, as the CLI does: a run refused at open serves nothing
+        view = live_view(runtime, topology, conf)
+    except BaseException:
+        runtime.close()
+        raise
+    with view:
+        return runtime.run(until_idle=until_idle, duration=duration)
