@@ -25,6 +25,7 @@ import collections
 import contextlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))
 
 from kill_loop import cli, sigkill_runs  # noqa: E402
-from test_workers_kill import _kill_workers, _Run  # noqa: E402
+from test_workers_kill import _kill_workers, _Run, _wait_gone  # noqa: E402
 
 from statestream.testing import random_text  # noqa: E402
 
@@ -194,26 +195,35 @@ def check(dsn: str, truth: collections.Counter[str]) -> Verdict:
 
 
 @contextlib.contextmanager
-def feeding(src: Source, dsn: str, corpus: Path, rate: float) -> Iterator[Callable[[], None]]:
-    """For the block: the example's environment variables set for the ``statestream run``
-    processes started in it (the kill loops pass ``os.environ`` on), and ``corpus``
-    being produced into ``src`` (:func:`start_feeding`); yields a function that waits
-    for the producer to finish (and fails if it did not)."""
+def pipeline_env(src: Source, dsn: str) -> Iterator[None]:
+    """The example's environment variables, set for the ``statestream run`` processes
+    started in the block (the kill loops pass ``os.environ`` on)."""
     values = {"LINES_URL": src.url, "LINES_STREAM": src.stream, "POSTGRES_DSN": dsn}
     old = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
-    producer = start_feeding(src, corpus, rate)
     try:
-        yield lambda: wait_producer(producer)
+        yield
     finally:
-        if producer.poll() is None:
-            producer.kill()
-            producer.wait()
         for key, value in old.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def feeding(src: Source, dsn: str, corpus: Path, rate: float) -> Iterator[Callable[[], None]]:
+    """:func:`pipeline_env` for the block, and ``corpus`` being produced into ``src``
+    meanwhile (:func:`start_feeding`); yields a function that waits for the producer
+    to finish (and fails if it did not)."""
+    with pipeline_env(src, dsn):
+        producer = start_feeding(src, corpus, rate)
+        try:
+            yield lambda: wait_producer(producer)
+        finally:
+            if producer.poll() is None:
+                producer.kill()
+                producer.wait()
 
 
 def finish(settings: Sequence[str], timeout: float = 600) -> None:
@@ -245,6 +255,7 @@ class Result:
     kills: int
     verdict: Verdict
     seconds: float
+    errors: int = 0  # errors the run reported (broker_restart_run)
 
 
 RUNTIMES = ("local", "workers", "spark")
@@ -314,19 +325,39 @@ def killed_run(
     return Result(src.kind, label, lines, killed, check(dsn, truth), time.monotonic() - started)
 
 
+# The supervisor stops a run whose workers died 5 times within a minute
+# (runtime/workers/supervisor.py): at most this many worker kills per supervisor.
+WORKER_KILLS_PER_RUN = 4
+
+
 def _kill_workers_then_stop(
     settings: Sequence[str], kills: int, rng: random.Random, fed: Callable[[], None]
 ) -> int:
-    run = _Run([EXAMPLE, *settings])
-    try:
-        _kill_workers(run, kills, rng)
-        fed()
-        run.proc.send_signal(signal.SIGTERM)
-        code = run.wait(120)
-        assert code in (0, 128 + signal.SIGTERM), run.log()
-    finally:
-        run.cleanup()
-    return kills
+    """``kills`` worker SIGKILLs, ``WORKER_KILLS_PER_RUN`` per supervisor; a supervisor
+    that has had its share is SIGKILLed itself (its workers die with it) and a new
+    one continues; the last is stopped cleanly once the producer is done. Returns
+    the SIGKILLs sent (supervisors included)."""
+    sent = 0
+    while True:
+        share = min(WORKER_KILLS_PER_RUN, kills)
+        kills -= share
+        run = _Run([EXAMPLE, *settings])
+        try:
+            _kill_workers(run, share, rng)
+            sent += share
+            if kills:
+                run.proc.send_signal(signal.SIGKILL)
+                assert run.wait(60) == -signal.SIGKILL, run.log()
+                _wait_gone(run.workers, 10.0)  # or the next run would share the store
+                sent += 1
+                continue
+            fed()
+            run.proc.send_signal(signal.SIGTERM)
+            code = run.wait(120)
+            assert code in (0, 128 + signal.SIGTERM), run.log()
+            return sent
+        finally:
+            run.cleanup()
 
 
 def _finish_on_spark(spark: Any, conf: dict[str, Any]) -> None:
@@ -335,6 +366,154 @@ def _finish_on_spark(spark: Any, conf: dict[str, Any]) -> None:
 
     result = SparkRuntime(load_topology(EXAMPLE), conf, spark=spark).run(until_idle=True)
     assert not result.errors, result.errors
+
+
+# -- a broker restarted mid-run -----------------------------------------------------------
+
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+
+class Server:
+    """A broker of the test's own, on spare ports with its data in ``workdir``, which
+    :meth:`restart` stops (SIGTERM: it saves and closes as on any shutdown) and
+    starts again on the same ports and data. The shared servers are never touched:
+
+    * ``redis``: redis-server with the append-only file on (``--appendonly yes``);
+    * ``jetstream``: nats-server with JetStream's file store in ``workdir``;
+    * ``rabbitmq``: a second RabbitMQ node (its own node name, AMQP and
+      distribution ports, database, logs, cookie, no plugins), about 15 s a start.
+    """
+
+    def __init__(self, kind: str, workdir: Path) -> None:
+        from redis_server import free_port
+
+        self.kind = kind
+        self.workdir = workdir
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        scheme = {"redis": "redis://", "jetstream": "nats://", "rabbitmq": "amqp://guest:guest@"}
+        path = {"redis": "/0", "jetstream": "", "rabbitmq": "/%2F"}
+        return f"{scheme[self.kind]}127.0.0.1:{self.port}{path[self.kind]}"
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        w, port = str(self.workdir), str(self.port)
+        if self.kind == "redis":
+            argv = ["redis-server", "--port", port, "--bind", "127.0.0.1", "--save", ""]
+            return [*argv, "--appendonly", "yes", "--dir", w], dict(os.environ)
+        if self.kind == "jetstream":
+            return ["nats-server", "-a", "127.0.0.1", "-p", port, "-js", "-sd", w], dict(os.environ)
+        (self.workdir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{port}\nloopback_users = none\n"
+        )
+        (self.workdir / "enabled_plugins").write_text("[].\n")
+        (self.workdir / "env.conf").write_text("")
+        env = {
+            **os.environ,
+            "HOME": w,  # its own Erlang cookie
+            "RABBITMQ_NODENAME": f"e2e{self.port}@localhost",
+            "RABBITMQ_NODE_PORT": port,
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": f"{w}/mnesia",
+            "RABBITMQ_LOG_BASE": f"{w}/log",
+            "RABBITMQ_CONFIG_FILE": f"{w}/rabbitmq.conf",
+            "RABBITMQ_ENABLED_PLUGINS_FILE": f"{w}/enabled_plugins",
+            "RABBITMQ_CONF_ENV_FILE": f"{w}/env.conf",
+            "RABBITMQ_PID_FILE": f"{w}/pid",
+        }
+        return [RABBITMQ_SERVER], env
+
+    def start(self, timeout: float = 180) -> None:
+        import socket
+
+        argv, env = self._command()
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.workdir
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"{argv[0]} exited with {self.proc.returncode}"
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"{argv[0]} did not listen on port {self.port} in {timeout} s")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=120)
+            self.proc = None
+
+    def restart(self, down: float = 1.0) -> None:
+        """Stop the server, leave it down ``down`` seconds, start it again."""
+        self.stop()
+        time.sleep(down)
+        self.start()
+
+
+def committed_words(dsn: str) -> int:
+    """The words counted in ``word_totals`` (what the sinks committed so far)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT coalesce(sum(count), 0) FROM word_totals").fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_committed(dsn: str, words: int, run: subprocess.Popen[str], log: Path) -> None:
+    """Wait until the sinks have committed ``words`` words, while ``run`` lives."""
+    deadline = time.monotonic() + 300
+    while committed_words(dsn) < words:
+        assert run.poll() is None, f"the run ended (exit {run.returncode}):\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"{words} words not committed:\n{log.read_text()}"
+        time.sleep(0.1)
+
+
+def broker_restart_run(server: Server, dsn: str, tmp: Path, *, lines: int) -> Result:
+    """Half the lines produced; the pipeline started (it runs on, no ``--until-idle``);
+    once the sinks committed something, the broker restarted under it; the other
+    half produced; the run must reconnect and commit every word (it is never
+    restarted), then it is stopped cleanly and the tables checked."""
+    path = tmp / "lines.txt"
+    truth = random_text(path, lines)
+    src = Source(server.kind, server.url, f"e2e-{uuid.uuid4().hex[:10]}")
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp / "state.db")},
+        "topology.state.checkpoint.interval.ms": 200,
+    }
+    log = tmp / "run.log"
+    started = time.monotonic()
+    wait_producer(start_producer(src, path, 0, lines=lines // 2))
+    with pipeline_env(src, dsn), log.open("w") as err:
+        run = subprocess.Popen(
+            cli("run", EXAMPLE, "--no-progress", *as_settings(conf)),
+            stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )  # fmt: skip
+        try:
+            wait_committed(dsn, 1, run, log)
+            server.restart()
+            wait_producer(start_producer(src, path, 0, skip=lines // 2))
+            wait_committed(dsn, sum(truth.values()), run, log)
+            run.send_signal(signal.SIGTERM)
+            code = run.wait(120)
+            assert code in (0, 128 + signal.SIGTERM), log.read_text()
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    seconds = time.monotonic() - started
+    found = re.search(r"stopped after [\d.]+ s, ([\d,]+) error", log.read_text())
+    assert found is not None, log.read_text()
+    errors = int(found.group(1).replace(",", ""))
+    verdict = check(dsn, truth)
+    return Result(src.kind, "local, broker restarted", lines, 0, verdict, seconds, errors)
 
 
 def describe(result: Result) -> dict[str, Any]:
@@ -349,5 +528,6 @@ def describe(result: Result) -> dict[str, Any]:
         "beyond": v.beyond,
         "totals": "equal" if v.totals_exact else "differ",
         "exact": "yes" if v.exact else "NO",
+        "errors": result.errors,
         "seconds": round(result.seconds, 1),
     }
