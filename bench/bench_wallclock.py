@@ -135,30 +135,43 @@ def timed(
         os.unlink(tfile)
 
 
+def wordcount_cmd(
+    tree: Path,
+    corpus: str,
+    out: str | None,
+    exactly_once: bool,
+    config: str = "local.yaml",
+    interval_ms: int | None = 1000,
+) -> list[str]:
+    """The documented word count of `tree` on `corpus` (`out`: where to write the counts)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "statestream",
+        "run",
+        str(tree / "examples" / "wordcount.py"),
+        "--config",
+        str(tree / "config" / config),
+        "--until-idle",
+        "--no-progress",
+        "--set",
+        f"wordcount.input={corpus}",
+        "--set",
+        f"statestream.state.exactly.once={'true' if exactly_once else 'false'}",
+    ]
+    if out is not None:
+        cmd += ["--set", f"wordcount.output={out}"]
+    if interval_ms is not None:
+        cmd += ["--set", f"topology.state.checkpoint.interval.ms={interval_ms}"]
+    return cmd
+
+
 def run_statestream(tree: Path, corpus: str, exactly_once: bool) -> dict:
     workdir = tempfile.mkdtemp(prefix="wallclock-ss-")
     try:
         out = f"{workdir}/counts.jsonl"
         env = dict(os.environ, PYTHONPATH=str(tree), STATESTREAM_CORE="compiled")
-        cmd = [
-            sys.executable,
-            "-m",
-            "statestream",
-            "run",
-            str(tree / "examples" / "wordcount.py"),
-            "--config",
-            str(tree / "config" / "local.yaml"),
-            "--until-idle",
-            "--no-progress",
-            "--set",
-            f"wordcount.input={corpus}",
-            "--set",
-            f"wordcount.output={out}",
-            "--set",
-            "topology.state.checkpoint.interval.ms=1000",
-            "--set",
-            f"statestream.state.exactly.once={'true' if exactly_once else 'false'}",
-        ]
+        cmd = wordcount_cmd(tree, corpus, out, exactly_once)
         wall, cpu, rss, _, err = timed(cmd, workdir, env)
         if "compiled core (mypyc)" not in err:
             raise RuntimeError(f"not the compiled core: {err.splitlines()[:1]}")
@@ -269,21 +282,9 @@ def rss_scan(tree: Path) -> None:
         r = None
         workdir = tempfile.mkdtemp(prefix="wallclock-rss-")
         try:
-            cmd = [
-                sys.executable,
-                "-m",
-                "statestream",
-                "run",
-                str(tree / "examples" / "wordcount.py"),
-                "--config",
-                str(tree / "config" / "local.yaml"),
-                "--until-idle",
-                "--no-progress",
-                "--set",
-                f"wordcount.input={corpus}",
-                "--set",
-                "statestream.state.exactly.once=true",
-            ] + [x for k, v in extra.items() for x in ("--set", f"{k}={v}")]
+            cmd = wordcount_cmd(tree, corpus, None, True, interval_ms=None) + [
+                x for k, v in extra.items() for x in ("--set", f"{k}={v}")
+            ]
             wall, _cpu, rss, _, _err = timed(cmd, workdir, env)
             db = Path(workdir, "statestream-data", "state.db").stat().st_size / 1e6
             with open(corpus) as f:

@@ -140,6 +140,18 @@ class _SQLiteBackend:
             ).fetchone()
         return None if row is None else bytes(row[0])
 
+    def has_entries(self) -> bool:
+        """Whether anything is committed, the log applied; the merge is kept
+        for the reads that follow, and no key is sorted."""
+        with self._provider._use() as conn:
+            overlay = self._committed_log(conn, cached=True)
+            if any(value is not None for value in overlay.values()):
+                return True
+            rows = conn.execute(
+                "SELECT key FROM statestream_entries WHERE namespace = ?", (self._ns,)
+            )
+            return any(bytes(key) not in overlay for (key,) in rows)
+
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         after: bytes | None = None
         while True:

@@ -118,6 +118,9 @@ class SQLiteStateProvider(BackendStateProvider):
                 f"{_PAGE_SIZES[0]} to {_PAGE_SIZES[-1]}, not {page_size!r}"
             )
         self.path = Path(path)
+        # One backend per namespace, so the committed log merged once (for
+        # namespaces() at a restart's rescale check) serves the first get too.
+        self._backends: dict[str, _SQLiteBackend] = {}
         self._synchronous = synchronous.upper()
         self._timeout_s = timeout_ms / 1000
         self._cache_mb = cache_mb
@@ -154,7 +157,7 @@ class SQLiteStateProvider(BackendStateProvider):
     def __getstate__(self) -> dict[str, Any]:
         # Ship the configuration, never the connection or the lock.
         state = self.__dict__.copy()
-        state.update(_conn=None, _pid=0, _lock=None, _states={})
+        state.update(_conn=None, _pid=0, _lock=None, _states={}, _backends={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -355,7 +358,10 @@ class SQLiteStateProvider(BackendStateProvider):
     # ------------------------------------------------------------------ provider
 
     def _open_backend(self, namespace: str) -> _SQLiteBackend:
-        return _SQLiteBackend(self, namespace)
+        backend = self._backends.get(namespace)
+        if backend is None:
+            backend = self._backends[namespace] = _SQLiteBackend(self, namespace)
+        return backend
 
     def namespaces(self) -> list[str]:
         # Walks the primary key from one namespace to the next instead of
@@ -378,7 +384,7 @@ class SQLiteStateProvider(BackendStateProvider):
         # A namespace with committed records in the log is listed if anything
         # of it is left once they are applied (they may delete every entry).
         for (ns,) in logged:
-            if next(iter(_SQLiteBackend(self, ns).scan()), None) is None:
+            if not self._open_backend(ns).has_entries():
                 names.discard(ns)
             else:
                 names.add(ns)

@@ -1,0 +1,191 @@
+"""The word count on a small and a large vocabulary (issue 34): throughput ratio and peak RSS.
+
+    python bench/bench_state_corpora.py --tree TREE [--pairs 3] [--providers sqlite redis]
+    python bench/bench_state_corpora.py --tree TREE --distinct 20000000 --providers sqlite
+
+The documented word count (examples/wordcount.py, exactly-once, a checkpoint
+every second, ``topology.max.spout.pending: 50000`` as config/local.yaml sets,
+the final counts written with ``state.items()`` at the end: the dump is
+timed) runs as its own process under ``/usr/bin/time`` from TREE, a built
+copy (``git archive`` + ``setup.py build_ext --inplace``, PYTHONPATH=TREE,
+STATESTREAM_CORE=compiled). Two corpora of 2,000,000 words
+(bench_wallclock.vocab_corpus, Zipf 0.5 over the vocabulary): a
+10,000-word vocabulary (10,000 distinct) and a 1,000,000-word one (781,206
+distinct). Runs are interleaved in pairs (small, large) and each pair gives
+a large/small ratio of words per second (wall clock of the whole process,
+start-up and dump included); the table gives the median of the pair
+ratios. Every run's counts are checked exactly against the corpus.
+
+``--distinct N`` instead writes a corpus of N distinct words (``k0`` ..
+``kN-1``, each once, lines of 10: a generated file under bench/results/) and
+runs it once per provider: peak RSS of the run and, on Redis, the server's
+``used_memory_peak`` apart. The check is exact: every output line must be
+a distinct word counted once, N lines in all.
+
+Redis runs use a fresh ``key_prefix`` each and delete their keys afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_wallclock import timed, vocab_corpus, wordcount_cmd  # noqa: E402
+
+WORDS = 2_000_000
+
+
+def distinct_corpus(n: int) -> str:
+    """N distinct words, each once, in lines of 10 (written once, then reused)."""
+    path = HERE / "results" / f"corpus-distinct-{n}.txt"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as f:
+            for start in range(0, n, 10):
+                f.write(" ".join(f"k{i}" for i in range(start, min(n, start + 10))) + "\n")
+        tmp.rename(path)
+    return str(path)
+
+
+def _redis_cleanup(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis()
+    batch = list(client.scan_iter(match=f"{prefix}*", count=10_000))
+    for i in range(0, len(batch), 1000):
+        client.unlink(*batch[i : i + 1000])
+
+
+def run(tree: Path, corpus: str, provider: str, extra: list[str] | None = None) -> dict:
+    workdir = tempfile.mkdtemp(prefix="corpora-")
+    prefix = f"bench-{uuid.uuid4().hex[:8]}:"
+    try:
+        out = f"{workdir}/counts.jsonl"
+        env = dict(os.environ, PYTHONPATH=str(tree), STATESTREAM_CORE="compiled")
+        config = "local.yaml" if provider == "sqlite" else "redis.yaml"
+        cmd = wordcount_cmd(tree, corpus, out, True, config)
+        cmd += ["--set", "topology.max.spout.pending=50000"]
+        if provider == "redis":
+            conf = {"host": "127.0.0.1", "port": 6379, "key_prefix": prefix}
+            cmd += ["--set", f"topology.state.provider.config={json.dumps(conf)}"]
+        cmd += extra or []
+        redis_peak = None
+        if provider == "redis":
+            subprocess.run(["redis-cli", "memory", "purge"], capture_output=True)
+            subprocess.run(["redis-cli", "config", "resetstat"], capture_output=True)
+        wall, cpu, rss, _, err = timed(cmd, workdir, env)
+        if "compiled core (mypyc)" not in err:
+            raise RuntimeError(f"not the compiled core: {err.splitlines()[:1]}")
+        if provider == "redis":
+            info = subprocess.run(
+                ["redis-cli", "info", "memory"], capture_output=True, text=True
+            ).stdout
+            m = re.search(r"used_memory_peak:(\d+)", info)
+            redis_peak = int(m.group(1)) / 2**20 if m else None
+        m = re.search(r"idle after ([0-9.]+) s", err)
+        got: dict[str, int] = collections.Counter()
+        lines = 0
+        with open(out) as f:
+            for line in f:
+                d = json.loads(line)
+                got[d["word"]] += d["count"]
+                lines += 1
+        return {
+            "wall": wall,
+            "cpu": cpu,
+            "rss": rss,
+            "inner": float(m.group(1)) if m else float("nan"),
+            "counts": got,
+            "lines": lines,
+            "redis_peak_mb": redis_peak,
+        }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if provider == "redis":
+            _redis_cleanup(prefix)
+
+
+def expected(corpus: str) -> collections.Counter[str]:
+    with open(corpus) as f:
+        return collections.Counter(f.read().split())
+
+
+def pairs(tree: Path, providers: list[str], n: int) -> None:
+    small, large = vocab_corpus(WORDS, 10_000), vocab_corpus(WORDS, 1_000_000)
+    want = {small: expected(small), large: expected(large)}
+    print(f"distinct: small {len(want[small]):,}, large {len(want[large]):,}", file=sys.stderr)
+    print(
+        "| provider | pair | small words/s | large words/s | ratio | small RSS MB | large RSS MB "
+        "| large CPU s | exact |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    summary = {}
+    for provider in providers:
+        ratios, rss_large, rss_small = [], [], []
+        for i in range(n):
+            a = run(tree, small, provider)
+            b = run(tree, large, provider)
+            exact = a["counts"] == want[small] and b["counts"] == want[large]
+            ws_a, ws_b = WORDS / a["wall"], WORDS / b["wall"]
+            ratios.append(ws_b / ws_a)
+            rss_large.append(b["rss"])
+            rss_small.append(a["rss"])
+            print(
+                f"| {provider} | {i + 1} | {ws_a / 1e3:.0f}k | {ws_b / 1e3:.0f}k | "
+                f"{ws_b / ws_a:.2f} | {a['rss']:.0f} | {b['rss']:.0f} | {b['cpu']:.1f} | "
+                f"{'yes' if exact else 'NO'} |",
+                flush=True,
+            )
+        summary[provider] = (statistics.median(ratios), max(rss_large), max(rss_small))
+    for provider, (ratio, big, little) in summary.items():
+        print(
+            f"\n{provider}: median pair ratio {ratio:.2f}, peak RSS large {big:.0f} MB, "
+            f"small {little:.0f} MB"
+        )
+
+
+def distinct(tree: Path, providers: list[str], n: int) -> None:
+    corpus = distinct_corpus(n)
+    print(
+        "| provider | distinct | wall s | words/s | peak RSS MB | redis used_memory_peak MB | exact |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for provider in providers:
+        r = run(tree, corpus, provider)
+        exact = r["lines"] == n and len(r["counts"]) == n and set(r["counts"].values()) == {1}
+        peak = "-" if r["redis_peak_mb"] is None else f"{r['redis_peak_mb']:.0f}"
+        print(
+            f"| {provider} | {n:,} | {r['wall']:.0f} | {n / r['wall'] / 1e3:.0f}k | "
+            f"{r['rss']:.0f} | {peak} | {'yes' if exact else 'NO'} |",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tree", type=Path, required=True)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
+    parser.add_argument("--distinct", type=int, default=0)
+    args = parser.parse_args()
+    if args.distinct:
+        distinct(args.tree.resolve(), args.providers, args.distinct)
+    else:
+        pairs(args.tree.resolve(), args.providers, args.pairs)
+
+
+if __name__ == "__main__":
+    main()
