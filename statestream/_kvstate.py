@@ -570,6 +570,12 @@ class StoredKeyValueState:
         self._load_txids()
         return self._prepared_txid
 
+    @property
+    def prepared_keys(self) -> int:
+        """The keys this object put in the prepared delta (what the commit changes; 0
+        with none prepared); a delta found in the store at start is not counted."""
+        return len(self._prepared)
+
     def _check_txid(self, operation: str, txid: object) -> int:
         # bool is an int to Python, but True as a txid is a bug, not txid 1.
         if not isinstance(txid, int) or isinstance(txid, bool):

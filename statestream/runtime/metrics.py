@@ -206,8 +206,17 @@ class CheckpointInfo:
     ``"failed"`` (rolled back, or replaced by a new PREPARE of the same txid).
     ``duration``: from PREPARE to COMMITTED; ``commit_latency``: from the
     decision to commit (every bolt prepared) to COMMITTED; both None until
-    known. ``keys_changed`` and ``state_size`` per task namespace where the
-    runtime knows them (else empty).
+    known.
+
+    ``keys_changed``: per stateful task namespace (``count-0``), the keys in
+    its prepared delta of this txid, which its commit writes; filled by the
+    local runtime and the workers for states over the shipped providers
+    (``StoredKeyValueState.prepared_keys``), as each task prepares, so a
+    task not prepared yet is missing. ``state_size``: keys held per
+    namespace; left empty by the local runtime and the workers, since no
+    provider can say it cheaply at every checkpoint (a sqlite store would
+    count its table, a Redis one pay a round trip per namespace); filled
+    where a runtime passes it to :meth:`MetricsBank.checkpoint_done`.
     """
 
     txid: int
@@ -310,11 +319,14 @@ class MetricsSnapshot:
 
 @dataclass
 class BankExport:
-    """What a worker's bank sends its supervisor (picklable): timings and checkpoints."""
+    """What a worker's bank sends its supervisor (picklable): timings, checkpoints, and
+    the keys its tasks changed per txid (any worker's tasks prepare; one of them
+    runs the checkpoint spout, whose worker alone sees the phases)."""
 
     timings: list[TaskTiming]
     checkpoints: list[CheckpointInfo]
     histogram: Histogram
+    keys: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 class MetricsBank:
@@ -348,6 +360,9 @@ class MetricsBank:
         self._past: dict[tuple[str, int], TaskTiming] = {}  # of replaced workers
         self._workers: dict[int, BankExport] = {}  # the supervisor's: latest per worker
         self._checkpoints: deque[CheckpointInfo] = deque(maxlen=RECENT_CHECKPOINTS)
+        # txid -> task namespace -> keys in its prepared delta (keys_changed), kept
+        # apart from the checkpoints: a worker's tasks prepare where no phase is seen.
+        self._keys: dict[int, dict[str, int]] = {}
         self._sources: dict[tuple[str, int], SourceProgress] = {}
         self.histogram = Histogram()
         # (component, task) -> [(at, executed)]: the history capacity looks back over.
@@ -423,6 +438,17 @@ class MetricsBank:
         self.checkpoint_phase(txid, "COMMITTING", prepared_at)
         self.checkpoint_phase(txid, "COMMITTED", committed_at)
 
+    def keys_changed(self, txid: int, namespace: str, count: int) -> None:
+        """Task ``namespace`` prepared ``count`` changed keys as ``txid`` (called at
+        each PREPARE of a stateful task; a txid prepared again replaces the count)."""
+        keys = self._keys
+        per_task = keys.get(txid)
+        if per_task is None:
+            per_task = keys[txid] = {}
+            if len(keys) > 2 * RECENT_CHECKPOINTS:
+                del keys[min(keys)]
+        per_task[namespace] = count
+
     def sources(self, found: Iterable[SourceProgress | None]) -> list[SourceProgress]:
         """The spouts' progress as ``found`` now, each task's last known one where it
         says nothing now (a spout closed at the end of the run)."""
@@ -441,6 +467,7 @@ class MetricsBank:
                 for c in self._checkpoints
             ],
             replace(self.histogram, counts=list(self.histogram.counts)),
+            {txid: dict(per_task) for txid, per_task in self._keys.items()},
         )
 
     def absorb(self, worker: int, export: BankExport) -> None:
@@ -460,6 +487,8 @@ class MetricsBank:
                     past.add(t)
             self.histogram.add(export.histogram)
             self._checkpoints.extend(export.checkpoints)
+            for txid, per_task in export.keys.items():
+                self._keys.setdefault(txid, {}).update(per_task)
         self._workers.clear()
 
     def _merged_timings(self) -> dict[tuple[str, int], TaskTiming]:
@@ -478,11 +507,19 @@ class MetricsBank:
     def _merged_checkpoints(self) -> tuple[list[CheckpointInfo], Histogram]:
         hist = replace(self.histogram, counts=list(self.histogram.counts))
         recent = list(self._checkpoints)
+        keys = [self._keys]
         for export in list(self._workers.values()):
             hist.add(export.histogram)
             recent.extend(export.checkpoints)  # one worker runs the checkpoint spout
+            keys.append(export.keys)
         recent.sort(key=lambda c: c.started_at)  # stable: a txid tried again stays after
-        return recent[-RECENT_CHECKPOINTS:], hist
+        out = []
+        for cp in recent[-RECENT_CHECKPOINTS:]:
+            changed = dict(cp.keys_changed)
+            for per_txid in keys:
+                changed.update(per_txid.get(cp.txid, ()))
+            out.append(replace(cp, keys_changed=changed, state_size=dict(cp.state_size)))
+        return out, hist
 
     # -- reading -------------------------------------------------------------------
     def _capacity(

@@ -152,8 +152,27 @@ def _run_families(snap: MetricsSnapshot) -> Iterator[Metric]:
         )
         age.add_metric([top], max(0.0, snap.at - (last.ended_at or snap.at)))
         yield age
+        yield from _per_namespace(
+            snap,
+            last.keys_changed,
+            "statestream_checkpoint_keys_changed",
+            "Keys a stateful task changed in the last committed checkpoint.",
+        )
     yield from _worker_families(snap)
     yield from _source_families(snap)
+
+
+def _per_namespace(
+    snap: MetricsSnapshot, values: dict[str, int], name: str, doc: str
+) -> Iterator[Metric]:
+    """A gauge per stateful task, from ``values`` keyed by task namespace (``count-0``)."""
+    if not values:
+        return
+    gauge = GaugeMetricFamily(name, doc, labels=_TASK)
+    for namespace, value in sorted(values.items()):
+        component, _, index = namespace.rpartition("-")  # statestream._components.task_namespace
+        gauge.add_metric([snap.topology, component, index], value)
+    yield gauge
 
 
 def _worker_families(snap: MetricsSnapshot) -> Iterator[Metric]:

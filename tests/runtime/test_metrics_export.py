@@ -74,6 +74,17 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
         }
         assert timed["split"] > 0 and timed["count"] > 0
         assert snap.components["count"].execute_latency is not None
+    if runner.name != "spark":  # the local tasks count their prepared keys
+        # Every word's key is in some committed checkpoint's delta of its count task.
+        if len(snap.checkpoints) < 50:  # (the snapshot keeps the last 50)
+            assert sum(sum(c.keys_changed.values()) for c in committed) >= LINES + 2
+        last = committed[-1]
+        assert set(last.keys_changed) <= {"count-0", "count-1"} and last.keys_changed
+        exported = {
+            f"{labels['component']}-{labels['task']}": value
+            for labels, value, _ in fams["statestream_checkpoint_keys_changed"]
+        }
+        assert exported == last.keys_changed
     if runner.workers:
         assert [w.index for w in snap.workers] == [0, 1]
         assert all(s.worker in (0, 1) for s in snap.tasks)

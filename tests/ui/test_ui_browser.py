@@ -6,6 +6,7 @@ reads a second apart, and the browser's console has no error."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -125,6 +126,10 @@ def test_the_page_shows_every_component_and_counts_rising_without_console_errors
         time.sleep(1)  # two reads a second apart; the page polls once a second
         wait.until(lambda d: _executed(d, "count") > first)
         assert live_run.proc.poll() is None, "the run ended before the second read"
+        # The checkpoint strip says how many keys the count's tasks changed.
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoints .committed .keys"))
+        keys = driver.find_element(By.CSS_SELECTOR, "#checkpoints .committed .keys")
+        assert re.fullmatch(r"[\d,]+ keys", keys.text) and int(keys.text.split()[0].replace(",", "")) > 0
         driver.save_screenshot(str(os.environ.get("LIVE_VIEW_SCREENSHOT", tmp_path / "live-view.png")))
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []

@@ -215,3 +215,45 @@ def test_supervisor_merges_worker_banks_across_restarts() -> None:
     assert snap.components["work"].samples == 35
     assert [(c.txid, c.phase) for c in snap.checkpoints] == [(0, "committed"), (1, "committed")]
     assert snap.checkpoint_histogram.count == 2
+
+
+def test_keys_changed_per_task_merged_across_workers_and_restarts() -> None:
+    """Any worker's stateful tasks say their prepared keys per txid; the worker that
+    runs the checkpoint spout alone sees the phases: the supervisor's snapshot puts
+    every task's count on its checkpoint, and keeps them over a restart. A txid
+    prepared again replaces a task's count; a txid with no checkpoint seen shows nowhere."""
+    spout_worker, other = _bank(FakeClock()), _bank(FakeClock())
+    spout_worker.checkpoint_phase(0, "PREPARING", 1.0)
+    spout_worker.keys_changed(0, "work-0", 7)
+    other.keys_changed(0, "work-1", 3)
+    other.keys_changed(0, "work-1", 4)  # prepared again (a retried PREPARE)
+    spout_worker.checkpoint_phase(0, "COMMITTED", 1.5)
+    other.keys_changed(9, "work-1", 1)  # no checkpoint 9 anywhere
+    sup = _bank(FakeClock())
+    sup.absorb(0, pickle.loads(pickle.dumps(spout_worker.export())))
+    sup.absorb(1, pickle.loads(pickle.dumps(other.export())))
+    snap = sup.snapshot(2.0, [])
+    assert [(c.txid, c.keys_changed) for c in snap.checkpoints] == [
+        (0, {"work-0": 7, "work-1": 4})
+    ]
+    assert snap.checkpoints[0].state_size == {}  # no local provider says it cheaply
+    sup.retire_workers()
+    fresh = _bank(FakeClock())
+    fresh.checkpoint_phase(1, "PREPARING", 3.0)
+    fresh.keys_changed(1, "work-0", 2)
+    sup.absorb(0, fresh.export())
+    snap = sup.snapshot(4.0, [])
+    assert [(c.txid, c.keys_changed) for c in snap.checkpoints] == [
+        (0, {"work-0": 7, "work-1": 4}),
+        (1, {"work-0": 2}),
+    ]
+    # The snapshot's checkpoints are copies: a reader changing one changes no bank.
+    snap.checkpoints[1].keys_changed["work-0"] = 99
+    assert sup.snapshot(4.0, []).checkpoints[1].keys_changed == {"work-0": 2}
+
+
+def test_keys_changed_keeps_a_bounded_history() -> None:
+    bank = _bank(FakeClock())
+    for txid in range(500):
+        bank.keys_changed(txid, "work-0", txid)
+    assert len(bank.export().keys) <= 2 * 50 + 1 and 499 in bank.export().keys

@@ -177,6 +177,12 @@ function drawCheckpoints(list) {
     const div = el("div", { class: `checkpoint ${outcome}`, title: JSON.stringify(c) });
     div.appendChild(el("b", {}, `#${c.txid}`));
     div.appendChild(el("div", {}, `${ms === null ? "-" : fmt(ms) + " ms"} · ${outcome}`));
+    // Keys changed (and state size, where the runtime knows it) summed over the
+    // stateful tasks; each task's figure is in the title.
+    const sum = (m) => Object.values(m || {}).reduce((a, b) => a + b, 0);
+    const changed = Object.keys(c.keys_changed || {}).length ? `${fmt(sum(c.keys_changed))} keys` : "";
+    const size = Object.keys(c.state_size || {}).length ? `of ${fmt(sum(c.state_size))}` : "";
+    if (changed || size) div.appendChild(el("div", { class: "keys" }, [changed, size].filter(Boolean).join(" ")));
     return div;
   }));
 }

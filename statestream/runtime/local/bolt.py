@@ -7,9 +7,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..._components import Bolt
+from ..._components import Bolt, task_namespace
 from ..._errors import FailedException, ReliabilityError
-from ..._executors import CheckpointTupleForwarder
+from ..._executors import CheckpointTupleForwarder, StatefulBoltExecutor
+from ..._kvstate import StoredKeyValueState
 from ..._topology import ComponentSpec
 from ..._tuple import Origin, Tuple
 from .tasks import FIELDS1, SHUFFLE, Route, Task
@@ -29,6 +30,8 @@ class BoltTask(Task):
         self.executor: Bolt = rt.topology.instantiate(spec.id)
         self.execute: Callable[[Tuple], None] = self.executor.execute
         self.pausable = isinstance(self.executor, CheckpointTupleForwarder)
+        # A stateful task tells the bank the keys of each delta it prepares.
+        self.stateful = isinstance(self.executor, StatefulBoltExecutor)
         self.execute_data: Callable[[Tuple], None] = (
             self.executor.data_entry() if self.pausable else self.execute
         )
@@ -333,6 +336,18 @@ class BoltTask(Task):
                 if not tup.done:
                     self.fail(tup)
         self.emitted, self.acked, self.failed = emitted, acked, failed
+        if self.stateful:
+            self._note_prepared()
+
+    def _note_prepared(self) -> None:
+        """After checkpoint tuples: while a delta is prepared, the bank is told how many
+        keys it holds (keys_changed per checkpoint; the last count for a txid wins)."""
+        state = self.executor.state  # type: ignore[attr-defined]
+        if isinstance(state, StoredKeyValueState):
+            txid = state.prepared_txid
+            if txid is not None:
+                namespace = task_namespace(self.component, self.task_index)
+                self.rt.bank.keys_changed(txid, namespace, state.prepared_keys)
 
     def _drain(self) -> None:
         inbox = self.inbox
