@@ -22,10 +22,9 @@ from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Final, cast
 
-import orjson
-
 from statestream._config import settings_of
 from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
+from statestream._settings import provider_config
 from statestream._state import (
     SHARING_PROCESS,
     SHARING_SCOPES,
@@ -143,24 +142,9 @@ def provider_sharing(spec: str) -> str:
 
 
 def parse_provider_config(config: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
-    """Normalise ``topology.state.provider.config`` (mapping, JSON text or None) to a dict."""
-    if config is None:
-        return {}
-    if isinstance(config, (str, bytes)):
-        if not config.strip():
-            return {}
-        try:
-            config = orjson.loads(config)
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(
-                f"topology.state.provider.config is not valid JSON ({exc}): {config!r}"
-            ) from exc
-    if not isinstance(config, Mapping):
-        raise ConfigError(
-            "topology.state.provider.config must be a mapping (or a JSON object), "
-            f"not {type(config).__name__} {config!r}"
-        )
-    return dict(config)
+    """Normalise ``topology.state.provider.config`` (mapping, JSON text or None) to a dict
+    (the key's validator, ``statestream._settings.provider_config``)."""
+    return provider_config(config)
 
 
 def open_provider(

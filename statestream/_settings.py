@@ -253,6 +253,23 @@ def _provider_config(value: object) -> object:
     raise _Invalid
 
 
+def provider_config(value: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
+    """``topology.state.provider.config`` (a mapping, JSON object text or None) as a
+    dict: the key's validator, for a value that did not come through a Config
+    (a provider opened by hand). Raises ConfigError naming the key."""
+    from ._errors import ConfigError
+
+    if isinstance(value, bytes):
+        value = value.decode()
+    try:
+        return cast(dict[str, Any], _provider_config(value))
+    except _Invalid as exc:
+        why = exc.detail or f"not {type(value).__name__} {value!r}"
+        raise ConfigError(
+            f"topology.state.provider.config must be a mapping (or a JSON object): {why}"
+        ) from None
+
+
 # --------------------------------------------------------------------------- kinds
 
 _BOOLEAN: Final = _Kind("a boolean", _boolean, _text_as_bool, bool)
@@ -298,6 +315,26 @@ def _address_or_null(value: object) -> object:
 
 _ADDRESS_OR_NULL: Final = _Kind(
     "a port, HOST:PORT or null", _address_or_null, _scalar, str | None
+)
+
+
+def _registered_runner(value: object) -> object:
+    if value == "local" or value == "spark":
+        return value  # built in: checked without the registry, which the defaults precede
+    # The registry lives with the runtime contract, imported only here: it
+    # imports the runtimes' plan, which reads this schema.
+    from .runtime.contract import runners
+
+    names = runners()
+    if isinstance(value, str) and value in names:
+        return value
+    raise _Invalid(
+        f"registered: {', '.join(map(repr, names))} (statestream.runtime.contract.register_runner)"
+    )
+
+
+_RUNNER: Final = _Kind(
+    "'local', 'spark' or another registered runner", _registered_runner, _text_as_str, str
 )
 
 
@@ -388,9 +425,9 @@ class Settings:
     (``_defaults_yaml_entry`` renders one; the test prints it when missing).
     """
 
-    topology_runner: Literal["local", "spark"] = _key(
+    topology_runner: str = _key(
         "topology.runner",
-        _one_of("local", "spark"),
+        _RUNNER,
         "local",
         "Which runtime runs the topology: the embedded one, or PySpark.",
     )

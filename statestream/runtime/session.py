@@ -51,7 +51,21 @@ from .._rescale import rescale_state
 from .._state import size_cache
 from .._topology import Topology
 
-__all__ = ["StoreSession"]
+__all__ = ["StoreSession", "open_store"]
+
+
+def open_store(config: Mapping[str, Any], scope: str, clock: Clock) -> Any:
+    """The provider of ``config``'s store scoped to topology ``scope``, with the outage
+    guard (waiting on ``clock``) and the state cache's size: how every process
+    that reaches a run's store opens it (a session; a Spark executor, which
+    neither claims nor rescales). Nothing connects yet."""
+    settings = settings_of(config)
+    provider = open_provider(
+        settings.topology_state_provider, settings.topology_state_provider_config, scope=scope
+    )
+    guard_store(provider, config, clock)
+    size_cache(provider, settings.topology_state_cache_mb)
+    return provider
 
 
 class StoreSession:
@@ -94,13 +108,7 @@ class StoreSession:
         """
         had_claim, opened = self._claim.asked, self.provider is None
         if opened:
-            provider = open_provider(
-                self.config["topology.state.provider"],
-                self.config["topology.state.provider.config"],
-                scope=self.topology.name,
-            )
-            guard_store(provider, self.config, self.clock)
-            size_cache(provider, settings_of(self.config).topology_state_cache_mb)
+            provider = open_store(self.config, self.topology.name, self.clock)
             if self.owner:
                 try:
                     self._claim.take(provider, self.topology.name, self.config)

@@ -164,3 +164,13 @@ def test_the_local_runner_picks_one_process_or_the_supervisor() -> None:
     assert one.worker_rows() == []
     several = make_runtime(_topology(), Config({"topology.workers": 2}))
     assert isinstance(several, WorkerSupervisor)
+
+
+def test_a_registered_runner_passes_the_config_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigError, match="registered: 'local', 'spark'"):
+        Config({"topology.runner": "flink"})
+    monkeypatch.setattr(contract, "_RUNNERS", dict(contract._RUNNERS))
+    register_runner("flink", lambda t, c, k: None)  # type: ignore[arg-type,return-value]
+    assert Config({"topology.runner": "flink"}).settings.topology_runner == "flink"

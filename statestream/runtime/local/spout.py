@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..._components import Spout
+from ..._config import settings_of
 from ..._deadletter import Replay, Settled
 from ..._errors import RuntimeFailure
 from ..._messages import Cause, MessageBook, Outcome
@@ -53,7 +54,7 @@ class SpoutTask(Task):
         self.complete: Callable[[tuple[int, bool]], None] = self.completions.append
         # root -> (msg_id, values, origin): what a dead-letter record names.
         self.pending: RotatingMap[int, Any] = RotatingMap(TIMEOUT_BUCKETS, self._expired)
-        self.max_pending: int | None = rt.conf_for(spec).get("topology.max.spout.pending")
+        self.max_pending: int | None = settings_of(rt.conf_for(spec)).topology_max_spout_pending
         self.timed_out = 0
         self.dead_lettered = 0
         # Emits not delivered: held for a retry (exactly-once) or settled. The
@@ -161,7 +162,7 @@ class SpoutTask(Task):
     # -- failures -------------------------------------------------------------
     def _expired(self, root: int, entry: Any) -> None:
         self.timed_out += 1
-        timeout = self.rt.config["topology.message.timeout.secs"]
+        timeout = settings_of(self.rt.config).topology_message_timeout_secs
         self.rt.fail_causes.pop(root, None)
         self._failed(
             entry, ("(timeout)", None, f"tuple tree not completed within {timeout} s (timed out)")

@@ -140,7 +140,7 @@ class DriverBase:
     def master(self) -> str:
         if self._spark is not None:
             return str(self._spark.sparkContext.master)
-        return str(self.config["spark.master"])
+        return settings_of(self.config).spark_master
 
     def _session(self) -> Any:
         if self._spark is not None:

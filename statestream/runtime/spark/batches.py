@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ from ..._retry import (
     too_many_failures,
 )
 from ..._text import count, cut_message
+from ..errorlog import TRACEBACK_LIMIT, error_report
 from .executor import read_partition, run_bolt
 from .shared import Ack, addressed_to, identity, only_acks
 from .spouts import Batch, SpoutDriver
@@ -175,15 +175,8 @@ class BatchDriver(SpoutDriver):
         of the messages, so what their books noted of the attempt is forgotten."""
         exc = run.error
         assert exc is not None
-        self.errors.append(
-            ErrorReport(
-                "$batch",
-                -1,
-                f"batch {run.txid} attempt {run.failures}",
-                repr(exc)[:2000],
-                "".join(traceback.format_exception(exc))[-20000:],
-            )
-        )
+        what = f"batch {run.txid} attempt {run.failures}"
+        self.errors.append(error_report("$batch", -1, exc, what, TRACEBACK_LIMIT))
         for book in self._books.values():
             book.rewound()
 

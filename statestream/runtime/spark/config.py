@@ -19,6 +19,7 @@ import cloudpickle
 from ..._components import (
     task_namespace,
 )
+from ..._config import settings_of
 from ..._errors import ConfigError
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._topology import Topology
@@ -58,7 +59,7 @@ def check_provider(conf: Mapping[str, Any], master: str) -> None:
     """
     from ..._registry import provider_sharing
 
-    spec = conf["topology.state.provider"]
+    spec = settings_of(conf).topology_state_provider
     refusal = provider_refusal(spec, provider_sharing(spec), runner="spark", master=master)
     if refusal:
         raise ConfigError(refusal)

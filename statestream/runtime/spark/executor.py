@@ -43,21 +43,19 @@ from ..._components import (
     TopologyContext,
     task_namespace,
 )
-from ..._config import settings_of
 from ..._errors import FailedException, RuntimeFailure, TupleError
 from ..._executors import BasicBoltExecutor
 from ..._journal import TupleJournal
-from ..._outage import guard_store
 from ..._picklable import check_first
 from ..._retry import (
     retry_cannot_fix,
 )
 from ..._routing import RouteChoice
-from ..._state import size_cache
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import Origin, Tuple, check_emit
 from ..errorlog import TRACEBACK_LIMIT, error_parts
 from ..plan import RuntimePlan
+from ..session import open_store
 from .config import MAX_TUPLE_FAILURES
 from .shared import (
     ACK,
@@ -87,13 +85,8 @@ def shared_provider(conf: Mapping[str, Any], scope: str) -> Any:
     key = f"{scope}\0{provider_key(conf)}"
     provider = _PROVIDERS.get(key)
     if provider is None or getattr(provider, "closed", False):
-        from ..._registry import open_provider
-
-        provider = _PROVIDERS[key] = open_provider(
-            conf["topology.state.provider"], conf["topology.state.provider.config"], scope=scope
-        )
-        guard_store(provider, conf, SystemClock())  # a prepare rides out an outage here too
-        size_cache(provider, settings_of(conf).topology_state_cache_mb)
+        # A prepare rides out an outage here too (the store's outage guard).
+        provider = _PROVIDERS[key] = open_store(conf, scope, SystemClock())
     return provider
 
 

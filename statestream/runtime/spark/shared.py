@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from ..._config import settings_of
 from ..._topology import Topology
 from ..plan import RuntimePlan
 
@@ -70,8 +71,9 @@ def only_acks(items: Iterable[tuple[str, int, Any]]) -> Iterator[Any]:
 def provider_key(conf: Mapping[str, Any]) -> str:
     import orjson
 
+    settings = settings_of(conf)
     return orjson.dumps(
-        [conf["topology.state.provider"], conf["topology.state.provider.config"]],
+        [settings.topology_state_provider, settings.topology_state_provider_config],
         option=orjson.OPT_SORT_KEYS,
     ).decode()
 

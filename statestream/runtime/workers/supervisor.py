@@ -54,11 +54,12 @@ class WorkerSupervisor:
     ) -> None:
         self.topology = topology
         conf = as_config(config, topology_prefixes=(topology.name,))
-        self.workers = int(conf["topology.workers"])
+        settings = settings_of(conf)
+        self.workers = settings.topology_workers
         if self.workers < 2:
             raise ValueError("WorkerSupervisor needs topology.workers >= 2")
         if (
-            conf["topology.acker.executors"] == 1
+            settings.topology_acker_executors == 1
             and conf.source_of("topology.acker.executors") == "defaults"
         ):
             # As Storm's default: one acker per worker, so that a tree's ledger
