@@ -35,6 +35,9 @@ Key layout, for namespace ``N`` and key prefix ``P``::
     P{N}            hash  committed entries: encoded key -> encoded value
     P{N}$prepare    hash  prepared delta: encoded key -> encoded value, or "" (tombstone)
     P{N}$txid       hash  fields "commit" (last committed txid), "prepare" (prepared txid)
+    P{N}$keys       sorted set  the committed keys (score 0: in byte order), for paged
+                    reads in key order (items(), rescale); built on the first read
+                    of a store written without it
     P{T}$claim      string  the claim of topology ``T`` by a run (see below), with an expiry
 
 ``{N}`` is a Redis Cluster hash tag: the three hashes of a namespace live in
@@ -46,8 +49,8 @@ read as is.
 
 Protocol: prepare is one MULTI/EXEC (merge the delta, record the prepared
 txid); commit is one Lua script that applies the delta (HSET values, HDEL
-tombstones), records the txid and drops the delta, touching only the
-changed keys; a txid at or below the committed one is a no-op. Every
+tombstones, and the same keys in the ``$keys`` index), records the txid and
+drops the delta, touching only the changed keys; a txid at or below the committed one is a no-op. Every
 operation can be repeated after a lost connection, which is what redis-py's
 retries and the runtime's checkpoint retries do.
 
@@ -88,7 +91,7 @@ from __future__ import annotations
 
 from .lease import _TAKE_OVER_LUA as _TAKE_OVER_LUA
 from .provider import _INHERITED as _INHERITED
-from .provider import RedisStateProvider, claim_key, key_names
+from .provider import RedisStateProvider, claim_key, index_name, key_names
 from .provider import _glob_escape as _glob_escape
 
-__all__ = ["RedisStateProvider", "claim_key", "key_names"]
+__all__ = ["RedisStateProvider", "claim_key", "index_name", "key_names"]

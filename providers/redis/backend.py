@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from statestream.provider import (
     CommitOutcome,
@@ -11,6 +11,9 @@ from statestream.provider import (
 )
 
 if TYPE_CHECKING:
+    from redis import Redis
+    from redis.commands.core import Script
+
     from .provider import RedisStateProvider
 
 
@@ -29,10 +32,32 @@ def key_names(namespace: str, key_prefix: str = "") -> tuple[str, str, str]:
     return base, f"{base}$prepare", f"{base}$txid"
 
 
+def index_name(namespace: str, key_prefix: str = "") -> str:
+    """The sorted set of ``namespace``'s committed keys (all scores 0, so in byte
+    order), kept by every commit: what pages the state in key order."""
+    return f"{key_prefix}{{{namespace}}}$keys"
+
+
+# KEYS: the index, the committed hash; ARGV: the lower bound ("-" or "(" +
+# the last key of the previous page) and the page size. One round trip a
+# page: the keys in order and their values (false for a key the index
+# holds and the hash no longer does, left by an index being built).
+_PAGE_LUA: Final = """
+local keys = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+local values = {}
+-- unpack() is bounded by Lua's C stack, so read in chunks.
+for start = 1, #keys, 4000 do
+  local chunk = redis.call('HMGET', KEYS[2], unpack(keys, start, math.min(#keys, start + 3999)))
+  for i = 1, #chunk do values[#values + 1] = chunk[i] end
+end
+return {keys, values}
+"""
+
+
 class _RedisBackend:
     """:class:`~statestream.provider.StateBackend` of one namespace: three hashes."""
 
-    __slots__ = ("_data", "_namespace", "_prepare", "_provider", "_txid")
+    __slots__ = ("_data", "_index", "_namespace", "_page", "_prepare", "_provider", "_txid")
 
     def __init__(self, provider: RedisStateProvider, namespace: str) -> None:
         self._provider = provider
@@ -41,6 +66,8 @@ class _RedisBackend:
         self._data = data.encode()
         self._prepare = prepare.encode()
         self._txid = txid.encode()
+        self._index = index_name(namespace, provider.key_prefix).encode()
+        self._page: tuple[object, Script] | None = None  # (client, its page script)
 
     def load(self, key: bytes) -> bytes | None:
         client, _ = self._provider._client()
@@ -64,6 +91,46 @@ class _RedisBackend:
             if cursor == 0:
                 return
 
+    def scan_page(
+        self, after: bytes | None, limit: int
+    ) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+        """Up to ``limit`` committed entries by key above ``after``, in key order,
+        read through the namespace's index (see index_name): one round trip a
+        page, whatever the state's size."""
+        client, _ = self._provider._client()
+        if self._page is None or self._page[0] is not client:
+            self._page = (client, client.register_script(_PAGE_LUA))
+        script = self._page[1]
+        if after is None:
+            self._check_index(client)
+        with self._provider._errors(f"scan state {self._namespace!r}"):
+            keys, values = script(
+                keys=[self._index, self._data],
+                args=[b"-" if after is None else b"(" + after, limit],
+            )
+        page = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
+        return page, (keys[-1] if len(keys) == limit else None)
+
+    def _check_index(self, client: Redis) -> None:
+        """Build the index if it misses keys (a store a version without it wrote):
+        every commit keeps it, so it never holds more keys than the hash, and
+        equal counts mean it is whole."""
+        with self._provider._errors(f"check the key index of state {self._namespace!r}"):
+            pipe = client.pipeline(transaction=False)
+            pipe.zcard(self._index)
+            pipe.hlen(self._data)
+            indexed, stored = pipe.execute()
+            if indexed == stored:
+                return
+            client.delete(self._index)
+            cursor = 0
+            while True:
+                cursor, page = client.hscan(self._data, cursor, count=_CHUNK)
+                if page:
+                    client.zadd(self._index, dict.fromkeys(cast("dict[bytes, bytes]", page), 0))
+                if cursor == 0:
+                    return
+
     def load_txids(self) -> tuple[int, int | None]:
         client, _ = self._provider._client()
         with self._provider._errors(f"read the txids of state {self._namespace!r}"):
@@ -86,7 +153,7 @@ class _RedisBackend:
     def apply_prepared(self, txid: int) -> CommitOutcome:
         _, script = self._provider._client()
         with self._provider._errors(f"commit txid {txid} of state {self._namespace!r}"):
-            status = script(keys=[self._data, self._prepare, self._txid], args=[txid])
+            status = script(keys=[self._data, self._prepare, self._txid, self._index], args=[txid])
         return _OUTCOMES[int(status)]
 
     def commit_direct(self, delta: Delta) -> None:
@@ -96,9 +163,12 @@ class _RedisBackend:
             values = [(k, v) for k, v in delta if v is not None]
             tombstones = [k for k, v in delta if v is None]
             for start in range(0, len(values), _CHUNK):
-                pipe.hset(self._data, mapping=dict(values[start : start + _CHUNK]))
+                chunk: dict[Any, bytes] = dict(values[start : start + _CHUNK])
+                pipe.hset(self._data, mapping=chunk)
+                pipe.zadd(self._index, dict.fromkeys(chunk, 0))
             for start in range(0, len(tombstones), _CHUNK):
                 pipe.hdel(self._data, *tombstones[start : start + _CHUNK])
+                pipe.zrem(self._index, *tombstones[start : start + _CHUNK])
             pipe.execute()
 
     def discard_prepared(self) -> None:

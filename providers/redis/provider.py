@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     from redis.commands.core import Script
 
 
-from .backend import _RedisBackend, key_names
+from .backend import _RedisBackend, index_name, key_names
 from .lease import _CLAIMS, _TAKE_OVER_LUA, _TAKING, _has_value, _Holder, _Ident, _Lease, _locked
 
-__all__ = ["RedisStateProvider", "claim_key", "key_names"]
+__all__ = ["RedisStateProvider", "claim_key", "index_name", "key_names"]
 
 log = logging.getLogger("statestream.redis")
 
@@ -70,20 +70,30 @@ if (not prepared) or tonumber(prepared) ~= txid then
   return 2
 end
 local delta = redis.call('HGETALL', KEYS[2])
-local sets, dels = {}, {}
--- unpack() is bounded by Lua's C stack, so write in chunks.
+local sets, dels, adds = {}, {}, {}
+-- unpack() is bounded by Lua's C stack, so write in chunks. KEYS[4], the
+-- sorted set of the committed keys (score 0: byte order), follows the hash.
+local function del()
+  redis.call('HDEL', KEYS[1], unpack(dels)); redis.call('ZREM', KEYS[4], unpack(dels)); dels = {}
+end
+local function set()
+  redis.call('HSET', KEYS[1], unpack(sets)); redis.call('ZADD', KEYS[4], unpack(adds))
+  sets = {}; adds = {}
+end
 for i = 1, #delta, 2 do
   if delta[i + 1] == '' then
     dels[#dels + 1] = delta[i]
-    if #dels >= 4000 then redis.call('HDEL', KEYS[1], unpack(dels)); dels = {} end
+    if #dels >= 4000 then del() end
   else
     sets[#sets + 1] = delta[i]
     sets[#sets + 1] = delta[i + 1]
-    if #sets >= 4000 then redis.call('HSET', KEYS[1], unpack(sets)); sets = {} end
+    adds[#adds + 1] = 0
+    adds[#adds + 1] = delta[i]
+    if #sets >= 4000 then set() end
   end
 end
-if #sets > 0 then redis.call('HSET', KEYS[1], unpack(sets)) end
-if #dels > 0 then redis.call('HDEL', KEYS[1], unpack(dels)) end
+if #sets > 0 then set() end
+if #dels > 0 then del() end
 redis.call('HSET', KEYS[3], 'commit', ARGV[1])
 redis.call('HDEL', KEYS[3], 'prepare')
 redis.call('DEL', KEYS[2])
@@ -396,7 +406,7 @@ class RedisStateProvider(BackendStateProvider):
         with self._errors(f"delete {len(namespaces)} namespaces"):
             pipe = client.pipeline(transaction=True)
             for ns in namespaces:
-                pipe.delete(*key_names(ns, self.key_prefix))
+                pipe.delete(*key_names(ns, self.key_prefix), index_name(ns, self.key_prefix))
             pipe.execute()
 
     def claim(self, scope: str, wait: float) -> ClaimHandle[_Lease]:

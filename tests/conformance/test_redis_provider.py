@@ -19,7 +19,7 @@ from statestream._errors import (
 from statestream._registry import open_provider
 from statestream._state import CommitOutcome, StoredKeyValueState
 from statestream_providers import redis as redis_provider
-from statestream_providers.redis import RedisStateProvider, key_names
+from statestream_providers.redis import RedisStateProvider, index_name, key_names
 
 
 def _raw(provider: Any) -> Any:
@@ -48,16 +48,19 @@ def test_key_layout(redis_factory: Any) -> None:
     state.prepare_commit(1)
     client = _raw(provider)
     data, prepare, txid = (name.encode() for name in key_names("count-0", prefix))
+    index = index_name("count-0", prefix).encode()
     assert data == f"{prefix}{{count-0}}".encode()
-    assert set(client.scan_iter(match=prefix + "*")) == {data, prepare, txid}
+    assert set(client.scan_iter(match=prefix + "*")) == {data, prepare, txid, index}
+    assert client.zrange(index, 0, -1) == [b'"gone"', b'"word"']  # the committed keys, in order
     assert client.hgetall(data) == {b'"word"': b"3", b'"gone"': b"1"}
     assert client.hgetall(prepare) == {b'"new"': b"[1]", b'"gone"': b""}  # "" is a tombstone
     assert client.hgetall(txid) == {b"commit": b"0", b"prepare": b"1"}
     from redis.crc import key_slot
 
-    assert key_slot(data) == key_slot(prepare) == key_slot(txid)
+    assert key_slot(data) == key_slot(prepare) == key_slot(txid) == key_slot(index)
     state.commit(1)
-    assert set(client.scan_iter(match=prefix + "*")) == {data, txid}
+    assert set(client.scan_iter(match=prefix + "*")) == {data, txid, index}
+    assert client.zrange(index, 0, -1) == [b'"new"', b'"word"']
     assert client.hgetall(data) == {b'"word"': b"3", b'"new"': b"[1]"}
     assert client.hgetall(txid) == {b"commit": b"1"}
 
