@@ -13,15 +13,15 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
 
-from .._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from ._broker import Reconnect, redact, require, unreachable
+from ._source import BrokerSpout, Lost
 
 __all__ = ["JetStreamSpout"]
 
@@ -79,6 +79,16 @@ class _Reader:
             error_cb=_quiet,
         )
 
+    def last_seq(self) -> int:
+        """The stream's last sequence now (a round trip: progress, once a second)."""
+
+        async def ask() -> int:
+            await self._connect()
+            info = await self._nc.jetstream().stream_info(self.stream)
+            return int(info.state.last_seq)
+
+        return self.call(ask(), timeout=2.0)
+
     async def _subjects(self) -> list[str]:
         await self._connect()
         info = await self._nc.jetstream().stream_info(self.stream)
@@ -134,9 +144,11 @@ class _Reader:
                         raise ConnectionError("the connection to the server closed") from None
                     msgs = []
                 batch = [(m.metadata.sequence.stream, m.data) for m in msgs]
+                wait = 0.05
                 if batch:
                     seq = batch[-1][0] + 1
-                wait = 0.05
+                elif not self.queue.empty():
+                    continue  # one "nothing new" waiting is enough; more would go stale
                 await self._put((generation, batch))
             except asyncio.CancelledError:
                 raise
@@ -175,7 +187,7 @@ class _Reader:
             self.loop.close()
 
 
-class JetStreamSpout(Spout):
+class JetStreamSpout(BrokerSpout):
     """Emits each message of a NATS JetStream stream, in stream order.
 
     What it emits: with one field (``fields=["line"]``, the default) the
@@ -207,6 +219,8 @@ class JetStreamSpout(Spout):
     ``close`` stops the loop and joins its thread.
     """
 
+    connector = "JetStreamSpout"
+
     def __init__(
         self,
         stream: str,
@@ -229,27 +243,14 @@ class JetStreamSpout(Spout):
                 f"JetStreamSpout: output_fields {self.output_fields} must name as many fields "
                 f"as fields {self.fields}"
             )
-        if count < 1 or block_ms < 0:
-            raise ConfigError(
-                f"JetStreamSpout: count must be >= 1 and block_ms >= 0 (got {count}, {block_ms})"
-            )
+        super().__init__(count, block_ms)
         self.url = url
-        self.count = count
-        self.block_ms = block_ms
         self._reader: _Reader | None = None
-        self._reconnect: Reconnect | None = None
         self._next = 1  # the stream sequence of the next message to emit
         self._started = False
-        self._buffer: deque[tuple[int, list[Any]]] = deque()
-        self._in_flight: dict[int, list[Any]] = {}  # in sequence order
-        self._replay: deque[int] = deque()
-        self._caught_up = False
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(self.output_fields)
-
-    def _name(self) -> str:
-        return f"JetStreamSpout {self.context.component_id!r}"
 
     def open(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
@@ -284,48 +285,40 @@ class JetStreamSpout(Spout):
     def _start(self, seq: int, replay: Sequence[Any]) -> None:
         assert self._reader is not None
         self._next = seq
-        self._buffer.clear()
-        self._caught_up = False
-        self._in_flight = {int(n): list(values) for n, values in replay}
-        self._replay = deque(self._in_flight)
+        self._restart((int(n), values) for n, values in replay)
         self._reader.start(seq)
         self._started = True
 
-    def next_tuple(self) -> None:
-        if self._replay:
-            n = self._replay.popleft()
-            self.collector.emit(self._in_flight[n], n)
-            return
-        if not self._buffer:
-            self._take()
-            if not self._buffer:
-                return
-        n, values = self._buffer.popleft()
-        self._in_flight[n] = values
-        self._next = n + 1
-        self.collector.emit(values, n)
+    def _emitted(self, msg_id: Any) -> None:
+        self._next = msg_id + 1
 
-    def _take(self) -> None:
+    def _read(self) -> bool | None:
         """Move the next batch the loop fetched into the buffer (waiting at most block_ms)."""
-        reader, reconnect = self._reader, self._reconnect
-        if reader is None or reconnect is None:
-            return
+        reader = self._reader
+        if reader is None:
+            return None
         if not self._started:
             self._start(self._next, [])
         try:
             generation, item = reader.queue.get(timeout=self.block_ms / 1000.0)
         except queue.Empty:
-            return
+            return None
         if generation != reader.generation:
-            return  # fetched for a position given up by a seek
+            return None  # fetched for a position given up by a seek
         if isinstance(item, BaseException):
-            reconnect.failed(item)  # raises SourceError once the limit is past
-            return
-        reconnect.ok()
-        self._caught_up = not item
+            raise Lost(item)
         for n, data in item:
             if n >= self._next:  # a refetch after a reconnect may overlap
                 self._buffer.append((n, self._decode(n, data)))
+        return not item
+
+    def _done(self) -> int | None:
+        return self._next - 1
+
+    def _stream_end(self) -> int | None:
+        """The stream's last sequence (stream info), asked through the loop thread."""
+        reader = self._reader
+        return None if reader is None else reader.last_seq()
 
     def _decode(self, n: int, data: bytes) -> list[Any]:
         try:
@@ -346,7 +339,7 @@ class JetStreamSpout(Spout):
     def position(self) -> Any:
         """The stream sequence of the next message, and the failed messages (with
         their values) that wait to be emitted again."""
-        replay = [[n, self._in_flight[n]] for n in self._replay]
+        replay = [[n, values] for n, values in self._failed()]
         return {"stream": self.stream, "seq": self._next, "replay": replay}
 
     def acked_position(self) -> Any:
@@ -362,22 +355,10 @@ class JetStreamSpout(Spout):
             return
         if position.get("stream") != self.stream:
             self.close()
-            raise ConfigError(
-                f"{self._name()}: the checkpoint to restore was taken reading stream "
-                f"{position.get('stream')!r}, but this run reads {self.stream!r}; point "
-                "it back, or start from an empty state store (statestream state clear)"
+            raise self._moved(
+                f"reading stream {position.get('stream')!r}", f"reads {self.stream!r}"
             )
         self._start(int(position["seq"]), position.get("replay") or [])
-
-    def ack(self, msg_id: Any) -> None:
-        self._in_flight.pop(msg_id, None)
-
-    def fail(self, msg_id: Any) -> None:
-        if msg_id in self._in_flight:
-            self._replay.append(msg_id)
-
-    def exhausted(self) -> bool:
-        return self._caught_up and not self._buffer and not self._replay and not self._in_flight
 
     def close(self) -> None:
         if self._reader is not None:

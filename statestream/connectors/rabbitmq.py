@@ -11,18 +11,18 @@ no ``position``/``seek``).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from .._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from ._broker import Reconnect, redact, require, unreachable
+from ._source import BrokerSpout, Lost
 
 __all__ = ["RabbitMQSpout"]
 
 
-class RabbitMQSpout(Spout):
+class RabbitMQSpout(BrokerSpout):
     """Emits each message of RabbitMQ queue ``queue`` as one field, its body as UTF-8 text.
 
     ``kind="stream"`` (the default) reads a stream queue from an offset
@@ -51,6 +51,8 @@ class RabbitMQSpout(Spout):
     ``statestream.connectors.reconnect.secs``, then the run stops.
     """
 
+    connector = "RabbitMQSpout"
+
     def __new__(cls, *args: Any, **kwargs: Any) -> RabbitMQSpout:
         # The kind decides the class: only the stream queue's has position/seek,
         # which is how the runtime tells a rewindable spout (``auto``).
@@ -71,28 +73,17 @@ class RabbitMQSpout(Spout):
     ) -> None:
         if kind not in ("stream", "classic"):
             raise ConfigError(f"RabbitMQSpout: kind is 'stream' or 'classic', not {kind!r}")
-        if count < 1 or block_ms < 0:
-            raise ConfigError(
-                f"RabbitMQSpout: count must be >= 1 and block_ms >= 0 (got {count}, {block_ms})"
-            )
+        super().__init__(count, block_ms)
         self.queue, self.url, self.kind, self.field = queue, url, kind, field
-        self.count, self.block_ms = count, block_ms
         self._connection: Any = None
         self._channel: Any = None
         self._consumer: str | None = None
-        self._reconnect: Reconnect | None = None
-        self._buffer: deque[tuple[int, str]] = deque()  # (message id, text)
-        self._in_flight: dict[int, str] = {}  # in delivery order
-        self._replay: deque[int] = deque()
         self._broker_acks: list[int] = []  # classic: delivery tags to ack at the next call
-        self._caught_up = False
-        self._conf: Mapping[str, Any] = {}
+        self._emits = 0  # classic: messages emitted by this task (progress)
+        self._ready: int | None = None  # classic: the queue's ready messages when last asked
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare([self.field])
-
-    def _name(self) -> str:
-        return f"RabbitMQSpout {self.context.component_id!r}"
 
     def open(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
@@ -166,7 +157,7 @@ class RabbitMQSpout(Spout):
                 f"{self._name()}: a message of queue {self.queue!r} is not UTF-8 "
                 f"({exc.reason}); produce UTF-8 text"
             ) from None
-        self._buffer.append((self._message_id(method, properties), text))
+        self._buffer.append((self._message_id(method, properties), [text]))
 
     def _message_id(self, method: Any, properties: Any) -> int:
         return int(method.delivery_tag)
@@ -174,28 +165,14 @@ class RabbitMQSpout(Spout):
     def next_tuple(self) -> None:
         if self._broker_acks:
             self._flush_acks()
-        if self._replay:
-            n = self._replay.popleft()
-            self.collector.emit([self._in_flight[n]], n)
-            return
-        if not self._buffer:
-            self._fill()
-            if not self._buffer:
-                return
-        n, text = self._buffer.popleft()
-        self._in_flight[n] = text
-        self._emitted(n)
-        self.collector.emit([text], n)
+        super().next_tuple()
 
-    def _emitted(self, n: int) -> None:
-        """A hook: the stream spout moves its offset."""
+    def _emitted(self, msg_id: Any) -> None:
+        self._emits += 1
 
-    def _fill(self) -> None:
+    def _read(self) -> bool | None:
         import pika.exceptions as errors
 
-        reconnect = self._reconnect
-        if reconnect is None or not reconnect.due():
-            return
         try:
             if self._channel is None or self._channel.is_closed:
                 self._connect()
@@ -203,13 +180,13 @@ class RabbitMQSpout(Spout):
             elif self._consumer is None:
                 self._resubscribe()
             self._connection.process_data_events(time_limit=self.block_ms / 1000.0)
-            if not self._buffer:
-                # Nothing came for block_ms, which under load is no proof: the broker's
-                # count of the queue's messages says whether there is more.
-                declared = self._channel.queue_declare(self.queue, passive=True)
-                self._caught_up = self._read_all(int(declared.method.message_count))
-            else:
-                self._caught_up = False
+            if self._buffer:
+                return False
+            # Nothing came for block_ms, which under load is no proof: the broker's
+            # count of the queue's messages says whether there is more.
+            declared = self._channel.queue_declare(self.queue, passive=True)
+            self._ready = int(declared.method.message_count)
+            return self._read_all(self._ready)
         except errors.ChannelClosedByBroker as exc:  # refused, not lost: retrying cannot help
             self._drop_connection()
             raise SourceError(
@@ -218,9 +195,15 @@ class RabbitMQSpout(Spout):
             ) from exc
         except (errors.AMQPConnectionError, errors.ChannelClosed, errors.StreamLostError) as exc:
             self._drop_connection()
-            reconnect.failed(exc)  # raises SourceError once the limit is past
-            return
-        reconnect.ok()
+            raise Lost(exc) from exc
+
+    def _done(self) -> int | None:
+        return self._emits
+
+    def _stream_end(self) -> int | None:
+        """Classic: what this task emitted and what the queue holds ready (counted
+        when a read found nothing; unknown while the queue never ran dry)."""
+        return None if self._ready is None else self._emits + len(self._buffer) + self._ready
 
     def _read_all(self, message_count: int) -> bool:
         """Whether a queue holding ``message_count`` messages has nothing more for us:
@@ -246,13 +229,6 @@ class RabbitMQSpout(Spout):
         # message committed: only now may the broker forget it.
         if self._in_flight.pop(msg_id, None) is not None:
             self._broker_acks.append(msg_id)
-
-    def fail(self, msg_id: Any) -> None:
-        if msg_id in self._in_flight:
-            self._replay.append(msg_id)
-
-    def exhausted(self) -> bool:
-        return self._caught_up and not self._buffer and not self._replay and not self._in_flight
 
     def _drop_connection(self) -> None:
         connection, self._connection, self._channel, self._consumer = (
@@ -290,8 +266,8 @@ class _StreamQueueSpout(RabbitMQSpout):
         self._last_tag = int(method.delivery_tag)
         return int(properties.headers["x-stream-offset"])
 
-    def _emitted(self, n: int) -> None:
-        self._next = n + 1
+    def _emitted(self, msg_id: Any) -> None:
+        self._next = msg_id + 1
 
     def _read_all(self, message_count: int) -> bool:
         # A stream counts every message it holds, offsets from 0 (with retention
@@ -303,14 +279,22 @@ class _StreamQueueSpout(RabbitMQSpout):
         self._last_tag = 0
         self._consume({"x-stream-offset": self._next})
 
-    def _fill(self) -> None:
-        super()._fill()
+    def _read(self) -> bool | None:
+        caught_up = super()._read()
         if self._last_tag and self._channel is not None:
             self._channel.basic_ack(self._last_tag, multiple=True)  # one frame per read
             self._last_tag = 0
         # A refetch after a reconnect starts at the next offset; nothing is older.
-        while self._buffer and self._buffer[0][0] < self._next:
+        while self._buffer and self._buffer[0][0] < self._next:  # type: ignore[operator]
             self._buffer.popleft()
+        return caught_up
+
+    def _done(self) -> int | None:
+        return self._next
+
+    def _stream_end(self) -> int | None:
+        """The stream's message count (offsets from 0), counted when a read found nothing."""
+        return self._ready
 
     def ack(self, msg_id: Any) -> None:
         self._in_flight.pop(msg_id, None)  # nothing to tell the broker: the offset is ours
@@ -318,7 +302,7 @@ class _StreamQueueSpout(RabbitMQSpout):
     def position(self) -> Any:
         """The offset of the next message, and the failed messages (with their text)
         that wait to be emitted again."""
-        replay = [[n, self._in_flight[n]] for n in self._replay]
+        replay = [[n, values[0]] for n, values in self._failed()]
         return {"queue": self.queue, "offset": self._next, "replay": replay}
 
     def acked_position(self) -> Any:
@@ -334,21 +318,19 @@ class _StreamQueueSpout(RabbitMQSpout):
         if position is not None:
             if position.get("queue") != self.queue:
                 self.close()
-                raise ConfigError(
-                    f"{self._name()}: the checkpoint to restore was taken reading queue "
-                    f"{position.get('queue')!r}, but this run reads {self.queue!r}; point "
-                    "it back, or start from an empty state store (statestream state clear)"
+                raise self._moved(
+                    f"reading queue {position.get('queue')!r}", f"reads {self.queue!r}"
                 )
             offset, replay = int(position["offset"]), position.get("replay") or []
-        self._in_flight = {int(n): text for n, text in replay}
-        self._replay = deque(self._in_flight)
-        self._caught_up = False
+        buffered = list(self._buffer)
+        self._restart((int(n), [text]) for n, text in replay)
         if self._consumer is not None and offset == self._next:
-            return  # already there: what is buffered comes next anyway
+            self._buffer.extend(buffered)  # already there: what is buffered comes next
+            return
         self._next = offset
-        self._restart()
+        self._consume_from_next()
 
-    def _restart(self) -> None:
+    def _consume_from_next(self) -> None:
         """Consume from ``_next`` on a fresh channel. pika's basic_cancel rejects the
         deliveries it holds, which a stream queue answers by closing the
         connection; so deliver them first, and reconnect if the broker closed it."""

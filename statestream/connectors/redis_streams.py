@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
+from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from ._broker import Reconnect, redact, require, unreachable
+from ._source import BrokerSpout, Lost, spread
 
 __all__ = ["RedisStreamSpout"]
 
 _START = "0-0"  # XREAD returns the entries after this id: the whole stream
 
 
-class RedisStreamSpout(Spout):
+class RedisStreamSpout(BrokerSpout):
     """Emits the named ``fields`` of each entry of one or more Redis streams, in order.
 
     Each field's value is emitted as a UTF-8 ``str``, in the order of
@@ -53,6 +53,8 @@ class RedisStreamSpout(Spout):
     resumes from the last checkpoint.
     """
 
+    connector = "RedisStreamSpout"
+
     def __init__(
         self,
         stream: str | Sequence[str],
@@ -73,46 +75,30 @@ class RedisStreamSpout(Spout):
                 f"RedisStreamSpout: output_fields {self.output_fields} must name as many "
                 f"fields as fields {self.fields}"
             )
-        if count < 1 or block_ms < 0:
-            raise ConfigError(
-                f"RedisStreamSpout: count must be >= 1 and block_ms >= 0 (got {count}, {block_ms})"
-            )
+        super().__init__(count, block_ms)
         self.url = url
-        self.count = count
-        self.block_ms = block_ms
         self._keys = [f.encode() for f in self.fields]
         self._client: Any = None
         self._mine: list[str] = []  # the streams of this task
         self._tasks = 1
-        self._read: dict[str, str] = {}  # stream -> the last id read (into the buffer)
-        self._emitted: dict[str, str] = {}  # stream -> the last id emitted
-        self._buffer: deque[tuple[str, str, list[str]]] = deque()
-        # stream -> entry id -> (the id emitted before it, its values), in emit order:
-        # the first one's predecessor is where an at-least-once restart continues.
-        self._in_flight: dict[str, dict[str, tuple[str, list[str]]]] = {}
-        self._replay: deque[tuple[str, str]] = deque()
-        self._caught_up = False
-        self._reconnect: Reconnect | None = None
+        self._read_ids: dict[str, str] = {}  # stream -> the last id read (into the buffer)
+        self._last: dict[str, str] = {}  # stream -> the last id emitted
+        self._counts: dict[str, int] | None = {}  # stream -> entries emitted (None: unknown)
+        # (stream, entry id) in flight -> the id emitted before it in its stream, in
+        # emit order: the first one's per stream is where an at-least-once restart
+        # continues.
+        self._before: dict[tuple[str, str], str] = {}
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(self.output_fields)
-
-    def _name(self) -> str:
-        return f"RedisStreamSpout {self.context.component_id!r}"
 
     def open(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
     ) -> None:
         super().open(conf, context, collector)
         redis = require("redis", "redis", "RedisStreamSpout")
-        task, self._tasks = context.task_index, context.parallelism
-        if self._tasks > len(self.streams):
-            raise ConfigError(
-                f"{self._name()} has {self._tasks} tasks but {len(self.streams)} stream(s) "
-                f"{self.streams}: each task reads whole streams, so give it at most "
-                f"{len(self.streams)} task(s) or more streams"
-            )
-        self._mine = [s for i, s in enumerate(self.streams) if i % self._tasks == task]
+        self._tasks = context.parallelism
+        self._mine = spread(self._name(), self.streams, context.task_index, self._tasks, "stream")
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
@@ -139,58 +125,61 @@ class RedisStreamSpout(Spout):
                     f"{s} <group> $ MKSTREAM)"
                 )
         self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
-        self._start({s: _START for s in self._mine}, [])
+        self._start({s: _START for s in self._mine}, [], {s: 0 for s in self._mine})
 
-    def _start(self, emitted: Mapping[str, str], replay: Sequence[Any]) -> None:
-        self._emitted = dict(emitted)
-        self._read = dict(emitted)
-        self._buffer.clear()
-        self._caught_up = False
-        self._in_flight = {s: {} for s in self._mine}
-        self._replay = deque()
-        for s, entry, values in replay:
-            # A failed entry is re-emitted with its own values; its predecessor is
-            # not known any more, and need not be: it precedes the position.
-            self._in_flight[s][entry] = (emitted[s], list(values))
-            self._replay.append((s, entry))
+    def _start(
+        self, emitted: Mapping[str, str], replay: Sequence[Any], counts: Mapping[str, int] | None
+    ) -> None:
+        self._last = dict(emitted)
+        self._read_ids = dict(emitted)
+        self._counts = dict(counts) if counts is not None else None
+        self._restart(((s, entry), values) for s, entry, values in replay)
+        # A failed entry's predecessor is not known any more, and need not be: it
+        # precedes the position, which is where an at-least-once restart continues.
+        self._before = {(s, e): emitted[s] for s, e, _ in replay}
 
-    def next_tuple(self) -> None:
-        if self._replay:
-            s, entry = self._replay.popleft()
-            self.collector.emit(self._in_flight[s][entry][1], (s, entry))
-            return
-        if not self._buffer:
-            self._fill()
-            if not self._buffer:
-                return
-        s, entry, values = self._buffer.popleft()
-        self._in_flight[s][entry] = (self._emitted[s], values)
-        self._emitted[s] = entry
-        self.collector.emit(values, (s, entry))
+    def _emitted(self, msg_id: Any) -> None:
+        s, entry = msg_id
+        self._before[msg_id] = self._last[s]
+        self._last[s] = entry
+        if self._counts is not None:
+            self._counts[s] += 1
 
-    def _fill(self) -> None:
+    def _read(self) -> bool | None:
         """Read up to ``count`` entries per stream after the last one read, waiting
         at most ``block_ms`` for the first."""
-        reconnect = self._reconnect
-        if self._client is None or reconnect is None or not reconnect.due():
-            return
+        if self._client is None:
+            return None
         import redis
 
         try:
-            reply = self._client.xread(self._read, count=self.count, block=self.block_ms or None)
+            reply = self._client.xread(
+                self._read_ids, count=self.count, block=self.block_ms or None
+            )
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            reconnect.failed(exc)  # raises SourceError once the limit is past
-            return
+            raise Lost(exc) from exc
         except redis.ResponseError as exc:
             raise SourceError(f"{self._name()}: XREAD failed on {redact(self.url)}: {exc}") from exc
-        reconnect.ok()
-        self._caught_up = not reply
         for key, entries in reply or ():
             s = key.decode() if isinstance(key, bytes) else str(key)
             for raw_id, data in entries:
                 entry = raw_id.decode()
-                self._buffer.append((s, entry, self._values(s, entry, data)))
-                self._read[s] = entry
+                self._buffer.append(((s, entry), self._values(s, entry, data)))
+                self._read_ids[s] = entry
+        return not reply
+
+    def _done(self) -> int | None:
+        return None if self._counts is None else sum(self._counts.values())
+
+    def _stream_end(self) -> int | None:
+        """The entries ever added to this task's streams (XINFO STREAM): what was
+        trimmed before it was read counts as lag until the spout catches up."""
+        if self._client is None:
+            return None
+        pipe = self._client.pipeline(transaction=False)
+        for s in self._mine:
+            pipe.xinfo_stream(s)
+        return sum(int(info["entries-added"]) for info in pipe.execute())
 
     def _values(self, stream: str, entry: str, data: Mapping[bytes, bytes]) -> list[str]:
         try:
@@ -213,20 +202,23 @@ class RedisStreamSpout(Spout):
         where: dict[str, Any] = {"streams": dict(ids), "replay": replay}
         if self._tasks > 1:
             where["tasks"] = self._tasks
+        if self._counts is not None:
+            where["counts"] = dict(self._counts)  # for progress() after a restore
         return where
 
     def position(self) -> Any:
         """Per stream the id of the last entry emitted, and the failed entries (with
         their values) that wait to be emitted again."""
-        replay = [[s, e, self._in_flight[s][e][1]] for s, e in self._replay]
-        return self._where(self._emitted, replay)
+        return self._where(self._last, [[s, e, values] for (s, e), values in self._failed()])
 
     def acked_position(self) -> Any:
         """Per stream the id before the first entry not yet acked."""
-        ids = {
-            s: next(iter(flying.values()))[0] if flying else self._emitted[s]
-            for s, flying in self._in_flight.items()
-        }
+        ids = dict(self._last)
+        first: set[str] = set()
+        for (s, _), before in self._before.items():
+            if s not in first:
+                first.add(s)
+                ids[s] = before
         return self._where(ids, [])
 
     def seek(self, position: Any) -> None:
@@ -234,37 +226,24 @@ class RedisStreamSpout(Spout):
         if self._client is None:
             raise ConfigError("RedisStreamSpout.seek() before open()")
         if position is None:
-            self._start({s: _START for s in self._mine}, [])
+            self._start({s: _START for s in self._mine}, [], {s: 0 for s in self._mine})
             return
         tasks = int(position.get("tasks", 1))
         stored = dict(position.get("streams") or {})
         if tasks != self._tasks or set(stored) != set(self._mine):
             self.close()
-            raise ConfigError(
-                f"{self._name()}: the checkpoint to restore was taken by {tasks} task(s) "
-                f"reading streams {sorted(stored)} on this task, but this run has "
-                f"{self._tasks} task(s) and gives it {sorted(self._mine)}; run with the "
-                "same streams and parallelism, or start from an empty state store "
-                "(statestream state clear)"
+            raise self._moved(
+                f"by {tasks} task(s) reading streams {sorted(stored)} on this task",
+                f"has {self._tasks} task(s) and gives it {sorted(self._mine)}",
             )
-        self._start(stored, position.get("replay") or [])
+        self._start(stored, position.get("replay") or [], position.get("counts"))
 
-    # -- acks -----------------------------------------------------------------------
+    def _key(self, msg_id: Any) -> tuple[str, str]:
+        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
+
     def ack(self, msg_id: Any) -> None:
-        self._in_flight[msg_id[0]].pop(msg_id[1], None)
-
-    def fail(self, msg_id: Any) -> None:
-        s, entry = msg_id
-        if entry in self._in_flight.get(s, ()):
-            self._replay.append((s, entry))
-
-    def exhausted(self) -> bool:
-        return (
-            self._caught_up
-            and not self._buffer
-            and not self._replay
-            and not any(self._in_flight.values())
-        )
+        super().ack(msg_id)
+        self._before.pop(self._key(msg_id), None)
 
     def close(self) -> None:
         if self._client is not None:
