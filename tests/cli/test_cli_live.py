@@ -2,6 +2,8 @@
 inside tmux (a real terminal), one worker SIGKILLed mid-run; the restart warning
 and a worker's `gave up ... dead-lettered` warning are on the screen above one
 table (its header drawn once), and after the run the summary is printed once.
+On a file read slowly, the table's title says elapsed, input % with ETA and the
+last checkpoint's txid and age, and its rows the latency and capacity.
 
 tmux is what a person would look with: ``capture-pane`` gives the screen as
 drawn, scrollback included (.ci/run installs it).
@@ -10,6 +12,7 @@ drawn, scrollback included (.ci/run installs it).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -142,3 +145,67 @@ def test_the_log_prints_above_one_live_table_and_the_summary_once(
     assert LIVE_HEADER not in done, done  # the summary replaces the live table
     assert RESTART in done and GAVE_UP in done, done
     assert done.index(RESTART) < done.index(SUMMARY_HEADER), done
+
+
+TITLE = re.compile(
+    r"statestream: elapsed (\d+)s \| input (\d+)% ETA (\d+s|\d+m\d\ds) \| "
+    r"checkpoint (\d+) \((\d+)s ago\)"
+)
+
+
+def _table_rows(screen: str) -> dict[str, dict[str, str]]:
+    """The live table's last drawing as ``{component: {column: cell}}``."""
+    lines = screen.splitlines()
+    head = max(i for i, line in enumerate(lines) if LIVE_HEADER in line)
+    columns = [c.strip() for c in lines[head].strip().strip("┃").split("┃")]
+    rows = {}
+    for line in lines[head + 1 :]:
+        if "│" not in line:
+            continue
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) == len(columns):
+            rows[cells[0]] = dict(zip(columns, cells, strict=True))
+    return rows
+
+
+def test_the_title_says_elapsed_input_eta_and_checkpoint_and_the_rows_latency_and_capacity(
+    tmp_path: Path, tmux: Callable[..., str]
+) -> None:
+    """A file read at a few ms a line (tests/ui/slow_words.py): while it runs, the
+    table's title says the elapsed time, the share of the input read with its ETA
+    and the last checkpoint with its age; the bolts' rows have a sampled latency
+    and a capacity, the spout's its complete latency."""
+    (tmp_path / "corpus.txt").write_text("".join(f"a b c{i}\n" for i in range(1500)))
+    tests = Path(__file__).resolve().parents[1]
+    command = [sys.executable, "-m", "statestream", "run", str(tests / "ui" / "slow_words.py"),
+               "--until-idle", "--set", "topology.stats.sample.rate=1"]  # fmt: skip
+    exit_file = tmp_path / "exit"
+    shell = (
+        f"env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(str(tests))} {shlex.join(command)}; "
+        f"echo $? > {shlex.quote(str(exit_file))}; sleep 600"
+    )
+    tmux("new-session", "-d", "-s", "run", "-x", "220", "-y", "40", "-c", str(tmp_path), shell)
+
+    def screen() -> str:
+        return tmux("capture-pane", "-p", "-J", "-t", "run")
+
+    def titled() -> re.Match[str] | None:
+        found = TITLE.findall(screen())
+        # Part of the input read, a checkpoint committed: the run is under way.
+        return TITLE.search(screen()) if found and 0 < int(found[-1][1]) < 100 else None
+
+    _wait("a title with input, ETA and checkpoint", lambda: titled() is not None)
+    title = titled()
+    assert title is not None
+    elapsed, share, _eta, txid, age = title.groups()
+    assert int(elapsed) >= 0 and 0 < int(share) < 100 and int(txid) >= 0 and int(age) >= 0
+    rows = _table_rows(screen())
+    assert set(rows) >= {"lines", "split", "count"}, rows
+    for bolt in ("split", "count"):
+        assert re.fullmatch(r"\d+\.\d{3} ms|\d+\.\d\d s", rows[bolt]["latency"]), rows[bolt]
+        assert re.fullmatch(r"\d+%", rows[bolt]["capacity"]), rows[bolt]
+    assert re.fullmatch(r"\d+\.\d{3} ms|\d+\.\d\d s", rows["lines"]["latency"]), rows["lines"]
+    assert rows["lines"]["capacity"] == "-"
+
+    _wait("the run to end", exit_file.exists, timeout=120)
+    assert exit_file.read_text().strip() == "0"
