@@ -1,9 +1,9 @@
 """The bounded state cache (issue 34): peak RSS while writing N distinct keys, the cost
 of a commit of 1,000 changed keys in a 1,000-key and an N-key state, and the time from
 opening a provider to the first get, per provider. Each measurement runs in a fresh
-process (peak RSS is the process's).
+process (peak RSS is the process's; on redis the server's memory is apart).
 
-    STATESTREAM_CORE=python python3 bench/bench_state_cache.py --keys 200000 --providers memory sqlite
+    STATESTREAM_CORE=python python3 bench/bench_state_cache.py --keys 200000 --providers memory sqlite redis
 """
 
 from __future__ import annotations
@@ -15,19 +15,37 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 CHANGED = 1000
 
 
 def _provider(name: str, path: str) -> object:
+    """``path``: the sqlite file, the memory store's name or the redis key prefix."""
     from statestream._state import size_cache
     from statestream_providers.memory import MemoryStateProvider
+    from statestream_providers.redis import RedisStateProvider
     from statestream_providers.sqlite import SQLiteStateProvider
 
-    provider = SQLiteStateProvider(path) if name == "sqlite" else MemoryStateProvider(path)
+    provider: object
+    if name == "sqlite":
+        provider = SQLiteStateProvider(path)
+    elif name == "redis":
+        provider = RedisStateProvider(host="127.0.0.1", key_prefix=path)
+    else:
+        provider = MemoryStateProvider(path)
     size_cache(provider, 32.0)
     return provider
+
+
+def _delete_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis(host="127.0.0.1")
+    keys = list(client.scan_iter(match=f"{prefix}*", count=10_000))
+    for i in range(0, len(keys), 1000):
+        client.unlink(*keys[i : i + 1000])
 
 
 def child(name: str, keys: int, path: str) -> dict[str, float]:
@@ -94,14 +112,24 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.providers:
         with tempfile.TemporaryDirectory() as tmp:
-            path = str(Path(tmp) / "state.db") if name == "sqlite" else "bench"
+            path = {
+                "sqlite": str(Path(tmp) / "state.db"),
+                "redis": f"bench-{uuid.uuid4().hex[:8]}:",
+            }
+            where = path.get(name, "bench")
             run = [sys.executable, __file__]
-            res = json.loads(subprocess.check_output([*run, "--child", name, str(args.keys), path]))
-            first = (
-                json.loads(subprocess.check_output([*run, "--restart", name, path]))
-                if name == "sqlite"
-                else {"first_get_s": float("nan")}
-            )
+            try:
+                res = json.loads(
+                    subprocess.check_output([*run, "--child", name, str(args.keys), where])
+                )
+                first = (
+                    json.loads(subprocess.check_output([*run, "--restart", name, where]))
+                    if name != "memory"
+                    else {"first_get_s": float("nan")}
+                )
+            finally:
+                if name == "redis":
+                    _delete_prefix(where)
             ratio = res["commit_large_ms"] / res["commit_small_ms"]
             print(
                 f"| {name} | {args.keys} | {res['peak_rss_mb']:.0f} | {res['cache_entries']:.0f} | "

@@ -389,30 +389,41 @@ class StoredKeyValueState:
         limit = min(self.preload_limit, self._generation // 2 - len(view))
         if limit <= 0:
             return
-        for n, (encoded_key, data) in enumerate(self._committed(limit + 1), 1):
-            if n > limit:
+        # The entries are read raw first and decoded only if they are all
+        # there: a large state (a restart with a million keys) costs one
+        # read of limit + 1 entries, not their decoding too.
+        entries: list[tuple[bytes, bytes]] = []
+        scan_page = getattr(self._backend, "scan_page", None)
+        if scan_page is not None:
+            entries, after = scan_page(None, limit + 1)
+            if after is not None:
                 return
+        else:
+            for entry in self._backend.scan():
+                entries.append(entry)
+                if len(entries) > limit:
+                    break
+        if len(entries) > limit:
+            return
+        for encoded_key, data in entries:
             key, cache_key = self._stored_key(encoded_key)
             if cache_key not in overlay and cache_key not in view:
                 view[cache_key] = self._decode_value(key, data)
         self._complete = True
 
-    def _committed(self, first: int = 0) -> Iterator[tuple[bytes, bytes]]:
+    def _committed(self) -> Iterator[tuple[bytes, bytes]]:
         """The committed entries, in pages in key order where the backend can
-        (``scan_page``; else its ``scan``, in its own order). ``first``: the
-        size of the first page, for a reader that wants no more."""
+        (``scan_page``; else its ``scan``, in its own order)."""
         scan_page = getattr(self._backend, "scan_page", None)
         if scan_page is None:
             yield from self._backend.scan()
             return
         after: bytes | None = None
-        size = first or PAGE
         while True:
-            page, after = scan_page(after, size)
+            page, after = scan_page(after, PAGE)
             yield from page
             if after is None:
                 return
-            size = PAGE
 
     # ------------------------------------------------------------------ mapping
 
