@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import ProviderFactory
 from word_bolts import Count, Split
 
 from statestream import KeyValueState, StateError, StatefulBolt, TopologyBuilder, Tuple, run
@@ -28,6 +27,11 @@ from statestream._topology import Topology
 from statestream._transactional.components import CoordinatorStore
 from statestream.testing import committed_state
 from statestream_providers.redis import claim_key, key_names
+
+if TYPE_CHECKING:
+    # 'conftest' names a module in several test folders: importing it at run
+    # time takes whichever folder's pytest loaded first.
+    from conftest import ProviderFactory
 
 # Every name statestream or a provider keeps a record under, as a user's word.
 INTERNAL_NAMES = sorted(

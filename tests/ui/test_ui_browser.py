@@ -30,7 +30,8 @@ class LiveRun:
     """`statestream run tests/ui/slow_words.py --ui 0` in ``cwd``, its stderr collected."""
 
     def __init__(self, cwd: Path) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(TESTS)}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
+            p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "statestream", "run", str(TESTS / "ui" / "slow_words.py"),
              "--until-idle", "--ui", "0", "--no-progress"],
