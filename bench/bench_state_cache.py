@@ -9,7 +9,9 @@ process (peak RSS is the process's; on redis the server's memory is apart).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 CHANGED = 1000
 
@@ -48,7 +51,12 @@ def _delete_prefix(prefix: str) -> None:
         client.unlink(*keys[i : i + 1000])
 
 
-def child(name: str, keys: int, path: str) -> dict[str, float]:
+def _commit(state: Any, txid: int) -> None:
+    state.prepare_commit(txid)
+    state.commit(txid)
+
+
+def child(name: str, keys: int, path: str, counted: str = "") -> dict[str, float]:
     provider = _provider(name, path)
     small = provider.get_state("small-0")  # type: ignore[attr-defined]
     large = provider.get_state("large-0")  # type: ignore[attr-defined]
@@ -75,8 +83,11 @@ def child(name: str, keys: int, path: str) -> dict[str, float]:
                 )
                 state.put(key, state.get(key, 0) + 1)
             t0 = time.perf_counter()
-            state.prepare_commit(tx)
-            state.commit(tx)
+            if label == counted:
+                # Inside functools.reduce, a C function callgrind toggles on (--count).
+                functools.reduce(lambda _, __, s=state, t=tx: _commit(s, t), [0, 0])
+            else:
+                _commit(state, tx)
             times.append(time.perf_counter() - t0)
             tx += 1
         out[f"commit_{label}_ms"] = 1000 * sorted(times)[2]
@@ -93,15 +104,63 @@ def restart(name: str, path: str) -> dict[str, float]:
     return {"first_get_s": time.perf_counter() - t0}
 
 
+def count(name: str, keys: int) -> None:
+    """Instructions and last-level cache misses (callgrind's cache simulation) of
+    the five timed commits, in the small and in the large state."""
+    print("| provider | keys | state | instructions per commit | LL misses per commit |")
+    print("|---|---|---|---|---|")
+    for label in ("small", "large"):
+        where = f"bench-{uuid.uuid4().hex[:8]}:" if name == "redis" else "bench"
+        with tempfile.TemporaryDirectory() as tmp:
+            if name == "sqlite":
+                where = str(Path(tmp) / "state.db")
+            try:
+                proc = subprocess.run(
+                    [
+                        "valgrind",
+                        "--tool=callgrind",
+                        "--cache-sim=yes",
+                        "--toggle-collect=functools_reduce",
+                        "--callgrind-out-file=/dev/null",
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        name,
+                        str(keys),
+                        where,
+                        "--counted",
+                        label,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+            finally:
+                if name == "redis":
+                    _delete_prefix(where)
+        numbers = re.search(r"Collected : ([\d ]+)", proc.stderr)
+        if numbers is None:
+            raise SystemExit(f"no count in valgrind's output:\n{proc.stderr[-2000:]}")
+        # Events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+        ev = [int(x) for x in numbers.group(1).split()]
+        print(f"| {name} | {keys} | {label} | {ev[0] // 5:,} | {sum(ev[6:9]) // 5:,} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--providers", nargs="+", default=["memory", "sqlite"])
     parser.add_argument("--child", nargs=3)
+    parser.add_argument("--counted", default="")
+    parser.add_argument("--count", action="store_true", help="callgrind the commits instead")
     parser.add_argument("--restart", nargs=2)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.child[2])))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.child[2], args.counted)))
+        return
+    if args.count:
+        for name in args.providers:
+            count(name, args.keys)
         return
     if args.restart:
         print(json.dumps(restart(*args.restart)))

@@ -118,11 +118,14 @@ class WordCount(StatefulBolt):
 
 def write_counts(path: str, items: Any) -> None:
     """Append ``{"word", "count"}`` JSON lines to ``path`` under an exclusive lock."""
-    data = b"".join(orjson.dumps({"word": w, "count": c}) + b"\n" for w, c in items)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, data)
+        # In chunks: the state may be far larger than memory (items() streams it).
+        with os.fdopen(os.dup(fd), "wb", buffering=1 << 20) as out:
+            for w, c in items:
+                out.write(orjson.dumps({"word": w, "count": c}))
+                out.write(b"\n")
     finally:
         os.close(fd)
 
