@@ -116,7 +116,6 @@ class _Reader:
                 break
 
     async def _fetch(self, generation: int, seq: int) -> None:
-        from nats.errors import TimeoutError as NatsTimeout
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         sub: Any = None
@@ -139,7 +138,7 @@ class _Reader:
                     )
                 try:
                     msgs = await sub.fetch(batch=self.count, timeout=self.block_s)
-                except NatsTimeout:
+                except TimeoutError:  # nats' own (a subclass) or, past the deadline, the bare one
                     if not self._nc.is_connected:
                         raise ConnectionError("the connection to the server closed") from None
                     msgs = []

@@ -80,7 +80,6 @@ class RabbitMQSpout(BrokerSpout):
         self._consumer: str | None = None
         self._broker_acks: list[int] = []  # classic: delivery tags to ack at the next call
         self._emits = 0  # classic: messages emitted by this task (progress)
-        self._ready: int | None = None  # classic: the queue's ready messages when last asked
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare([self.field])
@@ -184,9 +183,7 @@ class RabbitMQSpout(BrokerSpout):
                 return False
             # Nothing came for block_ms, which under load is no proof: the broker's
             # count of the queue's messages says whether there is more.
-            declared = self._channel.queue_declare(self.queue, passive=True)
-            self._ready = int(declared.method.message_count)
-            return self._read_all(self._ready)
+            return self._read_all(self._message_count())
         except errors.ChannelClosedByBroker as exc:  # refused, not lost: retrying cannot help
             self._drop_connection()
             raise SourceError(
@@ -201,9 +198,15 @@ class RabbitMQSpout(BrokerSpout):
         return self._emits
 
     def _stream_end(self) -> int | None:
-        """Classic: what this task emitted and what the queue holds ready (counted
-        when a read found nothing; unknown while the queue never ran dry)."""
-        return None if self._ready is None else self._emits + len(self._buffer) + self._ready
+        """Classic: what this task emitted, holds, and what the queue holds ready."""
+        return self._emits + len(self._buffer) + self._message_count()
+
+    def _message_count(self) -> int:
+        """The queue's message count now (a passive declare: a round trip, so only
+        from the base's once-a-second progress)."""
+        if self._channel is None:
+            raise ConnectionError("not connected")
+        return int(self._channel.queue_declare(self.queue, passive=True).method.message_count)
 
     def _read_all(self, message_count: int) -> bool:
         """Whether a queue holding ``message_count`` messages has nothing more for us:
@@ -293,8 +296,8 @@ class _StreamQueueSpout(RabbitMQSpout):
         return self._next
 
     def _stream_end(self) -> int | None:
-        """The stream's message count (offsets from 0), counted when a read found nothing."""
-        return self._ready
+        """The stream's message count (offsets from 0)."""
+        return self._message_count()
 
     def ack(self, msg_id: Any) -> None:
         self._in_flight.pop(msg_id, None)  # nothing to tell the broker: the offset is ours

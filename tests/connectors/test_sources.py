@@ -21,6 +21,7 @@ import pytest
 
 from statestream import ConfigError, FakeClock, SourceError, Spout, TopologyBuilder, run
 from statestream.connectors import JetStreamSpout, RabbitMQSpout, RedisStreamSpout
+from statestream.runtime.metrics import progress_of
 from statestream.testing import committed_state, mock_context
 
 BAD_URLS = {
@@ -43,6 +44,9 @@ class Source:
 
     def spout(self, name: str | None = None, url: str | None = None) -> Spout:
         raise NotImplementedError
+
+    def settle(self, total: int) -> None:
+        """Wait until the broker's own count of the stream says ``total`` (if it lags)."""
 
     def drop(self) -> None:
         raise NotImplementedError
@@ -132,6 +136,16 @@ class RabbitSource(Source):
             url or "amqp://guest:guest@127.0.0.1:5672/%2F",
             kind=self.queue_kind,  # type: ignore[arg-type]
         )
+
+    def settle(self, total: int) -> None:
+        # The broker updates a stream queue's message count about once a second:
+        # wait until it counts what was produced (the spout's lag is read from it).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            declared = self.channel.queue_declare(self.name, passive=True)
+            if declared.method.message_count >= total:
+                return
+            self.connection.sleep(0.1)
 
     def drop(self) -> None:
         self.channel.queue_delete(self.name)
@@ -277,6 +291,35 @@ def test_acked_position_resumes_at_the_first_unacked_entry(source: Source) -> No
     pump(again, replayed, 5)
     again.close()
     assert replayed.lines() == ["l3", "l4", "l5", "l6", "l7"]
+
+
+def test_progress_gives_the_lag_and_it_shrinks_to_0_when_caught_up(source: Source) -> None:
+    source.produce([f"l{i}" for i in range(2500)])
+    source.settle(2500)
+    spout = source.spout()
+    clock = FakeClock()
+    recorder = Recorder()
+    spout.open({}, mock_context("lines", clock=clock), recorder)  # type: ignore[arg-type]
+    spout.seek(None)  # type: ignore[attr-defined]
+    assert spout.progress() == (0, None)  # type: ignore[attr-defined]  # nothing asked yet
+    pump(spout, recorder, 1)
+    got = progress_of("lines", 0, spout)
+    assert got is not None and got.unit == "entries"
+    assert (got.done, got.total, got.lag) == (1, 2500, 2499)
+    pump(spout, recorder, 2500)
+    for _ in range(5):
+        spout.next_tuple()  # reads nothing new: caught up
+    assert spout.progress() == (2500, 2500)  # type: ignore[attr-defined]
+    source.produce([f"m{i}" for i in range(10)])
+    source.settle(2510)
+    clock.advance(1.5)  # the end is asked again at most once a second
+    pump(spout, recorder, 2501, live=True)
+    assert spout.progress() == (2501, 2510)  # type: ignore[attr-defined]
+    pump(spout, recorder, 2510, live=True)
+    for _ in range(5):
+        spout.next_tuple()
+    spout.close()
+    assert spout.progress() == (2510, 2510)  # type: ignore[attr-defined]
 
 
 def test_a_missing_stream_is_an_error_naming_it(source: Source) -> None:
