@@ -1,0 +1,208 @@
+"""The example pipeline against the file word count, and the instructions of each sink's commit path.
+
+    python bench/bench_connectors.py --part throughput [--lines 100000] [--pairs 3]
+    python bench/bench_connectors.py --part instructions [--rows 20000]
+
+``throughput``: examples/stream_to_postgres.py (a Redis stream -> split ->
+count -> two PostgreSQL sinks, append and upsert) against examples/wordcount.py
+(a file -> split -> count) on the same lines, both with their state in SQLite
+and a checkpoint every second, run alternately ``--pairs`` times (each a
+``statestream run --until-idle`` process on a fresh store, and for the
+pipeline a fresh PostgreSQL schema); the rate is the input's lines over the
+run's own time (the ``idle after X s`` of its summary: start-up and imports
+left out). The ratio is the pipeline's rate over the word count's, per pair
+and over all: the sinks must not be the bottleneck (a ratio of at least 0.5).
+
+``instructions``: each sink of statestream.connectors (PostgresSink append and
+upsert, RedisSink to a stream, FileSink), prepared as a runtime prepares it
+(tests/connectors/sink_cases.py) and driven through the checkpoint actions as
+the runtime drives it, counted by ``valgrind --tool=callgrind`` in this
+process only (a server's own work is not counted): ``execute`` per row (the
+tuple taken in: buffered and acked) and the commit path per row (PREPARE:
+the rows staged in the sink's SQLite state; COMMIT: the target written in one
+transaction with the guard), the latter as (C(rows) - C(0)) / rows, with the
+fixed cost of a commit C(0) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "connectors"))
+
+EXAMPLE = str(ROOT / "examples" / "stream_to_postgres.py")
+WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
+SINKS = ("postgres-append", "postgres-upsert", "redis-stream", "file")
+_IDLE = re.compile(r"idle after ([\d.]+) s")
+
+
+# -- throughput ---------------------------------------------------------------------------
+
+
+def timed_run(args: list[str], env: dict[str, str] | None = None) -> float:
+    """The run's own seconds (its summary's ``idle after X s``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "statestream", "run", *args, "--until-idle", "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
+    found = _IDLE.search(proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise SystemExit(f"statestream run {args[0]} failed ({proc.returncode}):\n{proc.stderr}")
+    return float(found.group(1))
+
+
+def throughput(lines: int, pairs: int) -> None:
+    import os
+
+    import end_to_end as e2e
+
+    from statestream.testing import random_text
+
+    tmp = Path(tempfile.mkdtemp())
+    corpus = tmp / "lines.txt"
+    random_text(corpus, lines)
+    common = ["--set", "topology.state.provider=sqlite"]
+    common += ["--set", "topology.state.checkpoint.interval.ms=1000"]
+    common += ["--set", "topology.max.spout.pending=50000"]
+    print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} pairs\n")
+    print("| pair | file word count s | lines/s | stream_to_postgres s | lines/s | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    ratios, file_rates, pipe_rates = [], [], []
+    with e2e.source("redis") as src:
+        e2e.wait_producer(e2e.start_producer(src, corpus, 0))
+        for pair in range(1, pairs + 1):
+            state = f"topology.state.provider.config={{path: {tmp}/wc-{pair}.db}}"
+            wc = timed_run(
+                [WORDCOUNT, *common, "--set", state, "--set", f"wordcount.input={corpus}"]
+            )
+            with e2e.database() as dsn:
+                env = {**os.environ, "LINES_URL": src.url, "LINES_STREAM": src.stream}
+                env["POSTGRES_DSN"] = dsn
+                state = f"topology.state.provider.config={{path: {tmp}/pipe-{pair}.db}}"
+                pipe = timed_run([EXAMPLE, *common, "--set", state], env)
+            file_rates.append(lines / wc)
+            pipe_rates.append(lines / pipe)
+            ratios.append(wc / pipe)
+            print(f"| {pair} | {wc:.2f} | {lines / wc:,.0f} | {pipe:.2f} | {lines / pipe:,.0f} "
+                  f"| {wc / pipe:.2f} |", flush=True)  # fmt: skip
+    print(
+        f"\nmedian: file word count {statistics.median(file_rates):,.0f} lines/s, "
+        f"stream_to_postgres {statistics.median(pipe_rates):,.0f} lines/s, "
+        f"ratio {statistics.median(ratios):.2f} (per pair {min(ratios):.2f}-{max(ratios):.2f})"
+    )
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- instructions -------------------------------------------------------------------------
+
+
+def sink_case(kind: str, tmp: Path) -> Any:
+    import sink_cases
+
+    if kind == "postgres-upsert":
+        case = sink_cases.PostgresAppend(tmp, "upsert")
+    else:
+        case = sink_cases.CASES[kind.partition("-")[0]](tmp)
+    case.opened = []
+    case.topology = f"bench-{uuid.uuid4().hex[:10]}"
+    return case
+
+
+def measured(kind: str, rows: int, part: str) -> None:
+    """Runs under valgrind: a sink of ``kind`` prepared, then ``part`` (``execute`` of
+    ``rows`` tuples, or ``commit``: PREPARE and COMMIT of them) inside functools.reduce,
+    the part callgrind counts."""
+    import sink_cases
+
+    from statestream._checkpoint import Action
+    from statestream._stateful import apply_action
+    from statestream.testing import make_tuple
+
+    tmp = Path(tempfile.mkdtemp())
+    case = sink_case(kind, tmp)
+    try:
+        sink, state = sink_cases.open_task(case, sink_cases.store(tmp))
+        apply_action(sink, state, Action.INITSTATE, -1, False)
+        # A first checkpoint outside the count: connections opened, tables warm.
+        sink.execute(make_tuple(["w0", 0], sink_cases.FIELDS))
+        apply_action(sink, state, Action.PREPARE, 0, True)
+        apply_action(sink, state, Action.COMMIT, 0, True)
+        tuples = [make_tuple([f"w{i % 800}", i], sink_cases.FIELDS) for i in range(rows)]
+
+        def execute(_: Any, __: Any) -> None:
+            for tup in tuples:
+                sink.execute(tup)
+
+        def commit(_: Any, __: Any) -> None:
+            apply_action(sink, state, Action.PREPARE, 1, True)
+            apply_action(sink, state, Action.COMMIT, 1, True)
+
+        if part == "execute":
+            functools.reduce(execute, [0, 0])
+        else:
+            for tup in tuples:
+                sink.execute(tup)
+            functools.reduce(commit, [0, 0])
+            # Written: every row (one per key for the upsert), and the warm-up's.
+            expected = min(rows, 800) if kind == "postgres-upsert" else rows + 1
+            assert len(case.rows()) == max(expected, 1), (len(case.rows()), expected)
+    finally:
+        for opened in case.opened:
+            opened.cleanup()
+        case.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def instructions(rows: int) -> None:
+    from bench_instructions import callgrind_count
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    me = str(Path(__file__).resolve())
+    print(f"{rows:,} rows a checkpoint, instructions of this process (callgrind)\n")
+    print("| sink | execute / row | commit path / row | fixed cost of a commit |")
+    print("|---|---:|---:|---:|")
+    for kind in SINKS:
+        execute = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", "execute")
+        commit = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", "commit")
+        empty = callgrind_count(me, "--one", kind, "--rows", "0", "--what", "commit")
+        print(f"| {kind} | {execute / rows:,.0f} | {(commit - empty) / rows:,.0f} | {empty:,} |",
+              flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--part", choices=("throughput", "instructions"), default="throughput")
+    ap.add_argument("--lines", type=int, default=100_000)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--one", choices=SINKS, help=argparse.SUPPRESS)
+    ap.add_argument("--what", choices=("execute", "commit"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        measured(args.one, args.rows, args.what)
+    elif args.part == "throughput":
+        throughput(args.lines, args.pairs)
+    else:
+        instructions(args.rows)
+
+
+if __name__ == "__main__":
+    main()
