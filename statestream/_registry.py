@@ -24,7 +24,7 @@ from typing import Any, Final, cast
 
 from statestream._config import settings_of
 from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
-from statestream._settings import provider_config
+from statestream._settings import _Invalid, _provider_config
 from statestream._state import (
     SHARING_PROCESS,
     SHARING_SCOPES,
@@ -142,9 +142,17 @@ def provider_sharing(spec: str) -> str:
 
 
 def parse_provider_config(config: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
-    """Normalise ``topology.state.provider.config`` (mapping, JSON text or None) to a dict
-    (the key's validator, ``statestream._settings.provider_config``)."""
-    return provider_config(config)
+    """Normalise ``topology.state.provider.config`` (mapping, JSON text or None) to a dict,
+    through the key's own validator (for a value that did not come through a Config)."""
+    if isinstance(config, bytes):
+        config = config.decode()
+    try:
+        return cast(dict[str, Any], _provider_config(config))
+    except _Invalid as exc:
+        why = exc.detail or f"not {type(config).__name__} {config!r}"
+        raise ConfigError(
+            f"topology.state.provider.config must be a mapping (or a JSON object): {why}"
+        ) from None
 
 
 def open_provider(

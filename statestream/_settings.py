@@ -253,23 +253,6 @@ def _provider_config(value: object) -> object:
     raise _Invalid
 
 
-def provider_config(value: Mapping[str, Any] | str | bytes | None) -> dict[str, Any]:
-    """``topology.state.provider.config`` (a mapping, JSON object text or None) as a
-    dict: the key's validator, for a value that did not come through a Config
-    (a provider opened by hand). Raises ConfigError naming the key."""
-    from ._errors import ConfigError
-
-    if isinstance(value, bytes):
-        value = value.decode()
-    try:
-        return cast(dict[str, Any], _provider_config(value))
-    except _Invalid as exc:
-        why = exc.detail or f"not {type(value).__name__} {value!r}"
-        raise ConfigError(
-            f"topology.state.provider.config must be a mapping (or a JSON object): {why}"
-        ) from None
-
-
 # --------------------------------------------------------------------------- kinds
 
 _BOOLEAN: Final = _Kind("a boolean", _boolean, _text_as_bool, bool)
