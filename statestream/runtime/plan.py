@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RouteSpec",
     "RuntimePlan",
+    "acking_refusal",
     "as_config",
     "check_refusals",
     "provider_refusal",
@@ -128,12 +129,22 @@ def refusals(
                     "topology.workers: 1, or run them on several with topology.runner: spark"
                 )
                 break
-    if topology.has_stateful_bolts and settings.topology_acker_executors == 0:
-        found.append(
+    refusal = acking_refusal(topology, settings.topology_acker_executors)
+    if refusal:
+        found.append(refusal)
+    return found
+
+
+def acking_refusal(topology: Topology, ackers: int) -> str | None:
+    """Why a stateful topology cannot run without ackers (a runner that acks per
+    tuple asks this once more when it is built directly, not through
+    :func:`check_refusals`); None if it can."""
+    if topology.has_stateful_bolts and ackers == 0:
+        return (
             f"topology {topology.name!r} has stateful bolts, which need acking to know when "
             "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
         )
-    return found
+    return None
 
 
 def check_refusals(topology: Topology, config: Config) -> None:

@@ -30,7 +30,7 @@ from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
 from ..errorlog import ErrorLog
 from ..metrics import MetricsBank, kinds_of
-from ..plan import RuntimePlan, as_config
+from ..plan import RuntimePlan, acking_refusal, as_config
 from ..session import StoreSession
 from .acking import EDGE_BITS, EDGE_MASK, FLAT, I64_MAX, ROOT_BIT, Acking, next_edge_of, unpack_ids
 from .bolt import BoltTask
@@ -52,11 +52,9 @@ def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimeP
     topology and config, and whether it keeps exactly-once state (logging the
     note :func:`~statestream._exactly_once.run_mode` has for the user, if any)."""
     settings = settings_of(config)
-    if topology.has_stateful_bolts and settings.topology_acker_executors == 0:
-        raise ConfigError(
-            f"topology {topology.name!r} has stateful bolts, which need acking to know when "
-            "a checkpoint has passed every bolt; set topology.acker.executors to 1 or more"
-        )
+    refusal = acking_refusal(topology, settings.topology_acker_executors)
+    if refusal:
+        raise ConfigError(refusal)
     mode = run_mode(
         "local",
         settings.statestream_state_exactly_once,
