@@ -14,6 +14,7 @@ import math
 import reprlib
 import sys
 from collections.abc import Hashable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -133,6 +134,49 @@ _MIN_GENERATION: Final = 16
 _SAMPLE: Final = 32
 
 
+#: _KeyFilter layers: bits a key, bits set a key (~3% false positives), first keys.
+_FILTER_BITS: Final = 8
+_FILTER_PROBES: Final = 3
+_FILTER_FIRST: Final = 1 << 16
+
+
+class _KeyFilter:
+    """A Bloom filter of every key the store may hold, so that a miss on a key it
+    never held costs no store read (see ``StoredKeyValueState._rotate``). Each
+    layer added is as large as all before it: 8 to 16 bits a key whatever the
+    state's size. Process-local: probes come from ``hash()``."""
+
+    __slots__ = ("_capacity", "_count", "_layers")
+
+    def __init__(self) -> None:
+        self._layers: list[bytearray] = []
+        self._capacity = self._count = 0
+
+    def _holds(self, bits: bytearray, h: int, setting: bool) -> bool:
+        mask = len(bits) * 8 - 1
+        step = ((h >> 32) & 0xFFFFFFFF) | 1
+        for i in range(_FILTER_PROBES):
+            p = (h + i * step) & mask
+            if setting:
+                bits[p >> 3] |= 1 << (p & 7)
+            elif not bits[p >> 3] & (1 << (p & 7)):
+                return False
+        return True
+
+    def might_hold(self, key: Hashable) -> bool:
+        return any(self._holds(bits, hash(key), False) for bits in self._layers)
+
+    def add(self, key: Hashable) -> None:
+        if self.might_hold(key):
+            return  # counted once: the layers grow with distinct keys only
+        if self._count >= self._capacity:
+            size = max(_FILTER_FIRST, self._capacity)
+            self._layers.append(bytearray(size * _FILTER_BITS // 8))
+            self._capacity += size
+        self._count += 1
+        self._holds(self._layers[-1], hash(key), True)
+
+
 class StoredKeyValueState:
     """The :class:`KeyValueState` of every shipped provider, over a :class:`StateBackend`.
 
@@ -173,6 +217,7 @@ class StoredKeyValueState:
         "_decode",
         "_defer",
         "_encode",
+        "_filter",
         "_foreign_prepared",
         "_generation",
         "_loaded",
@@ -232,6 +277,8 @@ class StoredKeyValueState:
         # miss is an absent key without asking the store (see _preload).
         self._complete = False
         self._preload_tried = False
+        # The keys the store may hold, once a complete state outgrew the cache (_rotate).
+        self._filter: _KeyFilter | None = None
         #: Committed entries read whole on the first miss (see _preload).
         self.preload_limit = PRELOAD_LIMIT
 
@@ -318,6 +365,10 @@ class StoredKeyValueState:
         if self._complete:
             view[cache_key] = _ABSENT
             return _ABSENT
+        known = self._filter
+        if known is not None and not known.might_hold(cache_key):
+            view[cache_key] = _ABSENT  # never stored: a new key
+            return _ABSENT
         data = self._backend.load(self._key(key)[1])
         value = _ABSENT if data is None else self._decode_value(key, data)
         view[cache_key] = value
@@ -333,6 +384,16 @@ class StoredKeyValueState:
         bytes a sample of the entries takes.
         """
         view = self._view
+        if self._complete and self._filter is None:
+            # The whole store is cached and about to be evicted: keep its keys (and each stored).
+            known = self._filter = _KeyFilter()
+            for generation in (view, self._old):
+                for cache_key, value in generation.items():
+                    if value is not _ABSENT:
+                        known.add(cache_key)
+            for dirty in (self._prepared, self._pending):
+                for cache_key in dirty:
+                    known.add(cache_key)
         young: dict[Hashable, Any] = {}
         for dirty in (self._prepared, self._pending):
             for cache_key in dirty:
@@ -389,9 +450,8 @@ class StoredKeyValueState:
         limit = min(self.preload_limit, self._generation // 2 - len(view))
         if limit <= 0:
             return
-        # The entries are read raw first and decoded only if they are all
-        # there: a large state (a restart with a million keys) costs one
-        # read of limit + 1 entries, not their decoding too.
+        # Read raw, decoded only if that is all: a large state (a restart with
+        # a million keys) costs one read of limit + 1 entries, not their decoding.
         entries: list[tuple[bytes, bytes]] = []
         scan_page = getattr(self._backend, "scan_page", None)
         if scan_page is not None:
@@ -399,10 +459,7 @@ class StoredKeyValueState:
             if after is not None:
                 return
         else:
-            for entry in self._backend.scan():
-                entries.append(entry)
-                if len(entries) > limit:
-                    break
+            entries = list(islice(self._backend.scan(), limit + 1))
         if len(entries) > limit:
             return
         for encoded_key, data in entries:
@@ -626,6 +683,7 @@ class StoredKeyValueState:
         pending = self._pending
         plain = self._plain
         staged = self._prepared
+        self._remember_stored()
         # A backend that stores the deferred puts as they are (one JSON
         # document per prepare, see StateBackend) spares the encoding of each
         # key and value at every checkpoint.
@@ -685,6 +743,7 @@ class StoredKeyValueState:
             }
             self._old = {}
             self._foreign_prepared = False
+            self._filter = None  # the delta stored keys it never saw
             self._complete = False
             self._preload_tried = False
         self._prepared.clear()
@@ -694,6 +753,14 @@ class StoredKeyValueState:
         if len(self._view) >= self._generation:
             self._rotate()
 
+    def _remember_stored(self) -> None:
+        """Add the keys about to be stored to the filter, if there is one."""
+        known = self._filter
+        if known is not None:
+            for dirty in (self._plain.keys(), self._pending.keys()):
+                for cache_key in dirty:
+                    known.add(cache_key)
+
     def _commit_direct(self) -> None:
         if self._prepared_txid is not None:
             raise ProtocolViolation(
@@ -702,6 +769,7 @@ class StoredKeyValueState:
             )
         self._settle_plain()
         pending = self._pending
+        self._remember_stored()
         if pending:
             self._backend.commit_direct([(e[1], e[3]) for e in pending.values()])
             pending.clear()

@@ -147,3 +147,39 @@ def test_a_redis_store_without_its_key_index_is_indexed_on_the_first_iteration(
     client.zrem(backend._index, b'"k7"', b'"k250"')  # as if written without the index
     _items_in_order(state, model)
     assert client.zcard(backend._index) == N
+
+
+def test_a_state_that_outgrew_the_cache_reads_new_and_evicted_keys_exactly(
+    provider_factory: Any, namespace: str
+) -> None:
+    """Once a state that started whole in the cache outgrows it, a miss on a key the
+    store never held is answered without a read (a filter of the stored keys): every
+    key read, new, evicted, deleted or put again, must still read as the model says."""
+    import random
+
+    rng = random.Random(7)
+    state = _open(provider_factory, namespace)
+    model: dict[str, int] = {}
+    txid = 0
+    for step in range(3000):
+        key = f"k{rng.randrange(2 * N)}"
+        action = rng.random()
+        if action < 0.5:
+            assert state.get(key, -1) == model.get(key, -1), key
+        elif action < 0.9:
+            model[key] = step
+            state.put(key, step)
+        else:
+            model.pop(key, None)
+            state.delete(key)
+        if step % 100 == 99:
+            if step % 200 == 199:
+                state.commit()
+            else:
+                state.prepare_commit(txid)
+                state.commit(txid)
+                txid += 1
+    assert state._filter is not None  # it did outgrow the cache
+    _visible(state, model)
+    state.commit()
+    _visible(_open(provider_factory, namespace), model)

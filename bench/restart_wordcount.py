@@ -1,0 +1,41 @@
+"""examples/wordcount.py's topology, whose count bolts note when the first tuple reaches them.
+
+For bench/bench_state_restart.py: the same topology (name, components,
+parallelism) as the example, so it restarts on the example's stored state;
+each count task appends ``time.time()`` of its first ``execute`` to the file
+named by ``$RESTART_STAMP``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+from wordcount import CORPUS, SplitSentence, WordCount
+
+from statestream import FileSpout, Topology, TopologyBuilder, Tuple
+
+
+class StampedWordCount(WordCount):
+    """WordCount that writes the wall clock of its first tuple to $RESTART_STAMP."""
+
+    stamped = False
+
+    def execute(self, tuple: Tuple) -> None:
+        if not self.stamped:
+            self.stamped = True
+            with open(os.environ["RESTART_STAMP"], "a") as f:
+                f.write(f"{time.time()}\n")
+        super().execute(tuple)
+
+
+def topology() -> Topology:
+    builder = TopologyBuilder("wordcount")
+    builder.set_spout("sentences", FileSpout(path_key="wordcount.input", default_path=CORPUS))
+    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", StampedWordCount(), 2).fields_grouping("split", ["word"])
+    return builder.build()
