@@ -15,9 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
-from wordcount import CORPUS, SplitSentence, WordCount
+import wordcount
+from wordcount import WordCount
 
-from statestream import FileSpout, Topology, TopologyBuilder, Tuple
+from statestream import Topology, Tuple
 
 
 class StampedWordCount(WordCount):
@@ -34,8 +35,6 @@ class StampedWordCount(WordCount):
 
 
 def topology() -> Topology:
-    builder = TopologyBuilder("wordcount")
-    builder.set_spout("sentences", FileSpout(path_key="wordcount.input", default_path=CORPUS))
-    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
-    builder.set_bolt("count", StampedWordCount(), 2).fields_grouping("split", ["word"])
-    return builder.build()
+    # The example's own builder, with the stamping bolt in place of its WordCount.
+    wordcount.WordCount = StampedWordCount  # type: ignore[misc]
+    return wordcount.topology()
