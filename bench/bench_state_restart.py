@@ -16,6 +16,8 @@ redis: config/redis.yaml with a fresh ``key_prefix``, deleted after):
    before the process is started to the first tuple reaching a count task
    (interpreter start-up, imports, the claim, the rescale check, recovery
    and the first state read included);
+0. (first) the same topology started on an empty store: the start-up
+   cost without state, for comparison;
 3. the store is folded (sqlite: ``SQLiteStateProvider.compact()``; redis has
    no log, so the same again), ten more lines appended, and the same
    restart timed: "after a fold".
@@ -97,6 +99,20 @@ def measure(tree: Path, provider: str, keys: int) -> dict[str, float]:
             _redis_cleanup(prefix)
 
 
+def empty_start(tree: Path, provider: str) -> float:
+    """Start to first tuple on an empty store: what start-up costs without state."""
+    workdir = tempfile.mkdtemp(prefix="restart-")
+    prefix = f"bench-{uuid.uuid4().hex[:8]}:"
+    try:
+        corpus = str(Path(workdir, "input.txt"))
+        _append(corpus, "a")
+        return _first_tuple(tree, workdir, corpus, provider, prefix)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if provider == "redis":
+            _redis_cleanup(prefix)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tree", type=Path, required=True)
@@ -105,16 +121,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     print(
-        "| provider | keys | fill s | fill peak RSS MB | start to first tuple after a run s "
-        "| after a fold s |"
+        "| provider | keys | fill s | fill peak RSS MB | start to first tuple, empty store s "
+        "| after a run s | after a fold s |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for _ in range(args.repeat):
         for provider in args.providers:
+            empty = empty_start(args.tree.resolve(), provider)
             r = measure(args.tree.resolve(), provider, args.keys)
             print(
                 f"| {provider} | {args.keys:,} | {r['fill_s']:.0f} | {r['fill_rss']:.0f} | "
-                f"{r['after_run']:.2f} | {r['after_fold']:.2f} |",
+                f"{empty:.2f} | {r['after_run']:.2f} | {r['after_fold']:.2f} |",
                 flush=True,
             )
 
