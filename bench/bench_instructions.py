@@ -52,7 +52,10 @@ prints one row each with its ratio to the first:
   ``/api/v1/topology`` and ``/metrics``) and waits while a poller thread
   GETs both paths. The publisher's own wall-clock timer is not used: under
   valgrind it would render some 50 times more often per word than in a real
-  run. Counted: the render (in the run's thread) and the server's handling
+  run (``--poll-lines N`` polls every N lines instead: many polls in a
+  corpus valgrind runs in minutes; one poll costs the difference to ``on``
+  over the number of polls, which is printed). Counted: the render (in the
+  run's thread) and the server's handling
   of each request (its request threads are run through ``functools.reduce``
   too, as callgrind toggles collection per thread); not counted: the poller
   (it stands for the browser) and the server's accept loop.
@@ -62,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -104,15 +108,20 @@ def ack_only_topology(words: bool) -> Any:
 
 
 def ticking_topology(
-    clock: Any, lines_per_second: int, each_second: Callable[[], None] | None = None
+    clock: Any,
+    lines_per_second: int,
+    each_second: Callable[[], None] | None = None,
+    poll_lines: int = 0,
 ) -> Any:
     """examples/wordcount.py's topology, its spout moving ``clock`` 1/``lines_per_second`` s
-    forward per line read (and calling ``each_second`` at every ``lines_per_second``-th)."""
+    forward per line read (and calling ``each_second`` at every ``poll_lines``-th,
+    by default every ``lines_per_second``-th)."""
     import wordcount
 
     from statestream import FileSpout, TopologyBuilder
 
     step = 1.0 / lines_per_second
+    every = poll_lines or lines_per_second
 
     class TickingFileSpout(FileSpout):
         lines = 0
@@ -121,7 +130,7 @@ def ticking_topology(
             clock.advance(step)
             if each_second is not None:
                 self.lines += 1
-                if self.lines == lines_per_second:
+                if self.lines == every:
                     self.lines = 0
                     each_second()
             super().next_tuple()
@@ -201,6 +210,7 @@ def one_run(
     acking: bool = True,
     lines_per_second: int = 0,
     metrics: str = "default",
+    poll_lines: int = 0,
 ) -> tuple[Any, dict[str, Any]]:
     """The measured part (runs under valgrind): one word count, inside functools.reduce.
 
@@ -237,7 +247,9 @@ def one_run(
             exactly_once, exactly_once
         )
         topo = (
-            ticking_topology(clock, lines_per_second, polled.each_second if polled else None)
+            ticking_topology(
+                clock, lines_per_second, polled.each_second if polled else None, poll_lines
+            )
             if lines_per_second
             else wordcount.topology()
         )
@@ -272,6 +284,9 @@ def callgrind_count(*script_args: str) -> int:
         capture_output=True,
         text=True,
         check=True,
+        # One string hash seed for every run: dict probing and set order (and so
+        # the instructions) then do not vary from run to run.
+        env={**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")},
     )
     found = re.search(r"Collected : (\d+)", proc.stderr)
     if found is None:
@@ -299,6 +314,7 @@ def main() -> None:
         default="default",
         help=f"comma-separated, each of {', '.join(METRICS)} (see the module docstring)",
     )
+    ap.add_argument("--poll-lines", type=int, default=0, help="served: poll every N lines")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     modes = args.metrics.split(",")
@@ -314,6 +330,7 @@ def main() -> None:
             not args.no_acking,
             args.lines_per_second,
             modes[0],
+            args.poll_lines,
         )
         return
     if shutil.which("valgrind") is None:
@@ -334,6 +351,7 @@ def main() -> None:
         str(args.interval_ms),
         *(["--no-acking"] if args.no_acking else []),
         *(["--lines-per-second", str(args.lines_per_second)] if args.lines_per_second else []),
+        *(["--poll-lines", str(args.poll_lines)] if args.poll_lines else []),
     ]
     totals = [callgrind_count(__file__, "--one", *common, "--metrics", m) for m in modes]
     words = args.sentences * 10
@@ -354,6 +372,8 @@ def main() -> None:
         cmd += f" --lines-per-second {args.lines_per_second}"
     if args.metrics != "default":
         cmd += f" --metrics {args.metrics}"
+    if args.poll_lines:
+        cmd += f" --poll-lines {args.poll_lines}"
     print(f"command: {cmd}\n")
     print("| topology | metrics | words | instructions in LocalRuntime.run | per word | ratio |")
     print("|---|---|---:|---:|---:|---:|")
