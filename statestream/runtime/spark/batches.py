@@ -99,6 +99,8 @@ class BatchRun:
     """The jobs of the batch that failed as a whole so far."""
     resume_at: float = 0.0
     """When the batch may run again after its messages failed (the runtime's clock)."""
+    started: float = 0.0
+    """When the current attempt started (the metrics bank's checkpoint of the batch)."""
 
 
 class BatchDriver(SpoutDriver):
@@ -143,6 +145,8 @@ class BatchDriver(SpoutDriver):
             if run.batch.source is not None:
                 refuse_lost(run.acks, run.txid)
         except Exception as exc:
+            now = self.clock.monotonic()
+            self.bank.checkpoint_done(run.txid, run.started, run.started, now, ok=False)
             stop = cannot_fix_in(exc)  # e.g. the store stayed away: a new attempt would too
             if stop is not None:
                 run.error, run.cause = stop, exc
@@ -162,6 +166,7 @@ class BatchDriver(SpoutDriver):
     def _prepare(self, run: BatchRun) -> Event | None:
         """Store ``PREPARING(t)`` with the batch's end positions (its txid in ``run``),
         unless the run's claim on the store was lost."""
+        run.started = self.clock.monotonic()
         try:
             self._store.check()  # a lost lease: another run may own the state now
         except StateLockedError as exc:
@@ -216,7 +221,9 @@ class BatchDriver(SpoutDriver):
         raise run.error
 
     def _commit_run(self, run: BatchRun) -> None:
+        prepared = self.clock.monotonic()
         self._commit(run.txid, run.batch, run.acks)
+        self.bank.checkpoint_done(run.txid, run.started, prepared, self.clock.monotonic())
 
     def _count_run_errors(self, run: BatchRun) -> None:
         self._count_errors(run.acks)
