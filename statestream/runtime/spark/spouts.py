@@ -36,6 +36,7 @@ from ..._resume import SpoutRef, restore_spouts
 from ..._stateful import CHECKPOINT_STREAM
 from ..._tuple import Fields, check_emit
 from ..errorlog import error_report
+from ..metrics import progress_of
 from ..plan import RuntimePlan
 from .base import DriverBase
 from .shared import SEQ_BITS
@@ -269,6 +270,8 @@ class SpoutDriver(DriverBase):
 
     def _close_spouts(self) -> None:
         tasks, self._spout_tasks = self._spout_tasks, []
+        # The bank keeps each spout's last progress: a closed spout cannot say.
+        self.bank.sources(progress_of(t.cid, t.index, t.spout) for t in tasks)
         for task in tasks:
             try:
                 task.spout.close()
