@@ -58,6 +58,7 @@ from ._errors import (
 )
 from ._exactly_once import Rewindable
 from ._executors import BasicBoltExecutor, CheckpointTupleForwarder, StatefulBoltExecutor
+from ._partitioned import PartitionedSource
 from ._results import ErrorReport, RunResult, TaskMetrics
 from ._retry import RetryPolicy
 from ._routing import stable_hash
@@ -111,6 +112,7 @@ __all__ = [
     "OpaquePartitionedTransactionalSpout",
     "OutputCollector",
     "OutputFieldsDeclarer",
+    "PartitionedSource",
     "PartitionedTransactionalSpout",
     "PrepareRefused",
     "ProtocolViolation",

@@ -19,7 +19,7 @@ PROMISED = {
     "Spout", "Bolt", "BasicBolt", "StatefulBolt", "TopologyBuilder", "Topology", "BoltDeclarer",
     "TopologyContext", "OutputCollector", "BasicOutputCollector", "SpoutOutputCollector",
     "OutputFieldsDeclarer", "Fields", "Values", "Tuple", "DEFAULT_STREAM", "FileSpout",
-    "Rewindable", "stable_hash",
+    "Rewindable", "PartitionedSource", "stable_hash",
     # transactional topologies
     "TransactionalTopologyBuilder", "TransactionAttempt", "BatchBolt", "TransactionalBolt",
     "Committer", "BatchOutputCollector", "TransactionalSpout", "PartitionedTransactionalSpout",
