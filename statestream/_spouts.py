@@ -5,13 +5,14 @@ from __future__ import annotations
 import codecs
 import os
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from ._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
 from ._config import settings_of
 from ._errors import ConfigError, SourceError
+from ._folder import Folder
 
 __all__ = ["FileSpout"]
 
@@ -55,6 +56,17 @@ class FileSpout(Spout):
     and at close, and ``open`` continues from it. In a stateful topology the
     checkpoint owns the position: once the runtime calls :meth:`seek`, the
     spout stores nothing itself.
+
+    **A folder** (``path`` names a directory): its files are read in name
+    order, and the spout is a :class:`~statestream.PartitionedSource` whose
+    partitions are the files (task ``i`` of N reads files ``i``, ``i + N``,
+    ...). It emits ``(offset, line)`` with the line's byte offset in its file,
+    and its position is, per file, the offset of the next unread line. On
+    Spark the executors read the files by byte range (a batch covers at most
+    ``batch_bytes`` of input, split into one Spark task per core), and the
+    driver handles only those offsets; the local runtime reads them as any
+    spout. Either runtime continues what the other stored. A file of the
+    folder may grow by whole lines; ``resume=True`` is for a single file.
     """
 
     def __init__(
@@ -68,8 +80,12 @@ class FileSpout(Spout):
         save_interval: float | None = None,
         encoding: str = "utf-8",
         errors: str = "strict",
+        batch_bytes: int = 64 << 20,
     ) -> None:
         self.path = str(path) if path is not None else None
+        self.batch_limit = batch_bytes
+        """A folder on Spark: the most bytes of input one batch reads."""
+        self._folder: Folder | None = None  # a folder: its reader (set in open)
         self.path_key = path_key
         self.default_path = str(default_path) if default_path is not None else None
         self.strip = strip
@@ -95,6 +111,8 @@ class FileSpout(Spout):
     def progress(self) -> tuple[int, int | None] | None:
         """``(bytes read, the file's size now)``, or None before ``open`` (the metrics
         bank's optional spout method, ``statestream.runtime.metrics.ReportsProgress``)."""
+        if self._folder is not None:
+            return self._folder.progress()
         f = self._file
         if f is None:
             return None
@@ -128,6 +146,9 @@ class FileSpout(Spout):
                 f"FileSpout {context.component_id!r}: {exc} (encoding={self.encoding!r}, "
                 f"errors={self.errors!r}); errors is 'strict', 'replace', 'ignore', ..."
             ) from None
+        if os.path.isdir(path):
+            self._open_folder(path, context)
+            return
         try:
             self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         except OSError as exc:
@@ -150,7 +171,59 @@ class FileSpout(Spout):
                 interval_ms = settings_of(conf).topology_state_checkpoint_interval_ms
                 self.save_interval = interval_ms / 4000.0
 
+    def _open_folder(self, path: str, context: TopologyContext) -> None:
+        if self.resume:
+            raise ConfigError(
+                f"FileSpout {context.component_id!r}: resume=True keeps the line of one file, "
+                f"but {path!r} is a folder; read it in a stateful topology (its checkpoints "
+                "store the position), or name one file"
+            )
+        strip, encoding, errors = self.strip, self.encoding, self.errors
+
+        def decode(raw: bytes) -> str:
+            line = raw.decode(encoding, errors)
+            if strip:
+                return line.rstrip("\r\n")
+            return line[:-2] + "\n" if line.endswith("\r\n") else line
+
+        self._path = str(Path(path).resolve())
+        self._folder = Folder(
+            self._path,
+            context.task_index,
+            context.parallelism,
+            decode,
+            f"FileSpout {context.component_id!r}",
+        )
+
+    # -- a folder: statestream.PartitionedSource ------------------------------------------
+    def is_partitioned(self) -> bool:
+        """Whether this task reads a folder (a partitioned source); known after ``open``."""
+        return self._folder is not None
+
+    def partitions(self) -> Sequence[str]:
+        """This task's files of the folder, in name order."""
+        return self._opened_folder().names
+
+    def end_position(self, partition: str) -> int:
+        """The size of file ``partition`` of the folder now."""
+        return self._opened_folder().end_position(partition)
+
+    def read(self, partition: str, start: int, end: int) -> Iterator[list[Any]]:
+        """``[offset, line]`` of each line of file ``partition`` whose first byte is in
+        ``[start, end)`` (statestream._partitioned.read_lines)."""
+        return self._opened_folder().read(partition, start, end)
+
+    def _opened_folder(self) -> Folder:
+        if self._folder is None:
+            raise ConfigError(
+                "FileSpout reads by partition only a folder, once open() found one"
+            )
+        return self._folder
+
     def next_tuple(self) -> None:
+        if self._folder is not None:
+            self._folder.next_tuple(self.collector.emit)
+            return
         # Saved here, not in ack(): acks come in bursts (one per commit), and
         # the runtime delivers a whole burst before it asks for the next tuple.
         if self._position is not None and self.context.clock.monotonic() - self._last_save >= (
@@ -227,6 +300,8 @@ class FileSpout(Spout):
     def position(self) -> Any:
         """Where a restart continues: the next line to read, and the lines that
         failed and wait to be emitted again (with their text)."""
+        if self._folder is not None:
+            return self._folder.position()
         where: dict[str, Any] = {
             "path": self._path,
             "line": self._next_line,
@@ -241,6 +316,11 @@ class FileSpout(Spout):
 
         Called after ``open`` and before the first ``next_tuple``.
         """
+        if self._folder is not None:
+            if position is not None:
+                self._check_tasks(position)
+            self._folder.seek(position)
+            return
         if self._file is None:
             raise ConfigError("FileSpout.seek() before open()")
         line = 0
@@ -274,6 +354,8 @@ class FileSpout(Spout):
         # _in_flight holds the emitted, unacked lines in line order (next_tuple
         # adds them in order, seek() sorts the failed ones), so the lowest is
         # the first: no bookkeeping on the per-line ack() for this.
+        if self._folder is not None:
+            return self._folder.acked_position()
         line = next(iter(self._in_flight), self._next_line)
         where: dict[str, Any] = {"path": self._path, "line": line}
         if self._tasks > 1:
@@ -281,6 +363,9 @@ class FileSpout(Spout):
         return where
 
     def ack(self, msg_id: Any) -> None:
+        if self._folder is not None:
+            self._folder.ack(msg_id)
+            return
         self._in_flight.pop(msg_id, None)
 
     def save_position(self) -> None:
@@ -295,10 +380,15 @@ class FileSpout(Spout):
         self._last_save = self.context.clock.monotonic()
 
     def fail(self, msg_id: Any) -> None:
+        if self._folder is not None:
+            self._folder.fail(msg_id)
+            return
         if msg_id in self._in_flight:
             self._replay.append(msg_id)
 
     def exhausted(self) -> bool:
+        if self._folder is not None:
+            return self._folder.exhausted()
         return self._eof and not self._in_flight and not self._replay
 
     def close(self) -> None:
@@ -307,9 +397,12 @@ class FileSpout(Spout):
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._folder is not None:
+            self._folder.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_file"] = None  # an open file does not travel; open() reopens it
         state["_position"] = None
+        state["_folder"] = None
         return state
