@@ -16,7 +16,7 @@ RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; cla
 PostgresSink        exactly-once (two-phase)      guard row (topology, sink, task) -> txid
 RedisSink           exactly-once (two-phase)      guard hash field, checked under WATCH
 FileSink            exactly-once (two-phase)      guard file: txid and the committed length
-TwoPhaseSink        the base of the three above: stage at PREPARE, write at COMMIT with the guard
+TwoPhaseSink        the base of the three above   stage at PREPARE, write at COMMIT with the guard
 ==================  ============================  ==========================================
 
 The sinks are exactly-once with exactly-once state (the default); under
