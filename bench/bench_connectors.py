@@ -6,12 +6,16 @@
 ``throughput``: examples/stream_to_postgres.py (a Redis stream -> split ->
 count -> two PostgreSQL sinks, append and upsert) against examples/wordcount.py
 (a file -> split -> count) on the same lines, both with their state in SQLite
-and a checkpoint every second, run alternately ``--pairs`` times (each a
-``statestream run --until-idle`` process on a fresh store, and for the
-pipeline a fresh PostgreSQL schema); the rate is the input's lines over the
-run's own time (the ``idle after X s`` of its summary: start-up and imports
-left out). The ratio is the pipeline's rate over the word count's, per pair
-and over all: the sinks must not be the bottleneck (a ratio of at least 0.5).
+and a checkpoint every second, and between them the example with its sinks
+swapped for bolts that only ack (what the sinks cost is the difference): the
+three run in turn ``--pairs`` rounds (each a ``statestream run --until-idle``
+process on a fresh store, and for the example a fresh PostgreSQL schema). Per
+run: its own time (the ``idle after X s`` of its summary: start-up left out)
+and the CPU seconds of its process (start-up included; the servers' work is
+in their processes), the second being the fair figure on a loaded machine.
+The ratios are the word count's times over the example's (the example's rate
+over the word count's): the sinks must not be the bottleneck (a ratio of at
+least 0.5).
 
 ``instructions``: each sink of statestream.connectors (PostgresSink append and
 upsert, RedisSink to a stream, FileSink), prepared as a runtime prepares it
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,13 +53,32 @@ EXAMPLE = str(ROOT / "examples" / "stream_to_postgres.py")
 WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
 SINKS = ("postgres-append", "postgres-upsert", "redis-stream", "file")
 _IDLE = re.compile(r"idle after ([\d.]+) s")
+# The example with its two PostgreSQL sinks swapped for bolts that only ack:
+# what the rest of the pipeline costs.
+ACK_ONLY = """
+import sys
+sys.path.insert(0, {examples!r})
+import stream_to_postgres
+from statestream import Bolt
+
+
+class AckOnly(Bolt):
+    def execute(self, tup):
+        self.collector.ack(tup)
+
+
+def topology():
+    return stream_to_postgres.build(AckOnly(), AckOnly())
+"""
 
 
 # -- throughput ---------------------------------------------------------------------------
 
 
-def timed_run(args: list[str], env: dict[str, str] | None = None) -> float:
-    """The run's own seconds (its summary's ``idle after X s``)."""
+def timed_run(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """The run's own seconds (its summary's ``idle after X s``) and the CPU seconds its
+    process used (start-up included; the servers' work is in their own processes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, "-m", "statestream", "run", *args, "--until-idle", "--no-progress"],
         capture_output=True,
@@ -62,10 +86,12 @@ def timed_run(args: list[str], env: dict[str, str] | None = None) -> float:
         env=env,
         timeout=3600,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     found = _IDLE.search(proc.stderr)
     if proc.returncode != 0 or found is None:
         raise SystemExit(f"statestream run {args[0]} failed ({proc.returncode}):\n{proc.stderr}")
-    return float(found.group(1))
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return float(found.group(1)), cpu
 
 
 def throughput(lines: int, pairs: int) -> None:
@@ -81,31 +107,37 @@ def throughput(lines: int, pairs: int) -> None:
     common = ["--set", "topology.state.provider=sqlite"]
     common += ["--set", "topology.state.checkpoint.interval.ms=1000"]
     common += ["--set", "topology.max.spout.pending=50000"]
-    print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} pairs\n")
-    print("| pair | file word count s | lines/s | stream_to_postgres s | lines/s | ratio |")
+    variant = tmp / "ack_only_sinks.py"
+    variant.write_text(ACK_ONLY.format(examples=str(ROOT / "examples")))
+    print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} rounds\n")
+    print("| round | word count run / CPU s | pipeline, sinks acking only | stream_to_postgres "
+          "| run ratio | CPU ratio |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|")
-    ratios, file_rates, pipe_rates = [], [], []
+    runs: list[list[float]] = []
     with e2e.source("redis") as src:
         e2e.wait_producer(e2e.start_producer(src, corpus, 0))
+        env = {**os.environ, "LINES_URL": src.url, "LINES_STREAM": src.stream}
         for pair in range(1, pairs + 1):
             state = f"topology.state.provider.config={{path: {tmp}/wc-{pair}.db}}"
             wc = timed_run(
                 [WORDCOUNT, *common, "--set", state, "--set", f"wordcount.input={corpus}"]
             )
+            state = f"topology.state.provider.config={{path: {tmp}/ack-{pair}.db}}"
+            ack = timed_run([str(variant), *common, "--set", state], env)
             with e2e.database() as dsn:
-                env = {**os.environ, "LINES_URL": src.url, "LINES_STREAM": src.stream}
-                env["POSTGRES_DSN"] = dsn
                 state = f"topology.state.provider.config={{path: {tmp}/pipe-{pair}.db}}"
-                pipe = timed_run([EXAMPLE, *common, "--set", state], env)
-            file_rates.append(lines / wc)
-            pipe_rates.append(lines / pipe)
-            ratios.append(wc / pipe)
-            print(f"| {pair} | {wc:.2f} | {lines / wc:,.0f} | {pipe:.2f} | {lines / pipe:,.0f} "
-                  f"| {wc / pipe:.2f} |", flush=True)  # fmt: skip
+                pipe = timed_run([EXAMPLE, *common, "--set", state], {**env, "POSTGRES_DSN": dsn})
+            runs.append([*wc, *ack, *pipe])
+            print(f"| {pair} | {wc[0]:.2f} / {wc[1]:.2f} | {ack[0]:.2f} / {ack[1]:.2f} "
+                  f"| {pipe[0]:.2f} / {pipe[1]:.2f} | {wc[0] / pipe[0]:.2f} "
+                  f"| {wc[1] / pipe[1]:.2f} |", flush=True)  # fmt: skip
+    med = [statistics.median(r[i] for r in runs) for i in range(6)]
     print(
-        f"\nmedian: file word count {statistics.median(file_rates):,.0f} lines/s, "
-        f"stream_to_postgres {statistics.median(pipe_rates):,.0f} lines/s, "
-        f"ratio {statistics.median(ratios):.2f} (per pair {min(ratios):.2f}-{max(ratios):.2f})"
+        f"\nmedians, lines per second of run time (per CPU second): file word count "
+        f"{lines / med[0]:,.0f} ({lines / med[1]:,.0f}), the pipeline with sinks that only "
+        f"ack {lines / med[2]:,.0f} ({lines / med[3]:,.0f}), stream_to_postgres "
+        f"{lines / med[4]:,.0f} ({lines / med[5]:,.0f}); stream_to_postgres / word count: "
+        f"run {med[0] / med[4]:.2f}, CPU {med[1] / med[5]:.2f}"
     )
     shutil.rmtree(tmp, ignore_errors=True)
 

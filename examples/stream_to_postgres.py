@@ -42,6 +42,7 @@ from wordcount import WordCount
 from statestream import (
     BasicBolt,
     BasicOutputCollector,
+    Bolt,
     ConfigError,
     OutputFieldsDeclarer,
     Spout,
@@ -87,17 +88,23 @@ def source(url: str, stream: str) -> Spout:
 
 
 def topology() -> Topology:
+    dsn = os.environ.get("POSTGRES_DSN", DEFAULT_DSN)
+    updates = connectors.PostgresSink(UPDATES, ["word", "count"], dsn=dsn, mode="append")
+    totals = connectors.PostgresSink(
+        TOTALS, ["word", "count"], dsn=dsn, mode="upsert", key=["word"]
+    )
+    return build(updates, totals)
+
+
+def build(updates: Bolt, totals: Bolt) -> Topology:
+    """The pipeline with these two sinks (bench/bench_connectors.py swaps in bolts that
+    only ack, to weigh the sinks)."""
     url = os.environ.get("LINES_URL", DEFAULT_URL)
     stream = os.environ.get("LINES_STREAM", "lines")
-    dsn = os.environ.get("POSTGRES_DSN", DEFAULT_DSN)
     builder = TopologyBuilder("stream-to-postgres")
     builder.set_spout("lines", source(url, stream))
     builder.set_bolt("split", Split(), 2).shuffle_grouping("lines")
     builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
-    updates = connectors.PostgresSink(UPDATES, ["word", "count"], dsn=dsn, mode="append")
     builder.set_bolt("updates", updates, 2).fields_grouping("count", ["word"])
-    totals = connectors.PostgresSink(
-        TOTALS, ["word", "count"], dsn=dsn, mode="upsert", key=["word"]
-    )
     builder.set_bolt("totals", totals, 2).fields_grouping("count", ["word"])
     return builder.build()
