@@ -1,6 +1,8 @@
 """Sphinx extension of statestream's site: reference pages generated from the code, checked.
 
-Both directives write MyST Markdown, for the site's .md pages.
+The two directives write MyST Markdown, for the site's .md pages.
+- ``{statestream-topology} examples/wordcount.py`` draws a topology file's
+  graph with Graphviz, from the same dot the CLI and the live view use.
 
 - ``{statestream-config-keys}`` renders every config key of the typed schema
   (:func:`statestream._settings.config_keys`: name, type, default, meaning, the
@@ -94,6 +96,29 @@ class ErrorsDirective(ConfigKeysDirective):
         return self._parse(lines)
 
 
+class TopologyDirective(SphinxDirective):
+    """The graph of a topology file of the repo, as ``statestream topology FILE --format dot``
+    prints it and the live view draws it: the picture follows the code."""
+
+    required_arguments = 1
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from sphinx.ext.graphviz import graphviz
+
+        from statestream import load_topology
+        from statestream._ui.graph import to_dot, topology_graph
+
+        path = ROOT / self.arguments[0]
+        self.env.note_dependency(str(path))
+        topology = load_topology(str(path))
+        node = graphviz()
+        node["code"] = to_dot(topology_graph(topology))
+        node["options"] = {"docname": self.env.current_document.docname}
+        node["alt"] = f"the topology of {self.arguments[0]}"
+        return [node]
+
+
 def _documented(env: BuildEnvironment) -> set[str]:
     py = env.get_domain("py")
     return {name for name, *_ in py.get_objects()}
@@ -173,5 +198,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
                         indextemplate="pair: %s; configuration key")
     app.add_directive("statestream-config-keys", ConfigKeysDirective)
     app.add_directive("statestream-errors", ErrorsDirective)
+    app.add_directive("statestream-topology", TopologyDirective)
     app.connect("env-check-consistency", check_coverage)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
