@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
 
 project = "statestream"
 author = "the statestream authors"
-copyright = "the statestream authors"  # noqa: A001 (Sphinx's name for it)
+copyright = "the statestream authors"
 release = version = "0.1.0"
 
 extensions = [

@@ -1,11 +1,11 @@
-"""The README's commands, run as a new user runs them in a fresh checkout, leave no
+"""The commands of the README and of the docs' getting-started and guide pages, run as
+a new user runs them in a fresh checkout, leave no
 untracked file in it (what they write goes to the ignored ``statestream-data/``),
 and the transactional examples say where their result went."""
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import sqlite3
 import subprocess
@@ -13,19 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from docs_pages import guide_pages, statestream_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_commands() -> list[str]:
-    """Each ``python3 -m statestream`` command of the README's sh blocks, on one line."""
-    commands = []
-    for block in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            if "python3 -m statestream " in line:
-                # "pip install ... && python3 -m statestream run ...": the run.
-                commands.append(" ".join(line.split("&&")[-1].split()))
-    return commands
+    """Each ``python3 -m statestream`` command of the README's and the guides' sh blocks."""
+    # Once each: the README repeats the getting-started page's set-up command.
+    return list(dict.fromkeys(statestream_commands([ROOT / "README.md", *guide_pages()])))
 
 
 def _checkout(tmp_path: Path) -> Path:
@@ -73,7 +69,7 @@ def test_the_readme_commands_leave_no_untracked_file(tmp_path: Path) -> None:
     status = subprocess.run(
         ["git", "status", "--porcelain"], cwd=work, check=True, capture_output=True, text=True
     ).stdout
-    assert status == "", f"the README's commands left files in the checkout:\n{status}"
+    assert status == "", f"the documented commands left files in the checkout:\n{status}"
 
 
 @pytest.mark.parametrize(

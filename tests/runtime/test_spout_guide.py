@@ -1,5 +1,5 @@
-"""The README's "Writing a spout", followed literally: its ClickSpout, taken from the
-README itself, feeds a stateful page count that is crashed and SIGKILLed and
+"""The spout guide (docs/guides/spouts.md), followed literally: its ClickSpout, taken
+from the page itself, feeds a stateful page count that is crashed and SIGKILLed and
 restarted, and the counts are exact (exactly-once, the default for a spout
 that can rewind)."""
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 import collections
 import json
 import random
-import re
 import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docs_pages import DOCS, section_code
 from kill_loop import cli, seeded_rng, sigkill_runs
 
 from statestream import Topology
@@ -26,15 +26,12 @@ from statestream.testing import (
     crash_at_tuple,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+GUIDE = DOCS / "guides" / "spouts.md"
 
 
 def _readme_spout_code() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Writing a spout", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README's spout guide has no python example"
-    return match.group(1)
+    # The block the page marks as run by this test (tests/docs_pages.py).
+    return section_code(GUIDE, "tests/runtime/test_spout_guide.py")
 
 
 # The rest of the topology: a page count as the state document counts words.
@@ -74,7 +71,7 @@ def _module(tmp_path: Path) -> Path:
 
 def _topology(tmp_path: Path, events: Path) -> Topology:
     namespace: dict[str, Any] = {"__name__": "clicks_guide"}
-    exec(compile(_readme_spout_code() + _TOPOLOGY, "README.md", "exec"), namespace)
+    exec(compile(_readme_spout_code() + _TOPOLOGY, str(GUIDE), "exec"), namespace)
     topo = namespace["build"](str(events))
     assert isinstance(topo, Topology)
     return topo
@@ -204,9 +201,9 @@ def test_the_guide_spout_sigkilled_and_restarted_counts_exactly(tmp_path: Path) 
 
 
 def test_the_readme_code_block_is_what_this_test_runs() -> None:
-    # A guard against the README drifting away from a runnable spout.
+    # A guard against the guide drifting away from a runnable spout.
     code = _readme_spout_code()
     assert "class ClickSpout(Spout):" in code and "def seek(self, position):" in code
     assert "def acked_position(self):" in code
     textwrap.dedent(code)  # parses as written
-    compile(code, "README.md", "exec")
+    compile(code, str(GUIDE), "exec")
