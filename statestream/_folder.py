@@ -1,8 +1,9 @@
 """The folder reader behind :class:`~statestream.FileSpout` given a folder: a partitioned source.
 
 The folder's files, in name order, are the partitions; task ``i`` of ``n``
-owns files ``i``, ``i + n``, ... and a file's position is the byte offset
-where its next unread line starts. Read by a spout task (``next_tuple``:
+owns files ``i``, ``i + n``, ... and a file's position is a byte offset:
+the lines that start at or after it are unread (a line crossing it was
+read, as :func:`~statestream._partitioned.read_lines` splits a file). Read by a spout task (``next_tuple``:
 the local runtime and the workers) or by range (:meth:`Folder.read`: Spark's
 executors, :mod:`statestream._partitioned`); both emit ``[offset, line]``
 with the line's byte offset in its file, so either runtime continues a
@@ -73,7 +74,13 @@ class Folder:
             f = self.file
             if f is None:
                 f = self.file = open(os.path.join(self.folder, name), "rb")  # noqa: SIM115
-                f.seek(self.at[name])
+                at = self.at[name]
+                if at > 0:
+                    # A position is a range's end (Spark plans byte ranges): the
+                    # lines starting at or after it are unread; one crossing it
+                    # was read (statestream._partitioned.read_lines).
+                    f.seek(at - 1)
+                    self.at[name] = at - 1 + len(f.readline())
             raw = f.readline()
             if raw:
                 offset = self.at[name]
@@ -106,7 +113,11 @@ class Folder:
             self.replay.append(msg_id)
 
     def exhausted(self) -> bool:
-        return self.current >= len(self.names) and not self.in_flight and not self.replay
+        # By the offsets, not the file being read: on Spark's driver the offsets move
+        # by seek (the executors read), and a file may have grown since it was read.
+        if self.in_flight or self.replay:
+            return False
+        return all(self.at[n] >= self.end_position(n) for n in self.names[self.current :])
 
     def progress(self) -> tuple[int, int | None]:
         return sum(self.at.values()), sum(self.end_position(n) for n in self.names)

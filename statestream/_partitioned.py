@@ -33,6 +33,7 @@ __all__ = [
     "Range",
     "is_partitioned",
     "plan_ranges",
+    "range_size",
     "read_lines",
     "split_range",
 ]
@@ -143,6 +144,11 @@ def plan_ranges(
                 left -= end - start
         ranges.append(Range(partition, start, end))
     return ranges
+
+
+def range_size(r: Range) -> int:
+    """The units ``r`` covers (1 for an opaque range: its size is unknown)."""
+    return r.end - r.start if _sized(r.start, r.end) else 1
 
 
 def split_range(r: Range, pieces: int) -> list[Range]:

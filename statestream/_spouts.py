@@ -67,6 +67,7 @@ class FileSpout(Spout):
     driver handles only those offsets; the local runtime reads them as any
     spout. Either runtime continues what the other stored. A file of the
     folder may grow by whole lines; ``resume=True`` is for a single file.
+    With ``path_key``, the key ``<path_key>.batch.bytes`` sets ``batch_bytes``.
     """
 
     def __init__(
@@ -147,6 +148,10 @@ class FileSpout(Spout):
                 f"errors={self.errors!r}); errors is 'strict', 'replace', 'ignore', ..."
             ) from None
         if os.path.isdir(path):
+            if self.path_key is not None and conf.get(f"{self.path_key}.batch.bytes"):
+                # The input's key names its batch cap too (a topology's own keys pass
+                # through the config): --set wordcount.input.batch.bytes=...
+                self.batch_limit = int(conf[f"{self.path_key}.batch.bytes"])
             self._open_folder(path, context)
             return
         try:

@@ -44,6 +44,7 @@ from ..._components import (
 from ..._deadletter import Replay
 from ..._errors import RuntimeFailure, StateLockedError
 from ..._messages import Cause
+from ..._partitioned import Range, range_size, split_range
 from ..._picklable import run_ending
 from ..._results import ErrorReport
 from ..._retry import (
@@ -53,7 +54,7 @@ from ..._retry import (
 )
 from ..._text import count, cut_message
 from ..errorlog import TRACEBACK_LIMIT, error_report
-from .executor import read_partition, run_bolt
+from .executor import read_partition, read_ranges, run_bolt
 from .shared import Ack, addressed_to, identity, only_acks
 from .spouts import Batch, SpoutDriver
 
@@ -142,7 +143,9 @@ class BatchDriver(SpoutDriver):
         """Every bolt task executes its tuples and prepares the txid: how it went."""
         try:
             run.acks = job(run.txid, run.batch)
-            if run.batch.source is not None:
+            if run.batch.source is not None or run.batch.ranges:
+                # Records the executors read have no message on the driver to
+                # retry or dead-letter: a tuple given up on fails the batch.
                 refuse_lost(run.acks, run.txid)
         except Exception as exc:
             now = self.clock.monotonic()
@@ -379,6 +382,35 @@ class BatchDriver(SpoutDriver):
             self.clock.sleep(min(left, 0.1))
         return False
 
+    def _read_stage(
+        self, sc: Any, token: str, payload: Any, items: list[Any], batch: Batch
+    ) -> Any:
+        """The records of the batch: those the driver read, and the ranges of its
+        partitioned sources read on the executors (each cut into pieces so that
+        every core reads a share; one Spark task per piece)."""
+        stages = []
+        if items or not batch.ranges:
+            stages.append(
+                sc.parallelize(items, max(1, len(items))).mapPartitions(
+                    partial(read_partition, token, payload)
+                )
+            )
+        if batch.ranges:
+            total = sum(range_size(r) for _, _, r in batch.ranges) or 1
+            cores = max(1, int(sc.defaultParallelism))
+            pieces: list[tuple[str, int, int, Range]] = []
+            k: dict[tuple[str, int], int] = {}
+            for cid, index, r in batch.ranges:
+                for piece in split_range(r, max(1, round(cores * range_size(r) / total))):
+                    k[cid, index] = k.get((cid, index), 0) + 1
+                    pieces.append((cid, index, k[cid, index], piece))
+            stages.append(
+                sc.parallelize(pieces, len(pieces)).mapPartitions(
+                    partial(read_ranges, token, payload)
+                )
+            )
+        return stages[0] if len(stages) == 1 else sc.union(stages)
+
     def _job(self, sc: Any, token: str, payload: Any, txid: int, batch: Batch) -> list[Ack]:
         """Run batch ``txid``: every bolt task executes its tuples and prepares ``txid``."""
         source = batch.source
@@ -404,9 +436,7 @@ class BatchDriver(SpoutDriver):
 
         try:
             if source is None:
-                source = sc.parallelize(items, max(1, len(items))).mapPartitions(
-                    partial(read_partition, token, payload)
-                )
+                source = self._read_stage(sc, token, payload, items, batch)
             keep([spec.id for spec in self.spouts], source)
             for spec in self.spouts:
                 outs[spec.id] = source

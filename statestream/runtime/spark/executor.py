@@ -554,3 +554,54 @@ def rows_partition(
         producer.route("default", [row[c] for c in columns], None)
     producer.finish((cid, part, 0, producer.emitted, 0, None, [], []), ())
     yield from producer.out
+
+
+#: A partitioned spout task opened once per Python worker: (token, cid, index) -> spout.
+_SOURCES: dict[tuple[str, str, int], Any] = {}
+
+
+class _NoEmits:
+    """The collector of a spout opened only to read ranges: it emits nothing."""
+
+    def emit(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeFailure("a partitioned spout emits through read(), not its collector")
+
+    emit_direct = emit
+
+    def report_error(self, error: BaseException) -> None:
+        log.error("%r", error)
+
+
+def _source(shipped: Shipped, token: str, cid: str, index: int) -> Any:
+    key = (token, cid, index)
+    spout = _SOURCES.get(key)
+    if spout is None:
+        if len(_SOURCES) > 64:
+            _SOURCES.clear()
+        spout = shipped.plan.topology.instantiate(cid)
+        spout.open(shipped.plan.conf_for(cid), shipped.context(cid, index), _NoEmits())
+        _SOURCES[key] = spout
+    return spout
+
+
+def read_ranges(
+    token: str, payload: Any, items: Iterable[tuple[str, int, int, Any]]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """The read stage of a partitioned source (statestream._partitioned): one item per
+    range, ``(cid, task index, k, range)``; its records are read here, on the
+    executor, by the spout task's ``read``. Sequence numbers start at
+    ``k << 28`` so that the records of every range sort apart and in the same
+    order on every replay (``k`` 0 is what the driver read for the task)."""
+    shipped = shipped_plan(token, payload)
+    for cid, index, k, r in items:
+        spout = _source(shipped, token, cid, index)
+        producer = Producer(shipped, cid, index)
+        producer.seq = k << 28
+        out = producer.out
+        for values in spout.read(r.partition, r.start, r.end):
+            producer.route("default", values, None)
+            if len(out) >= 4096:  # streamed on: a range may be far larger than memory
+                yield from out
+                out.clear()
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], []), ())
+        yield from producer.out

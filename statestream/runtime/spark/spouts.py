@@ -31,6 +31,7 @@ from ..._deadletter import fits_stream
 from ..._errors import RuntimeFailure
 from ..._exactly_once import cut_positions
 from ..._messages import MessageBook
+from ..._partitioned import PARTITIONS_KEY, Range, is_partitioned, plan_ranges
 from ..._picklable import check_first
 from ..._resume import SpoutRef, restore_spouts
 from ..._stateful import CHECKPOINT_STREAM
@@ -103,6 +104,9 @@ class SpoutTask:
     namespace: str
     spout: Spout
     collector: PollCollector
+    partitioned: bool = False
+    """A partitioned source (statestream.PartitionedSource): the executors read its
+    ranges; the driver only plans them."""
 
     @property
     def book(self) -> MessageBook:
@@ -128,10 +132,12 @@ class Batch:
     ack once the batch commits."""
     source: Any = None
     """A Spark-fed batch: the RDD of its read stage (no records, no positions)."""
+    ranges: list[tuple[str, int, Range]] = field(default_factory=list)
+    """Per partitioned spout task ``(cid, index)``, the ranges its executors read."""
 
     @property
     def size(self) -> int:
-        return sum(len(records) for records in self.records.values())
+        return sum(len(records) for records in self.records.values()) + len(self.ranges)
 
     def message(
         self, plan: RuntimePlan, root: int
@@ -166,7 +172,9 @@ class SpoutDriver(DriverBase):
                     spec.id, i, outputs, partial(self._report, spec.id, i), book
                 )
                 spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
-                self._spout_tasks.append(SpoutTask(spec.id, i, namespace, spout, collector))
+                self._spout_tasks.append(
+                    SpoutTask(spec.id, i, namespace, spout, collector, is_partitioned(spout))
+                )
         self._load_replays()
 
     def _load_replays(self) -> None:
@@ -216,6 +224,9 @@ class SpoutDriver(DriverBase):
                 items.append((rid.record.stream, list(rid.record.values), None))
                 collector.msg_ids.append(rid)
             skipped = 0
+            if task.partitioned:
+                batch.ranges.extend(self._plan(task))
+                skipped = self.batch_size  # the executors read it: next_tuple is not called
             while len(items) < self.batch_size and skipped < self.batch_size:
                 before = len(items)
                 try:
@@ -240,6 +251,22 @@ class SpoutDriver(DriverBase):
         if not self.at_most_once:
             batch.positions = cut_positions(self._spout_tasks)
         return batch
+
+    def _plan(self, task: SpoutTask) -> list[tuple[str, int, Range]]:
+        """The ranges of a partitioned spout task's next batch, from where it stands to
+        each partition's end (capped at its ``batch_limit``); the task is sought to
+        their ends, so its ``position()`` is where the batch ends."""
+        spout: Any = task.spout
+        where = spout.position()
+        starts = where[PARTITIONS_KEY]
+        order = list(spout.partitions())
+        ends = {p: spout.end_position(p) for p in order}
+        ranges = plan_ranges(starts, ends, order, getattr(spout, "batch_limit", None))
+        if ranges:
+            spout.seek(
+                {**where, PARTITIONS_KEY: {**starts, **{r.partition: r.end for r in ranges}}}
+            )
+        return [(task.cid, task.index, r) for r in ranges]
 
     def _settle(self, task: SpoutTask) -> None:
         """Tell ``task``'s spout that the dead letters it just emitted again are settled."""

@@ -1,0 +1,146 @@
+"""A partitioned source on Spark: the executors read the ranges, the driver plans them.
+
+A folder word count (FileSpout over a folder) runs on Spark with batches of a
+few hundred bytes: the driver never calls ``next_tuple`` (the spout here
+refuses it), the counts are exact, and a driver that dies between PREPARE and
+COMMIT (or after the COMMIT) is recovered from the ranges stored with the
+checkpoint. A store either runtime left is finished by the other.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestream import FileSpout, Topology, TopologyBuilder
+from statestream._registry import open_provider
+from statestream.runtime.local import LocalRuntime
+from statestream.runtime.spark import SparkRuntime
+from statestream.testing import SimulatedCrash, crash_and_recover, crash_at_checkpoint
+from tests.word_bolts import Count, Split
+
+pytestmark = pytest.mark.spark
+
+
+class DriverRefusingSpout(FileSpout):
+    """A folder FileSpout whose next_tuple fails: on Spark no record may pass the driver."""
+
+    def next_tuple(self) -> None:
+        if getattr(self, "_tasks_read", False):
+            return super().next_tuple()
+        raise AssertionError("next_tuple() called on a partitioned source on Spark")
+
+
+def folder(tmp_path: Path, files: int = 6, lines: int = 200) -> Path:
+    rng = random.Random(3)
+    root = tmp_path / "in"
+    root.mkdir()
+    for f in range(files):
+        (root / f"f{f}.txt").write_text(
+            "".join(
+                " ".join(f"w{rng.randrange(40)}" for _ in range(rng.randrange(1, 6))) + "\n"
+                for _ in range(lines)
+            )
+        )
+    return root
+
+
+def topology(root: Path, spout: type[FileSpout] = FileSpout) -> Topology:
+    b = TopologyBuilder("folder-wc")
+    b.set_spout("lines", spout(root, batch_bytes=2000), 2)
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    return b.build()
+
+
+def conf_for(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "statestream.state.exactly.once": True,
+        "topology.state.checkpoint.interval.ms": 50,
+    }
+
+
+def counts(tmp_path: Path) -> dict[str, int]:
+    got: dict[str, int] = {}
+    with open_provider(
+        "sqlite", {"path": str(tmp_path / "state.db")}, scope="folder-wc"
+    ) as provider:
+        for i in range(2):
+            got.update(dict(provider.get_state(f"count-{i}").items()))
+    return got
+
+
+def expected(root: Path) -> collections.Counter[str]:
+    return collections.Counter(w for f in sorted(root.iterdir()) for w in f.read_text().split())
+
+
+def test_executors_read_the_folder(spark_session: Any, tmp_path: Path) -> None:
+    root = folder(tmp_path)
+    rt = SparkRuntime(topology(root, DriverRefusingSpout), conf_for(tmp_path), spark=spark_session)
+    result = rt.run(until_idle=True)
+    assert not result.errors, result.errors
+    size = sum(f.stat().st_size for f in root.iterdir())
+    # Two spout tasks, each at most 2000 bytes a batch.
+    assert result.counters["batches"] >= size // 4000
+    assert counts(tmp_path) == expected(root)
+    assert result.components["lines"].emitted == sum(
+        len(f.read_text().splitlines()) for f in root.iterdir()
+    )
+
+
+@pytest.mark.parametrize("point", ["prepared", "committed"])
+def test_driver_crash_then_spark_or_local_finishes(
+    spark_session: Any, tmp_path: Path, point: str
+) -> None:
+    """The driver dies after batch 2 was prepared (or committed); a Spark run over the
+    same store finishes it (prepared), or the local runtime does (committed)."""
+    root = folder(tmp_path)
+    conf = conf_for(tmp_path)
+
+    def crash(at: str, txid: int) -> None:
+        if at == point and txid == 2:
+            raise SimulatedCrash(f"driver killed after batch {txid} was {at}")
+
+    first = SparkRuntime(topology(root), conf, spark=spark_session)
+    first.fault_hook = crash
+    with pytest.raises(SimulatedCrash):
+        first.run(until_idle=True)
+    assert counts(tmp_path) != expected(root)
+    if point == "prepared":
+        result = SparkRuntime(topology(root), conf, spark=spark_session).run(until_idle=True)
+        assert result.counters["recovered"] == 1
+    else:
+        result = LocalRuntime(topology(root), conf).run(until_idle=True)
+    assert not result.errors, result.errors
+    assert counts(tmp_path) == expected(root)
+
+
+def test_local_crash_then_spark_finishes(spark_session: Any, tmp_path: Path) -> None:
+    """The local runtime dies once its bolts acked PREPARE(1); Spark rolls 1 back and
+    reads on from the files' offsets stored with 0: exact."""
+    root = folder(tmp_path)
+    conf = conf_for(tmp_path)
+
+    class Stop(Exception):
+        """Raised between the crash and crash_and_recover's local restart: Spark restarts."""
+
+    def stop() -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        crash_and_recover(
+            topology(root),
+            {**conf, "topology.state.checkpoint.interval.ms": 5},
+            at=crash_at_checkpoint("count", "prepare", txid=1),
+            between=stop,
+        )
+    assert counts(tmp_path) != expected(root)
+    result = SparkRuntime(topology(root), conf, spark=spark_session).run(until_idle=True)
+    assert not result.errors, result.errors
+    assert counts(tmp_path) == expected(root)
