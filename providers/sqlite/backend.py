@@ -6,6 +6,7 @@ import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
 from statestream.provider import (
@@ -185,11 +186,13 @@ class _SQLiteBackend:
             high = len(ordered) if end is None else bisect_right(ordered, end)
             if page:
                 page = [row for row in page if row[0] not in overlay]
-            for key in ordered[low:high]:
-                value = overlay[key]
-                if value is not None:
-                    page.append((key, value))
-            page.sort()
+            logged = [(k, v) for k in ordered[low:high] if (v := overlay[k]) is not None]
+            if not page:
+                return logged, end  # in key order already: no sort (a small hot state)
+            page += logged
+            # Two sorted runs: one merge by the key alone (comparing the
+            # (key, value) tuples costs a tuple compare per step).
+            page.sort(key=itemgetter(0))
         return page, end
 
     def _overlay_keys(self, overlay: dict[bytes, bytes | None]) -> list[bytes]:
