@@ -66,7 +66,7 @@ def main() -> int:
     print("|" + "---|" * len(COLUMNS))
     failures = 0
     for kind in args.sources.split(","):
-        for runtime in args.runtimes.split(","):
+        for runtime in filter(None, args.runtimes.split(",")):
             kills = args.spark_kills if runtime == "spark" else args.kills
             prefix = f"bench-e2e-{uuid.uuid4().hex[:8]}:"
             with (

@@ -475,6 +475,21 @@ def wait_committed(dsn: str, words: int, run: subprocess.Popen[str], log: Path) 
         time.sleep(0.1)
 
 
+def produce_when_ready(src: Source, corpus: Path, skip: int, timeout: float = 120) -> None:
+    """Produce ``corpus`` from line ``skip`` into ``src`` just after its broker restarted:
+    a RabbitMQ node listens before it has recovered its queues (a declare meanwhile
+    is refused: the queue's "home node ... is down or inaccessible"), so a producer
+    that failed before it sent a line is started again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = start_producer(src, corpus, 0, skip=skip)
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode == 0:
+            return
+        assert "after 0 lines" in out and time.monotonic() < deadline, out
+        time.sleep(0.5)
+
+
 def broker_restart_run(server: Server, dsn: str, tmp: Path, *, lines: int) -> Result:
     """Half the lines produced; the pipeline started (it runs on, no ``--until-idle``);
     once the sinks committed something, the broker restarted under it; the other
@@ -499,7 +514,7 @@ def broker_restart_run(server: Server, dsn: str, tmp: Path, *, lines: int) -> Re
         try:
             wait_committed(dsn, 1, run, log)
             server.restart()
-            wait_producer(start_producer(src, path, 0, skip=lines // 2))
+            produce_when_ready(src, path, skip=lines // 2)
             wait_committed(dsn, sum(truth.values()), run, log)
             run.send_signal(signal.SIGTERM)
             code = run.wait(120)
