@@ -104,6 +104,20 @@ def corpus(path: Path, lines: int) -> Path:
     return path
 
 
+def make_input(tmp_path: Path, source: str, lines: int) -> tuple[Path, str]:
+    """The word count's input: one file, or (``folder``) the same lines cut into four
+    files of a folder, a partitioned source; and its whole text."""
+    text = corpus(tmp_path / "in.txt", lines)
+    if source == "file":
+        return text, text.read_text()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    all_lines = text.read_text().splitlines(keepends=True)
+    for i in range(4):
+        (folder / f"part-{i}.txt").write_text("".join(all_lines[i::4]))
+    return folder, text.read_text()
+
+
 def settings(prefix: str, input_path: Path) -> list[str]:
     return [
         "--set",
@@ -132,15 +146,18 @@ def counts(prefix: str) -> dict[str, Any]:
     return got
 
 
-@pytest.mark.parametrize("action", ["PREPARE", "COMMIT"])
+@pytest.mark.parametrize(
+    ("action", "source"), [("PREPARE", "file"), ("COMMIT", "file"), ("COMMIT", "folder")]
+)
 def test_local_killed_mid_run_is_finished_by_spark(
-    tmp_path: Path, redis_prefix: str, action: str
+    tmp_path: Path, redis_prefix: str, action: str, source: str
 ) -> None:
     """Local exactly-once run SIGKILLed once every bolt acked PREPARE(2) (Spark must
     roll 2 back and read from the positions of 1) or COMMIT(2) (Spark must finish
-    the commit and read from the positions of 2); then ``--runner spark``: exact."""
-    text = corpus(tmp_path / "in.txt", 20_000)
-    conf = settings(redis_prefix, text)
+    the commit and read from the positions of 2); then ``--runner spark``: exact.
+    With a folder, Spark's executors read on from the files' offsets local stored."""
+    path, text = make_input(tmp_path, source, 20_000)
+    conf = settings(redis_prefix, path)
     killed = run(
         [
             sys.executable,
@@ -171,20 +188,26 @@ def test_local_killed_mid_run_is_finished_by_spark(
             *conf,
             "--set",
             "statestream.spark.batch.size=4000",
+            "--set",
+            "wordcount.input.batch.bytes=40000",
         ]
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert counts(redis_prefix) == collections.Counter(text.read_text().split())
+    assert counts(redis_prefix) == collections.Counter(text.split())
 
 
-@pytest.mark.parametrize("point", ["prepared", "committed"])
+@pytest.mark.parametrize(
+    ("point", "source"), [("prepared", "file"), ("committed", "file"), ("prepared", "folder")]
+)
 def test_spark_killed_mid_run_is_finished_by_local(
-    tmp_path: Path, redis_prefix: str, point: str
+    tmp_path: Path, redis_prefix: str, point: str, source: str
 ) -> None:
     """Spark run SIGKILLed once every task prepared batch 1 (before the commit) or
-    after batch 1 committed; then the local runtime with exactly-once state: exact."""
-    text = corpus(tmp_path / "in.txt", 600)
-    conf = settings(redis_prefix, text)
+    after batch 1 committed; then the local runtime with exactly-once state: exact.
+    With a folder, the executors read batch 1's byte ranges and the local run
+    reads on from the range ends stored with batch 0."""
+    path, text = make_input(tmp_path, source, 600)
+    conf = settings(redis_prefix, path)
     killed = run(
         [
             sys.executable,
@@ -200,6 +223,8 @@ def test_spark_killed_mid_run_is_finished_by_local(
             *conf,
             "--set",
             "statestream.spark.batch.size=150",
+            "--set",
+            "wordcount.input.batch.bytes=1500",
         ]
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -217,4 +242,4 @@ def test_spark_killed_mid_run_is_finished_by_local(
         ]
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert counts(redis_prefix) == collections.Counter(text.read_text().split())
+    assert counts(redis_prefix) == collections.Counter(text.split())
