@@ -6,6 +6,7 @@ run``), ``% doc-test: pytest`` (a complete test module: its ``test_*``
 functions are called), ``% doc-test: exec NAME`` (run by the test NAME of
 tests/docs/test_docs_examples.py, which supplies what it needs) or
 ``% doc-test: tests/PATH.py`` (a test that reads this page and runs the block).
+In the README the marker is an HTML comment: ``<!-- doc-test: topology -->``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 _OPEN = re.compile(r"^(`{3,})(.*)$")
-_MARKER = "% doc-test: "
+# A MyST comment in the docs; an HTML comment in the README, which GitHub shows.
+_MARKER = re.compile(r"^(?:% doc-test: (.+)|<!-- doc-test: (.+) -->)$")
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,8 @@ def blocks(page: Path) -> list[Block]:
             continue
         fence, info = opened.groups()
         end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == fence)
-        before = lines[i - 1] if i else ""
-        marker = before.removeprefix(_MARKER).strip() if before.startswith(_MARKER) else None
+        marked = _MARKER.match(lines[i - 1].strip()) if i else None
+        marker = (marked[1] or marked[2]).strip() if marked else None
         if not info.startswith("{"):
             code = "\n".join(lines[i + 1 : end]) + "\n"
             found.append(Block(page, i + 1, info.strip(), code, marker))

@@ -1,9 +1,10 @@
 """The examples of the getting-started and guide pages run, so the docs cannot drift
-from the code: each complete topology is run with ``statestream run``, each test
-module's tests are called, the sink guide's own sink writes exactly once through a
-crash, and every other python block at least compiles. The pages' ``statestream``
-commands are run by tests/cli/test_cli_readme_commands.py, the spout guide's
-spout by tests/runtime/test_spout_guide.py."""
+from the code: each complete topology (the README's word count too) is run with
+``statestream run``, each test module's tests are called, the sink guide's own sink
+writes exactly once through a crash, and every other python block at least
+compiles. The pages' ``statestream`` commands are run by
+tests/cli/test_cli_readme_commands.py, the spout guide's spout by
+tests/runtime/test_spout_guide.py."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ from statestream.testing import (
 )
 
 ALL_BLOCKS = [b for page in guide_pages() for b in blocks(page)]
+# The README's word count too: the front page's example must run as well.
+README_BLOCKS = blocks(ROOT / "README.md")
 
 
 def _marked(kind: str) -> list[Block]:
-    return [b for b in ALL_BLOCKS if b.marker == kind]
+    return [b for b in ALL_BLOCKS + README_BLOCKS if b.marker == kind]
 
 
 def _exec(block: Block) -> dict[str, Any]:
