@@ -9,6 +9,7 @@ no toctree, a public name the reference does not document
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,10 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 # The checkout's package, not an installed copy; the site's own extension beside it.
 sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
+# autodoc reads signatures, annotations and docstrings from the Python sources: the
+# compiled core's extension classes carry no annotations, and a checkout's build
+# may be missing or stale. The API is the same on either core.
+os.environ["STATESTREAM_CORE"] = "python"
 
 project = "statestream"
 author = "the statestream authors"
