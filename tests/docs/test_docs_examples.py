@@ -65,6 +65,23 @@ def own_sink(tmp_path: Path) -> None:
     assert set(guards) == {"sinks/out/0", "sinks/out/1"}, guards
 
 
+def _table(text: str) -> dict[str, list[str]]:
+    """The data components' rows of a run's summary table: emitted, executed, acked, failed."""
+    return {row.split()[0]: row.split()[1:5] for row in text.splitlines()
+            if row.split()[:1] and row.split()[0] in {"sentences", "split", "count"}}  # fmt: skip
+
+
+def test_the_word_count_output_shown_is_what_it_prints(tmp_path: Path) -> None:
+    shown = next(b for b in ALL_BLOCKS if b.marker == "output")
+    done = subprocess.run(
+        [sys.executable, "-m", "statestream", "run", str(ROOT / "examples" / "wordcount.py"),
+         "--until-idle", "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _table(shown.code) == _table(done.stderr) != {}, (shown.code, done.stderr)
+
+
 HANDLERS = {"exec own_sink": own_sink}
 
 
@@ -80,7 +97,8 @@ def test_every_block_of_the_guides_is_run_or_compiles() -> None:
             page = str(block.page.relative_to(DOCS))
             assert page in reader.read_text(), f"{block}: {block.marker} does not read {page}"
         else:
-            assert block.marker in {"topology", "pytest", *HANDLERS}, f"{block}: {block.marker!r}"
+            known = {"topology", "pytest", "output", *HANDLERS}
+            assert block.marker in known, f"{block}: {block.marker!r}"
     assert _marked("topology") and _marked("pytest")
 
 
