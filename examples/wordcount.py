@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +123,11 @@ def write_counts(path: str, items: Any) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         # In chunks: the state may be far larger than memory (items() streams it).
-        with os.fdopen(os.dup(fd), "wb", buffering=1 << 20) as out:
-            for w, c in items:
-                out.write(orjson.dumps({"word": w, "count": c}))
-                out.write(b"\n")
+        rest = iter(items)
+        while chunk := b"".join(
+            orjson.dumps({"word": w, "count": c}) + b"\n" for w, c in islice(rest, 4096)
+        ):
+            os.write(fd, chunk)
     finally:
         os.close(fd)
 
