@@ -35,7 +35,13 @@ class DriverRefusingSpout(FileSpout):
         raise AssertionError("next_tuple() called on a partitioned source on Spark")
 
 
-def folder(tmp_path: Path, files: int = 6, lines: int = 200) -> Path:
+#: Each spout task's batch cap: four files of ~600 bytes (two per task) make a few
+#: batches, enough for a crash after batch 1 to leave work, and no more (a batch
+#: costs about a second on a loaded two-core machine).
+BATCH_BYTES = 500
+
+
+def folder(tmp_path: Path, files: int = 4, lines: int = 60) -> Path:
     rng = random.Random(3)
     root = tmp_path / "in"
     root.mkdir()
@@ -49,9 +55,11 @@ def folder(tmp_path: Path, files: int = 6, lines: int = 200) -> Path:
     return root
 
 
-def topology(root: Path, spout: type[FileSpout] = FileSpout) -> Topology:
+def topology(
+    root: Path, spout: type[FileSpout] = FileSpout, batch_bytes: int = BATCH_BYTES
+) -> Topology:
     b = TopologyBuilder("folder-wc")
-    b.set_spout("lines", spout(root, batch_bytes=2000), 2)
+    b.set_spout("lines", spout(root, batch_bytes=batch_bytes), 2)
     b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
     b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
     return b.build()
@@ -86,8 +94,8 @@ def test_executors_read_the_folder(spark_session: Any, tmp_path: Path) -> None:
     result = rt.run(until_idle=True)
     assert not result.errors, result.errors
     size = sum(f.stat().st_size for f in root.iterdir())
-    # Two spout tasks, each at most 2000 bytes a batch.
-    assert result.counters["batches"] >= size // 4000
+    # Two spout tasks, each at most BATCH_BYTES a batch.
+    assert result.counters["batches"] >= size // (2 * BATCH_BYTES)
     assert counts(tmp_path) == expected(root)
     assert result.components["lines"].emitted == sum(
         len(f.read_text().splitlines()) for f in root.iterdir()
@@ -98,13 +106,13 @@ def test_executors_read_the_folder(spark_session: Any, tmp_path: Path) -> None:
 def test_driver_crash_then_spark_or_local_finishes(
     spark_session: Any, tmp_path: Path, point: str
 ) -> None:
-    """The driver dies after batch 2 was prepared (or committed); a Spark run over the
+    """The driver dies after batch 1 was prepared (or committed); a Spark run over the
     same store finishes it (prepared), or the local runtime does (committed)."""
     root = folder(tmp_path)
     conf = conf_for(tmp_path)
 
     def crash(at: str, txid: int) -> None:
-        if at == point and txid == 2:
+        if at == point and txid == 1:
             raise SimulatedCrash(f"driver killed after batch {txid} was {at}")
 
     first = SparkRuntime(topology(root), conf, spark=spark_session)
@@ -123,8 +131,9 @@ def test_driver_crash_then_spark_or_local_finishes(
 
 def test_local_crash_then_spark_finishes(spark_session: Any, tmp_path: Path) -> None:
     """The local runtime dies once its bolts acked PREPARE(1); Spark rolls 1 back and
-    reads on from the files' offsets stored with 0: exact."""
-    root = folder(tmp_path)
+    reads on from the files' offsets stored with 0: exact. Enough lines that the local
+    run reaches a checkpoint before its end; Spark reads the rest in one or two batches."""
+    root = folder(tmp_path, files=6, lines=200)
     conf = conf_for(tmp_path)
 
     class Stop(Exception):
@@ -141,6 +150,8 @@ def test_local_crash_then_spark_finishes(spark_session: Any, tmp_path: Path) -> 
             between=stop,
         )
     assert counts(tmp_path) != expected(root)
-    result = SparkRuntime(topology(root), conf, spark=spark_session).run(until_idle=True)
+    result = SparkRuntime(topology(root, batch_bytes=4000), conf, spark=spark_session).run(
+        until_idle=True
+    )
     assert not result.errors, result.errors
     assert counts(tmp_path) == expected(root)
