@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
+from .._partitioned import PARTITIONS_KEY
 from ._broker import Reconnect, redact, require, unreachable
 from ._source import BrokerSpout, Lost, spread
 
@@ -36,6 +37,13 @@ class RedisStreamSpout(BrokerSpout):
     order (no order across streams). More tasks than streams is refused; so
     is a restart whose parallelism differs from the one that stored the
     positions (the streams would be split another way).
+
+    **Partitioned, with several streams.** A list of streams makes it a
+    :class:`~statestream.PartitionedSource` (a stream is a partition): on
+    Spark the driver asks each stream's last entry id (``XREVRANGE COUNT
+    1``), stores it with ``PREPARING(t)``, and the executors read the
+    entries after the stored id up to it (``XRANGE`` in pages of
+    ``count``); a batch reads each stream to its end as the driver saw it.
 
     **Reading.** Entries are read ``count`` at a time (``XREAD COUNT``) and
     buffered; ``next_tuple`` emits one. When the buffer is empty it asks
@@ -199,7 +207,7 @@ class RedisStreamSpout(BrokerSpout):
 
     # -- positions (statestream.Rewindable) ------------------------------------------
     def _where(self, ids: Mapping[str, str], replay: list[Any]) -> dict[str, Any]:
-        where: dict[str, Any] = {"streams": dict(ids), "replay": replay}
+        where: dict[str, Any] = {PARTITIONS_KEY: dict(ids), "replay": replay}
         if self._tasks > 1:
             where["tasks"] = self._tasks
         if self._counts is not None:
@@ -229,7 +237,8 @@ class RedisStreamSpout(BrokerSpout):
             self._start({s: _START for s in self._mine}, [], {s: 0 for s in self._mine})
             return
         tasks = int(position.get("tasks", 1))
-        stored = dict(position.get("streams") or {})
+        # "streams": where a checkpoint stored before the spout was partitioned holds them.
+        stored = dict(position.get(PARTITIONS_KEY) or position.get("streams") or {})
         if tasks != self._tasks or set(stored) != set(self._mine):
             self.close()
             raise self._moved(
@@ -237,6 +246,45 @@ class RedisStreamSpout(BrokerSpout):
                 f"has {self._tasks} task(s) and gives it {sorted(self._mine)}",
             )
         self._start(stored, position.get("replay") or [], position.get("counts"))
+
+    # -- read by range (statestream.PartitionedSource) --------------------------------
+    def is_partitioned(self) -> bool:
+        """Several streams: a partition each (one stream keeps the driver's path)."""
+        return len(self.streams) > 1
+
+    def partitions(self) -> Sequence[str]:
+        return list(self._mine)
+
+    def end_position(self, partition: str) -> str:
+        """The id of the stream's last entry (``0-0`` when it is empty)."""
+        import redis
+
+        try:
+            last = self._client.xrevrange(partition, count=1)
+        except redis.RedisError as exc:
+            raise SourceError(
+                f"{self._name()}: XREVRANGE {partition} failed on {redact(self.url)}: {exc}"
+            ) from exc
+        return last[0][0].decode() if last else _START
+
+    def read(self, partition: str, start: str, end: str) -> Iterator[list[str]]:
+        """The entries after id ``start`` up to and including id ``end`` (positions
+        are the last id read), ``count`` a page."""
+        import redis
+
+        after = start
+        while True:
+            try:
+                page = self._client.xrange(partition, f"({after}", end, count=self.count)
+            except redis.RedisError as exc:
+                raise SourceError(
+                    f"{self._name()}: XRANGE {partition} failed on {redact(self.url)}: {exc}"
+                ) from exc
+            for raw_id, data in page:
+                after = raw_id.decode()
+                yield self._values(partition, after, data)
+            if len(page) < self.count:
+                return
 
     def _key(self, msg_id: Any) -> tuple[str, str]:
         return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from statestream.testing import SimulatedCrash, crash_and_recover, crash_at_chec
 from tests.word_bolts import Count, Split
 
 pytestmark = pytest.mark.spark
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 class DriverRefusingSpout(FileSpout):
@@ -155,3 +158,49 @@ def test_local_crash_then_spark_finishes(spark_session: Any, tmp_path: Path) -> 
     )
     assert not result.errors, result.errors
     assert counts(tmp_path) == expected(root)
+
+
+@pytest.mark.redis
+def test_executors_read_redis_streams(spark_session: Any, tmp_path: Path) -> None:
+    """Two Redis streams, a partition each: the executors read the entries after the
+    stored ids up to each stream's last id (the driver's next_tuple refuses); entries
+    added later are read by a second run from the ids the first stored: exact."""
+    redis = pytest.importorskip("redis")
+    from statestream.connectors import RedisStreamSpout
+
+    class RefusingStreams(RedisStreamSpout):
+        def next_tuple(self) -> None:
+            raise AssertionError("next_tuple() called on a partitioned source on Spark")
+
+    client = redis.Redis.from_url(REDIS_URL)
+    streams = [f"sstest-{uuid.uuid4().hex[:10]}-{i}" for i in range(2)]
+    rng = random.Random(5)
+    lines: list[str] = []
+
+    def produce(n: int) -> None:
+        for _ in range(n):
+            line = " ".join(f"w{rng.randrange(30)}" for _ in range(rng.randrange(1, 5)))
+            client.xadd(streams[len(lines) % 2], {"line": line})
+            lines.append(line)
+
+    def run() -> Any:
+        b = TopologyBuilder("folder-wc")
+        # One task owns both streams; pages of 50 entries.
+        b.set_spout("lines", RefusingStreams(streams, ["line"], REDIS_URL, count=50))
+        b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+        b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+        return SparkRuntime(b.build(), conf_for(tmp_path), spark=spark_session).run(until_idle=True)
+
+    try:
+        produce(240)
+        first = run()
+        assert not first.errors, first.errors
+        assert counts(tmp_path) == collections.Counter(" ".join(lines).split())
+        produce(60)
+        second = run()
+        assert not second.errors, second.errors
+        assert second.components["lines"].emitted == 60
+        assert counts(tmp_path) == collections.Counter(" ".join(lines).split())
+    finally:
+        client.delete(*streams)
+        client.close()

@@ -297,7 +297,11 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
                     break
                 batch = self._read_batch()
                 if not batch.size:
-                    if until_idle and all(t.spout.exhausted() for t in self._spout_tasks):
+                    # A partitioned task planned nothing: every partition stood at its
+                    # end (the driver never reads it, so it cannot catch up itself).
+                    if until_idle and all(
+                        t.partitioned or t.spout.exhausted() for t in self._spout_tasks
+                    ):
                         reason = "idle"
                         break
                     time.sleep(interval)
