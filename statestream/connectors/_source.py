@@ -79,6 +79,8 @@ class BrokerSpout(Spout):
         self.count = count
         self.block_ms = block_ms
         self._reconnect: Reconnect | None = None
+        self._mine: list[str] = []  # the streams (or queues) of this task, set at open
+        self._tasks = 1  # the spout's parallelism, set at open
         self._buffer: deque[tuple[Hashable, list[Any]]] = deque()  # (message id, values)
         self._in_flight: dict[Hashable, list[Any]] = {}  # emitted, not acked: emit order
         self._replay: deque[Hashable] = deque()  # failed: emitted again before anything new
@@ -182,6 +184,18 @@ class BrokerSpout(Spout):
         if self._caught_up and not self._buffer:
             return done, done
         return done, None if self._end is None else max(self._end, done)
+
+    def _check_spread(self, tasks: int, stored: Iterable[str]) -> None:
+        """Refuse a position stored by another parallelism or for other streams than
+        this task's (``_tasks`` and ``_mine``, set at open): the streams would be
+        split another way. Closes the spout before it raises."""
+        names = sorted(stored)
+        if tasks != self._tasks or names != sorted(self._mine):
+            self.close()
+            raise self._moved(
+                f"by {tasks} task(s) reading {names} on this task",
+                f"has {self._tasks} task(s) and gives it {sorted(self._mine)}",
+            )
 
     def _moved(self, stored: str, now: str) -> ConfigError:
         """The error for a checkpoint taken reading something else than this run."""

@@ -21,12 +21,13 @@ import orjson
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from ._broker import Reconnect, redact, require, unreachable
-from ._source import BrokerSpout, Lost
+from ._source import BrokerSpout, Lost, spread
 
 __all__ = ["JetStreamSpout"]
 
 T = TypeVar("T")
-_Item = tuple[int, "list[tuple[int, bytes]] | BaseException"]  # (generation, batch or error)
+# (generation, stream, batch of (sequence, payload) or the error a fetch met)
+_Item = tuple[int, str, "list[tuple[int, bytes]] | BaseException"]
 _QUEUE_BATCHES = 8  # batches the loop may read ahead of the spout
 
 
@@ -35,29 +36,33 @@ async def _quiet(_exc: Exception) -> None:
 
 
 class _Reader:
-    """One task's event loop thread, its NATS connection and its fetching coroutine.
+    """One task's event loop thread, its NATS connection and one fetching coroutine
+    per stream of the task, all handing batches over through one queue.
 
-    Lifecycle: :meth:`connect` (raises at once if the server or the stream is
-    not there), :meth:`start` from a sequence (again at every seek: the
-    batches of an earlier start still queued are told apart by their
-    generation and dropped), :meth:`close` (idempotent; stops the loop and
-    joins the thread).
+    Lifecycle: :meth:`connect` (raises at once if the server or a stream is
+    not there), :meth:`start` from a sequence per stream (again at every
+    seek: the batches of an earlier start still queued are told apart by
+    their generation and dropped), :meth:`close` (idempotent; stops the loop
+    and joins the thread).
     """
 
     def __init__(
-        self, url: str, stream: str, subject: str | None, count: int, block_s: float
+        self, url: str, streams: Sequence[str], subject: str | None, count: int, block_s: float
     ) -> None:
-        self.url, self.stream, self.subject = url, stream, subject
+        self.url, self.streams, self.subject = url, list(streams), subject
         self.count, self.block_s = count, block_s
-        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=_QUEUE_BATCHES)
+        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=_QUEUE_BATCHES * len(self.streams))
         self.generation = 0
+        # Streams with a "nothing new" in the queue: one each is enough (more would
+        # go stale and tell the spout it caught up after new messages came).
+        self.idle_queued: set[str] = set()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
-            target=self.loop.run_forever, name=f"jetstream-{stream}", daemon=True
+            target=self.loop.run_forever, name=f"jetstream-{self.streams[0]}", daemon=True
         )
         self.thread.start()
         self._nc: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -79,34 +84,34 @@ class _Reader:
             error_cb=_quiet,
         )
 
+    async def _info(self, stream: str) -> Any:
+        await self._connect()
+        return await self._nc.jetstream().stream_info(stream)
+
     def last_seq(self) -> int:
-        """The stream's last sequence now (a round trip: progress, once a second)."""
+        """The streams' last sequences summed now (round trips: progress, once a second)."""
 
         async def ask() -> int:
-            await self._connect()
-            info = await self._nc.jetstream().stream_info(self.stream)
-            return int(info.state.last_seq)
+            return sum([int((await self._info(s)).state.last_seq) for s in self.streams])
 
         return self.call(ask(), timeout=2.0)
 
-    async def _subjects(self) -> list[str]:
-        await self._connect()
-        info = await self._nc.jetstream().stream_info(self.stream)
-        return list(info.config.subjects or [])
+    def connect(self, stream: str) -> None:
+        """Connect and ask for ``stream``; raises what nats-py raises."""
+        self.call(self._info(stream))
 
-    def connect(self) -> list[str]:
-        """Connect and return the stream's subjects; raises what nats-py raises."""
-        return self.call(self._subjects())
-
-    def start(self, seq: int) -> None:
-        """Fetch from stream sequence ``seq`` on; what an earlier start queued is dropped."""
+    def start(self, seqs: Mapping[str, int]) -> None:
+        """Fetch each stream from its sequence in ``seqs`` on; what an earlier start
+        queued is dropped."""
         self.generation += 1
         generation = self.generation
 
         def begin() -> None:
-            if self._task is not None:
-                self._task.cancel()
-            self._task = self.loop.create_task(self._fetch(generation, seq))
+            for task in self._tasks:
+                task.cancel()
+            self._tasks = [
+                self.loop.create_task(self._fetch(generation, s, seq)) for s, seq in seqs.items()
+            ]
 
         self.loop.call_soon_threadsafe(begin)
         while True:  # leave room for the new generation's batches
@@ -114,8 +119,9 @@ class _Reader:
                 self.queue.get_nowait()
             except queue.Empty:
                 break
+        self.idle_queued.clear()
 
-    async def _fetch(self, generation: int, seq: int) -> None:
+    async def _fetch(self, generation: int, stream: str, seq: int) -> None:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         sub: Any = None
@@ -123,8 +129,7 @@ class _Reader:
         while True:
             try:
                 if sub is None:
-                    await self._connect()
-                    subjects = await self._subjects()
+                    subjects = list((await self._info(stream)).config.subjects or [])
                     config = ConsumerConfig(
                         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                         opt_start_seq=seq,
@@ -134,7 +139,7 @@ class _Reader:
                     if self.subject is None:
                         config.filter_subjects = subjects
                     sub = await self._nc.jetstream().pull_subscribe(
-                        self.subject or subjects[0], stream=self.stream, config=config
+                        self.subject or subjects[0], stream=stream, config=config
                     )
                 try:
                     msgs = await sub.fetch(batch=self.count, timeout=self.block_s)
@@ -146,14 +151,16 @@ class _Reader:
                 wait = 0.05
                 if batch:
                     seq = batch[-1][0] + 1
-                elif not self.queue.empty():
-                    continue  # one "nothing new" waiting is enough; more would go stale
-                await self._put((generation, batch))
+                elif stream in self.idle_queued:
+                    continue
+                else:
+                    self.idle_queued.add(stream)
+                await self._put((generation, stream, batch))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 sub = None
-                await self._put((generation, exc))
+                await self._put((generation, stream, exc))
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 2.0)
 
@@ -166,8 +173,8 @@ class _Reader:
                 await asyncio.sleep(0.005)
 
     async def _stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task  # a task left pending is reported when the loop closes
@@ -187,13 +194,13 @@ class _Reader:
 
 
 class JetStreamSpout(BrokerSpout):
-    """Emits each message of a NATS JetStream stream, in stream order.
+    """Emits each message of one or more NATS JetStream streams, in stream order.
 
     What it emits: with one field (``fields=["line"]``, the default) the
     message's payload as UTF-8 text; with several, the named keys of the
     payload read as a JSON object; or whatever ``decoder(payload)`` returns
     (a sequence, one value per output field; give ``output_fields``).
-    ``subject`` filters the stream's messages (default: all of them).
+    ``subject`` filters each stream's messages (default: all of them).
 
     **Exactly-once.** It implements :class:`~statestream.Rewindable`: its
     position is the stream sequence of the next message (plus the failed
@@ -202,8 +209,11 @@ class JetStreamSpout(BrokerSpout):
     (``deliver_policy=by_start_sequence``, no acks: nothing is kept on the
     server). ``acked_position()`` serves at-least-once state.
 
-    One task per stream (a JetStream stream is one ordered log); a
-    parallelism above 1 is refused.
+    **Several streams, several tasks.** ``stream`` may be a list: task ``i``
+    of N reads the streams whose index is ``i`` modulo N, each in its own
+    order (a stream is one ordered log, read by one task). More tasks than
+    streams is refused; so is a restart whose parallelism differs from the
+    one that stored the positions.
 
     **Reading.** A loop thread fetches ``count`` messages at a time ahead of
     the spout (at most 8 batches); ``next_tuple`` waits at most ``block_ms``
@@ -222,7 +232,7 @@ class JetStreamSpout(BrokerSpout):
 
     def __init__(
         self,
-        stream: str,
+        stream: str | Sequence[str],
         subject: str | None = None,
         fields: Sequence[str] = ("line",),
         url: str = "nats://127.0.0.1:4222",
@@ -232,7 +242,9 @@ class JetStreamSpout(BrokerSpout):
         count: int = 1000,
         block_ms: int = 50,
     ) -> None:
-        self.stream = stream
+        self.streams = [stream] if isinstance(stream, str) else list(stream)
+        if not self.streams:
+            raise ConfigError("JetStreamSpout needs at least one stream")
         self.subject = subject
         self.fields = list(fields)
         self.decoder = decoder
@@ -245,7 +257,8 @@ class JetStreamSpout(BrokerSpout):
         super().__init__(count, block_ms)
         self.url = url
         self._reader: _Reader | None = None
-        self._next = 1  # the stream sequence of the next message to emit
+        self._next: dict[str, int] = {}  # stream -> the sequence of the next message to emit
+        self._idle: dict[str, bool] = {}  # stream -> its last fetch found nothing new
         self._started = False
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
@@ -258,38 +271,40 @@ class JetStreamSpout(BrokerSpout):
         require("nats", "nats", "JetStreamSpout")
         from nats.js.errors import NotFoundError
 
-        if context.parallelism > 1:
-            raise ConfigError(
-                f"{self._name()} has {context.parallelism} tasks, but a JetStream stream is "
-                "one ordered log read by one task: give it parallelism 1 (and spread the "
-                "work over the bolts after it)"
-            )
+        self._tasks = context.parallelism
+        self._mine = spread(self._name(), self.streams, context.task_index, self._tasks, "stream")
+        self._next = {s: 1 for s in self._mine}
         self._reader = _Reader(
-            self.url, self.stream, self.subject, self.count, self.block_ms / 1000.0
+            self.url, self._mine, self.subject, self.count, self.block_ms / 1000.0
         )
-        try:
-            self._reader.connect()
-        except NotFoundError:
-            self.close()
-            raise ConfigError(
-                f"{self._name()}: the JetStream stream {self.stream!r} does not exist on "
-                f"{redact(self.url)}; fix the name, or create it first (nats stream add "
-                f"{self.stream} --subjects ...)"
-            ) from None
-        except Exception as exc:
-            self.close()
-            raise unreachable(self._name(), self.url, exc) from exc
+        for stream in self._mine:
+            try:
+                self._reader.connect(stream)
+            except NotFoundError:
+                self.close()
+                raise ConfigError(
+                    f"{self._name()}: the JetStream stream {stream!r} does not exist on "
+                    f"{redact(self.url)}; fix the name, or create it first (nats stream add "
+                    f"{stream} --subjects ...)"
+                ) from None
+            except Exception as exc:
+                self.close()
+                raise unreachable(self._name(), self.url, exc) from exc
         self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
 
-    def _start(self, seq: int, replay: Sequence[Any]) -> None:
+    def _start(self, seqs: Mapping[str, int], replay: Sequence[Any]) -> None:
         assert self._reader is not None
-        self._next = seq
-        self._restart((int(n), values) for n, values in replay)
-        self._reader.start(seq)
+        self._next = {s: int(seqs[s]) for s in self._mine}
+        self._idle = {s: False for s in self._mine}
+        self._restart(((s, int(n)), values) for s, n, values in replay)
+        self._reader.start(self._next)
         self._started = True
 
+    def _key(self, msg_id: Any) -> tuple[str, int]:
+        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
+
     def _emitted(self, msg_id: Any) -> None:
-        self._next = msg_id + 1
+        self._next[msg_id[0]] = msg_id[1] + 1
 
     def _read(self) -> bool | None:
         """Move the next batch the loop fetched into the buffer (waiting at most block_ms)."""
@@ -299,27 +314,31 @@ class JetStreamSpout(BrokerSpout):
         if not self._started:
             self._start(self._next, [])
         try:
-            generation, item = reader.queue.get(timeout=self.block_ms / 1000.0)
+            generation, stream, item = reader.queue.get(timeout=self.block_ms / 1000.0)
         except queue.Empty:
             return None
         if generation != reader.generation:
             return None  # fetched for a position given up by a seek
         if isinstance(item, BaseException):
             raise Lost(item)
+        if not item:
+            reader.idle_queued.discard(stream)
+        self._idle[stream] = not item
+        after = self._next[stream]
         for n, data in item:
-            if n >= self._next:  # a refetch after a reconnect may overlap
-                self._buffer.append((n, self._decode(n, data)))
-        return not item
+            if n >= after:  # a refetch after a reconnect may overlap
+                self._buffer.append(((stream, n), self._decode(stream, n, data)))
+        return all(self._idle.values())
 
     def _done(self) -> int | None:
-        return self._next - 1
+        return sum(self._next.values()) - len(self._next)
 
     def _stream_end(self) -> int | None:
-        """The stream's last sequence (stream info), asked through the loop thread."""
+        """The streams' last sequences (stream info), asked through the loop thread."""
         reader = self._reader
         return None if reader is None else reader.last_seq()
 
-    def _decode(self, n: int, data: bytes) -> list[Any]:
+    def _decode(self, stream: str, n: int, data: bytes) -> list[Any]:
         try:
             if self.decoder is not None:
                 return list(self.decoder(data))
@@ -329,35 +348,39 @@ class JetStreamSpout(BrokerSpout):
             return [record[f] for f in self.fields]
         except Exception as exc:
             raise SourceError(
-                f"{self._name()}: message {n} of stream {self.stream!r} cannot be read as "
+                f"{self._name()}: message {n} of stream {stream!r} cannot be read as "
                 f"{self.fields if self.decoder is None else 'the decoder wants'}: "
                 f"{type(exc).__name__}: {exc}; produce it so, or pass a decoder"
             ) from exc
 
     # -- positions (statestream.Rewindable) ------------------------------------------
+    def _where(self, seqs: Mapping[str, int], replay: list[Any]) -> dict[str, Any]:
+        where: dict[str, Any] = {"streams": dict(seqs), "replay": replay}
+        if self._tasks > 1:
+            where["tasks"] = self._tasks
+        return where
+
     def position(self) -> Any:
-        """The stream sequence of the next message, and the failed messages (with
+        """Per stream the sequence of the next message, and the failed messages (with
         their values) that wait to be emitted again."""
-        replay = [[n, values] for n, values in self._failed()]
-        return {"stream": self.stream, "seq": self._next, "replay": replay}
+        return self._where(self._next, [[s, n, values] for (s, n), values in self._failed()])
 
     def acked_position(self) -> Any:
-        """The stream sequence of the first message not yet acked."""
-        return {"stream": self.stream, "seq": next(iter(self._in_flight), self._next)}
+        """Per stream the sequence of the first message not yet acked."""
+        seqs = dict(self._next)
+        for s, n in reversed(self._in_flight):
+            seqs[s] = n  # in emit order: the first one per stream is written last
+        return self._where(seqs, [])
 
     def seek(self, position: Any) -> None:
-        """Continue from ``position`` (from :meth:`position`; None: the stream's start)."""
+        """Continue from ``position`` (from :meth:`position`; None: the streams' start)."""
         if self._reader is None:
             raise ConfigError("JetStreamSpout.seek() before open()")
         if position is None:
-            self._start(1, [])
+            self._start({s: 1 for s in self._mine}, [])
             return
-        if position.get("stream") != self.stream:
-            self.close()
-            raise self._moved(
-                f"reading stream {position.get('stream')!r}", f"reads {self.stream!r}"
-            )
-        self._start(int(position["seq"]), position.get("replay") or [])
+        self._check_spread(int(position.get("tasks", 1)), position.get("streams") or {})
+        self._start(position["streams"], position.get("replay") or [])
 
     def close(self) -> None:
         if self._reader is not None:

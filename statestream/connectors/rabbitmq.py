@@ -1,4 +1,4 @@
-"""A spout reading a RabbitMQ queue (pika, one BlockingConnection per task).
+"""A spout reading RabbitMQ queues (pika, one BlockingConnection per task).
 
 A stream queue (``x-queue-type: stream``) is a log read from an offset: the
 offset lives in the checkpoint record and the spout is rewindable
@@ -11,38 +11,44 @@ no ``position``/``seek``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from ._broker import Reconnect, redact, require, unreachable
-from ._source import BrokerSpout, Lost
+from ._source import BrokerSpout, Lost, spread
 
 __all__ = ["RabbitMQSpout"]
 
+_COUNT_REFRESH_S = 1.5  # how stale a stream queue's message count may be
+
 
 class RabbitMQSpout(BrokerSpout):
-    """Emits each message of RabbitMQ queue ``queue`` as one field, its body as UTF-8 text.
+    """Emits each message of RabbitMQ queue(s) ``queue`` as one field, its body as UTF-8 text.
 
     ``kind="stream"`` (the default) reads a stream queue from an offset
     (``x-stream-offset``, with ``basic_qos(prefetch_count=count)``): it
     implements :class:`~statestream.Rewindable`, its position being the
-    offset of the next message (plus the failed ones waiting to be emitted
-    again), so a stateful topology reading it is exactly-once.
+    offset of the next message per queue (plus the failed ones waiting to be
+    emitted again), so a stateful topology reading it is exactly-once.
     ``kind="classic"`` consumes a classic (or quorum) queue: every delivery
     is held unacked on the broker until the runtime acks its tuple, which a
     stateful topology does once the checkpoint covering it committed, so a
     crash redelivers only what no checkpoint covered: at-least-once. The
-    kind is checked against the queue at ``open``.
+    kind is checked against each queue at ``open``.
 
-    One task per queue (a stream is one ordered log; a classic queue would
-    work with several, but ordering is then lost): a parallelism above 1
-    is refused.
+    **Several queues, several tasks.** ``queue`` may be a list: task ``i``
+    of N consumes the queues whose index is ``i`` modulo N (one connection,
+    one consumer per queue), each in its own order. More tasks than queues
+    is refused; so is a restart whose parallelism differs from the one that
+    stored the positions.
 
     ``next_tuple`` waits at most ``block_ms`` for a delivery when none is
     buffered. With ``--until-idle`` it is exhausted once nothing arrived
-    for that long and everything it emitted is acked.
+    for that long, the broker counts nothing more, and everything it
+    emitted is acked.
 
     **Faults.** A broker that does not answer at ``open`` stops the run
     (exit 1, the URL named with its password hidden); a queue that does not
@@ -52,6 +58,9 @@ class RabbitMQSpout(BrokerSpout):
     """
 
     connector = "RabbitMQSpout"
+    # How a restart resumes without a position (statestream._resume): the broker
+    # redelivers what was not acked, which is what no checkpoint covered.
+    resumes = "redelivers what no committed checkpoint covered (unacked on the broker)"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RabbitMQSpout:
         # The kind decides the class: only the stream queue's has position/seek,
@@ -63,7 +72,7 @@ class RabbitMQSpout(BrokerSpout):
 
     def __init__(
         self,
-        queue: str,
+        queue: str | Sequence[str],
         url: str = "amqp://guest:guest@127.0.0.1:5672/%2F",
         *,
         kind: Literal["stream", "classic"] = "stream",
@@ -74,10 +83,13 @@ class RabbitMQSpout(BrokerSpout):
         if kind not in ("stream", "classic"):
             raise ConfigError(f"RabbitMQSpout: kind is 'stream' or 'classic', not {kind!r}")
         super().__init__(count, block_ms)
-        self.queue, self.url, self.kind, self.field = queue, url, kind, field
+        self.queues = [queue] if isinstance(queue, str) else list(queue)
+        if not self.queues:
+            raise ConfigError("RabbitMQSpout needs at least one queue")
+        self.url, self.kind, self.field = url, kind, field
         self._connection: Any = None
         self._channel: Any = None
-        self._consumer: str | None = None
+        self._consumers: dict[str, str] = {}  # queue -> consumer tag
         self._broker_acks: list[int] = []  # classic: delivery tags to ack at the next call
         self._emits = 0  # classic: messages emitted by this task (progress)
 
@@ -89,11 +101,8 @@ class RabbitMQSpout(BrokerSpout):
     ) -> None:
         super().open(conf, context, collector)
         require("pika", "rabbitmq", "RabbitMQSpout")
-        if context.parallelism > 1:
-            raise ConfigError(
-                f"{self._name()} has {context.parallelism} tasks, but reads one queue in "
-                "order: give it parallelism 1 (and spread the work over the bolts after it)"
-            )
+        self._tasks = context.parallelism
+        self._mine = spread(self._name(), self.queues, context.task_index, self._tasks, "queue")
         self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
         try:
             self._connect()
@@ -103,7 +112,8 @@ class RabbitMQSpout(BrokerSpout):
         except Exception as exc:
             self.close()
             raise unreachable(self._name(), self.url, exc) from exc
-        self._check_kind()
+        for queue in self._mine:
+            self._check_kind(queue)
 
     def _connect(self) -> None:
         import pika
@@ -114,23 +124,24 @@ class RabbitMQSpout(BrokerSpout):
         params.blocked_connection_timeout = 10.0
         self._connection = pika.BlockingConnection(params)
         self._channel = self._connection.channel()
-        try:
-            self._channel.queue_declare(self.queue, passive=True)
-        except ChannelClosedByBroker as exc:
-            raise ConfigError(
-                f"{self._name()}: the queue {self.queue!r} does not exist on "
-                f"{redact(self.url)} ({exc.reply_text}); fix the name, or declare it first"
-                + (" with x-queue-type: stream" if self.kind == "stream" else "")
-            ) from None
+        for queue in self._mine:
+            try:
+                self._channel.queue_declare(queue, passive=True)
+            except ChannelClosedByBroker as exc:
+                raise ConfigError(
+                    f"{self._name()}: the queue {queue!r} does not exist on "
+                    f"{redact(self.url)} ({exc.reply_text}); fix the name, or declare it first"
+                    + (" with x-queue-type: stream" if self.kind == "stream" else "")
+                ) from None
         self._channel.basic_qos(prefetch_count=self.count)
 
-    def _check_kind(self) -> None:
+    def _check_kind(self, queue: str) -> None:
         """Whether the queue is a stream: declaring it as one again is accepted only then."""
         from pika.exceptions import ChannelClosedByBroker
 
         probe = self._connection.channel()
         try:
-            probe.queue_declare(self.queue, durable=True, arguments={"x-queue-type": "stream"})
+            probe.queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
             is_stream = True
             probe.close()
         except ChannelClosedByBroker:
@@ -139,27 +150,32 @@ class RabbitMQSpout(BrokerSpout):
             actual = "stream" if is_stream else "classic"
             self.close()
             raise ConfigError(
-                f"{self._name()}: the queue {self.queue!r} is a {actual} queue, but the "
+                f"{self._name()}: the queue {queue!r} is a {actual} queue, but the "
                 f"spout was given kind={self.kind!r}; pass kind={actual!r}"
             )
 
-    def _consume(self, arguments: dict[str, Any] | None = None) -> None:
-        self._consumer = self._channel.basic_consume(
-            self.queue, self._deliver, auto_ack=False, arguments=arguments
+    def _consume(self, queue: str, arguments: dict[str, Any] | None = None) -> None:
+        self._consumers[queue] = self._channel.basic_consume(
+            queue, partial(self._deliver, queue), auto_ack=False, arguments=arguments
         )
 
-    def _deliver(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+    def _deliver(
+        self, queue: str, _channel: Any, method: Any, properties: Any, body: bytes
+    ) -> None:
         try:
             text = body.decode()
         except UnicodeDecodeError as exc:
             raise SourceError(
-                f"{self._name()}: a message of queue {self.queue!r} is not UTF-8 "
+                f"{self._name()}: a message of queue {queue!r} is not UTF-8 "
                 f"({exc.reason}); produce UTF-8 text"
             ) from None
-        self._buffer.append((self._message_id(method, properties), [text]))
+        msg_id = self._message_id(queue, method, properties)
+        if msg_id is not None:
+            self._buffer.append((msg_id, [text]))
 
-    def _message_id(self, method: Any, properties: Any) -> int:
-        return int(method.delivery_tag)
+    def _message_id(self, queue: str, method: Any, properties: Any) -> Any:
+        """The delivery's message id, or None to skip it (the stream spout's hook)."""
+        return int(method.delivery_tag)  # unique on the task's one channel
 
     def next_tuple(self) -> None:
         if self._broker_acks:
@@ -176,18 +192,18 @@ class RabbitMQSpout(BrokerSpout):
             if self._channel is None or self._channel.is_closed:
                 self._connect()
                 self._resubscribe()
-            elif self._consumer is None:
+            elif not self._consumers:
                 self._resubscribe()
             self._connection.process_data_events(time_limit=self.block_ms / 1000.0)
             if self._buffer:
                 return False
             # Nothing came for block_ms, which under load is no proof: the broker's
-            # count of the queue's messages says whether there is more.
+            # count of the queues' messages says whether there is more.
             return self._read_all(self._message_count())
         except errors.ChannelClosedByBroker as exc:  # refused, not lost: retrying cannot help
             self._drop_connection()
             raise SourceError(
-                f"{self._name()}: the broker closed the channel on queue {self.queue!r}: "
+                f"{self._name()}: the broker closed the channel on queue(s) {self._mine}: "
                 f"{exc.reply_code} {exc.reply_text}"
             ) from exc
         except (errors.AMQPConnectionError, errors.ChannelClosed, errors.StreamLostError) as exc:
@@ -198,18 +214,21 @@ class RabbitMQSpout(BrokerSpout):
         return self._emits
 
     def _stream_end(self) -> int | None:
-        """Classic: what this task emitted, holds, and what the queue holds ready."""
+        """Classic: what this task emitted, holds, and what the queues hold ready."""
         return self._emits + len(self._buffer) + self._message_count()
 
     def _message_count(self) -> int:
-        """The queue's message count now (a passive declare: a round trip, so only
-        from the base's once-a-second progress)."""
+        """The task's queues' message count now (passive declares: round trips, so
+        only when a read found nothing, or from the once-a-second progress)."""
         if self._channel is None:
             raise ConnectionError("not connected")
-        return int(self._channel.queue_declare(self.queue, passive=True).method.message_count)
+        return sum(
+            int(self._channel.queue_declare(q, passive=True).method.message_count)
+            for q in self._mine
+        )
 
     def _read_all(self, message_count: int) -> bool:
-        """Whether a queue holding ``message_count`` messages has nothing more for us:
+        """Whether queues holding ``message_count`` messages have nothing more for us:
         a classic queue counts those ready (not delivered)."""
         return message_count == 0
 
@@ -218,7 +237,8 @@ class RabbitMQSpout(BrokerSpout):
         was put back by the broker, and comes again with new tags."""
         self._in_flight.clear()
         self._replay.clear()
-        self._consume()
+        for queue in self._mine:
+            self._consume(queue)
 
     def _flush_acks(self) -> None:
         tags, self._broker_acks = self._broker_acks, []
@@ -234,12 +254,8 @@ class RabbitMQSpout(BrokerSpout):
             self._broker_acks.append(msg_id)
 
     def _drop_connection(self) -> None:
-        connection, self._connection, self._channel, self._consumer = (
-            self._connection,
-            None,
-            None,
-            None,
-        )
+        connection, self._connection, self._channel = self._connection, None, None
+        self._consumers = {}
         self._buffer.clear()
         if connection is not None and connection.is_open:
             try:
@@ -254,83 +270,113 @@ class RabbitMQSpout(BrokerSpout):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_connection"] = state["_channel"] = state["_consumer"] = None
+        state["_connection"] = state["_channel"] = None
+        state["_consumers"] = {}
         return state
 
 
 class _StreamQueueSpout(RabbitMQSpout):
-    """:class:`RabbitMQSpout` on a stream queue: rewindable by offset."""
+    """:class:`RabbitMQSpout` on stream queues: rewindable by offset per queue."""
 
-    _next: int = 0  # the offset of the next message to emit
+    resumes = ""  # rewindable: the position says where it resumes
+    _next: dict[str, int]  # queue -> the offset of the next message to emit
     _last_tag: int = 0  # the delivery tag to ack after a read (it only grants credit)
+    _quiet_since: float | None = None  # when the count first said "nothing more"
 
-    def _message_id(self, method: Any, properties: Any) -> int:
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        super().open(conf, context, collector)
+        self._next = {q: 0 for q in self._mine}
+
+    def _message_id(self, queue: str, method: Any, properties: Any) -> Any:
         # Stream queues deliver each message's offset in a header: the message id.
         self._last_tag = int(method.delivery_tag)
-        return int(properties.headers["x-stream-offset"])
+        offset = int(properties.headers["x-stream-offset"])
+        # A consumer starts at the chunk holding its offset: what precedes it was read.
+        return (queue, offset) if offset >= self._next[queue] else None
+
+    def _key(self, msg_id: Any) -> tuple[str, int]:
+        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
 
     def _emitted(self, msg_id: Any) -> None:
-        self._next = msg_id + 1
+        self._next[msg_id[0]] = msg_id[1] + 1
 
     def _read_all(self, message_count: int) -> bool:
         # A stream counts every message it holds, offsets from 0 (with retention
-        # cutting the head, the count is lower: caught up a little early).
-        return message_count <= self._next + len(self._buffer)
+        # cutting the head, the count is lower: caught up a little early). The
+        # broker refreshes that count about once a second, so a count saying
+        # "nothing more" is believed only when it still says so a while later
+        # with nothing delivered meanwhile (a stale one ended runs early).
+        if message_count > sum(self._next.values()) + len(self._buffer):
+            self._quiet_since = None
+            return False
+        now = self.context.clock.monotonic()
+        if self._quiet_since is None:
+            self._quiet_since = now
+        return now - self._quiet_since >= _COUNT_REFRESH_S
 
     def _resubscribe(self) -> None:
         self._buffer.clear()
         self._last_tag = 0
-        self._consume({"x-stream-offset": self._next})
+        for queue in self._mine:
+            self._consume(queue, {"x-stream-offset": self._next[queue]})
 
     def _read(self) -> bool | None:
         caught_up = super()._read()
+        if self._buffer:
+            self._quiet_since = None  # something came: the count is to be asked again
         if self._last_tag and self._channel is not None:
             self._channel.basic_ack(self._last_tag, multiple=True)  # one frame per read
             self._last_tag = 0
-        # A refetch after a reconnect starts at the next offset; nothing is older.
-        while self._buffer and self._buffer[0][0] < self._next:  # type: ignore[operator]
-            self._buffer.popleft()
         return caught_up
 
     def _done(self) -> int | None:
-        return self._next
+        return sum(self._next.values())
 
     def _stream_end(self) -> int | None:
-        """The stream's message count (offsets from 0)."""
+        """The streams' message counts (offsets from 0)."""
         return self._message_count()
 
     def ack(self, msg_id: Any) -> None:
-        self._in_flight.pop(msg_id, None)  # nothing to tell the broker: the offset is ours
+        # nothing to tell the broker: the offset is ours
+        self._in_flight.pop(self._key(msg_id), None)
+
+    def _where(self, offsets: Mapping[str, int], replay: list[Any]) -> dict[str, Any]:
+        where: dict[str, Any] = {"queues": dict(offsets), "replay": replay}
+        if self._tasks > 1:
+            where["tasks"] = self._tasks
+        return where
 
     def position(self) -> Any:
-        """The offset of the next message, and the failed messages (with their text)
-        that wait to be emitted again."""
-        replay = [[n, values[0]] for n, values in self._failed()]
-        return {"queue": self.queue, "offset": self._next, "replay": replay}
+        """Per queue the offset of the next message, and the failed messages (with
+        their text) that wait to be emitted again."""
+        return self._where(self._next, [[q, n, v[0]] for (q, n), v in self._failed()])
 
     def acked_position(self) -> Any:
-        """The offset of the first message not yet acked."""
-        return {"queue": self.queue, "offset": next(iter(self._in_flight), self._next)}
+        """Per queue the offset of the first message not yet acked."""
+        offsets = dict(self._next)
+        for q, n in reversed(self._in_flight):
+            offsets[q] = n  # in emit order: the first one per queue is written last
+        return self._where(offsets, [])
 
     def seek(self, position: Any) -> None:
-        """Continue from ``position`` (from :meth:`position`; None: the stream's start)."""
+        """Continue from ``position`` (from :meth:`position`; None: the streams' start)."""
         if self._channel is None:
             raise ConfigError("RabbitMQSpout.seek() before open()")
+        offsets = {q: 0 for q in self._mine}
         replay: list[Any] = []
-        offset = 0
         if position is not None:
-            if position.get("queue") != self.queue:
-                self.close()
-                raise self._moved(
-                    f"reading queue {position.get('queue')!r}", f"reads {self.queue!r}"
-                )
-            offset, replay = int(position["offset"]), position.get("replay") or []
+            self._check_spread(int(position.get("tasks", 1)), position.get("queues") or {})
+            offsets = {q: int(n) for q, n in position["queues"].items()}
+            replay = position.get("replay") or []
         buffered = list(self._buffer)
-        self._restart((int(n), [text]) for n, text in replay)
-        if self._consumer is not None and offset == self._next:
+        self._restart(((q, int(n)), [text]) for q, n, text in replay)
+        if self._consumers and offsets == self._next:
             self._buffer.extend(buffered)  # already there: what is buffered comes next
             return
-        self._next = offset
+        self._next = offsets
+        self._quiet_since = None
         self._consume_from_next()
 
     def _consume_from_next(self) -> None:
@@ -339,13 +385,14 @@ class _StreamQueueSpout(RabbitMQSpout):
         connection; so deliver them first, and reconnect if the broker closed it."""
         import pika.exceptions as errors
 
-        if self._consumer is not None:
+        if self._consumers:
             try:
                 self._connection.process_data_events(time_limit=0)
-                self._channel.basic_cancel(self._consumer)
+                for tag in self._consumers.values():
+                    self._channel.basic_cancel(tag)
             except (errors.AMQPError, errors.ChannelClosed):
                 self._drop_connection()
                 self._connect()
-            self._consumer = None
+            self._consumers = {}
         self._buffer.clear()
         self._resubscribe()

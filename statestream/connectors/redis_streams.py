@@ -87,8 +87,6 @@ class RedisStreamSpout(BrokerSpout):
         self.url = url
         self._keys = [f.encode() for f in self.fields]
         self._client: Any = None
-        self._mine: list[str] = []  # the streams of this task
-        self._tasks = 1
         self._read_ids: dict[str, str] = {}  # stream -> the last id read (into the buffer)
         self._last: dict[str, str] = {}  # stream -> the last id emitted
         self._counts: dict[str, int] | None = {}  # stream -> entries emitted (None: unknown)
@@ -236,15 +234,9 @@ class RedisStreamSpout(BrokerSpout):
         if position is None:
             self._start({s: _START for s in self._mine}, [], {s: 0 for s in self._mine})
             return
-        tasks = int(position.get("tasks", 1))
         # "streams": where a checkpoint stored before the spout was partitioned holds them.
         stored = dict(position.get(PARTITIONS_KEY) or position.get("streams") or {})
-        if tasks != self._tasks or set(stored) != set(self._mine):
-            self.close()
-            raise self._moved(
-                f"by {tasks} task(s) reading streams {sorted(stored)} on this task",
-                f"has {self._tasks} task(s) and gives it {sorted(self._mine)}",
-            )
+        self._check_spread(int(position.get("tasks", 1)), stored)
         self._start(stored, position.get("replay") or [], position.get("counts"))
 
     # -- read by range (statestream.PartitionedSource) --------------------------------

@@ -42,7 +42,7 @@ class Source:
     def produce(self, lines: list[str]) -> None:
         raise NotImplementedError
 
-    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+    def spout(self, name: str | list[str] | None = None, url: str | None = None) -> Spout:
         raise NotImplementedError
 
     def settle(self, total: int) -> None:
@@ -67,7 +67,7 @@ class RedisSource(Source):
             pipe.xadd(self.name, {"line": line})
         pipe.execute()
 
-    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+    def spout(self, name: str | list[str] | None = None, url: str | None = None) -> Spout:
         return RedisStreamSpout(name or self.name, ["line"], url or "redis://127.0.0.1:6379/0")
 
     def drop(self) -> None:
@@ -98,7 +98,7 @@ class JetStreamSource(Source):
 
         asyncio.run(self._run(publish))
 
-    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+    def spout(self, name: str | list[str] | None = None, url: str | None = None) -> Spout:
         return JetStreamSpout(name or self.name, url=url or "nats://127.0.0.1:4222")
 
     def drop(self) -> None:
@@ -130,7 +130,7 @@ class RabbitSource(Source):
         for line in lines:
             self.channel.basic_publish("", self.name, line.encode())
 
-    def spout(self, name: str | None = None, url: str | None = None) -> Spout:
+    def spout(self, name: str | list[str] | None = None, url: str | None = None) -> Spout:
         return RabbitMQSpout(
             name or self.name,
             url or "amqp://guest:guest@127.0.0.1:5672/%2F",
@@ -214,6 +214,17 @@ def pump(
             break
 
 
+def catch_up(spout: Spout) -> None:
+    """Call next_tuple (emitting nothing new) until the spout is exhausted, moving its
+    fake clock on: a RabbitMQ stream believes the broker's count of its messages
+    only once it held a while (the broker refreshes it about once a second)."""
+    clock = spout.context.clock
+    deadline = time.monotonic() + 30
+    while not spout.exhausted() and time.monotonic() < deadline:
+        spout.next_tuple()
+        clock.advance(0.5)  # type: ignore[attr-defined]
+
+
 def test_emits_every_entry_in_order(source: Source) -> None:
     lines = [f"line {i}" for i in range(2500)]  # more than one read batch
     source.produce(lines)
@@ -269,7 +280,7 @@ def test_exhausted_once_caught_up_and_acked(source: Source) -> None:
     assert not spout.exhausted(), "exhausted with 3 entries not acked"
     for _, msg_id in recorder.emitted:
         spout.ack(msg_id)
-    spout.next_tuple()
+    catch_up(spout)
     assert spout.exhausted()
     source.produce(["d"])  # a live stream: what comes later is read
     pump(spout, recorder, 4, live=True)  # a read may still say what it saw before "d"
@@ -307,8 +318,7 @@ def test_progress_gives_the_lag_and_it_shrinks_to_0_when_caught_up(source: Sourc
     assert got is not None and got.unit == "entries"
     assert (got.done, got.total, got.lag) == (1, 2500, 2499)
     pump(spout, recorder, 2500)
-    for _ in range(5):
-        spout.next_tuple()  # reads nothing new: caught up
+    catch_up(spout)  # reads nothing new: caught up
     assert spout.progress() == (2500, 2500)  # type: ignore[attr-defined]
     source.produce([f"m{i}" for i in range(10)])
     source.settle(2510)
@@ -316,10 +326,52 @@ def test_progress_gives_the_lag_and_it_shrinks_to_0_when_caught_up(source: Sourc
     pump(spout, recorder, 2501, live=True)
     assert spout.progress() == (2501, 2510)  # type: ignore[attr-defined]
     pump(spout, recorder, 2510, live=True)
-    for _ in range(5):
-        spout.next_tuple()
+    catch_up(spout)
     spout.close()
     assert spout.progress() == (2510, 2510)  # type: ignore[attr-defined]
+
+
+def test_several_streams_are_spread_over_the_tasks(source: Source) -> None:
+    sources = [source, type(source)(), type(source)()]
+    try:
+        for k, each in enumerate(sources):
+            each.produce([f"s{k} l{i}" for i in range(40)])
+        names = [each.name for each in sources]
+        read: list[list[str]] = []
+        positions = []
+        for task in range(2):  # task 0 reads streams 0 and 2, task 1 stream 1
+            spout = source.spout(name=names)
+            recorder = Recorder()
+            context = mock_context("lines", task_index=task, parallelism=2, clock=FakeClock())
+            spout.open({}, context, recorder)  # type: ignore[arg-type]
+            spout.seek(None)  # type: ignore[attr-defined]
+            pump(spout, recorder, 80 if task == 0 else 40)
+            positions.append(spout.position())  # type: ignore[attr-defined]
+            spout.close()
+            read.append(recorder.lines())
+        for k in (0, 2):  # each stream in its own order
+            assert [line for line in read[0] if line.startswith(f"s{k} ")] == [
+                f"s{k} l{i}" for i in range(40)
+            ]
+        assert len(read[0]) == 80
+        assert read[1] == [f"s1 l{i}" for i in range(40)]
+        # A restart with another parallelism would split the streams another way.
+        single = source.spout(name=names)
+        opened(single)
+        with pytest.raises(ConfigError, match=r"2 task\(s\).*has 1 task\(s\)"):
+            single.seek(positions[0])  # type: ignore[attr-defined]
+        with pytest.raises(ConfigError, match=r"has 3 tasks but 2 (stream|queue).*at most 2 task"):
+            opened_as(source.spout(name=names[:2]), 0, 3)
+    finally:
+        for each in sources[1:]:
+            each.drop()
+
+
+def opened_as(spout: Spout, task: int, tasks: int) -> Recorder:
+    recorder = Recorder()
+    context = mock_context("lines", task_index=task, parallelism=tasks, clock=FakeClock())
+    spout.open({}, context, recorder)  # type: ignore[arg-type]
+    return recorder
 
 
 def test_a_missing_stream_is_an_error_naming_it(source: Source) -> None:
@@ -402,6 +454,28 @@ def test_a_topology_counts_every_entry_exactly(
     # Run again: the stored positions say everything was read; nothing is counted twice.
     run(topology, conf, until_idle=True)
     assert committed_state(topology, conf, "count") == _expected()
+
+
+def test_two_spout_tasks_over_two_streams_count_exactly(source: Source, tmp_path: Path) -> None:
+    second = type(source)()
+    try:
+        source.produce(LINES[:1200])
+        second.produce(LINES[1200:])
+        b = TopologyBuilder(f"src2-{source.kind}")
+        b.set_spout("lines", source.spout(name=[source.name, second.name]), 2)
+        from word_bolts import Count, Split
+
+        b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+        b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+        topology = b.build()
+        conf = {
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        }
+        run(topology, conf, until_idle=True)
+        assert committed_state(topology, conf, "count") == _expected()
+    finally:
+        second.drop()
 
 
 @pytest.mark.spark
