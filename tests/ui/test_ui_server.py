@@ -14,7 +14,7 @@ import pytest
 
 import statestream._ui.server as server_module
 from statestream._errors import ConfigError
-from statestream._ui.server import LiveView, parse_address
+from statestream._ui.server import REQUESTS_PER_SEC, LiveView, Pacer, parse_address
 
 ASSETS = Path(server_module.__file__).with_name("assets")
 
@@ -33,8 +33,10 @@ class Renders:
 @pytest.fixture
 def view() -> Iterator[tuple[LiveView, Renders]]:
     renders = Renders()
-    # An hour between renders: whatever a test sees was rendered at start.
-    with LiveView(parse_address("0"), renders, interval=3600) as v:
+    # An hour between renders: whatever a test sees was rendered at start. No
+    # pacing to speak of, so a thousand requests take no time (the pacer is
+    # tested on its own below).
+    with LiveView(parse_address("0"), renders, interval=3600, requests_per_sec=1e9) as v:
         yield v, renders
 
 
@@ -178,3 +180,42 @@ def test_closing_the_view_frees_its_port() -> None:
     with socket.socket() as again:
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(address)  # raises if the view still held it
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_pacer_lets_a_burst_through_then_one_turn_per_interval() -> None:
+    clock = Clock()
+    pacer = Pacer(rate=10, burst=3, clock=clock)
+    assert [pacer.delay() for _ in range(3)] == [0, 0, 0]  # the burst
+    # Past it, each caller's turn is reserved a tenth of a second after the last.
+    assert [round(pacer.delay(), 6) for _ in range(3)] == [0.1, 0.2, 0.3]
+    clock.now += 0.3  # the three waiters were served; the budget refills from here
+    assert round(pacer.delay(), 6) == 0.1
+    clock.now += 10  # idle: back to a full burst, never more
+    assert [pacer.delay() for _ in range(3)] == [0, 0, 0]
+    assert pacer.delay() > 0
+
+
+def test_a_client_asking_as_fast_as_it_can_is_held_to_the_rate() -> None:
+    # 2,000 requests at once against the default rate: how long the server
+    # makes them wait in all, on its own clock (no wall-clock assertion).
+    clock = Clock()
+    pacer = Pacer(REQUESTS_PER_SEC, REQUESTS_PER_SEC, clock=clock)
+    waits = [pacer.delay() for _ in range(2000)]
+    assert max(waits) == pytest.approx((2000 - REQUESTS_PER_SEC) / REQUESTS_PER_SEC)
+    assert sum(w == 0 for w in waits) == REQUESTS_PER_SEC
+
+
+def test_the_view_paces_its_requests() -> None:
+    with LiveView(parse_address("0"), Renders(), interval=3600, requests_per_sec=1) as v:
+        v.pacer = Pacer(rate=1, burst=2, clock=Clock())  # a clock that never moves
+        assert get(v, "/metrics").status == 200
+        assert get(v, "/metrics").status == 200
+        assert v.pacer.delay() == pytest.approx(1.0)  # the next request would wait
