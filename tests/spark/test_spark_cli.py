@@ -5,6 +5,11 @@ prepared batch 1 (lines 30-59). The restart, with the default batch size,
 must roll batch 1 back and read on from the positions stored with batch 0
 (line 30): lines 30-89, each counted once.
 
+With a folder (a partitioned source: the executors read byte ranges) the
+same 90 lines are three files of 30; the killed run's batches are one file's
+bytes, so batch 0 is the first file and batch 1, killed once prepared, the
+second; the restart reads the second and third files once.
+
 Each run is a process of its own with its own SparkSession (about 10 s each),
 so this file holds the one test that needs it.
 """
@@ -42,13 +47,23 @@ KILLER = textwrap.dedent(
 )
 
 
-def test_sigkilled_driver_restarts_exactly(tmp_path: Path) -> None:
-    corpus = tmp_path / "in.txt"
-    corpus.write_text(
-        "".join(
-            " ".join(f"w{(i * 5 + j) % 23}" for j in range(i % 7 + 1)) + "\n" for i in range(90)
-        )
-    )
+@pytest.mark.parametrize("source", ["file", "folder"])
+def test_sigkilled_driver_restarts_exactly(tmp_path: Path, source: str) -> None:
+    lines = [" ".join(f"w{(i * 5 + j) % 23}" for j in range(i % 7 + 1)) + "\n" for i in range(90)]
+    text = "".join(lines)
+    if source == "file":
+        corpus = tmp_path / "in.txt"
+        corpus.write_text(text)
+        # Batches of 30 lines when killed; the restart uses the default batch size.
+        small = ["--set", "statestream.spark.batch.size=30"]
+    else:
+        corpus = tmp_path / "in"
+        corpus.mkdir()
+        for k in range(3):
+            (corpus / f"part-{k}.txt").write_text("".join(lines[k * 30 : (k + 1) * 30]))
+        first = (corpus / "part-0.txt").stat().st_size
+        # Batches of the first file's bytes when killed (the input's key names its cap).
+        small = ["--set", f"wordcount.input.batch.bytes={first}"]
     settings = [
         "--set",
         "topology.state.provider=sqlite",
@@ -58,8 +73,6 @@ def test_sigkilled_driver_restarts_exactly(tmp_path: Path) -> None:
         f"wordcount.input={corpus}",
     ]
     run = ["run", str(ROOT / "examples" / "wordcount.py"), "--until-idle", "--runner", "spark"]
-    # Batches of 30 lines when killed; the restart uses the default batch size.
-    small = ["--set", "statestream.spark.batch.size=30"]
     killed = subprocess.run(
         [sys.executable, "-c", KILLER, *run, *settings, *small],
         capture_output=True,
@@ -86,4 +99,4 @@ def test_sigkilled_driver_restarts_exactly(tmp_path: Path) -> None:
         entry = json.loads(line)
         assert entry["key"] not in counts
         counts[entry["key"]] = entry["value"]
-    assert counts == collections.Counter(corpus.read_text().split())
+    assert counts == collections.Counter(text.split())
