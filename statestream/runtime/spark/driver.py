@@ -78,7 +78,7 @@ from .config import (
 )
 from .feed import DataFrameSpout, FeedDriver
 from .shared import fresh_state, user_bolt
-from .spouts import SpoutTask
+from .spouts import SpoutTask, idle
 from .transactional import TransactionalDriver, TxJob
 
 
@@ -297,11 +297,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
                     break
                 batch = self._read_batch()
                 if not batch.size:
-                    # A partitioned task planned nothing: every partition stood at its
-                    # end (the driver never reads it, so it cannot catch up itself).
-                    if until_idle and all(
-                        t.partitioned or t.spout.exhausted() for t in self._spout_tasks
-                    ):
+                    if until_idle and all(map(idle, self._spout_tasks)):
                         reason = "idle"
                         break
                     time.sleep(interval)

@@ -117,6 +117,20 @@ class SpoutTask:
         return self.cid
 
 
+def idle(task: SpoutTask) -> bool:
+    """Whether ``task`` has nothing left to give a batch. A partitioned task the
+    driver never reads, so it cannot catch up itself: it is idle once a plan found
+    every partition at its end (the caller's batch was empty) and its position
+    holds no failed record waiting to be emitted again (``replay``)."""
+    spout: Any = task.spout
+    if spout.exhausted():
+        return True
+    if not task.partitioned:
+        return False
+    where = spout.position()
+    return not (isinstance(where, Mapping) and where.get("replay"))
+
+
 @dataclass
 class Batch:
     """One batch as the driver holds it until it commits."""
