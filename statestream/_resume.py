@@ -103,11 +103,17 @@ def plan_resume(
         where = None if positions is None else positions.get(s.namespace)
         if not can_resume(s.spout):
             kind = type(s.spout).__name__
+            # A spout may say how it resumes without a position (the optional
+            # ``resumes`` attribute: a classic queue's broker redelivers what was
+            # not acked), which is truer than the general "reads again".
+            how = getattr(s.spout, "resumes", "") or (
+                "starts where its open() starts and reads again what it read before"
+            )
             plan.lines.append(
                 _line(
                     s,
-                    f"{kind} cannot resume (no acked_position() and seek()): it starts where "
-                    "its open() starts and reads again what it read before (at-least-once)",
+                    f"{kind} cannot resume (no acked_position() and seek()): it {how} "
+                    "(at-least-once)",
                 )
             )
         elif where is None:

@@ -60,7 +60,10 @@ class RabbitMQSpout(BrokerSpout):
     connector = "RabbitMQSpout"
     # How a restart resumes without a position (statestream._resume): the broker
     # redelivers what was not acked, which is what no checkpoint covered.
-    resumes = "redelivers what no committed checkpoint covered (unacked on the broker)"
+    resumes = (
+        "gets again from the broker only what no committed checkpoint covered (the broker "
+        "held it unacked)"
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RabbitMQSpout:
         # The kind decides the class: only the stream queue's has position/seek,

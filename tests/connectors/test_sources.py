@@ -411,6 +411,26 @@ def test_rabbitmq_classic_queue_acks_the_broker_only_on_ack() -> None:
         source.drop()
 
 
+def test_the_start_line_of_a_classic_queue_says_what_comes_again() -> None:
+    from statestream._checkpoint import CheckpointState, Phase
+    from statestream._exactly_once import CheckpointRecord
+    from statestream._resume import SpoutRef, plan_resume
+
+    record = CheckpointRecord(CheckpointState(3, Phase.COMMITTED), {}, {})
+    classic = RabbitMQSpout("q", kind="classic")
+    other = object()  # a spout that cannot resume and says nothing of how
+    plan = plan_resume(
+        record, False, [SpoutRef("q-0", "q", 0, 1, classic), SpoutRef("o-0", "o", 0, 1, other)]
+    )
+    assert plan.seeks == {}
+    assert plan.lines[0] == (
+        "q: RabbitMQSpout cannot resume (no acked_position() and seek()): it gets again from "
+        "the broker only what no committed checkpoint covered (the broker held it unacked) "
+        "(at-least-once)"
+    )
+    assert "reads again what it read before (at-least-once)" in plan.lines[1]
+
+
 def test_the_queue_kind_is_checked_at_open() -> None:
     source = RabbitClassicSource()
     try:
