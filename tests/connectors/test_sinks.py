@@ -120,6 +120,28 @@ def test_tasks_of_one_sink_keep_their_own_guards(case: SinkCase, tmp_path: Path)
     assert case.rows() == sorted(A + B)
 
 
+def test_guard_says_the_last_txid_written_per_task(case: SinkCase, tmp_path: Path) -> None:
+    provider = store(tmp_path)
+    sink, state = open_task(case, provider)
+    apply_action(sink, state, Action.INITSTATE, -1, False)
+    feed(sink, A)
+    apply_action(sink, state, Action.PREPARE, 0, True)
+    apply_action(sink, state, Action.COMMIT, 0, True)
+    assert sink.guard() == 0  # type: ignore[attr-defined]
+    feed(sink, B)
+    apply_action(sink, state, Action.PREPARE, 1, True)
+    apply_action(sink, state, Action.COMMIT, 1, True)
+    apply_action(sink, state, Action.PREPARE, 2, True)  # nothing received: no write
+    apply_action(sink, state, Action.COMMIT, 2, True)
+    assert sink.guard() == 1  # type: ignore[attr-defined]
+    other, _ = open_task(case, provider, task=1)  # another task's guard is its own
+    other.open_target()
+    try:
+        assert other.guard() == -1  # type: ignore[attr-defined]
+    finally:
+        other.close_target()
+
+
 # -- the README's own sink, run as written ----------------------------------------------
 def _readme_code(heading: str) -> str:
     """The first Python block under ``### heading`` in README.md."""
