@@ -28,6 +28,9 @@ without the messages that had their last attempt. Such a job does not count
 toward ``statestream.spark.batch.attempts``: only a job that fails as a
 whole (``JOB_FAILED``) does, since it says nothing of its messages.
 
+An action that reports an event (PREPARE: ``CLAIM_LOST``; RUN_JOB; WAIT) ends
+its list: the actions that follow the event replace whatever was left of it.
+
 Pure: no I/O, no clock; :class:`BatchTransaction` keeps the count of failed
 jobs between events.
 """

@@ -136,7 +136,9 @@ class BatchDriver(SpoutDriver):
             do = todo.popleft()
             event = self._run_job(run, job) if do is Do.RUN_JOB else self._actions[do](self, run)
             if event is not None:
-                todo.extend(decide.on(event))
+                # What follows an event replaces what was left: a PREPARE that
+                # finds the claim lost must not be followed by its job.
+                todo = deque(decide.on(event))
                 run.failures = decide.failures
 
     def _run_job(self, run: BatchRun, job: Callable[[int, Batch], list[Ack]]) -> Event:
