@@ -190,6 +190,15 @@ class _Reader:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5.0)
         if not self.thread.is_alive():
+            # What _stop could not end in time (a loaded machine) is cancelled and
+            # run to its end here: a task left pending when the loop closes is
+            # reported as destroyed, later, in whatever code the collector runs.
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                with contextlib.suppress(Exception):
+                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
 
 
