@@ -204,3 +204,32 @@ def test_executors_read_redis_streams(spark_session: Any, tmp_path: Path) -> Non
     finally:
         client.delete(*streams)
         client.close()
+
+
+class ReplayOnStart(FileSpout):
+    """A folder FileSpout restored from a position that lists one failed line waiting
+    for replay (as a local run's checkpoint may): a line at an offset past its file's
+    end, so that no range reads it again."""
+
+    def seek(self, position: Any) -> None:
+        if position is None and self._task == 0:
+            name = self.partitions()[0]
+            position = {
+                "path": self._path,
+                "partitions": {},
+                "replay": [[name, 10**6, "replayed words"]],
+                "tasks": 2,
+            }
+        super().seek(position)
+
+
+def test_a_stored_replay_is_emitted_by_the_driver(spark_session: Any, tmp_path: Path) -> None:
+    """Failed records a restored position holds are emitted on Spark (through the
+    driver) once, besides the ranges the executors read."""
+    root = folder(tmp_path)
+    result = SparkRuntime(
+        topology(root, ReplayOnStart, batch_bytes=4000), conf_for(tmp_path), spark=spark_session
+    ).run(until_idle=True, duration=120)
+    assert not result.errors, result.errors
+    assert result.reason == "idle"
+    assert counts(tmp_path) == expected(root) + collections.Counter(["replayed", "words"])

@@ -122,13 +122,16 @@ def idle(task: SpoutTask) -> bool:
     driver never reads, so it cannot catch up itself: it is idle once a plan found
     every partition at its end (the caller's batch was empty) and its position
     holds no failed record waiting to be emitted again (``replay``)."""
-    spout: Any = task.spout
-    if spout.exhausted():
+    if task.spout.exhausted():
         return True
-    if not task.partitioned:
-        return False
-    where = spout.position()
-    return not (isinstance(where, Mapping) and where.get("replay"))
+    return task.partitioned and not replay_pending(task.spout)
+
+
+def replay_pending(spout: Spout) -> bool:
+    """Whether ``spout``'s position lists failed records waiting to be emitted again
+    (``replay``, as FileSpout and the broker spouts store them)."""
+    where = spout.position()  # type: ignore[attr-defined]
+    return isinstance(where, Mapping) and bool(where.get("replay"))
 
 
 @dataclass
@@ -239,6 +242,14 @@ class SpoutDriver(DriverBase):
                 collector.msg_ids.append(rid)
             skipped = 0
             if task.partitioned:
+                # Records a restored position holds for replay (they failed before the
+                # cut, on any runtime) the spout emits itself, through the driver,
+                # before the ranges are planned: a range never holds them again.
+                while len(items) < self.batch_size and replay_pending(task.spout):
+                    before = len(items)
+                    next_tuple()
+                    if len(items) == before:
+                        break
                 batch.ranges.extend(self._plan(task))
                 skipped = self.batch_size  # the executors read it: next_tuple is not called
             while len(items) < self.batch_size and skipped < self.batch_size:
