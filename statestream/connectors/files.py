@@ -11,7 +11,9 @@ the guard never claims bytes that are not on disk, and whatever a crash
 left past the guard's length is cut off when the sink opens (at ``prepare``,
 so at every start and restore) and before each append.
 
-Each line is a JSON object of the input's fields (or ``fields=``).
+Each line is a JSON object of the input's fields (or ``fields=``), encoded
+by orjson (UTF-8, no ASCII escapes; a float NaN or infinity is ``null``, an
+integer beyond 64 bits is refused as a :class:`~statestream.SinkError`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import orjson
 
 from .._components import OutputCollector, TopologyContext
 from .._errors import SinkError
@@ -104,10 +109,17 @@ class FileSink(TwoPhaseSink):
         self._cut(f, length)
         names = self.fields
         assert names is not None
-        data = "".join(
-            json.dumps(dict(zip(names, row, strict=True)), ensure_ascii=False) + "\n"
-            for row in rows
-        ).encode()
+        if set(map(len, rows)) != {len(names)}:
+            bad = next(row for row in rows if len(row) != len(names))
+            raise SinkError(f"{self.what}: row {bad!r} does not have the values of {names}")
+        # Each row a dict and an orjson call, all in C loops (map), joined once:
+        # the standard library's json.dumps in a Python loop cost ~31,000
+        # instructions a row, this ~2,500 (bench/RESULTS-connectors.md).
+        try:
+            data = b"\n".join(map(orjson.dumps, map(dict, map(zip, repeat(names), rows))))
+        except TypeError as exc:  # orjson.JSONEncodeError
+            raise SinkError(f"{self.what}: a row cannot be written as JSON: {exc}") from exc
+        data += b"\n"
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

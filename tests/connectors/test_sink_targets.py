@@ -166,3 +166,46 @@ def test_a_file_is_cut_back_to_its_guard_on_restore(tmp_path: Path) -> None:
     assert out.read_bytes() == committed
     for s in case.opened:
         s.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("column", "values"),
+    [
+        # jsonb: the JSON path takes the value's JSON (->), a string stays a JSON string.
+        ("jsonb", [{"k": [1, 2]}, "s", 3]),
+        # numeric and timestamptz: the JSON path casts the value's text.
+        ("numeric", [1.5, 2, None]),
+        ("timestamptz", ["2026-11-27T00:00:00+00:00"]),
+        # An array column: written by COPY (its JSON text is not its input syntax).
+        ("integer[]", [[1, 2], []]),
+    ],
+)
+def test_postgres_writes_each_column_type_as_given(
+    column: str, values: list[Any], append: PostgresAppend, tmp_path: Path
+) -> None:
+    append.conn.execute(f"ALTER TABLE {append.table} ALTER COLUMN n DROP NOT NULL")
+    append.conn.execute(f"ALTER TABLE {append.table} ALTER COLUMN n TYPE {column} USING NULL")
+    rows = [[f"w{i}", v] for i, v in enumerate(values)]
+    checkpoint(append, tmp_path, [rows])
+    got = append.conn.execute(f"SELECT word, n FROM {append.table} ORDER BY word").fetchall()
+    read = [[w, str(n) if column == "timestamptz" and n is not None else n] for w, n in got]
+    if column == "timestamptz":
+        rows = [[w, "2026-11-27 00:00:00+00:00"] for w, _ in rows]
+    assert read == rows
+
+
+def test_redis_a_key_of_another_type_is_refused_before_any_write(tmp_path: Path) -> None:
+    case = RedisStream(tmp_path)
+    case.opened, case.topology = [], "topo-" + case.prefix
+    case.client.set(case.key, "not a stream")
+    try:
+        with pytest.raises(SinkError) as err:
+            checkpoint(case, tmp_path, [[["a", 1]]])
+        assert "RedisSink 'out' task 0" in str(err.value)
+        assert "WRONGTYPE" in str(err.value)
+        assert case.client.hgetall(case.prefix + ":guard") == {}  # the guard did not move
+        assert case.client.get(case.key) == "not a stream"
+    finally:
+        for s in case.opened:
+            s.cleanup()
+        case.close()
