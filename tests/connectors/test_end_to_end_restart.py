@@ -1,13 +1,18 @@
 """examples/stream_to_postgres.py while its broker is restarted under it: exact.
 
-Each test starts a broker of its own on spare ports (tests/connectors/
+The test starts a broker of its own on spare ports (tests/connectors/
 end_to_end.py ``Server``; the shared servers are never restarted): Redis with
-the append-only file on, NATS with JetStream's file store. Half the lines are
-produced, the pipeline runs, the broker is stopped and started again once the
-sinks have committed something, the other half is produced, and the same run
-(never restarted) must reconnect, without reporting an error, and commit
-every word; then the tables must be exact. The RabbitMQ restart (a second node takes ~15 s a start) is in
-bench/bench_connectors_kill.py --restart, results in bench/RESULTS-connectors.md.
+the append-only file on. Half the lines are produced, the pipeline runs, the
+broker is stopped and started again once the sinks have committed something,
+the other half is produced, and the same run (never restarted) must
+reconnect, without reporting an error, and commit every word; then the
+tables must be exact.
+
+Sized for CI's time: 2,000 lines (was 10,000: the restart is what is tested,
+not the volume). The JetStream restart (27 s in CI's run of it) and
+the RabbitMQ one (a second node takes ~15 s a
+start) are in bench/bench_connectors_kill.py --restart-lines, results in
+bench/RESULTS-connectors.md.
 """
 
 from __future__ import annotations
@@ -20,16 +25,13 @@ import pytest
 
 pytestmark = [pytest.mark.slow]
 
-LINES = 10_000
+LINES = 2_000
 
 
-@pytest.mark.parametrize(
-    ("kind", "binary"), [("redis", "redis-server"), ("jetstream", "nats-server")]
-)
-def test_a_run_rides_out_a_broker_restart_exactly(kind: str, binary: str, tmp_path: Path) -> None:
-    if shutil.which(binary) is None:
-        pytest.fail(f"{binary} is not installed")
-    server = e2e.Server(kind, tmp_path / kind)
+def test_a_run_rides_out_a_redis_restart_exactly(tmp_path: Path) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed")
+    server = e2e.Server("redis", tmp_path / "redis")
     server.start()
     try:
         with e2e.database() as dsn:
