@@ -131,6 +131,10 @@ class SQLiteStateProvider(BackendStateProvider):
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
+        # Write transactions of this provider so far: sqlite's data_version
+        # counts only other connections' commits, so a backend's kept merge
+        # of the committed log (see _SQLiteBackend._committed_log) checks both.
+        self._writes = 0
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -353,6 +357,8 @@ class SQLiteStateProvider(BackendStateProvider):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            finally:
+                self._writes += 1
             conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ provider
@@ -404,6 +410,18 @@ class SQLiteStateProvider(BackendStateProvider):
                 conn.executemany(
                     f"DELETE FROM {table} WHERE namespace = ?", [(ns,) for ns in namespaces]
                 )
+        for ns in namespaces:
+            backend = self._backends.get(ns)
+            if backend is not None:
+                backend.forget()
+
+    def forget_state(self, namespace: str) -> None:
+        # Spark writes a namespace from several processes in turn: the next
+        # state object reads the committed log afresh too.
+        super().forget_state(namespace)
+        backend = self._backends.get(namespace)
+        if backend is not None:
+            backend.forget()
 
     def compact(self, namespace: str | None = None) -> None:
         """Fold the committed log records of ``namespace`` (of every namespace if None)

@@ -367,6 +367,19 @@ def test_point_reads_see_the_log_and_other_writers(tmp_path: Path) -> None:
         assert backend.load(b"8") is None and backend.load(b"6") == b'"old"'
 
 
+def test_a_kept_merge_follows_this_process_writes(tmp_path: Path) -> None:
+    # data_version changes only on other connections' commits: writes through
+    # another backend object of the same connection, and a drop, must be seen.
+    with _open(tmp_path / "state.db") as provider:
+        kept = provider._open_backend("count-0")
+        kept.commit_direct([(b"1", b"1")])
+        assert kept.load(b"1") == b"1"  # the merged log is kept now
+        sqlite_provider._SQLiteBackend(provider, "count-0").commit_direct([(b"1", b"2")])
+        assert kept.load(b"1") == b"2"
+        provider._drop(["count-0"])
+        assert kept.load(b"1") is None
+
+
 def test_namespaces_follow_the_log(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with _open(path) as provider:
