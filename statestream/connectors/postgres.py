@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -241,15 +241,31 @@ class PostgresSink(TwoPhaseSink):
         return -1 if row is None else int(row[0])
 
     def write(self, rows: list[list[Any]], txid: int) -> bool:
+        return self._write(txid, lambda: self._write_rows(rows), lambda: rows)
+
+    def write_json(self, rows_json: str, txid: int) -> bool:
+        if self.mode == "upsert" or self._insert is None:
+            return super().write_json(rows_json, txid)
+        # Append on the JSON path: the stage's text is the statement's parameter as
+        # it is, never decoded (rows are decoded only to name a refused one).
+        return self._write(
+            txid,
+            lambda: self._conn.execute(self._insert, (rows_json,)),
+            lambda: orjson.loads(rows_json),
+        )
+
+    def _write(self, txid: int, put: Callable[[], Any], rows: Callable[[], Any]) -> bool:
+        """In one transaction: the guard moved to ``txid`` (or nothing done if it was
+        there), then ``put()``; a refused batch names its row from ``rows()``."""
         psycopg = self._psycopg
         try:
             with self._conn.transaction():
                 if not self._move_guard(txid):
                     return False  # written before: a COMMIT sent again
-                self._write_rows(rows)
+                put()
             return True
         except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
-            raise self._refused(rows, exc) from exc
+            raise self._refused(rows(), exc) from exc
 
     def _move_guard(self, txid: int) -> bool:
         sql = self._sql
