@@ -7,8 +7,10 @@
 count -> two PostgreSQL sinks, append and upsert) against examples/wordcount.py
 (a file -> split -> count) on the same lines, both with their state in SQLite
 and a checkpoint every second, and between them the example with its sinks
-swapped for bolts that only ack (what the sinks cost is the difference): the
-three run in turn ``--pairs`` rounds (each a ``statestream run --until-idle``
+swapped for bolts that only ack (what the sinks cost is the difference) and
+for stateful bolts that only ack (their acks held to the checkpoint, as a
+sink's: what of the sinks' cost is the stateful machinery, not their own
+work): the four run in turn ``--pairs`` rounds (each a ``statestream run --until-idle``
 process on a fresh store, and for the example a fresh PostgreSQL schema). Per
 run: its own time (the ``idle after X s`` of its summary: start-up left out)
 and the CPU seconds of its process (start-up included; the servers' work is
@@ -53,16 +55,20 @@ EXAMPLE = str(ROOT / "examples" / "stream_to_postgres.py")
 WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
 SINKS = ("postgres-append", "postgres-upsert", "redis-stream", "file")
 _IDLE = re.compile(r"idle after ([\d.]+) s")
-# The example with its two PostgreSQL sinks swapped for bolts that only ack:
-# what the rest of the pipeline costs.
+# The example with its two PostgreSQL sinks swapped for bolts that only ack
+# (``{base}`` Bolt: what the rest of the pipeline costs; StatefulBolt: that and
+# the checkpoint machinery a sink goes through, its acks held to the commit).
 ACK_ONLY = """
 import sys
 sys.path.insert(0, {examples!r})
 import stream_to_postgres
-from statestream import Bolt
+from statestream import {base}
 
 
-class AckOnly(Bolt):
+class AckOnly({base}):
+    def init_state(self, state):
+        pass
+
     def execute(self, tup):
         self.collector.ack(tup)
 
@@ -108,11 +114,13 @@ def throughput(lines: int, pairs: int) -> None:
     common += ["--set", "topology.state.checkpoint.interval.ms=1000"]
     common += ["--set", "topology.max.spout.pending=50000"]
     variant = tmp / "ack_only_sinks.py"
-    variant.write_text(ACK_ONLY.format(examples=str(ROOT / "examples")))
+    variant.write_text(ACK_ONLY.format(examples=str(ROOT / "examples"), base="Bolt"))
+    stateful = tmp / "stateful_ack_only_sinks.py"
+    stateful.write_text(ACK_ONLY.format(examples=str(ROOT / "examples"), base="StatefulBolt"))
     print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} rounds\n")
-    print("| round | word count run / CPU s | pipeline, sinks acking only | stream_to_postgres "
-          "| run ratio | CPU ratio |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| round | word count run / CPU s | pipeline, sinks acking only | stateful sinks "
+          "acking only | stream_to_postgres | run ratio | CPU ratio |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     runs: list[list[float]] = []
     with e2e.source("redis") as src:
         e2e.wait_producer(e2e.start_producer(src, corpus, 0))
@@ -124,18 +132,22 @@ def throughput(lines: int, pairs: int) -> None:
             )
             state = f"topology.state.provider.config={{path: {tmp}/ack-{pair}.db}}"
             ack = timed_run([str(variant), *common, "--set", state], env)
+            state = f"topology.state.provider.config={{path: {tmp}/sack-{pair}.db}}"
+            sack = timed_run([str(stateful), *common, "--set", state], env)
             with e2e.database() as dsn:
                 state = f"topology.state.provider.config={{path: {tmp}/pipe-{pair}.db}}"
                 pipe = timed_run([EXAMPLE, *common, "--set", state], {**env, "POSTGRES_DSN": dsn})
-            runs.append([*wc, *ack, *pipe])
+            runs.append([*wc, *ack, *pipe, *sack])
             print(f"| {pair} | {wc[0]:.2f} / {wc[1]:.2f} | {ack[0]:.2f} / {ack[1]:.2f} "
+                  f"| {sack[0]:.2f} / {sack[1]:.2f} "
                   f"| {pipe[0]:.2f} / {pipe[1]:.2f} | {wc[0] / pipe[0]:.2f} "
                   f"| {wc[1] / pipe[1]:.2f} |", flush=True)  # fmt: skip
-    med = [statistics.median(r[i] for r in runs) for i in range(6)]
+    med = [statistics.median(r[i] for r in runs) for i in range(8)]
     print(
         f"\nmedians, lines per second of run time (per CPU second): file word count "
         f"{lines / med[0]:,.0f} ({lines / med[1]:,.0f}), the pipeline with sinks that only "
-        f"ack {lines / med[2]:,.0f} ({lines / med[3]:,.0f}), stream_to_postgres "
+        f"ack {lines / med[2]:,.0f} ({lines / med[3]:,.0f}), stateful ones that only ack "
+        f"{lines / med[6]:,.0f} ({lines / med[7]:,.0f}), stream_to_postgres "
         f"{lines / med[4]:,.0f} ({lines / med[5]:,.0f}); stream_to_postgres / word count: "
         f"run {med[0] / med[4]:.2f}, CPU {med[1] / med[5]:.2f}"
     )

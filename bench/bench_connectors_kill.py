@@ -20,7 +20,13 @@ Prints one table row per (source, runtime). ``--rate 0`` picks a rate that
 spreads the lines over the kills (about 1.5 s of a run per kill). ``spark``
 SIGKILLs ``statestream run --runner spark`` drivers (``local[2,2]``, about 15
 s a start each; give it fewer ``--spark-kills``) and finishes on a
-SparkSession of this process, the state on the shared Redis.
+SparkSession of this process, the state on the shared Redis. CI does not
+run the Spark kill (a JVM a killed driver, which no shared SparkSession can
+save) nor the JetStream and RabbitMQ restarts: this bench does, small
+enough to run in a few minutes::
+
+    python bench/bench_connectors_kill.py --sources redis --runtimes spark --lines 2000 --spark-kills 2
+    python bench/bench_connectors_kill.py --sources jetstream,rabbitmq --runtimes '' --restart-lines 2000
 
 ``--restart-lines N`` (N > 0) adds, per source, a run during which the
 source's broker (one of this bench's own, on spare ports: Redis with AOF,
