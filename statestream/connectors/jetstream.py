@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
 
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
+from .._partitioned import PARTITIONS_KEY
 from ._broker import Reconnect, redact, require, unreachable
 from ._source import BrokerSpout, Lost, spread
 
@@ -33,6 +34,53 @@ _QUEUE_BATCHES = 8  # batches the loop may read ahead of the spout
 
 async def _quiet(_exc: Exception) -> None:
     """nats-py's error callback: our reader reports errors, not the client's logger."""
+
+
+async def _subscribe(nc: Any, stream: str, subject: str | None, seq: int) -> Any:
+    """An ephemeral pull consumer of ``stream`` (``subject`` only, or all its subjects)
+    delivering from sequence ``seq`` on, without acks."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    js = nc.jetstream()
+    subjects = list((await js.stream_info(stream)).config.subjects or [])
+    config = ConsumerConfig(
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=seq,
+        ack_policy=AckPolicy.NONE,  # the position is ours, in the checkpoint
+        inactive_threshold=30.0,  # an abandoned consumer goes away
+    )
+    if subject is None:
+        config.filter_subjects = subjects
+    return await js.pull_subscribe(subject or subjects[0], stream=stream, config=config)
+
+
+async def _open(url: str) -> Any:
+    """A connection to ``url`` without nats-py's own reconnects: a lost server is our
+    Reconnect's business (bounded by statestream.connectors.reconnect.secs), and the
+    client's own loop would retry its first connect for ever."""
+    import nats
+
+    return await nats.connect(
+        url,
+        connect_timeout=2,
+        allow_reconnect=False,
+        max_reconnect_attempts=1,
+        reconnect_time_wait=0.1,
+        error_cb=_quiet,
+    )
+
+
+def _finish(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on the stopped ``loop``, run it to its end, and close the
+    loop: a task left pending when a loop closes is reported as destroyed, later, in
+    whatever code the collector runs."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
 
 
 class _Reader:
@@ -68,31 +116,20 @@ class _Reader:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _connect(self) -> None:
-        import nats
-
-        if self._nc is not None and not self._nc.is_closed:
-            return
-        # No reconnects inside nats-py: a lost server is our Reconnect's business
-        # (bounded by statestream.connectors.reconnect.secs), and the client's own
-        # loop would retry its first connect for ever.
-        self._nc = await nats.connect(
-            self.url,
-            connect_timeout=2,
-            allow_reconnect=False,
-            max_reconnect_attempts=1,
-            reconnect_time_wait=0.1,
-            error_cb=_quiet,
-        )
+        if self._nc is None or self._nc.is_closed:
+            self._nc = await _open(self.url)
 
     async def _info(self, stream: str) -> Any:
         await self._connect()
         return await self._nc.jetstream().stream_info(stream)
 
-    def last_seq(self) -> int:
-        """The streams' last sequences summed now (round trips: progress, once a second)."""
+    def last_seq(self, streams: Sequence[str] | None = None) -> int:
+        """The last sequences of ``streams`` (default: all the task's) summed now
+        (round trips: progress asks once a second, the Spark driver once a batch)."""
 
         async def ask() -> int:
-            return sum([int((await self._info(s)).state.last_seq) for s in self.streams])
+            names = self.streams if streams is None else streams
+            return sum([int((await self._info(s)).state.last_seq) for s in names])
 
         return self.call(ask(), timeout=2.0)
 
@@ -122,25 +159,13 @@ class _Reader:
         self.idle_queued.clear()
 
     async def _fetch(self, generation: int, stream: str, seq: int) -> None:
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-
         sub: Any = None
         wait = 0.05
         while True:
             try:
                 if sub is None:
-                    subjects = list((await self._info(stream)).config.subjects or [])
-                    config = ConsumerConfig(
-                        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                        opt_start_seq=seq,
-                        ack_policy=AckPolicy.NONE,  # the position is ours, in the checkpoint
-                        inactive_threshold=30.0,  # an abandoned consumer goes away
-                    )
-                    if self.subject is None:
-                        config.filter_subjects = subjects
-                    sub = await self._nc.jetstream().pull_subscribe(
-                        self.subject or subjects[0], stream=stream, config=config
-                    )
+                    await self._connect()
+                    sub = await _subscribe(self._nc, stream, self.subject, seq)
                 try:
                     msgs = await sub.fetch(batch=self.count, timeout=self.block_s)
                 except TimeoutError:  # nats' own (a subclass) or, past the deadline, the bare one
@@ -190,16 +215,7 @@ class _Reader:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5.0)
         if not self.thread.is_alive():
-            # What _stop could not end in time (a loaded machine) is cancelled and
-            # run to its end here: a task left pending when the loop closes is
-            # reported as destroyed, later, in whatever code the collector runs.
-            pending = asyncio.all_tasks(self.loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                with contextlib.suppress(Exception):
-                    self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self.loop.close()
+            _finish(self.loop)  # what _stop could not end in time (a loaded machine)
 
 
 class JetStreamSpout(BrokerSpout):
@@ -223,6 +239,13 @@ class JetStreamSpout(BrokerSpout):
     order (a stream is one ordered log, read by one task). More tasks than
     streams is refused; so is a restart whose parallelism differs from the
     one that stored the positions.
+
+    **Partitioned, with several streams.** A list of streams makes it a
+    :class:`~statestream.PartitionedSource` (a stream is a partition): on
+    Spark the driver asks each stream's last sequence (stream info) and
+    stores the one after it with ``PREPARING(t)``; the executors read the
+    messages from the stored sequence up to it, ``count`` at a time, through
+    an ephemeral pull consumer on a connection of their own.
 
     **Reading.** A loop thread fetches ``count`` messages at a time ahead of
     the spout (at most 8 batches); ``next_tuple`` waits at most ``block_ms``
@@ -283,6 +306,7 @@ class JetStreamSpout(BrokerSpout):
         self._tasks = context.parallelism
         self._mine = spread(self._name(), self.streams, context.task_index, self._tasks, "stream")
         self._next = {s: 1 for s in self._mine}
+        self._idle = {s: False for s in self._mine}
         self._reader = _Reader(
             self.url, self._mine, self.subject, self.count, self.block_ms / 1000.0
         )
@@ -306,8 +330,9 @@ class JetStreamSpout(BrokerSpout):
         self._next = {s: int(seqs[s]) for s in self._mine}
         self._idle = {s: False for s in self._mine}
         self._restart(((s, int(n)), values) for s, n, values in replay)
-        self._reader.start(self._next)
-        self._started = True
+        # The loop fetches from the first read on, not here: the Spark driver seeks a
+        # partitioned spout every batch and never reads it.
+        self._started = False
 
     def _key(self, msg_id: Any) -> tuple[str, int]:
         return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
@@ -321,7 +346,8 @@ class JetStreamSpout(BrokerSpout):
         if reader is None:
             return None
         if not self._started:
-            self._start(self._next, [])
+            reader.start(self._next)
+            self._started = True
         try:
             generation, stream, item = reader.queue.get(timeout=self.block_ms / 1000.0)
         except queue.Empty:
@@ -364,7 +390,7 @@ class JetStreamSpout(BrokerSpout):
 
     # -- positions (statestream.Rewindable) ------------------------------------------
     def _where(self, seqs: Mapping[str, int], replay: list[Any]) -> dict[str, Any]:
-        where: dict[str, Any] = {"streams": dict(seqs), "replay": replay}
+        where: dict[str, Any] = {PARTITIONS_KEY: dict(seqs), "replay": replay}
         if self._tasks > 1:
             where["tasks"] = self._tasks
         return where
@@ -388,8 +414,81 @@ class JetStreamSpout(BrokerSpout):
         if position is None:
             self._start({s: 1 for s in self._mine}, [])
             return
-        self._check_spread(int(position.get("tasks", 1)), position.get("streams") or {})
-        self._start(position["streams"], position.get("replay") or [])
+        # "streams": where a checkpoint stored before the spout was partitioned holds them.
+        stored = dict(position.get(PARTITIONS_KEY) or position.get("streams") or {})
+        self._check_spread(int(position.get("tasks", 1)), stored)
+        self._start(stored, position.get("replay") or [])
+
+    # -- read by range (statestream.PartitionedSource) --------------------------------
+    def is_partitioned(self) -> bool:
+        """Several streams: a partition each (one stream keeps the driver's path)."""
+        return len(self.streams) > 1
+
+    def partitions(self) -> Sequence[str]:
+        return list(self._mine)
+
+    def end_position(self, partition: str) -> int:
+        """The sequence after the stream's last message now (1 when it is empty): a
+        position is the sequence of the next message to read."""
+        if self._reader is None:
+            raise ConfigError("JetStreamSpout.end_position() before open()")
+        try:
+            return self._reader.last_seq([partition]) + 1
+        except Exception as exc:
+            raise SourceError(
+                f"{self._name()}: the info of stream {partition!r} failed on "
+                f"{redact(self.url)}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def read(self, partition: str, start: int, end: int) -> Iterator[list[Any]]:
+        """The messages of the stream with a sequence in ``[start, end)``, fetched
+        ``count`` at a time by an ephemeral pull consumer from ``start``, on a
+        connection and an event loop of the calling thread, both closed when the read
+        ends (an executor runs many reads: none may leave a thread or a task)."""
+        start, end = int(start), int(end)
+        if start >= end:
+            return
+        loop = asyncio.new_event_loop()
+        nc: Any = None
+        try:
+            nc = loop.run_until_complete(_open(self.url))
+            sub = loop.run_until_complete(_subscribe(nc, partition, self.subject, start))
+            pending = int(loop.run_until_complete(sub.consumer_info()).num_pending)
+            empty = 0
+            while pending:  # the messages left that the consumer delivers (the filter's)
+                try:
+                    msgs = loop.run_until_complete(
+                        sub.fetch(batch=min(self.count, end - start), timeout=1.0)
+                    )
+                except TimeoutError:
+                    msgs = []
+                if not msgs:
+                    empty += 1
+                    if empty > 30:
+                        raise TimeoutError(f"no message in 30 fetches, {pending} pending")
+                    continue
+                empty = 0
+                for m in msgs:
+                    n = int(m.metadata.sequence.stream)
+                    if n >= end:
+                        return
+                    yield self._decode(partition, n, m.data)
+                    start = n + 1
+                if start >= end:
+                    return
+                pending = int(msgs[-1].metadata.num_pending)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise SourceError(
+                f"{self._name()}: reading stream {partition!r} from sequence {start} to "
+                f"{end} failed on {redact(self.url)}: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            if nc is not None:
+                with contextlib.suppress(Exception):  # closing: the loop goes next
+                    loop.run_until_complete(nc.close())
+            _finish(loop)
 
     def close(self) -> None:
         if self._reader is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import random
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,22 @@ def test_local_crash_then_spark_finishes(spark_session: Any, tmp_path: Path) -> 
     assert counts(tmp_path) == expected(root)
 
 
+def read_on_exact(
+    tmp_path: Path, run: Callable[[], Any], produce: Callable[[int], None], lines: list[str]
+) -> None:
+    """240 lines counted exactly by a run, then 60 more by a second run that reads on
+    from the positions the first stored (it emits those 60 only)."""
+    produce(240)
+    first = run()
+    assert not first.errors, first.errors
+    assert counts(tmp_path) == collections.Counter(" ".join(lines).split())
+    produce(60)
+    second = run()
+    assert not second.errors, second.errors
+    assert second.components["lines"].emitted == 60
+    assert counts(tmp_path) == collections.Counter(" ".join(lines).split())
+
+
 @pytest.mark.redis
 def test_executors_read_redis_streams(spark_session: Any, tmp_path: Path) -> None:
     """Two Redis streams, a partition each: the executors read the entries after the
@@ -192,15 +209,7 @@ def test_executors_read_redis_streams(spark_session: Any, tmp_path: Path) -> Non
         return SparkRuntime(b.build(), conf_for(tmp_path), spark=spark_session).run(until_idle=True)
 
     try:
-        produce(240)
-        first = run()
-        assert not first.errors, first.errors
-        assert counts(tmp_path) == collections.Counter(" ".join(lines).split())
-        produce(60)
-        second = run()
-        assert not second.errors, second.errors
-        assert second.components["lines"].emitted == 60
-        assert counts(tmp_path) == collections.Counter(" ".join(lines).split())
+        read_on_exact(tmp_path, run, produce, lines)
     finally:
         client.delete(*streams)
         client.close()
@@ -233,3 +242,60 @@ def test_a_stored_replay_is_emitted_by_the_driver(spark_session: Any, tmp_path: 
     assert not result.errors, result.errors
     assert result.reason == "idle"
     assert counts(tmp_path) == expected(root) + collections.Counter(["replayed", "words"])
+
+
+def test_executors_read_jetstream_streams(spark_session: Any, tmp_path: Path) -> None:
+    """Two JetStream streams, a partition each: the executors read the messages from
+    the stored sequences up to each stream's last (the driver's next_tuple refuses),
+    through pull consumers of their own; messages published later are read by a second
+    run from the sequences the first stored: exact."""
+    nats = pytest.importorskip("nats")
+    import asyncio
+
+    from statestream.connectors import JetStreamSpout
+
+    class RefusingStreams(JetStreamSpout):
+        def next_tuple(self) -> None:
+            raise AssertionError("next_tuple() called on a partitioned source on Spark")
+
+    streams = [f"sstest-{uuid.uuid4().hex[:10]}-{i}" for i in range(2)]
+    rng = random.Random(6)
+    lines: list[str] = []
+
+    async def on_server(what: Any) -> None:
+        nc = await nats.connect("nats://127.0.0.1:4222")
+        try:
+            await what(nc.jetstream())
+        finally:
+            await nc.close()
+
+    def produce(n: int) -> None:
+        async def publish(js: Any) -> None:
+            for _ in range(n):
+                line = " ".join(f"w{rng.randrange(30)}" for _ in range(rng.randrange(1, 5)))
+                await js.publish(f"{streams[len(lines) % 2]}.lines", line.encode())
+                lines.append(line)
+
+        asyncio.run(on_server(publish))
+
+    def run() -> Any:
+        b = TopologyBuilder("folder-wc")
+        # One task owns both streams; fetches of 50 messages.
+        b.set_spout("lines", RefusingStreams(streams, count=50))
+        b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+        b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+        return SparkRuntime(b.build(), conf_for(tmp_path), spark=spark_session).run(until_idle=True)
+
+    async def create(js: Any) -> None:
+        for s in streams:
+            await js.add_stream(name=s, subjects=[f"{s}.lines"])
+
+    async def delete(js: Any) -> None:
+        for s in streams:
+            await js.delete_stream(s)
+
+    asyncio.run(on_server(create))
+    try:
+        read_on_exact(tmp_path, run, produce, lines)
+    finally:
+        asyncio.run(on_server(delete))
