@@ -15,8 +15,9 @@ row lock. Rows go in batches, never one round trip per tuple:
   (and the server parses it faster than COPY's text). Tables with a column
   of an array, composite or other non-scalar type (whose JSON text is not
   their input syntax) get ``COPY table (columns) FROM STDIN`` instead.
-* ``mode="upsert"``: the batch is deduplicated on ``key`` (the last value
-  wins, one dict pass) and merged in the same statement with
+* ``mode="upsert"``: the same statement keeps the batch's last row per
+  ``key`` (``DISTINCT ON (key) ... ORDER BY key, position DESC``; on the
+  COPY path a dict pass in Python) and merges it with
   ``ON CONFLICT (key) DO UPDATE``: the table keeps the last value per key.
   With parallelism above 1, group the sink's input by ``fields(key)`` so
   that one task owns each key.
@@ -197,16 +198,23 @@ class PostgresSink(TwoPhaseSink):
                 values.append(sql.SQL("(r ->> {})::{}").format(sql.Literal(i), sql.SQL(typ)))
             else:
                 return None
-        insert = sql.SQL(
-            "INSERT INTO {} ({}) SELECT {} FROM json_array_elements(%s::json) r"
-        ).format(
-            self._ident(self.table), self._columns_sql(self.columns), sql.SQL(", ").join(values)
+        into = sql.SQL("INSERT INTO {} ({})").format(
+            self._ident(self.table), self._columns_sql(self.columns)
         )
         if self.mode == "append":
-            return insert
-        return sql.SQL("{} ON CONFLICT ({}) {}").format(
-            insert, self._columns_sql(self.key), self._on_conflict()
-        )
+            return sql.SQL("{} SELECT {} FROM json_array_elements(%s::json) r").format(
+                into, sql.SQL(", ").join(values)
+            )
+        # The last row of each key in the batch (ON CONFLICT cannot touch a row twice
+        # in one statement), picked by the server: DISTINCT ON the key, latest first.
+        keys = sql.SQL(", ").join(values[self.columns.index(k)] for k in self.key)
+        return sql.SQL(
+            "{} SELECT DISTINCT ON ({}) {} FROM json_array_elements(%s::json) "
+            "WITH ORDINALITY AS e(r, i) ORDER BY {}, i DESC ON CONFLICT ({}) {}"
+        ).format(
+            into, keys, sql.SQL(", ").join(values), keys, self._columns_sql(self.key),
+            self._on_conflict(),
+        )  # fmt: skip
 
     def _on_conflict(self) -> Any:
         sql = self._sql
@@ -244,10 +252,10 @@ class PostgresSink(TwoPhaseSink):
         return self._write(txid, lambda: self._write_rows(rows), lambda: rows)
 
     def write_json(self, rows_json: str, txid: int) -> bool:
-        if self.mode == "upsert" or self._insert is None:
+        if self._insert is None:
             return super().write_json(rows_json, txid)
-        # Append on the JSON path: the stage's text is the statement's parameter as
-        # it is, never decoded (rows are decoded only to name a refused one).
+        # On the JSON path the stage's text is the statement's parameter as it is,
+        # never decoded (rows are decoded only to name a refused one).
         return self._write(
             txid,
             lambda: self._conn.execute(self._insert, (rows_json,)),
@@ -280,9 +288,10 @@ class PostgresSink(TwoPhaseSink):
         return moved is not None
 
     def _write_rows(self, rows: list[list[Any]]) -> None:
-        if self.mode == "upsert":
+        if self.mode == "upsert" and self._insert is None:
             # The last value per key in this batch (ON CONFLICT cannot touch a row
-            # twice in one statement): one dict pass, the keys taken in C.
+            # twice in one statement): one dict pass, the keys taken in C (the
+            # JSON path's statement picks them itself).
             key = operator.itemgetter(*(self.columns.index(k) for k in self.key))
             rows = list(dict(zip(map(key, rows), rows, strict=True)).values())
         if self._insert is not None:

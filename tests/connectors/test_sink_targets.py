@@ -65,10 +65,11 @@ def append(tmp_path: Path) -> Iterator[PostgresAppend]:
 def test_postgres_append_keeps_every_row_and_upsert_the_last_per_key(
     append: PostgresAppend, upsert: PostgresAppend, tmp_path: Path
 ) -> None:
-    batches = [[["a", 1], ["b", 1], ["a", 2]], [["a", 3], ["c", 1]]]
+    # c: the last row of its batch wins, not the largest.
+    batches = [[["a", 1], ["b", 1], ["a", 2]], [["c", 2], ["a", 3], ["c", 1]]]
     checkpoint(append, tmp_path / "1", batches)
     checkpoint(upsert, tmp_path / "2", batches)
-    assert append.rows() == [["a", 1], ["a", 2], ["a", 3], ["b", 1], ["c", 1]]
+    assert append.rows() == [["a", 1], ["a", 2], ["a", 3], ["b", 1], ["c", 1], ["c", 2]]
     assert upsert.rows() == [["a", 3], ["b", 1], ["c", 1]]
 
 
