@@ -150,7 +150,7 @@ def acked_positions(spouts: Iterable[SpoutRef]) -> dict[str, Any]:
 
 def describe_position(where: Any) -> str:
     """A position in words: a ``path`` and a ``line`` (lines done) or a byte
-    ``offset`` when it has them (as FileSpout's and the README's spout's do), else
+    ``offset`` when it has them (as FileSpout's and the spout guide's do), else
     its JSON, cut short."""
     if isinstance(where, Mapping):
         path = where.get("path")

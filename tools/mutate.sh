@@ -24,5 +24,5 @@ python3 -m mutmut run --max-children "$jobs" "$@" | tr '\r' '\n' | grep -v "^\s*
 echo "mutation run took $(( $(date +%s) - start )) s"
 echo "mutants by outcome:"
 python3 -m mutmut results --all true | awk -F': ' '{print $NF}' | sort | uniq -c
-echo "not killed (README.md lists the equivalent ones):"
+echo "not killed (docs/development.md lists the equivalent ones):"
 python3 -m mutmut results

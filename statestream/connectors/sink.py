@@ -37,7 +37,7 @@ sink task, which reads the stage from the store: the target is written from
 the driver, one transaction per sink task per batch.
 
 To write your own target, subclass and implement three methods (a worked
-example is in the README's "Writing your own sink")::
+example is in docs/guides/connectors.md, "Writing your own sink")::
 
     class SqliteSink(TwoPhaseSink):
         def __init__(self, path):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docs_pages import DOCS, section_code
 from sink_cases import FIELDS, SinkCase, case_fixture, open_task, store
 
 from statestream._checkpoint import Action
@@ -142,12 +143,10 @@ def test_guard_says_the_last_txid_written_per_task(case: SinkCase, tmp_path: Pat
         other.close_target()
 
 
-# -- the README's own sink, run as written ----------------------------------------------
-def _readme_code(heading: str) -> str:
-    """The first Python block under ``### heading`` in README.md."""
-    text = (Path(__file__).parents[2] / "README.md").read_text()
-    section = text.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+# -- the sink guide's own sink, run as written ------------------------------------------
+def _readme_code(marker: str) -> str:
+    """The Python block of docs/guides/connectors.md marked ``% doc-test: <marker>``."""
+    return section_code(DOCS / "guides" / "connectors.md", marker)
 
 
 def test_the_readme_sink_example_writes_every_update_once(tmp_path: Path) -> None:
@@ -159,7 +158,7 @@ def test_the_readme_sink_example_writes_every_update_once(tmp_path: Path) -> Non
     from statestream import FileSpout, TopologyBuilder, run
 
     namespace: dict[str, Any] = {}
-    exec(compile(_readme_code("Writing your own sink"), "README.md", "exec"), namespace)
+    exec(compile(_readme_code("exec own_sink"), "docs/guides/connectors.md", "exec"), namespace)
     lines = [f"w{i % 5} w{i % 3} same" for i in range(300)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.db"

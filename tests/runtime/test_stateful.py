@@ -188,7 +188,7 @@ def spout_of(rt: LocalRuntime, component: str = "spout") -> ListSpout:
 
 WORDS = ["a", "b", "a", "c", "b", "a", "d", "a"]
 
-# On Spark (documented in the README (Spark)): the driver keeps one
+# On Spark (documented in docs/guides/spark.md): the driver keeps one
 # instance per stateful task for the hooks around a job (prepared once per run:
 # pre_rollback, pre_commit, init_state at recovery and before cleanup), and each
 # batch runs on a fresh executing instance, prepared and given the committed

@@ -3,7 +3,7 @@
 Imported only when ``topology.runner`` is ``spark`` (PySpark is an optional
 dependency: ``pip install 'statestream[spark]'``). What a user needs to know
 (what runs on the driver and what on executors, the hooks, poison tuples)
-is in the README's Spark section; the implementer's half is in the modules:
+is in docs/guides/spark.md; the implementer's half is in the modules:
 
 * the driver (one process): :mod:`.driver` (:class:`SparkRuntime`, the run
   loop), :mod:`.base` (session, store, checkpoint record, recovery),

@@ -16,8 +16,7 @@ run (:meth:`DriverBase._open_driver_bolts`): the hooks that follow a job
 alternative, keeping executing instances in the Python worker next to the
 executor's state cache and calling the hooks in a small commit job, costs one
 more Spark job per batch and still needs a fallback instance when the task
-lands on another worker.) The user's side of this is in the README's Spark
-section.
+lands on another worker.) The user's side of this is in docs/guides/spark.md.
 """
 
 from __future__ import annotations
