@@ -38,6 +38,7 @@ COMPILED_MODULES: Final = (
     "statestream._acker",
     "statestream._rotating",
     "statestream._kvstate",
+    "statestream._kvwalk",
     "statestream._executors",
     # The local runtime's per-tuple path, one module per concern; compiled
     # as one group with the rest, so calls and attribute reads between them

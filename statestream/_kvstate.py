@@ -25,6 +25,8 @@ from statestream._errors import (
     StateCorruptError,
     caused_by,
 )
+from statestream._kvwalk import cached_items
+from statestream._kvwalk import freeze as _freeze
 from statestream._serde import JsonSerializer, Serializer
 
 if TYPE_CHECKING:
@@ -75,13 +77,6 @@ def _cache_key(plain: Any, encoded: bytes) -> Hashable:
     """
     cls = type(plain)
     return plain if cls is str or cls is int else (_ENCODED, encoded)
-
-
-def _freeze(obj: Any) -> Any:
-    """JSON has no tuples: turn a decoded list key back into the tuple it was."""
-    if isinstance(obj, list):
-        return tuple(_freeze(item) for item in obj)
-    return obj
 
 
 #: Deferred ints stay within what the compiled core holds unboxed (orjson
@@ -586,12 +581,15 @@ class StoredKeyValueState:
         page at a time and merged with the uncommitted changes sorted by
         encoded key. Nothing is added to the read cache."""
         self._settle_plain()
+        ordered = getattr(self._backend, "scan_page", None) is not None
+        if self._complete:  # the view is the whole state, changes included: no read
+            yield from cached_items(self._view, _ABSENT, ordered=ordered)
+            return
         overlay: dict[bytes, _Entry] = {}
         for dirty in (self._prepared, self._pending):  # pending wins
             for entry in dirty.values():
                 encoded_key = entry[1] or b"%b" % orjson.dumps(entry[0])  # a plain prepared key
                 overlay[encoded_key] = entry
-        ordered = getattr(self._backend, "scan_page", None) is not None
         changes = sorted(overlay) if ordered else list(overlay)
         i = 0
         if not ordered:  # the backend's own order: the changes first
