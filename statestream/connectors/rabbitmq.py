@@ -120,7 +120,7 @@ class RabbitMQSpout(BrokerSpout):
 
     def _connect(self) -> None:
         import pika
-        from pika.exceptions import ChannelClosedByBroker
+        from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker
 
         params = pika.URLParameters(self.url)
         params.connection_attempts, params.socket_timeout = 1, 2.0
@@ -131,6 +131,8 @@ class RabbitMQSpout(BrokerSpout):
             try:
                 self._channel.queue_declare(queue, passive=True)
             except ChannelClosedByBroker as exc:
+                if _recovering(exc):  # a restarted broker: the queue is there, not yet back
+                    raise AMQPConnectionError(exc.reply_text) from exc
                 raise ConfigError(
                     f"{self._name()}: the queue {queue!r} does not exist on "
                     f"{redact(self.url)} ({exc.reply_text}); fix the name, or declare it first"
@@ -205,6 +207,8 @@ class RabbitMQSpout(BrokerSpout):
             return self._read_all(self._message_count())
         except errors.ChannelClosedByBroker as exc:  # refused, not lost: retrying cannot help
             self._drop_connection()
+            if _recovering(exc):  # ... unless the queue's node is only coming back
+                raise Lost(exc) from exc
             raise SourceError(
                 f"{self._name()}: the broker closed the channel on queue(s) {self._mine}: "
                 f"{exc.reply_code} {exc.reply_text}"
@@ -399,3 +403,12 @@ class _StreamQueueSpout(RabbitMQSpout):
             self._consumers = {}
         self._buffer.clear()
         self._resubscribe()
+
+
+def _recovering(exc: Any) -> bool:
+    """Whether the broker refused because a durable queue's node is still coming
+    back (after a broker restart: ``404 NOT_FOUND - home node ... of durable queue
+    ... is down or inaccessible``): a lost connection to ride out, not a missing queue."""
+    return getattr(exc, "reply_code", None) == 404 and "down or inaccessible" in str(
+        getattr(exc, "reply_text", "")
+    )
