@@ -24,11 +24,12 @@ read and where the stream ends (:meth:`BrokerSpout._done`,
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._components import Spout
+from .._components import Spout, TopologyContext
 from .._errors import ConfigError
+from .._partitioned import PARTITIONS_KEY
 from ._broker import Reconnect
 
 __all__ = ["BrokerSpout", "Lost", "spread"]
@@ -184,6 +185,28 @@ class BrokerSpout(Spout):
         if self._caught_up and not self._buffer:
             return done, done
         return done, None if self._end is None else max(self._end, done)
+
+    #: The key of the per-stream positions in :meth:`_where` (RabbitMQ keeps "queues").
+    _position_key = PARTITIONS_KEY
+
+    def _take_share(self, context: TopologyContext, names: Sequence[str], what: str) -> None:
+        """At open: this task's share of ``names`` (``_mine``) and the parallelism it
+        was spread by (``_tasks``, which :meth:`_check_spread` compares at seek)."""
+        self._tasks = context.parallelism
+        self._mine = spread(self._name(), names, context.task_index, self._tasks, what)
+
+    def _where(self, per_stream: Mapping[str, Any], replay: list[Any]) -> dict[str, Any]:
+        """A position: ``per_stream`` under :attr:`_position_key`, the entries to
+        replay, and the task count when there are several; plus :meth:`_position_extra`."""
+        where: dict[str, Any] = {self._position_key: dict(per_stream), "replay": replay}
+        if self._tasks > 1:
+            where["tasks"] = self._tasks
+        where.update(self._position_extra())
+        return where
+
+    def _position_extra(self) -> dict[str, Any]:
+        """What a spout keeps in its position besides the streams' (none by default)."""
+        return {}
 
     def _check_spread(self, tasks: int, stored: Iterable[str]) -> None:
         """Refuse a position stored by another parallelism or for other streams than

@@ -22,7 +22,7 @@ from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyCo
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
 from ._broker import Reconnect, redact, require, unreachable
-from ._source import BrokerSpout, Lost, spread
+from ._source import BrokerSpout, Lost
 
 __all__ = ["JetStreamSpout"]
 
@@ -303,8 +303,7 @@ class JetStreamSpout(BrokerSpout):
         require("nats", "nats", "JetStreamSpout")
         from nats.js.errors import NotFoundError
 
-        self._tasks = context.parallelism
-        self._mine = spread(self._name(), self.streams, context.task_index, self._tasks, "stream")
+        self._take_share(context, self.streams, "stream")
         self._next = {s: 1 for s in self._mine}
         self._idle = {s: False for s in self._mine}
         self._reader = _Reader(
@@ -389,12 +388,6 @@ class JetStreamSpout(BrokerSpout):
             ) from exc
 
     # -- positions (statestream.Rewindable) ------------------------------------------
-    def _where(self, seqs: Mapping[str, int], replay: list[Any]) -> dict[str, Any]:
-        where: dict[str, Any] = {PARTITIONS_KEY: dict(seqs), "replay": replay}
-        if self._tasks > 1:
-            where["tasks"] = self._tasks
-        return where
-
     def position(self) -> Any:
         """Per stream the sequence of the next message, and the failed messages (with
         their values) that wait to be emitted again."""

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from ._broker import Reconnect, redact, require, unreachable
-from ._source import BrokerSpout, Lost, spread
+from ._source import BrokerSpout, Lost
 
 __all__ = ["RabbitMQSpout"]
 
@@ -104,8 +104,7 @@ class RabbitMQSpout(BrokerSpout):
     ) -> None:
         super().open(conf, context, collector)
         require("pika", "rabbitmq", "RabbitMQSpout")
-        self._tasks = context.parallelism
-        self._mine = spread(self._name(), self.queues, context.task_index, self._tasks, "queue")
+        self._take_share(context, self.queues, "queue")
         self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
         try:
             self._connect()
@@ -285,6 +284,8 @@ class RabbitMQSpout(BrokerSpout):
 class _StreamQueueSpout(RabbitMQSpout):
     """:class:`RabbitMQSpout` on stream queues: rewindable by offset per queue."""
 
+    _position_key = "queues"
+
     resumes = ""  # rewindable: the position says where it resumes
     _next: dict[str, int]  # queue -> the offset of the next message to emit
     _last_tag: int = 0  # the delivery tag to ack after a read (it only grants credit)
@@ -348,12 +349,6 @@ class _StreamQueueSpout(RabbitMQSpout):
     def ack(self, msg_id: Any) -> None:
         # nothing to tell the broker: the offset is ours
         self._in_flight.pop(self._key(msg_id), None)
-
-    def _where(self, offsets: Mapping[str, int], replay: list[Any]) -> dict[str, Any]:
-        where: dict[str, Any] = {"queues": dict(offsets), "replay": replay}
-        if self._tasks > 1:
-            where["tasks"] = self._tasks
-        return where
 
     def position(self) -> Any:
         """Per queue the offset of the next message, and the failed messages (with

@@ -9,7 +9,7 @@ from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyCo
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
 from ._broker import Reconnect, redact, require, unreachable
-from ._source import BrokerSpout, Lost, spread
+from ._source import BrokerSpout, Lost
 
 __all__ = ["RedisStreamSpout"]
 
@@ -103,8 +103,7 @@ class RedisStreamSpout(BrokerSpout):
     ) -> None:
         super().open(conf, context, collector)
         redis = require("redis", "redis", "RedisStreamSpout")
-        self._tasks = context.parallelism
-        self._mine = spread(self._name(), self.streams, context.task_index, self._tasks, "stream")
+        self._take_share(context, self.streams, "stream")
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
@@ -204,13 +203,9 @@ class RedisStreamSpout(BrokerSpout):
             ) from None
 
     # -- positions (statestream.Rewindable) ------------------------------------------
-    def _where(self, ids: Mapping[str, str], replay: list[Any]) -> dict[str, Any]:
-        where: dict[str, Any] = {PARTITIONS_KEY: dict(ids), "replay": replay}
-        if self._tasks > 1:
-            where["tasks"] = self._tasks
-        if self._counts is not None:
-            where["counts"] = dict(self._counts)  # for progress() after a restore
-        return where
+    def _position_extra(self) -> dict[str, Any]:
+        # The streams' entry counts, for progress() after a restore.
+        return {} if self._counts is None else {"counts": dict(self._counts)}
 
     def position(self) -> Any:
         """Per stream the id of the last entry emitted, and the failed entries (with
