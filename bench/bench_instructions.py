@@ -54,11 +54,11 @@ prints one row each with its ratio to the first:
   valgrind it would render some 50 times more often per word than in a real
   run (``--poll-lines N`` polls every N lines instead: many polls in a
   corpus valgrind runs in minutes; one poll costs the difference to ``on``
-  over the number of polls, which is printed). Counted: the render (in the
-  run's thread) and the server's handling
-  of each request (its request threads are run through ``functools.reduce``
-  too, as callgrind toggles collection per thread); not counted: the poller
-  (it stands for the browser) and the server's accept loop.
+  over the number of polls, which is printed). Counted: the render and the
+  push of the bodies to the server process (in the run's thread); not
+  counted: the poller (it stands for the browser) and the requests, which
+  the server process of statestream._ui.httpd answers outside the run's
+  (before it, they were counted in request threads of the run's process).
 """
 
 from __future__ import annotations
@@ -148,16 +148,6 @@ class PolledView:
     (``--metrics served``; see the module docstring)."""
 
     def __init__(self) -> None:
-        from statestream._ui import server
-
-        original = server._Server.process_request_thread
-
-        def counted(srv: Any, request: Any, address: Any) -> None:
-            # callgrind collects per thread: a request thread is counted only
-            # inside functools.reduce, as the run's thread is.
-            functools.reduce(lambda _, __: original(srv, request, address), [0, 0])
-
-        server._Server.process_request_thread = counted  # type: ignore[assignment,method-assign]
         self.view: Any = None
         self.polls = 0
         self._asked = threading.Event()

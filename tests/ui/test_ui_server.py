@@ -1,12 +1,19 @@
-"""The live view's server (statestream/_ui/server.py) is safe to leave running: it binds
-loopback unless told otherwise, answers its own paths only (no request reads a
-file, traversal tried), refuses every method but GET and HEAD, and never renders
-per request (the runtime is read by the publisher only)."""
+"""The live view's server (statestream/_ui/server.py, serving from the process of
+statestream/_ui/httpd.py) is safe to leave running: it binds loopback unless told
+otherwise, answers its own paths only (no request reads a file, traversal tried),
+refuses every method but GET and HEAD, never renders per request (the runtime is
+read by the publisher only), and its process does not outlive the run's, not even
+a run killed with SIGKILL."""
 
 from __future__ import annotations
 
 import http.client
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +24,7 @@ from statestream._errors import ConfigError
 from statestream._ui.server import REQUESTS_PER_SEC, LiveView, Pacer, parse_address
 
 ASSETS = Path(server_module.__file__).with_name("assets")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Renders:
@@ -30,7 +38,7 @@ class Renders:
         return b'{"topology": "t"}', b"# TYPE statestream_x_total counter\nstatestream_x_total 1.0\n"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def view() -> Iterator[tuple[LiveView, Renders]]:
     renders = Renders()
     # An hour between renders: whatever a test sees was rendered at start. No
@@ -101,17 +109,16 @@ def test_the_views_own_paths_are_served(view: tuple[LiveView, Renders], path: st
     assert (response.status, response.getheader("Content-Type")) == (200, ctype)
 
 
-def test_the_bodies_are_what_the_publisher_rendered_not_rendered_per_request(
-    view: tuple[LiveView, Renders],
-) -> None:
-    v, renders = view
-    conn = http.client.HTTPConnection(*v.address, timeout=10)
-    conn.request("GET", "/metrics")
-    assert conn.getresponse().read() == renders()[1]
-    conn.close()
-    for _ in range(50):
-        assert get(v, "/api/v1/topology").status == 200
-    assert renders.calls == 2  # at start, and the one above
+def test_the_bodies_are_what_the_publisher_rendered_not_rendered_per_request() -> None:
+    renders = Renders()
+    with LiveView(parse_address("0"), renders, interval=3600, requests_per_sec=1e9) as v:
+        conn = http.client.HTTPConnection(*v.address, timeout=10)
+        conn.request("GET", "/metrics")
+        assert conn.getresponse().read() == renders()[1]
+        conn.close()
+        for _ in range(50):
+            assert get(v, "/api/v1/topology").status == 200
+        assert renders.calls == 2  # at start, and the one above
 
 
 TRAVERSALS = [
@@ -214,8 +221,68 @@ def test_a_client_asking_as_fast_as_it_can_is_held_to_the_rate() -> None:
 
 
 def test_the_view_paces_its_requests() -> None:
-    with LiveView(parse_address("0"), Renders(), interval=3600, requests_per_sec=1) as v:
-        v.pacer = Pacer(rate=1, burst=2, clock=Clock())  # a clock that never moves
+    # A budget of one request in 1,000 s: the first request waits its turn far
+    # longer than the client's patience, so it times out; the view still closes.
+    with LiveView(parse_address("0"), Renders(), interval=3600, requests_per_sec=1e-3) as v:
+        conn = http.client.HTTPConnection(*v.address, timeout=1)
+        conn.request("GET", "/metrics")
+        with pytest.raises(TimeoutError):
+            conn.getresponse()
+        conn.close()
+
+
+def _refused(address: tuple[str, int]) -> bool:
+    try:
+        socket.create_connection(address, timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+    except FileNotFoundError:
+        return True
+
+
+def test_closing_the_view_stops_its_server_process() -> None:
+    with LiveView(parse_address("0"), Renders()) as v:
+        pid = v.server_pid
         assert get(v, "/metrics").status == 200
-        assert get(v, "/metrics").status == 200
-        assert v.pacer.delay() == pytest.approx(1.0)  # the next request would wait
+    assert _gone(pid) and _refused(v.address)
+
+
+def test_the_server_does_not_outlive_a_run_killed_with_sigkill() -> None:
+    # A run's process that serves its view, killed as a crash would kill it: the
+    # server process sees its stdin end and exits, and the port answers no more.
+    run = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time\n"
+            "from statestream._ui.server import LiveView, parse_address\n"
+            "v = LiveView(parse_address('0'), lambda: (b'{}', b''))\n"
+            "v.__enter__()\n"
+            "print(v.server_pid, v.address[1], flush=True)\n"
+            "time.sleep(600)\n"
+        )],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        assert run.stdout is not None
+        pid, port = map(int, run.stdout.readline().split())
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/metrics")
+        assert conn.getresponse().status == 200
+        conn.close()
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 30  # a bound on a loaded machine, not a timing
+        while not (_gone(pid) and _refused(("127.0.0.1", port))) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(pid) and _refused(("127.0.0.1", port))
+    finally:
+        run.kill()
+        run.wait()
+        if run.stdout is not None:
+            run.stdout.close()
