@@ -37,6 +37,7 @@ COMPILED_MODULES: Final = (
     "statestream._tuple",
     "statestream._acker",
     "statestream._rotating",
+    "statestream._kvfilter",
     "statestream._kvstate",
     "statestream._kvwalk",
     "statestream._executors",

@@ -25,7 +25,8 @@ from statestream._errors import (
     StateCorruptError,
     caused_by,
 )
-from statestream._kvwalk import cached_items
+from statestream._kvfilter import KeyFilter as _KeyFilter
+from statestream._kvwalk import cached_items, merged_items
 from statestream._kvwalk import freeze as _freeze
 from statestream._serde import JsonSerializer, Serializer
 
@@ -127,49 +128,6 @@ _ENTRY_GUESS: Final = 200
 _MIN_GENERATION: Final = 16
 #: Entries sampled to measure what one costs (see StoredKeyValueState._rotate).
 _SAMPLE: Final = 32
-
-
-#: _KeyFilter layers: bits a key, bits set a key (~3% false positives), first keys.
-_FILTER_BITS: Final = 8
-_FILTER_PROBES: Final = 3
-_FILTER_FIRST: Final = 1 << 16
-
-
-class _KeyFilter:
-    """A Bloom filter of every key the store may hold, so that a miss on a key it
-    never held costs no store read (see ``StoredKeyValueState._rotate``). Each
-    layer added is as large as all before it: 8 to 16 bits a key whatever the
-    state's size. Process-local: probes come from ``hash()``."""
-
-    __slots__ = ("_capacity", "_count", "_layers")
-
-    def __init__(self) -> None:
-        self._layers: list[bytearray] = []
-        self._capacity = self._count = 0
-
-    def _holds(self, bits: bytearray, h: int, setting: bool) -> bool:
-        mask = len(bits) * 8 - 1
-        step = ((h >> 32) & 0xFFFFFFFF) | 1
-        for i in range(_FILTER_PROBES):
-            p = (h + i * step) & mask
-            if setting:
-                bits[p >> 3] |= 1 << (p & 7)
-            elif not bits[p >> 3] & (1 << (p & 7)):
-                return False
-        return True
-
-    def might_hold(self, key: Hashable) -> bool:
-        return any(self._holds(bits, hash(key), False) for bits in self._layers)
-
-    def add(self, key: Hashable) -> None:
-        if self.might_hold(key):
-            return  # counted once: the layers grow with distinct keys only
-        if self._count >= self._capacity:
-            size = max(_FILTER_FIRST, self._capacity)
-            self._layers.append(bytearray(size * _FILTER_BITS // 8))
-            self._capacity += size
-        self._count += 1
-        self._holds(self._layers[-1], hash(key), True)
 
 
 class StoredKeyValueState:
@@ -585,34 +543,19 @@ class StoredKeyValueState:
         if self._complete:  # the view is the whole state, changes included: no read
             yield from cached_items(self._view, _ABSENT, ordered=ordered)
             return
-        overlay: dict[bytes, _Entry] = {}
-        for dirty in (self._prepared, self._pending):  # pending wins
-            for entry in dirty.values():
-                encoded_key = entry[1] or b"%b" % orjson.dumps(entry[0])  # a plain prepared key
-                overlay[encoded_key] = entry
-        changes = sorted(overlay) if ordered else list(overlay)
-        i = 0
-        if not ordered:  # the backend's own order: the changes first
-            i = len(changes)
-            for encoded_key in changes:
-                entry = overlay[encoded_key]
-                if entry[3] is not None:  # None: a tombstone
-                    yield entry[0], entry[2]
-        for encoded_key, data in self._committed():
-            while i < len(changes) and changes[i] < encoded_key:
-                entry = overlay[changes[i]]
-                i += 1
-                if entry[3] is not None:
-                    yield entry[0], entry[2]
-            if encoded_key in overlay:
-                continue
-            key, _ = self._stored_key(encoded_key)
-            yield key, self._decode_value(key, data) if values else None
-        while i < len(changes):
-            entry = overlay[changes[i]]
-            i += 1
-            if entry[3] is not None:
-                yield entry[0], entry[2]
+        yield from merged_items(
+            (self._prepared, self._pending),  # pending wins
+            self._committed(),
+            self._stored_item if values else self._stored_key_only,
+            ordered=ordered,
+        )
+
+    def _stored_item(self, encoded_key: bytes, data: bytes) -> tuple[Any, Any]:
+        key, _ = self._stored_key(encoded_key)
+        return key, self._decode_value(key, data)
+
+    def _stored_key_only(self, encoded_key: bytes, data: bytes) -> tuple[Any, Any]:
+        return self._stored_key(encoded_key)[0], None
 
     # ------------------------------------------------------------------ checkpoint protocol
 

@@ -1,12 +1,13 @@
-"""Walking a state that is whole in its read cache (see ``StoredKeyValueState._walk``).
+"""Walking a state (see ``StoredKeyValueState._walk``): whole in its read cache, or
+the store's pages merged with the uncommitted changes.
 
-Apart from ``_kvstate`` only for room (a module stays under 800 lines); it
-is compiled with it, so the calls between them stay native.
+Apart from ``_kvstate`` along the seam between the state's protocol and its
+iteration; compiled with it, so the calls between them stay native.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -53,3 +54,50 @@ def cached_items(
             by_encoded[b"%b" % orjson.dumps(cache_key)] = (cache_key, value)
     for encoded in sorted(by_encoded):
         yield by_encoded[encoded]
+
+
+def merged_items(
+    dirty: Iterable[dict[Hashable, tuple[Any, bytes, Any, bytes | None]]],
+    committed: Iterable[tuple[bytes, bytes]],
+    stored: Callable[[bytes, bytes], tuple[Any, Any]],
+    *,
+    ordered: bool,
+) -> Iterator[tuple[Any, Any]]:
+    """The uncommitted changes over the committed entries, merged.
+
+    ``dirty``: dicts of entries ``(key, encoded key or b"" for a deferred
+    put, value, encoded value or None for a tombstone)``, a later dict's
+    entry winning over an earlier one's; ``committed``: the store's
+    ``(encoded key, value bytes)``, in encoded-key order with ``ordered``
+    (then the output is in that order too), else in any order (then the
+    changes come first); ``stored`` turns a committed entry into what is
+    yielded. A committed key that has a change is not read back from the
+    store's bytes.
+    """
+    overlay: dict[bytes, tuple[Any, bytes, Any, bytes | None]] = {}
+    for entries in dirty:
+        for entry in entries.values():
+            encoded_key = entry[1] or b"%b" % orjson.dumps(entry[0])  # a plain prepared key
+            overlay[encoded_key] = entry
+    changes = sorted(overlay) if ordered else list(overlay)
+    i = 0
+    if not ordered:  # the backend's own order: the changes first
+        i = len(changes)
+        for encoded_key in changes:
+            entry = overlay[encoded_key]
+            if entry[3] is not None:  # None: a tombstone
+                yield entry[0], entry[2]
+    for encoded_key, data in committed:
+        while i < len(changes) and changes[i] < encoded_key:
+            entry = overlay[changes[i]]
+            i += 1
+            if entry[3] is not None:
+                yield entry[0], entry[2]
+        if encoded_key in overlay:
+            continue
+        yield stored(encoded_key, data)
+    while i < len(changes):
+        entry = overlay[changes[i]]
+        i += 1
+        if entry[3] is not None:
+            yield entry[0], entry[2]
