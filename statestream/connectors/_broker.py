@@ -2,8 +2,11 @@
 
 * :func:`require`: import a connector's client library, or one error naming
   the extra that installs it.
-* :func:`redact`: a URL fit for a message (the password hidden).
-* :func:`unreachable`: the error for a server that does not answer at start.
+* :func:`redact`: a URL (or a ``key=value`` DSN) fit for a message (the password hidden).
+* :func:`client_name`: what a task's connection is called on its server.
+* :func:`unreachable` and :func:`target_unreachable`: the error for a server
+  that does not answer (a source's at start; a sink's at start or mid-run,
+  :class:`TargetUnreachable`).
 * :class:`Reconnect`: the bounded, non-blocking reconnect policy for a server
   lost mid-run (``statestream.connectors.reconnect.secs``).
 
@@ -13,17 +16,42 @@ Sinks use them as sources do.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import logging
+import re
+from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from .._clock import Clock
 from .._config import settings_of
-from .._errors import ConfigError, SourceError
+from .._errors import ConfigError, RuntimeFailure, SinkError, SourceError
 from .._outage import RetryAt, StoreOutage
 
-__all__ = ["Reconnect", "redact", "require", "unreachable"]
+if TYPE_CHECKING:
+    from .._components import TopologyContext
+
+__all__ = [
+    "Reconnect",
+    "TargetUnreachable",
+    "client_name",
+    "redact",
+    "require",
+    "target_unreachable",
+    "unreachable",
+]
+
+log = logging.getLogger("statestream")
+
+T = TypeVar("T")
+
+LIMIT_KEY: Final = "statestream.connectors.reconnect.secs"
+
+# The characters a connection name keeps on every server (Redis refuses spaces
+# in CLIENT SETNAME; PostgreSQL shows non-ASCII in application_name as '?').
+_NAME_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._:/@-]")
+# PostgreSQL keeps the first NAMEDATALEN - 1 bytes of an application_name.
+_NAME_MOST: Final = 63
 
 
 def require(module: str, extra: str, connector: str) -> ModuleType:
@@ -38,7 +66,10 @@ def require(module: str, extra: str, connector: str) -> ModuleType:
 
 
 def redact(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``, for messages and logs."""
+    """``url`` with its password (if any) replaced by ``***``, for messages and logs;
+    a ``key=value`` DSN (libpq's) has its ``password=`` value hidden."""
+    if "://" not in url:
+        return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
     try:
         parts = urlsplit(url)
         password = parts.password
@@ -60,41 +91,87 @@ def _reason(exc: BaseException) -> str:
     return text[0] if text and text[0] else type(exc).__name__
 
 
+def client_name(context: TopologyContext) -> str:
+    """``statestream/<topology>/<component>/<task>``: the name a task's connection
+    carries on its server (PostgreSQL's ``application_name``, Redis' ``CLIENT
+    SETNAME``, RabbitMQ's ``connection_name``), so that an operator can tell
+    whose connection it is, and a test can cut exactly that one. Characters a
+    server would refuse become ``_``; at most 63 characters."""
+    name = f"statestream/{context.topology_name}/{context.component_id}/{context.task_index}"
+    return _NAME_UNSAFE.sub("_", name)[:_NAME_MOST]
+
+
+def _cannot_reach(connector: str, url: str, exc: BaseException) -> str:
+    return (
+        f"{connector} cannot reach {redact(url)}: {_reason(exc)}; start the server or fix the URL"
+    )
+
+
 def unreachable(connector: str, url: str, exc: BaseException) -> SourceError:
     """The error (to raise ``from exc``) for a server that does not answer at start."""
-    return SourceError(
-        f"{connector} cannot reach {redact(url)}: {_reason(exc)}; start the server or "
-        "fix the URL"
-    )
+    return SourceError(_cannot_reach(connector, url, exc))
+
+
+class TargetUnreachable(SinkError):
+    """A sink's target does not answer. At start (``check_target``) it stops the
+    run as any :class:`~statestream.SinkError`; when a sink reconnects mid-run it
+    is a lost server, tried again within ``statestream.connectors.reconnect.secs``
+    (:class:`~statestream.connectors.TwoPhaseSink`)."""
+
+
+def target_unreachable(sink: str, url: str, exc: BaseException) -> TargetUnreachable:
+    """The error (to raise ``from exc``) for a sink's target that does not answer."""
+    return TargetUnreachable(_cannot_reach(sink, url, exc))
 
 
 class Reconnect:
     """How long a connector keeps trying a server it lost, and when it tries next.
 
-    Non-blocking, so that a spout's ``next_tuple`` returns at once while its
-    server is away (the other tasks keep running): the connector calls
-    :meth:`due` before it talks to the server, :meth:`failed` when a call
-    fails with a connection error, and :meth:`ok` when one succeeds. The
-    waits between attempts are the state store's outage policy
+    Two ways to use it. Non-blocking, for a spout, whose ``next_tuple``
+    returns at once while its server is away (the other tasks keep
+    running): the connector calls :meth:`due` before it talks to the
+    server, :meth:`failed` when a call fails with a connection error, and
+    :meth:`ok` when one succeeds. Blocking, for a sink's write at COMMIT:
+    :meth:`call` repeats the write, waiting on the clock between attempts, as
+    a state store's outage is waited out (statestream._outage): nothing can
+    commit meanwhile anyway, and a checkpoint failed instead would be
+    reported as an error and, in exactly-once mode, rewind the run. The
+    waits between attempts are the store's outage policy
     (:class:`~statestream._outage.StoreOutage`: doubling, at most 2 s). Once
-    the server has been away for ``limit`` seconds, :meth:`failed` raises a
-    :class:`SourceError` naming the server, which stops the run (exit 1):
-    what was committed stays, and the next run resumes from it.
+    the server has been away for ``limit`` seconds, :meth:`failed` raises
+    ``error`` (a :class:`SourceError` by default) naming the connector and
+    the server, which stops the run (exit 1): what was committed stays, and
+    the next run resumes from it. One warning is logged when an outage
+    begins and one when it ends.
     """
 
-    def __init__(self, connector: str, url: str, clock: Clock, limit: float) -> None:
+    def __init__(
+        self,
+        connector: str,
+        url: str,
+        clock: Clock,
+        limit: float,
+        error: type[RuntimeFailure] = SourceError,
+    ) -> None:
         self.connector = connector
         self.url = url
         self.clock = clock
+        self.error = error
         self.policy = StoreOutage(redact(url), limit)
         self._next_try = 0.0
 
     @classmethod
     def from_conf(
-        cls, connector: str, url: str, conf: Mapping[str, Any], clock: Clock
+        cls,
+        connector: str,
+        url: str,
+        conf: Mapping[str, Any],
+        clock: Clock,
+        error: type[RuntimeFailure] = SourceError,
     ) -> Reconnect:
         """The policy with ``statestream.connectors.reconnect.secs`` from ``conf``."""
-        return cls(connector, url, clock, settings_of(conf).statestream_connectors_reconnect_secs)
+        limit = settings_of(conf).statestream_connectors_reconnect_secs
+        return cls(connector, url, clock, limit, error)
 
     @property
     def down(self) -> bool:
@@ -108,16 +185,43 @@ class Reconnect:
     def failed(self, exc: BaseException) -> None:
         """A call failed with a connection error: schedule the next attempt, or
         raise once the server has been away for the limit."""
+        first = self.policy.since is None
         verdict = self.policy.failed(self.clock.monotonic(), exc)
         if isinstance(verdict, RetryAt):
             self._next_try = verdict.at
+            if first:
+                log.warning(
+                    "%s lost %s: %s; reconnecting for up to %g s (%s)",
+                    self.connector, redact(self.url), _reason(exc), self.policy.bound_s, LIMIT_KEY,
+                )  # fmt: skip
             return
-        raise SourceError(
+        raise self.error(
             f"{self.connector} lost {redact(self.url)} and could not reconnect within "
-            f"{self.policy.bound_s:g} s (statestream.connectors.reconnect.secs): "
+            f"{self.policy.bound_s:g} s ({LIMIT_KEY}): "
             f"{_reason(exc)}; what was committed stays, run again once the server is back"
         ) from exc
 
     def ok(self) -> None:
         """A call succeeded: the server is back (or was never away)."""
-        self.policy.ok()
+        since = self.policy.ok()
+        if since is not None:
+            log.warning(
+                "%s reached %s again after %.1f s; the run goes on",
+                self.connector, redact(self.url), self.clock.monotonic() - since,
+            )  # fmt: skip
+
+    def call(self, operation: Callable[[], T], lost: Callable[[Exception], bool]) -> T:
+        """``operation()``, repeated while it fails with an error ``lost`` says is a lost
+        server, waiting on the clock for each next attempt; raises ``error`` once
+        past the limit (the last failure attached), and any other error as it is."""
+        while True:
+            try:
+                result = operation()
+            except Exception as exc:
+                if not lost(exc):
+                    raise
+                self.failed(exc)
+                self.clock.sleep(max(0.0, self._next_try - self.clock.monotonic()))
+                continue
+            self.ok()
+            return result

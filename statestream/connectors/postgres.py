@@ -33,14 +33,13 @@ The DSN shows in messages with its password hidden.
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from .._errors import ConfigError, SinkError
-from ._broker import redact, require
+from ._broker import client_name, redact, require, target_unreachable
 from .sink import TwoPhaseSink
 
 __all__ = ["PostgresSink"]
@@ -52,13 +51,6 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 # 'U'ser types json and jsonb (given -> instead of ->>).
 _SCALAR = frozenset("SNBDTIV")
 _JSON_TYPES = ("json", "jsonb")
-
-
-def hide_password(dsn: str) -> str:
-    """A DSN fit for a message: a URL's password, or a ``password=`` pair, hidden."""
-    if "://" in dsn:
-        return redact(dsn)
-    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -120,12 +112,15 @@ class PostgresSink(TwoPhaseSink):
         self._psycopg = psycopg
         self._sql = psycopg.sql
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            # Named per task (pg_stat_activity.application_name): whose connection it is.
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=10,
+                application_name=client_name(self.context),
+            )
         except psycopg.OperationalError as exc:
-            raise SinkError(
-                f"{self.what} cannot reach {hide_password(self.dsn)}: {_first_line(exc)}; "
-                "start the server or fix the DSN"
-            ) from exc
+            raise target_unreachable(self.what, self.dsn, exc) from exc
         self._conn = conn
         try:
             self._check(conn)
@@ -141,7 +136,7 @@ class PostgresSink(TwoPhaseSink):
         ).fetchone()
         if found is None or found[0] is None:
             raise SinkError(
-                f"{self.what}: table {self.table!r} does not exist in {hide_password(self.dsn)}; "
+                f"{self.what}: table {self.table!r} does not exist in {redact(self.dsn)}; "
                 f"create it with the columns {self.columns}"
             )
         oid = found[0]

@@ -26,7 +26,7 @@ from typing import Any
 
 from .._components import OutputCollector, TopologyContext
 from .._errors import ConfigError, SinkError
-from ._broker import redact, require
+from ._broker import client_name, require, target_unreachable
 from .sink import TwoPhaseSink, input_fields
 
 __all__ = ["RedisSink"]
@@ -103,14 +103,15 @@ class RedisSink(TwoPhaseSink):
 
     def open_target(self) -> None:
         redis = require("redis", "redis", "RedisSink")
-        client = redis.Redis.from_url(self.url, socket_timeout=10)
+        # Named per task (CLIENT LIST's name): whose connection it is.
+        client = redis.Redis.from_url(
+            self.url, socket_timeout=10, client_name=client_name(self.context)
+        )
         try:
             client.ping()
         except redis.RedisError as exc:
             client.close()
-            raise SinkError(
-                f"{self.what} cannot reach {redact(self.url)}: {exc}; start the server or fix the URL"
-            ) from exc
+            raise target_unreachable(self.what, self.url, exc) from exc
         self._redis = redis
         self._client = client
         self._script = client.register_script(WRITE_LUA)
