@@ -50,6 +50,12 @@ _LIVE_HEADERS = (*_HEADERS, "rate", "latency", "capacity")
 # tasks it runs, the tuples its tasks executed per second, and restarts so far.
 _WORKER_HEADERS = ("worker", "pid", "tasks", "rate", "restarts")
 
+# Spark: each of the last batches' jobs, from Spark's status tracker: the batch's
+# txid, its jobs and stages, the stages' tasks done of all and failed, the
+# status of its worst job, and the seconds the driver waited on it.
+_SPARK_HEADERS = ("batch", "jobs", "stages", "tasks", "failed", "status", "seconds")
+_SPARK_ROWS = 5
+
 # The last error in a table is a cell: its start says which error it is, and
 # the whole message is in the log above the table and in the summary.
 _ERROR_CELL = 60
@@ -121,6 +127,26 @@ def status_line(snap: MetricsSnapshot) -> str:
         age = max(0.0, snap.at - (last.ended_at or snap.at))
         parts.append(f"checkpoint {last.txid} ({_duration(age)} ago)")
     return " | ".join(parts)
+
+
+def _spark_rows(snap: MetricsSnapshot) -> list[tuple[str, ...]]:
+    """Spark: one row per recent batch, the newest first (none on other runtimes)."""
+    rows: list[tuple[str, ...]] = []
+    for b in reversed(snap.spark[-_SPARK_ROWS:]):
+        tasks = sum(s.tasks for s in b.stages)
+        done = sum(s.completed for s in b.stages)
+        rows.append(
+            (
+                str(b.txid),
+                str(len(b.jobs)),
+                str(len(b.stages)),
+                f"{done:,}/{tasks:,}",
+                f"{sum(s.failed for s in b.stages):,}",
+                b.status,
+                "-" if b.duration is None else f"{b.duration:.2f}",
+            )
+        )
+    return rows
 
 
 def print_summary(result: RunResult) -> None:
@@ -202,15 +228,19 @@ class Progress:
             table.add_column(h, justify="left" if h in ("component", "last error") else "right")
         for row in self._rates(snap):
             table.add_row(*row)
-        workers = self._worker_rows()
-        if not workers:
-            return table
-        wt = Table(title="workers", expand=False)
-        for h in _WORKER_HEADERS:
-            wt.add_column(h, justify="left" if h == "tasks" else "right")
-        for row in workers:
-            wt.add_row(*row)
-        return Group(table, wt)
+        tables = [table]
+        for title, headers, rows in (
+            ("workers", _WORKER_HEADERS, self._worker_rows()),
+            ("spark", _SPARK_HEADERS, _spark_rows(snap)),
+        ):
+            if rows:
+                sub = Table(title=title, expand=False)
+                for h in headers:
+                    sub.add_column(h, justify="left" if h in ("tasks", "status") else "right")
+                for row in rows:
+                    sub.add_row(*row)
+                tables.append(sub)
+        return tables[0] if len(tables) == 1 else Group(*tables)
 
     def _run_live(self) -> None:
         while not self._done.wait(0.5):
@@ -233,6 +263,13 @@ class Progress:
             ]
             if workers:
                 click.echo("statestream: " + "; ".join(workers), err=True)
+            spark = [
+                f"batch {r[0]} jobs={r[1]} stages={r[2]} tasks={r[3]} failed={r[4]} "
+                f"{r[5].lower()} {r[6]}s"
+                for r in _spark_rows(snap)[:1]
+            ]
+            if spark:
+                click.echo("statestream: spark " + "; ".join(spark), err=True)
 
     def __enter__(self) -> Progress:
         target: Callable[[], None] = self._run_plain

@@ -27,6 +27,8 @@ with ``snapshot.at``, never with the wall clock)::
       errors: int                   errors of user code so far
       last_error: str               the last one on one line ("" for none)
       last_error_at: float
+      spark: [SparkBatchStats]      Spark: the last batches' jobs and stages
+      spark_totals: SparkTotals     Spark: jobs, stages and tasks over the run
 
     TaskStats  (counts as statestream.TaskMetrics, plus)
       kind: "spout" | "bolt";  parallelism: int
@@ -45,6 +47,11 @@ Latencies are sampled as Storm samples them (``topology.stats.sample.rate``,
 default 0.05): a task times one in ``round(1 / rate)`` of its drains (a bolt)
 or emits (a spout), so the per-tuple cost is a countdown, never a clock read;
 rate 0 times none (the countdown stays: collection off costs it alone).
+On Spark the executors count down over the tuples of a bolt task (one timed
+in ``round(1 / rate)``) and send their :class:`TaskTiming` with the task's
+acknowledgement; the driver times the sampled emits of its spouts to the
+commit of their batch (their complete latency), and reads each batch's jobs
+and stages from Spark's status tracker (:class:`SparkBatchStats`).
 """
 
 from __future__ import annotations
@@ -69,6 +76,9 @@ __all__ = [
     "MetricsSnapshot",
     "ReportsProgress",
     "SourceProgress",
+    "SparkBatchStats",
+    "SparkStageStats",
+    "SparkTotals",
     "TaskStats",
     "TaskTiming",
     "WorkerStats",
@@ -76,6 +86,7 @@ __all__ = [
     "kinds_of",
     "progress_of",
     "sample_every",
+    "sampling",
 ]
 
 #: The upper bounds (seconds) of the checkpoint-duration histogram's buckets.
@@ -109,6 +120,16 @@ def sample_every(rate: float) -> int:
     """One in how many events is timed at sample rate ``rate`` (0 <= rate <= 1;
     0 times none: :data:`NEVER`)."""
     return max(1, round(1.0 / rate)) if rate > 0 else NEVER
+
+
+def sampling(rate: float) -> tuple[int, int]:
+    """A task's countdown at sample rate ``rate``: ``(every, first)``, one event in
+    ``every`` timed, the countdown starting at ``first``: 1 times a task's first
+    event, so that a short run shows a latency too; with sampling off (rate 0),
+    never. Every runtime's tasks count down from these (the local tasks, the
+    Spark executors' bolt tasks, the Spark driver's spouts)."""
+    every = sample_every(rate)
+    return every, 1 if rate > 0 else every
 
 
 def capacity(executed: int, latency: float | None, window: float) -> float:
@@ -289,6 +310,68 @@ class SourceProgress:
         return min(1.0, self.done / self.total)
 
 
+#: How many recent Spark batches a snapshot lists.
+RECENT_SPARK_BATCHES: Final = 20
+
+
+@dataclass
+class SparkStageStats:
+    """One stage of a batch's Spark job, as Spark's status tracker says it
+    (``SparkContext.statusTracker().getStageInfo``): its tasks, how many are
+    running, done and failed (failed attempts: a retried task counts each)."""
+
+    stage_id: int
+    name: str
+    attempt: int
+    tasks: int
+    active: int
+    completed: int
+    failed: int
+
+
+@dataclass
+class SparkBatchStats:
+    """One batch's Spark jobs (one job a batch, as a rule; a transaction's phases, a
+    fed batch's reads may add some): their ids, the worst status (``SUCCEEDED``,
+    ``RUNNING``, ``FAILED``, ``UNKNOWN`` when Spark no longer says), their stages,
+    and the wall time the driver waited on them (``duration``, seconds: the
+    status tracker gives no times). ``started_at`` is on the runtime's clock."""
+
+    txid: int
+    jobs: list[int]
+    status: str
+    started_at: float
+    duration: float | None
+    stages: list[SparkStageStats] = field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        """Whether Spark is done with every job and stage (nothing will change)."""
+        return self.status in ("SUCCEEDED", "FAILED") and not any(s.active for s in self.stages)
+
+
+@dataclass
+class SparkTotals:
+    """Spark's work over the run: batches seen, their jobs and stages, the stages'
+    tasks done and failed, and the seconds the driver waited on jobs."""
+
+    batches: int = 0
+    jobs: int = 0
+    stages: int = 0
+    tasks_completed: int = 0
+    tasks_failed: int = 0
+    job_seconds: float = 0.0
+
+    def add(self, b: SparkBatchStats, sign: int = 1) -> None:
+        """Count batch ``b`` in (``sign`` -1: out, when a later read replaces it)."""
+        self.batches += sign
+        self.jobs += sign * len(b.jobs)
+        self.stages += sign * len(b.stages)
+        self.tasks_completed += sign * sum(s.completed for s in b.stages)
+        self.tasks_failed += sign * sum(s.failed for s in b.stages)
+        self.job_seconds += sign * (b.duration or 0.0)
+
+
 @dataclass
 class MetricsSnapshot:
     """The whole run's numbers at one moment (see the module docstring)."""
@@ -307,6 +390,8 @@ class MetricsSnapshot:
     errors: int = 0
     last_error: str = ""
     last_error_at: float = 0.0
+    spark: list[SparkBatchStats] = field(default_factory=list)
+    spark_totals: SparkTotals | None = None
 
     @property
     def last_checkpoint(self) -> CheckpointInfo | None:
@@ -349,10 +434,9 @@ class MetricsBank:
         self.topology = topology
         self.runtime = runtime
         self.kinds = dict(kinds)
-        self.every = sample_every(sample_rate)
-        #: What a task's countdown starts at: 1 times its first event, so that a
-        #: short run shows a latency too; with sampling off (rate 0), never.
-        self.first_sample = 1 if sample_rate > 0 else self.every
+        #: One event in ``every`` is timed; a task's countdown starts at
+        #: ``first_sample`` (:func:`sampling`).
+        self.every, self.first_sample = sampling(sample_rate)
         self.window = window
         self.started_at: float | None = None
         self.ended_at: float | None = None
@@ -367,6 +451,9 @@ class MetricsBank:
         self.histogram = Histogram()
         # (component, task) -> [(at, executed)]: the history capacity looks back over.
         self._history: dict[tuple[str, int], deque[tuple[float, int]]] = {}
+        # Spark's driver: the last batches' jobs and stages, and the run's totals.
+        self._spark: deque[SparkBatchStats] = deque(maxlen=RECENT_SPARK_BATCHES)
+        self._spark_totals: SparkTotals | None = None
 
     # -- feeding ------------------------------------------------------------------
     def begin(self, now: float) -> None:
@@ -448,6 +535,22 @@ class MetricsBank:
             if len(keys) > 2 * RECENT_CHECKPOINTS:
                 del keys[min(keys)]
         per_task[namespace] = count
+
+    def spark_batch(self, stats: SparkBatchStats) -> None:
+        """Spark's driver: what the status tracker says of one batch's jobs. A batch
+        read again (its figures were not final yet: the tracker is fed
+        asynchronously) replaces its earlier figures, in the list and the totals."""
+        totals = self._spark_totals
+        if totals is None:
+            totals = self._spark_totals = SparkTotals()
+        for i, old in enumerate(self._spark):
+            if old.txid == stats.txid and old.started_at == stats.started_at:
+                totals.add(old, -1)
+                self._spark[i] = stats
+                break
+        else:
+            self._spark.append(stats)
+        totals.add(stats)
 
     def sources(self, found: Iterable[SourceProgress | None]) -> list[SourceProgress]:
         """The spouts' progress as ``found`` now, each task's last known one where it
@@ -632,6 +735,11 @@ class MetricsBank:
             errors=errors,
             last_error=last.last_error if last is not None else "",
             last_error_at=last.last_error_at if last is not None else 0.0,
+            spark=[
+                replace(b, jobs=list(b.jobs), stages=[replace(s) for s in b.stages])
+                for b in list(self._spark)
+            ],
+            spark_totals=None if self._spark_totals is None else replace(self._spark_totals),
         )
 
 

@@ -9,9 +9,11 @@ library keeps no global registry state). :func:`api_json` is the body of
 Names follow the Prometheus naming guide: base units (seconds, ratios 0..1),
 ``_total`` counters, what varies in labels (``topology``, ``component``,
 ``task``; ``task`` is the task index, ``-1`` where the runtime counts only
-per component, as Spark does). Latencies are sampled
+per component). Latencies are sampled
 (``topology.stats.sample.rate``) and exported as summaries: ``_count`` the
-tuples timed, ``_sum`` their seconds.
+tuples timed, ``_sum`` their seconds. On Spark, what the batches' jobs did
+(``statestream_spark_jobs_total``, ``_stages_total``,
+``_tasks_completed_total``, ``_tasks_failed_total``, ``_job_seconds_total``).
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ def _run_families(snap: MetricsSnapshot) -> Iterator[Metric]:
         )
     yield from _worker_families(snap)
     yield from _source_families(snap)
+    yield from _spark_families(snap)
 
 
 def _per_namespace(
@@ -227,6 +230,26 @@ def _source_families(snap: MetricsSnapshot) -> Iterator[Metric]:
     yield done
     yield size
     yield lag
+
+
+# Spark's work over the run (runtime.metrics.SparkTotals): (field, metric name, help).
+_SPARK_COUNTERS = (
+    ("jobs", "spark_jobs", "Spark jobs the run's batches ran."),
+    ("stages", "spark_stages", "Stages of those jobs."),
+    ("tasks_completed", "spark_tasks_completed", "Spark tasks of those stages that completed."),
+    ("tasks_failed", "spark_tasks_failed", "Spark task attempts of those stages that failed."),
+    ("job_seconds", "spark_job_seconds", "Seconds the driver waited on the batches' jobs."),
+)
+
+
+def _spark_families(snap: MetricsSnapshot) -> Iterator[Metric]:
+    totals = snap.spark_totals
+    if totals is None:
+        return
+    for attr, name, doc in _SPARK_COUNTERS:
+        fam = CounterMetricFamily(f"statestream_{name}", doc, labels=["topology"])
+        fam.add_metric([snap.topology], getattr(totals, attr))
+        yield fam
 
 
 def prometheus_text(snapshot: MetricsSnapshot) -> bytes:

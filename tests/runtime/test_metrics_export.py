@@ -4,7 +4,10 @@ The body of ``/metrics`` (statestream.runtime.metrics_export.prometheus_text
 over the runtime's ``metrics_snapshot()``) is parsed back with
 prometheus_client's own parser: the per-task counters, summed per component,
 are the RunResult's counts; the checkpoints, the input progress and the
-latencies are there.
+latencies are there. With ``topology.stats.sample.rate`` 1.0 every tuple is
+timed, so each latency's sample count is a count of the RunResult too (on
+Spark the executors time their bolt tasks' tuples and the driver its spouts'
+trees, up to their batch's commit).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
     corpus = tmp_path / "in.txt"
     corpus.write_text("".join(f"a b c{i}\n" for i in range(LINES)))
     topology = word_count("metrics", corpus)
-    rt = runner.runtime(topology, {"topology.state.checkpoint.interval.ms": 10}, batch_size=40)
+    conf = {"topology.state.checkpoint.interval.ms": 10, "topology.stats.sample.rate": 1.0}
+    rt = runner.runtime(topology, conf, batch_size=40)
     result = rt.run(until_idle=True)
     snap = rt.metrics_snapshot()
     fams = _families(prometheus_text(snap))
@@ -66,14 +70,32 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
     assert progress == [("lines", size, size)]
     assert [v for _, v, _ in fams["statestream_source_lag"]] == [0]
 
-    if runner.name != "spark":  # the local tasks time their first drain, then 1 in 20
-        timed = {
-            labels["component"]: value
-            for labels, value, name in fams["statestream_execute_latency_seconds"]
-            if name.endswith("_count")
+    # Every tuple timed (rate 1.0): a bolt's samples are its executed tuples, a spout's
+    # its acked trees, per component summed over the tasks' summaries.
+    for family, kind, key in (("execute", "bolt", "executed"), ("complete", "spout", "acked")):
+        counts: dict[str, float] = defaultdict(float)
+        sums: dict[str, float] = defaultdict(float)
+        for labels, value, name in fams[f"statestream_{family}_latency_seconds"]:
+            (counts if name.endswith("_count") else sums)[labels["component"]] += value
+        expected = {
+            cid: getattr(m, key)
+            for cid, m in result.components.items()
+            if snap.components[cid].kind == kind
         }
-        assert timed["split"] > 0 and timed["count"] > 0
-        assert snap.components["count"].execute_latency is not None
+        assert dict(counts) == expected, family
+        if runner.name == "spark":  # the real clock: each mean above 0 and under the run
+            assert all(0 < sums[cid] / expected[cid] < 120 for cid in expected), dict(sums)
+    assert snap.components["count"].execute_latency is not None
+    if runner.name == "spark":
+        # Spark's jobs, from its status tracker: one a batch, their stages and tasks.
+        batches = rt.counters()["batches"]
+        assert len(snap.spark) == batches and all(b.status == "SUCCEEDED" for b in snap.spark)
+        assert all(s.completed == s.tasks and s.failed == 0 for b in snap.spark for s in b.stages)
+        totals = {name: value for name, rows in fams.items() for _, value, _ in rows}
+        assert totals["statestream_spark_jobs"] == batches
+        assert totals["statestream_spark_tasks_completed"] == sum(
+            s.completed for b in snap.spark for s in b.stages
+        ) > 0
     if runner.name != "spark":  # the local tasks count their prepared keys
         # Every word's key is in some committed checkpoint's delta of its count task.
         if len(snap.checkpoints) < 50:  # (the snapshot keeps the last 50)
@@ -97,3 +119,6 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
         assert api_components[cid]["executed"] == m.executed
         assert api_components[cid]["emitted"] == m.emitted
     assert body["metrics"]["sources"][0]["fraction"] == 1.0
+    if runner.name == "spark":
+        assert [b["txid"] for b in body["metrics"]["spark"]] == [b.txid for b in snap.spark]
+        assert body["metrics"]["spark_totals"]["jobs"] == len(snap.spark)

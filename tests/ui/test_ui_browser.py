@@ -1,7 +1,9 @@
 """The live view in a real browser: Debian's chromium, driven by selenium through
 chromedriver (.ci/run installs both), looks at `statestream run --ui` while the
-run runs: every component is in the graph, the executed count rises between two
-reads a second apart, and the browser's console has no error."""
+run runs, in one process and with ``topology.workers: 2`` (the supervisor serves
+the view over both workers), and at a Spark ``local[2]`` run's driver: every
+component is in the graph, the executed count rises between two reads a second
+apart (on Spark, between two batches), and the browser's console has no error."""
 
 from __future__ import annotations
 
@@ -27,14 +29,16 @@ COMPONENTS = {"lines", "split", "count"}  # tests/ui/slow_words.py
 
 
 class LiveRun:
-    """`statestream run tests/ui/slow_words.py --ui 0` in ``cwd``, its stderr collected."""
+    """`statestream run tests/ui/slow_words.py --ui 0` in ``cwd``, its stderr collected;
+    ``args``: more options (``--set topology.workers=2``)."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, args: tuple[str, ...] = ()) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
             p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)}
+        self.args = args
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "statestream", "run", str(TESTS / "ui" / "slow_words.py"),
-             "--until-idle", "--ui", "0", "--no-progress"],
+             "--until-idle", "--ui", "0", "--no-progress", *args],
             cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         self.lines: list[str] = []
@@ -62,11 +66,16 @@ class LiveRun:
         return self.proc.wait(60)
 
 
-@pytest.fixture
-def live_run(tmp_path: Path) -> Iterator[LiveRun]:
+# Two workers share a store: sqlite, in the run's directory.
+WORKERS_2 = ("--set", "topology.workers=2", "--set", "topology.state.provider=sqlite",
+             "--set", "topology.state.provider.config={path: state.db}")
+
+
+@pytest.fixture(params=[(), WORKERS_2], ids=["one-process", "workers-2"])
+def live_run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveRun]:
     # Long enough to outlast the test (a few ms a line); the test stops it.
     random_text(tmp_path / "corpus.txt", 50_000, words_per_line=8, vocabulary=50)
-    run = LiveRun(tmp_path)
+    run = LiveRun(tmp_path, request.param)
     try:
         yield run
     finally:
@@ -105,35 +114,105 @@ def _executed(driver: Any, component: str) -> int:
     return int(cell.text.replace(",", ""))
 
 
+def _check_page(driver: Any, url: str, running: Any, shot: Path | None = None) -> None:
+    """Every component drawn with its edges, the count's executed rising between two
+    reads (``running()`` still true after the second), keys changed in the checkpoint
+    strip, no SEVERE console entry."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    wait = WebDriverWait(driver, 60)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) >= len(COMPONENTS))
+    drawn = {e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    assert drawn == COMPONENTS
+    edges = {(e.get_attribute("data-source"), e.get_attribute("data-target"))
+             for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.edge")}
+    assert edges == {("lines", "split"), ("split", "count")}
+    wait.until(lambda d: _executed(d, "count") > 0)
+    first = _executed(driver, "count")
+    time.sleep(1)  # two reads a second apart; the page polls once a second
+    wait.until(lambda d: _executed(d, "count") > first)
+    assert running(), "the run ended before the second read"
+    # The checkpoint strip says how many keys the count's tasks changed.
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoints .committed .keys"))
+    keys = driver.find_element(By.CSS_SELECTOR, "#checkpoints .committed .keys")
+    assert re.fullmatch(r"[\d,]+ keys", keys.text) and int(keys.text.split()[0].replace(",", "")) > 0
+    if shot is not None:
+        driver.save_screenshot(str(shot))
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+
+
 def test_the_page_shows_every_component_and_counts_rising_without_console_errors(
     live_run: LiveRun, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     url = live_run.url()
     driver = chromium(tmp_path / "chromium-profile")
     try:
-        driver.get(url)
-        wait = WebDriverWait(driver, 30)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) >= len(COMPONENTS))
-        drawn = {e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.node")}
-        assert drawn == COMPONENTS
-        edges = {(e.get_attribute("data-source"), e.get_attribute("data-target"))
-                 for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.edge")}
-        assert edges == {("lines", "split"), ("split", "count")}
-        wait.until(lambda d: _executed(d, "count") > 0)
-        first = _executed(driver, "count")
-        time.sleep(1)  # two reads a second apart; the page polls once a second
-        wait.until(lambda d: _executed(d, "count") > first)
-        assert live_run.proc.poll() is None, "the run ended before the second read"
-        # The checkpoint strip says how many keys the count's tasks changed.
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoints .committed .keys"))
-        keys = driver.find_element(By.CSS_SELECTOR, "#checkpoints .committed .keys")
-        assert re.fullmatch(r"[\d,]+ keys", keys.text) and int(keys.text.split()[0].replace(",", "")) > 0
-        driver.save_screenshot(str(os.environ.get("LIVE_VIEW_SCREENSHOT", tmp_path / "live-view.png")))
-        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        assert errors == []
+        workers = "topology.workers=2" in live_run.args
+        shot = None if workers else Path(os.environ.get("LIVE_VIEW_SCREENSHOT", tmp_path / "live-view.png"))
+        _check_page(driver, url, lambda: live_run.proc.poll() is None, shot)
+        rows = driver.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
+        assert len(rows) == (2 if workers else 0)
+        assert not driver.find_element(By.ID, "spark-section").is_displayed()
     finally:
         driver.quit()
     assert live_run.stop() == 130, "".join(live_run.lines)
+
+
+@pytest.mark.spark
+def test_the_page_on_a_spark_run_shows_its_batches_jobs(
+    spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Spark driver serves the view: counts rise batch by batch, every component
+    has its sampled latency, and the Spark section lists the batches' jobs."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from statestream._config import Config
+    from statestream._run import live_view, load_topology
+    from statestream.runtime.spark import SparkRuntime
+
+    random_text(tmp_path / "corpus.txt", 20_000, words_per_line=8, vocabulary=50)
+    monkeypatch.chdir(tmp_path)  # slow_words reads corpus.txt where it runs
+    topology = load_topology(str(TESTS / "ui" / "slow_words.py"))
+    conf = Config({
+        "topology.ui": "0",
+        "topology.stats.sample.rate": 1.0,
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+    })
+    rt = SparkRuntime(topology, conf, spark=spark_session, batch_size=150)
+    said: list[str] = []
+    rt.open()
+    view = live_view(rt, topology, conf, said.append)
+    url = said[0].split("live view at ", 1)[1].strip()
+    ended: list[Any] = []
+    with view:
+        thread = threading.Thread(target=lambda: ended.append(rt.run(duration=120)), daemon=True)
+        thread.start()
+        driver = chromium(tmp_path / "chromium-profile")
+        try:
+            _check_page(driver, url, thread.is_alive)
+            wait = WebDriverWait(driver, 30)
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#spark tbody tr")) >= 2)
+            assert driver.find_element(By.ID, "spark-section").is_displayed()
+            row = driver.find_element(By.CSS_SELECTOR, "#spark tbody tr")
+            assert row.find_element(By.CSS_SELECTOR, "td.status").text == "SUCCEEDED"
+            done, tasks = row.find_element(By.CSS_SELECTOR, "td.done").text.split("/")
+            assert done == tasks and int(tasks) > 0
+            latency = {
+                cid: driver.find_element(By.CSS_SELECTOR, f'#components tr[data-id="{cid}"] td.latency').text
+                for cid in COMPONENTS
+            }
+            assert all(re.fullmatch(r"[\d.,]+", v) for v in latency.values()), latency
+            errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+            assert errors == []
+        finally:
+            driver.quit()
+            rt.stop()
+            thread.join(60)
+    assert ended and ended[0].reason == "stopped"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,11 +14,16 @@ from statestream._results import TaskMetrics
 from statestream.runtime.metrics import (
     CHECKPOINT_BUCKETS,
     NEVER,
+    RECENT_SPARK_BATCHES,
     Histogram,
     MetricsBank,
+    SparkBatchStats,
+    SparkStageStats,
+    SparkTotals,
     TaskTiming,
     capacity,
     sample_every,
+    sampling,
 )
 
 KINDS = {"src": ("spout", 1), "work": ("bolt", 2)}
@@ -257,3 +263,139 @@ def test_keys_changed_keeps_a_bounded_history() -> None:
     for txid in range(500):
         bank.keys_changed(txid, "work-0", txid)
     assert len(bank.export().keys) <= 2 * 50 + 1 and 499 in bank.export().keys
+
+
+@pytest.mark.parametrize(("rate", "expected"), [(0, (NEVER, NEVER)), (0.05, (20, 1)), (1.0, (1, 1))])
+def test_sampling_is_every_runtimes_countdown(rate: float, expected: tuple[int, int]) -> None:
+    """One in ``every`` timed, the first at once (none at rate 0): the bank's, and
+    so the local tasks', the Spark executors' and the Spark driver's spouts'."""
+    assert sampling(rate) == expected
+    bank = MetricsBank("t", "local", KINDS, rate)
+    assert (bank.every, bank.first_sample) == expected
+
+
+def _stage(stage_id: int, done: int, tasks: int = 2, active: int = 0, failed: int = 0) -> Any:
+    return SparkStageStats(stage_id, f"stage {stage_id}", 0, tasks, active, done, failed)
+
+
+def test_spark_batches_are_listed_and_totalled_and_a_read_again_replaces_its_first() -> None:
+    bank = MetricsBank("t", "spark", KINDS)
+    assert bank.snapshot(0.0, []).spark_totals is None  # no Spark: no figures at all
+    running = SparkBatchStats(0, [0], "RUNNING", 1.0, 0.5, [_stage(0, 1, active=1)])
+    assert not running.final
+    bank.spark_batch(running)
+    bank.spark_batch(SparkBatchStats(1, [1, 2], "FAILED", 2.0, 0.25, [_stage(1, 1, failed=3)]))
+    # Batch 0 read again once Spark was done with it: it replaces the first read.
+    done = SparkBatchStats(0, [0], "SUCCEEDED", 1.0, 0.5, [_stage(0, 2)])
+    assert done.final
+    bank.spark_batch(done)
+    snap = bank.snapshot(3.0, [])
+    assert [(b.txid, b.status) for b in snap.spark] == [(0, "SUCCEEDED"), (1, "FAILED")]
+    assert snap.spark_totals == SparkTotals(
+        batches=2, jobs=3, stages=2, tasks_completed=3, tasks_failed=3, job_seconds=0.75
+    )
+    snap.spark[0].stages[0].completed = 99  # a copy: the bank's is unchanged
+    assert bank.snapshot(3.0, []).spark[0].stages[0].completed == 2
+    for txid in range(2, 2 + RECENT_SPARK_BATCHES):
+        bank.spark_batch(SparkBatchStats(txid, [txid + 1], "SUCCEEDED", float(txid), 0.0))
+    snap = bank.snapshot(30.0, [])
+    assert len(snap.spark) == RECENT_SPARK_BATCHES and snap.spark[0].txid == 2
+    assert snap.spark_totals is not None and snap.spark_totals.batches == 2 + RECENT_SPARK_BATCHES
+
+
+class _Tracker:
+    """Spark's status tracker (its method names) as the fake context below fills it."""
+
+    def __init__(self, sc: _Context) -> None:
+        self.sc = sc
+
+    def getJobIdsForGroup(self, group: str) -> list[int]:
+        return [j for j, (g, _, _) in self.sc.jobs.items() if g == group]
+
+    def getJobInfo(self, job: int) -> Any:
+        from types import SimpleNamespace
+
+        _, status, stages = self.sc.jobs[job]
+        return SimpleNamespace(status=status, stageIds=[s[0] for s in stages])
+
+    def getStageInfo(self, stage: int) -> Any:
+        from pyspark.status import SparkStageInfo
+
+        for _, _, stages in self.sc.jobs.values():
+            for s in stages:
+                if s[0] == stage:
+                    return SparkStageInfo(s[0], 0, "collect", *s[1:])
+        return None
+
+
+class _Context:
+    """A SparkContext with what JobWatch uses: local properties and a status tracker."""
+
+    def __init__(self) -> None:
+        self.props: dict[str, str | None] = {}
+        self.jobs: dict[int, tuple[str | None, str, list[tuple[int, int, int, int, int]]]] = {}
+
+    def getLocalProperty(self, key: str) -> str | None:
+        return self.props.get(key)
+
+    def setLocalProperty(self, key: str, value: str | None) -> None:
+        self.props[key] = value
+
+    def setJobGroup(self, group: str, description: str) -> None:
+        self.props["spark.jobGroup.id"] = group
+        self.props["spark.job.description"] = description
+
+    def statusTracker(self) -> _Tracker:
+        return _Tracker(self)
+
+    def run_job(self, status: str, *stages: tuple[int, int, int, int, int]) -> int:
+        job = len(self.jobs)
+        self.jobs[job] = (self.props.get("spark.jobGroup.id"), status, list(stages))
+        return job
+
+
+def test_job_watch_names_each_batch_and_reads_its_jobs_until_spark_is_done() -> None:
+    pytest.importorskip("pyspark")
+    from statestream.runtime.spark.stages import JobWatch
+
+    bank, sc = MetricsBank("t", "spark", KINDS), _Context()
+    watch = JobWatch(bank, FakeClock())
+    with watch.batch(sc, 7):
+        assert sc.props["spark.job.description"] == "statestream batch 7"
+        # (stage, tasks, active, completed, failed): still running as the job returns
+        sc.run_job("RUNNING", (0, 2, 1, 1, 0))
+    assert sc.props["spark.jobGroup.id"] is None  # the caller's (no) group again
+    (first,) = bank.snapshot(0.0, []).spark
+    assert (first.txid, first.jobs, first.status, first.final) == (7, [0], "RUNNING", False)
+    sc.jobs[0] = (sc.jobs[0][0], "SUCCEEDED", [(0, 2, 0, 2, 0)])  # Spark caught up
+    # A streaming query's group in force (a fed batch): kept, and only its new jobs count.
+    sc.props["spark.jobGroup.id"] = "query"
+    sc.run_job("SUCCEEDED", (1, 1, 0, 1, 0))
+    with watch.batch(sc, 8):
+        sc.run_job("SUCCEEDED", (2, 3, 0, 2, 1))
+    assert sc.props["spark.jobGroup.id"] == "query"
+    with watch.batch(sc, 9):
+        sc.run_job("SUCCEEDED", (3, 1, 0, 1, 0))
+    snap = bank.snapshot(0.0, [])
+    assert [(b.txid, b.jobs, b.status) for b in snap.spark] == [
+        (7, [0], "SUCCEEDED"),
+        (8, [1, 2], "SUCCEEDED"),
+        (9, [3], "SUCCEEDED"),
+    ]
+    assert snap.spark_totals is not None
+    assert (snap.spark_totals.tasks_completed, snap.spark_totals.tasks_failed) == (6, 1)
+
+
+def test_job_watch_never_breaks_the_run() -> None:
+    pytest.importorskip("pyspark")
+    from statestream.runtime.spark.stages import JobWatch
+
+    class Broken(_Context):
+        def statusTracker(self) -> _Tracker:
+            raise RuntimeError("py4j gone")
+
+    bank = MetricsBank("t", "spark", KINDS)
+    with JobWatch(bank, FakeClock()).batch(Broken(), 1):
+        pass
+    (b,) = bank.snapshot(0.0, []).spark
+    assert (b.txid, b.jobs, b.status) == (1, [], "UNKNOWN")

@@ -72,8 +72,10 @@ def test_a_tuple_given_up_on_names_its_message_and_why(
     bolt: Any, error_type: str, error: str
 ) -> None:
     ack, emitted = _run(bolt, ["a", "poison", "b"])
-    cid, index, executed, n_emitted, failed, prepared, errors, lost = ack
-    assert (cid, index, prepared, errors) == ("picky", 0, None, [])
+    cid, index, executed, n_emitted, failed, prepared, errors, lost, timing, keys = ack
+    assert (cid, index, prepared, errors, keys) == ("picky", 0, None, [], None)
+    # Sampled as the local tasks sample (rate 0.05): the first execution, then 1 in 20.
+    assert (timing.component, timing.task_index, timing.samples) == ("picky", 0, 1)
     # The poison tuple is executed 3 times (MAX_TUPLE_FAILURES), then given up on.
     assert (executed, failed, n_emitted) == (5, 3, 2)
     src_root = lost[0][0]

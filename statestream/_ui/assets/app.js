@@ -1,6 +1,6 @@
 // The live view of a statestream run: polls /api/v1/topology about once a second and
 // draws the topology graph (SVG, layered left to right), the component table, input
-// progress, the checkpoint strip and the workers. Hand-written, no build step, no
+// progress, the checkpoint strip, the workers and, on Spark, the batches' jobs. Hand-written, no build step, no
 // library: everything the page needs is served by the run itself.
 "use strict";
 
@@ -196,6 +196,33 @@ function workerRows(list) {
   });
 }
 
+// Spark: the last batches' jobs and stages (Spark's status tracker), newest first,
+// and the run's totals; the section stays hidden on the other runtimes.
+function drawSpark(list, totals) {
+  document.getElementById("spark-section").hidden = !(list && list.length);
+  if (!list || !list.length) return;
+  const sum = (stages, key) => stages.reduce((a, s) => a + (s[key] || 0), 0);
+  fillTable("spark", list.slice(-10).reverse().map((b) => {
+    const stages = b.stages || [];
+    const tr = el("tr", { "data-txid": b.txid, class: String(b.status || "").toLowerCase() });
+    const cells = [
+      ["txid", b.txid], ["jobs", (b.jobs || []).join(", ") || "-"], ["status", b.status],
+      ["done", `${fmt(sum(stages, "completed"))}/${fmt(sum(stages, "tasks"))}`], ["failed", fmt(sum(stages, "failed"))],
+      ["active", fmt(sum(stages, "active"))], ["seconds", b.duration === null || b.duration === undefined ? "-" : b.duration.toFixed(2)],
+      ["stages", stages.map((s) => `${s.stage_id}: ${s.completed}/${s.tasks}${s.failed ? ` (${s.failed} failed)` : ""}`).join(" · ")],
+    ];
+    for (const [cls, v] of cells) tr.appendChild(el("td", { class: cls }, v));
+    tr.lastChild.title = stages.map((s) => `${s.stage_id} ${s.name}`).join("\n");
+    return tr;
+  }));
+  const box = document.getElementById("spark-totals");
+  box.replaceChildren(...Object.entries(totals || {}).map(([k, v]) => {
+    const span = el("span", {}, `${k.replace(/_/g, " ")} `);
+    span.appendChild(el("b", {}, k === "job_seconds" ? v.toFixed(1) : fmt(v)));
+    return span;
+  }));
+}
+
 function drawCounters(counters) {
   const box = document.getElementById("counters");
   box.replaceChildren(...Object.entries(counters || {}).map(([k, v]) => {
@@ -218,6 +245,7 @@ function render(body) {
   drawProgress(data.sources || data.progress, data);
   drawCheckpoints(data.checkpoints);
   fillTable("workers", workerRows(data.workers));
+  drawSpark(data.spark, data.spark_totals);
   drawCounters(data.counters);
   const status = document.getElementById("status");
   status.className = "status";

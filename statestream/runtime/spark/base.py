@@ -62,6 +62,7 @@ from .shared import fresh_state, state_opener, user_bolt
 if TYPE_CHECKING:
     from ..metrics import MetricsBank
     from .spouts import SpoutTask
+    from .stages import JobWatch
     from .transactional import TxJob
 
 log = logging.getLogger("statestream")
@@ -111,8 +112,9 @@ class DriverBase:
     transactional: TransactionalLayout | None
     at_most_once: bool
     exactly_once: bool
-    _metrics: dict[str, TaskMetrics]
+    _metrics: dict[tuple[str, int], TaskMetrics]
     bank: MetricsBank
+    _watch: JobWatch
     _checkpoints: CheckpointDriver | None
     _spout_tasks: list[SpoutTask]
     _driver_bolts: dict[str, StatefulBolt]
@@ -295,9 +297,17 @@ class DriverBase:
                 )
                 self._driver_bolts[task_namespace(spec.id, i)] = bolt
 
+    def _task(self, cid: str, index: int) -> TaskMetrics:
+        """The counts of task ``index`` of ``cid`` over the committed batches (index -1:
+        the component's, for what no task of it did, a coordinator's error say)."""
+        m = self._metrics.get((cid, index))
+        if m is None:
+            m = self._metrics[cid, index] = TaskMetrics(cid, index)
+        return m
+
     def _report(self, cid: str, index: int, exc: BaseException, what: Any) -> None:
         """Record an error of a component on the driver (a spout's, say)."""
-        self._metrics[cid].errors += 1
+        self._task(cid, index).errors += 1
         self.error_log.record(cid, index, exc, what)
 
     def _release(self, spark: Any) -> None:

@@ -64,7 +64,8 @@ log = logging.getLogger("statestream")
 def refuse_lost(acks: Iterable[Ack], txid: int) -> None:
     """A batch Spark fed has no spout to retry or settle a message with: a tuple its
     tasks gave up on fails the batch (run again, up to ``statestream.spark.batch.attempts``)."""
-    for _, index, *_, lost in acks:
+    for ack in acks:
+        index, lost = ack[1], ack[7]
         for _, component, error_type, error in lost[:1]:
             raise RuntimeFailure(
                 f"bolt {component!r} task {index} gave up on a tuple of fed batch {txid} "
@@ -75,8 +76,8 @@ def refuse_lost(acks: Iterable[Ack], txid: int) -> None:
 def run_ending_in(acks: list[Ack]) -> BaseException | None:
     """The error that stops the run, if a task gave up on a tuple for a reason that
     ends it (statestream._picklable)."""
-    for *_, lost in acks:
-        for _, _, error_type, error in lost:
+    for ack in acks:
+        for _, _, error_type, error in ack[7]:
             fatal = run_ending(error_type, error)
             if fatal is not None:
                 return fatal
@@ -228,7 +229,10 @@ class BatchDriver(SpoutDriver):
     def _commit_run(self, run: BatchRun) -> None:
         prepared = self.clock.monotonic()
         self._commit(run.txid, run.batch, run.acks)
-        self.bank.checkpoint_done(run.txid, run.started, prepared, self.clock.monotonic())
+        keys = {task_namespace(a[0], a[1]): a[9] for a in run.acks if a[9] is not None}
+        self.bank.checkpoint_done(
+            run.txid, run.started, prepared, self.clock.monotonic(), keys_changed=keys
+        )
 
     def _count_run_errors(self, run: BatchRun) -> None:
         self._count_errors(run.acks)
@@ -262,7 +266,7 @@ class BatchDriver(SpoutDriver):
                 if type(msg_id) is Replay:
                     replayed.append(msg_id.record)
                 elif msg_id is not None:
-                    self._metrics[task.cid].acked += 1  # a spout counts its acks, as on local
+                    self._task(task.cid, task.index).acked += 1  # as a spout counts on local
                     task.spout.ack(msg_id)
         if replayed:
             # After the commit, as the local runtime marks one once its tree is
@@ -273,16 +277,19 @@ class BatchDriver(SpoutDriver):
         self._counters["batches"] += 1
         # The prepares just committed: executors may keep using those state objects.
         self._tokens = {
-            task_namespace(cid, index): tok
-            for cid, index, _x, _e, _f, tok, _errors, _lost in acks
-            if tok is not None
+            task_namespace(ack[0], ack[1]): ack[5] for ack in acks if ack[5] is not None
         }
-        for cid, _, executed, emitted, failed, *_ in acks:
-            m = self._metrics[cid]
+        bank = self.bank
+        for cid, index, executed, emitted, failed, _p, _e, _l, timing, _k in acks:
+            # A fed batch's read stage acks per DataFrame partition: its one task's.
+            m = self._task(cid, 0 if cid in self.fed else index)
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
             m.failed += failed
+            if timing is not None:  # the task's sampled execute latency
+                bank.timing(cid, index).add(timing)
+        batch.completed(bank, self.clock.monotonic())
         self._count_errors(acks)
 
     def _count_errors(self, acks: list[Ack]) -> None:
@@ -290,8 +297,8 @@ class BatchDriver(SpoutDriver):
         one run again for its failed messages), and stop the run if a task's
         error-rate limit tripped (statestream._retry.FailureRate)."""
         now = self.clock.monotonic()
-        for cid, index, executed, _e, failed, _p, errors, lost in acks:
-            m = self._metrics[cid]
+        for cid, index, executed, _e, failed, _p, errors, lost, _t, _k in acks:
+            m = self._task(cid, index)
             m.errors += len(errors)
             self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
             for _, _, error_type, error in lost[-1:]:
@@ -326,8 +333,8 @@ class BatchDriver(SpoutDriver):
         lost, as Storm and the local runtime lose it.
         """
         lost: dict[int, tuple[str, str, str]] = {}
-        for *_, ack_lost in acks:
-            for root, component, error_type, error in ack_lost:
+        for ack in acks:
+            for root, component, error_type, error in ack[7]:
                 lost.setdefault(root, (component, error_type, error))
         if not lost:
             return None
@@ -348,7 +355,8 @@ class BatchDriver(SpoutDriver):
             outcome = book.failed(
                 msg_id, values, stream, Cause(component, None, error, error_type), now, rewinds=True
             )
-            self._metrics[task.cid].failed += 1
+            m = self._task(task.cid, task.index)
+            m.failed += 1
             resume_at = now if resume_at is None else resume_at
             if outcome.replay is not None:
                 # Fed back and given up on again: dead again, not a second record.
@@ -360,11 +368,11 @@ class BatchDriver(SpoutDriver):
                     outcome.verdict.failures,
                     error_type=error_type,
                 )
-                self._metrics[task.cid].dead_lettered += 1
+                m.dead_lettered += 1
             elif outcome.record is not None:
                 self.deadletters.give_up(outcome.record)
                 book.gave_up(outcome)  # the batch read again skips it
-                self._metrics[task.cid].dead_lettered += 1
+                m.dead_lettered += 1
             elif outcome.verdict.at is not None:
                 resume_at = max(resume_at, outcome.verdict.at)
         if resume_at is not None:
@@ -461,9 +469,12 @@ class BatchDriver(SpoutDriver):
                 keep([bolt.id], out)
                 outs[bolt.id] = out
             ends = list(leaves.values())
-            acks: list[Ack] = (
-                (ends[0] if len(ends) == 1 else sc.union(ends)).mapPartitions(only_acks).collect()
-            )
+            with self._watch.batch(sc, txid):  # its jobs' figures into the bank
+                acks: list[Ack] = (
+                    (ends[0] if len(ends) == 1 else sc.union(ends))
+                    .mapPartitions(only_acks)
+                    .collect()
+                )
         finally:
             for rdd in persisted:
                 rdd.unpersist()

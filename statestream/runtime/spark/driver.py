@@ -79,6 +79,7 @@ from .config import (
 from .feed import DataFrameSpout, FeedDriver
 from .shared import fresh_state, user_bolt
 from .spouts import SpoutTask, idle
+from .stages import JobWatch
 from .transactional import TransactionalDriver, TxJob
 
 
@@ -162,16 +163,23 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         self.at_most_once = False if self.transactional else self._at_most_once()
         #: What bolts are told through ``context.exactly_once``.
         self.exactly_once = not self.at_most_once and self.plan.checkpointed
+        # Per task (component, index): the counts of the committed batches.
         self._metrics = {
-            cid: TaskMetrics(cid, -1) for cid in self.component_tasks if not cid.startswith("$")
+            (cid, i): TaskMetrics(cid, i)
+            for cid, tasks in self.component_tasks.items()
+            if not cid.startswith("$")
+            for i in range(len(tasks))
         }
-        # The run's metrics bank (runtime.metrics), fed per batch.
+        # The run's metrics bank (runtime.metrics), fed per batch: the executors'
+        # timings with their acks, the spouts' on the driver (PollCollector), the
+        # jobs' figures from Spark's status tracker (JobWatch).
         self.bank = MetricsBank(
             topology.name,
             "spark",
-            {cid: kind for cid, kind in kinds_of(topology).items() if cid in self._metrics},
+            {cid: kind for cid, kind in kinds_of(topology).items() if (cid, 0) in self._metrics},
             settings.topology_stats_sample_rate,
         )
+        self._watch = JobWatch(self.bank, self.clock)
         self._checkpoints: CheckpointDriver | None = None
         self._spout_tasks: list[SpoutTask] = []
         self._driver_bolts: dict[str, StatefulBolt] = {}
@@ -230,18 +238,27 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
             progress_of(t.cid, t.index, t.spout) for t in list(self._spout_tasks)
         )
         return self.bank.snapshot(
-            self.clock.monotonic(), list(self.metrics().values()), self.counters(), sources=sources
+            self.clock.monotonic(), self.task_metrics(), self.counters(), sources=sources
         )
 
+    def task_metrics(self) -> list[TaskMetrics]:
+        """Per task, the counts over the committed batches of this run (copies); a
+        spout task's ``retrying`` counts its messages that failed and are to be run
+        again."""
+        out = []
+        for (cid, index), m in list(self._metrics.items()):
+            copy = TaskMetrics(**vars(m))
+            book = self._books.get(task_namespace(cid, index)) if index >= 0 else None
+            if book is not None:
+                copy.retrying = len(book.failures)
+            out.append(copy)
+        return out
+
     def metrics(self) -> dict[str, TaskMetrics]:
-        """Per-component totals over the committed batches of this run; a spout's
-        ``retrying`` counts its messages that failed and are to be run again."""
-        out = {cid: TaskMetrics(**vars(m)) for cid, m in self._metrics.items()}
-        for spec in self.spouts:
-            for i in range(spec.parallelism):
-                book = self._books.get(task_namespace(spec.id, i))
-                if book is not None:
-                    out[spec.id].retrying += len(book.failures)
+        """Per-component totals over the committed batches of this run."""
+        out = {cid: TaskMetrics(cid, -1) for cid, _ in self._metrics}
+        for m in self.task_metrics():
+            out[m.component].add(m)
         return out
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
@@ -309,6 +326,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
                 if clean:
                     self._cleanup()
                 self._close_spouts()
+                self._watch.refresh(sc)  # the last batches' figures, as Spark ends them
                 payload.unpersist()
             finally:
                 self._release(spark)

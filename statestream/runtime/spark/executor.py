@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from ..._components import (
     TopologyContext,
     task_namespace,
 )
+from ..._config import settings_of
 from ..._errors import FailedException, RuntimeFailure, TupleError
 from ..._executors import BasicBoltExecutor
 from ..._journal import TupleJournal
@@ -54,6 +56,7 @@ from ..._routing import RouteChoice
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import Origin, Tuple, check_emit
 from ..errorlog import TRACEBACK_LIMIT, error_parts
+from ..metrics import TaskTiming, sampling
 from ..plan import RuntimePlan
 from ..session import open_store
 from .config import MAX_TUPLE_FAILURES
@@ -101,6 +104,13 @@ class Shipped:
         #: the last try, and only its tuple on the last (:func:`run_bolt`).
         self.task_tries = task_tries
         topology = plan.topology
+        #: The sampled execute latency (runtime.metrics): one tuple in ``every`` is
+        #: timed; each bolt task's countdown goes on from batch to batch while this
+        #: Python worker runs it (``countdown``: (component, task) -> what is left).
+        self.every, self.first_sample = sampling(
+            settings_of(plan.config).topology_stats_sample_rate
+        )
+        self.countdown: dict[tuple[str, int], int] = {}
         # Where each component's acknowledgements go: its first downstream bolt
         # (None: to the driver).
         self.ack_to: dict[str, str | None] = {
@@ -307,7 +317,7 @@ def read_partition(
         producer = Producer(shipped, cid, index)
         for stream, values, direct in records:
             producer.route(stream, values, direct)
-        producer.finish((cid, index, 0, producer.emitted, 0, None, [], []), ())
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], [], None, None), ())
         yield from producer.out
 
 
@@ -405,6 +415,8 @@ class BoltTask:
         self.lost: list[Lost] = []
         self.last_try = _last_try(shipped.task_tries)
         self.failed_counts: dict[int, int] = {}
+        self.shipped = shipped
+        self.timing = TaskTiming(cid, index)
 
     def _origin(self, src_task: int, stream: str) -> Origin:
         origin = self.origins.get((src_task, stream))
@@ -422,6 +434,12 @@ class BoltTask:
         queue = records
         last_task, last_stream = -1, ""
         origin: Origin | None = None
+        # The sampled execute latency, counted down as the local tasks count their
+        # drains down (runtime.metrics.sampling): a tuple costs a countdown, one
+        # in ``every`` two clock reads.
+        shipped, key = self.shipped, (self.cid, self.index)
+        sample_in = shipped.countdown.get(key, shipped.first_sample)
+        every, timing, clock = shipped.every, self.timing, time.perf_counter
         while queue:
             retry: list[tuple[Any, ...]] = []
             for rec in queue:
@@ -431,9 +449,18 @@ class BoltTask:
                     last_task, last_stream = src_task, stream
                     origin = self._origin(src_task, stream)
                 assert origin is not None
-                if self._execute(rec, origin):
+                sample_in -= 1
+                if sample_in:
+                    again = self._execute(rec, origin)
+                else:
+                    sample_in = every
+                    start = clock()
+                    again = self._execute(rec, origin)
+                    timing.timed(1, clock() - start)
+                if again:
                     retry.append(rec)
             queue = retry
+        shipped.countdown[key] = sample_in
         self.producer.current, self.producer.roots = None, ()
 
     def _execute(self, rec: tuple[Any, ...], origin: Origin) -> bool:
@@ -509,10 +536,12 @@ class BoltTask:
         """Prepare the batch's txid (a stateful task) and end the output with the
         task's acknowledgement, and those forwarded to it."""
         cid, index, producer = self.cid, self.index, self.producer
-        prepared = None
+        prepared = keys = None
         if self.state is not None:
             apply_action(self.bolt, self.state, Action.PREPARE, self.txid, True)  # type: ignore[arg-type]
             prepared = uuid.uuid4().hex
+            # What the commit changes (StoredKeyValueState's; the checkpoint's keys_changed).
+            keys = getattr(self.state, "prepared_keys", None)
             _STATE_CACHE[store_key(self.plan), task_namespace(cid, index)] = (prepared, self.state)
         ack = (
             cid,
@@ -523,6 +552,8 @@ class BoltTask:
             prepared,
             self.errors,
             self.lost,
+            self.timing if self.timing.samples else None,
+            keys,
         )
         producer.finish(ack, forwarded)
         return producer.out
@@ -552,7 +583,7 @@ def rows_partition(
     columns = shipped.plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
     for row in rows:
         producer.route("default", [row[c] for c in columns], None)
-    producer.finish((cid, part, 0, producer.emitted, 0, None, [], []), ())
+    producer.finish((cid, part, 0, producer.emitted, 0, None, [], [], None, None), ())
     yield from producer.out
 
 
@@ -603,5 +634,5 @@ def read_ranges(
             if len(out) >= 4096:  # streamed on: a range may be far larger than memory
                 yield from out
                 out.clear()
-        producer.finish((cid, index, 0, producer.emitted, 0, None, [], []), ())
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], [], None, None), ())
         yield from producer.out

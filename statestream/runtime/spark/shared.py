@@ -18,6 +18,7 @@ from typing import Any
 
 from ..._config import settings_of
 from ..._topology import Topology
+from ..metrics import TaskTiming
 from ..plan import RuntimePlan
 
 try:
@@ -35,8 +36,20 @@ ReportedError = tuple[str, str, str]
 #: spout message tracks (an unanchored emit).
 Lost = tuple[int, str, str, str]
 #: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token,
-#: errors, lost).
-Ack = tuple[str, int, int, int, int, str | None, list[ReportedError], list[Lost]]
+#: errors, lost, its sampled timing or None (a read stage's, or a bolt task that timed
+#: no tuple), the keys its prepare changed or None (a task without a stored state)).
+Ack = tuple[
+    str,
+    int,
+    int,
+    int,
+    int,
+    str | None,
+    list[ReportedError],
+    list[Lost],
+    TaskTiming | None,
+    int | None,
+]
 ACK = "$ack"  # first element of an acknowledgement record (no component id can be it)
 SEQ_BITS = 40  # sort key: producer task id << 40 | emit sequence
 

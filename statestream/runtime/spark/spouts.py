@@ -18,6 +18,7 @@ last attempt.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,7 +38,7 @@ from ..._resume import SpoutRef, restore_spouts
 from ..._stateful import CHECKPOINT_STREAM
 from ..._tuple import Fields, check_emit
 from ..errorlog import error_report
-from ..metrics import progress_of
+from ..metrics import NEVER, MetricsBank, progress_of
 from ..plan import RuntimePlan
 from .base import DriverBase
 from .shared import SEQ_BITS
@@ -55,6 +56,8 @@ class PollCollector:
         outputs: Mapping[str, tuple[Fields, bool]],
         report: Callable[[BaseException, Any], None],
         book: MessageBook,
+        sample: tuple[int, int] = (NEVER, NEVER),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cid = cid
         self.index = index
@@ -68,6 +71,12 @@ class PollCollector:
         self.book = book
         """The task's message book: the messages given up on in this run are not
         read into a batch (their ids wait in ``book.settles`` for ``dead_lettered``)."""
+        self.every, self.sample_in = sample
+        self.clock = clock
+        self.timed: list[float] = []
+        """When each sampled message of the batch was emitted (its complete latency
+        ends when its batch commits): one tracked emit in ``every``, counted down
+        as on the local runtime (runtime.metrics.sampling)."""
 
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = "default") -> None:
         # Checked here, as the local runtime checks it in the spout's emit: the
@@ -90,6 +99,13 @@ class PollCollector:
             return
         self.items.append((stream, list(values), direct))
         self.msg_ids.append(msg_id)
+        if msg_id is not None:
+            sample = self.sample_in - 1
+            if sample:
+                self.sample_in = sample
+            else:
+                self.sample_in = self.every
+                self.timed.append(self.clock())
 
     def report_error(self, error: BaseException) -> None:
         self.report(error, None)
@@ -151,6 +167,17 @@ class Batch:
     """A Spark-fed batch: the RDD of its read stage (no records, no positions)."""
     ranges: list[tuple[str, int, Range]] = field(default_factory=list)
     """Per partitioned spout task ``(cid, index)``, the ranges its executors read."""
+    timed: list[tuple[str, int, list[float]]] = field(default_factory=list)
+    """Per spout task, when its sampled messages were emitted (PollCollector.timed)."""
+
+    def completed(self, bank: MetricsBank, now: float) -> None:
+        """The batch committed at ``now``: each sampled message's tree is complete
+        (its spout's complete latency, from its emit to the commit)."""
+        for cid, index, times in self.timed:
+            if times:
+                timing = bank.timing(cid, index)
+                timing.complete_samples += len(times)
+                timing.complete += sum(now - at for at in times)
 
     @property
     def size(self) -> int:
@@ -186,7 +213,13 @@ class SpoutDriver(DriverBase):
                     namespace, MessageBook(self.topology.name, spec.id, i, self.retry_policy)
                 )
                 collector = PollCollector(
-                    spec.id, i, outputs, partial(self._report, spec.id, i), book
+                    spec.id,
+                    i,
+                    outputs,
+                    partial(self._report, spec.id, i),
+                    book,
+                    (self.bank.every, self.bank.first_sample),
+                    self.clock.monotonic,
                 )
                 spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
                 self._spout_tasks.append(
@@ -232,6 +265,7 @@ class SpoutDriver(DriverBase):
             collector = task.collector
             collector.items = []
             collector.msg_ids = []
+            collector.timed = []
             next_tuple = task.spout.next_tuple
             items = collector.items
             book = task.book
@@ -268,6 +302,7 @@ class SpoutDriver(DriverBase):
                     break
             batch.records[task.cid, task.index] = items
             batch.msg_ids.append((task, collector.msg_ids))
+            batch.timed.append((task.cid, task.index, collector.timed))
             retries = book.retries
             if retries.failures:
                 for msg_id in collector.msg_ids:

@@ -233,7 +233,7 @@ class TransactionalDriver(DriverBase):
         out = {}
         for cid, index, finished, executed, emitted, failed, errors in reports:
             out[cid, index] = finished
-            m = self._metrics[cid]
+            m = self._task(cid, index)
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
