@@ -38,6 +38,11 @@ class KeyFilter:
                 return False
         return True
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes its layers take (what it costs the cache's budget)."""
+        return sum(len(bits) for bits in self._layers)
+
     def might_hold(self, key: Hashable) -> bool:
         return any(self._holds(bits, hash(key), False) for bits in self._layers)
 

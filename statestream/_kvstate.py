@@ -90,13 +90,26 @@ _INT_BOUND: Final = 1 << 61
 _isascii: Final = str.isascii
 
 
+def _object_bytes(obj: Any) -> int:
+    """What the allocator gives ``obj`` (its size rounded up to 16 bytes), or 0 for
+    the objects every reference shares: None, bools, small ints, the sentinels."""
+    t = type(obj)
+    if obj is None or t is bool or t is _Sentinel or (t is int and -5 <= obj <= 256):
+        return 0
+    return (sys.getsizeof(obj) + 15) & ~15
+
+
 def _entry_bytes(key: Any, value: Any) -> int:
-    """What one cache entry takes: its key, its value and a dict slot (~100 bytes
-    with the dict's spare room)."""
-    size = sys.getsizeof(key) + 100
-    if value is not _ABSENT:
-        size += sys.getsizeof(value)
-    return size
+    """What one cache entry's key and value take (shallow), the dict slot apart.
+
+    Issue 34: a flat 100 bytes a slot plus ``getsizeof`` of shared small ints
+    reckoned a word count's entry at ~183 bytes where tracemalloc measures
+    ~80-95, so the cache held half the entries its budget pays for.
+    """
+    size = _object_bytes(key)
+    if type(key) is tuple:  # (_ENCODED, encoded key): the tuple and its bytes
+        size += _object_bytes(key[1])
+    return size + _object_bytes(value)
 
 
 def _plain_value(value: Any) -> bool:
@@ -121,8 +134,11 @@ DEFAULT_CACHE_MB: Final = 32.0
 """The read cache of a process's states, MiB (``topology.state.cache.mb``)."""
 
 #: Bytes a cache entry is reckoned at before one was measured: a short str
-#: key, a small int value and the dict slot that holds them.
-_ENTRY_GUESS: Final = 200
+#: key (64), a small int value (shared: 0) and the dict slot that holds them.
+_ENTRY_GUESS: Final = 112
+#: Bytes of a dict's table per entry reckoned at while the sampled dict is too
+#: small to say (24 a slot, grown by up to 3x before the table doubles).
+_SLOT_GUESS: Final = 48
 #: Entries a generation keeps at least, whatever the budget: a tiny budget
 #: must still let a checkpoint's worth of work run.
 _MIN_GENERATION: Final = 16
@@ -363,14 +379,27 @@ class StoredKeyValueState:
         self._generation = max(self._generation, 2 * len(young))
 
     def _size_generation(self, sample_of: dict[Hashable, Any]) -> None:
+        """Size a generation from the budget and what an entry of ``sample_of`` takes:
+        its key and value (a sample) and its share of the dict's table."""
         total = n = 0
         for cache_key, value in sample_of.items():
             total += _entry_bytes(cache_key, value)
             n += 1
             if n >= _SAMPLE:
                 break
-        per_entry = total // n if n else _ENTRY_GUESS
-        self._generation = max(_MIN_GENERATION, self.cache_bytes // 2 // max(1, per_entry))
+        if n == 0:
+            per_entry = _ENTRY_GUESS
+        else:
+            entries = len(sample_of)
+            # A dict's table is its own size: a small one says little about a full one.
+            slot = sys.getsizeof(sample_of) // entries if entries >= 1024 else _SLOT_GUESS
+            per_entry = total // n + slot
+        # The filter of stored keys is the cache's too: what it takes, the
+        # generations do not (a 20M-key state's filter is 20-40 MB).
+        budget = self.cache_bytes
+        if self._filter is not None:
+            budget -= self._filter.nbytes
+        self._generation = max(_MIN_GENERATION, budget // 2 // max(1, per_entry))
 
     def resize_cache(self, cache_bytes: int) -> None:
         """Let the read cache keep ``cache_bytes`` (its provider's share for it)."""

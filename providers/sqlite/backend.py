@@ -51,21 +51,26 @@ _UPSERT: Final = {1 << bit: _upsert_sql(1 << bit) for bit in range(_CHUNK.bit_le
 
 def _upsert_entries(conn: sqlite3.Connection, ns: str, rows: list[tuple[bytes, bytes]]) -> None:
     """Upsert ``rows`` into the entries of ``ns`` in order, in the caller's transaction."""
-    # map() runs bytearray without an interpreted step per value.
-    params: list[Any] = list(map(bytearray, chain.from_iterable(rows)))
     done, left, size = 0, len(rows), _CHUNK
     while left:
         while size > left:
             size >>= 1
-        conn.execute(_UPSERT[size], [ns, *params[2 * done : 2 * (done + size)]])
+        # map() runs bytearray without an interpreted step per value; a
+        # statement's rows at a time, not the whole fold's (its copy of
+        # every key and value would double the fold's peak memory).
+        params: list[Any] = list(map(bytearray, chain.from_iterable(rows[done : done + size])))
+        conn.execute(_UPSERT[size], [ns, *params])
         done += size
         left -= size
 
 
 # When the committed records of a namespace are folded into its entries
 # (see the module doc): after this many, or once they hold this many bytes.
+# The bytes bound the process's memory too: a point read keeps the unfolded
+# records merged (decoded, ~12x their encoded size), and a fold decodes
+# them again; 8 MiB let the two reach ~200 MB on a large state (issue 34).
 _FOLD_RECORDS: Final = 8
-_FOLD_BYTES: Final = 8 * _MIB
+_FOLD_BYTES: Final = 2 * _MIB
 
 # The committed txid of a namespace, -1 without one (?1 is the namespace).
 _COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?1), -1)"
@@ -302,6 +307,9 @@ class _SQLiteBackend:
             last, count, size = seq, count + 1, size + length
         if not count or (not force and count < _FOLD_RECORDS and size < _FOLD_BYTES):
             return
+        # The kept merge of these records is stale once they are folded:
+        # dropped before they are merged again, not held beside that merge.
+        self.forget()
         merged = self._merge(
             row[0]
             for row in conn.execute(
