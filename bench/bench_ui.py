@@ -18,7 +18,14 @@ Figures per run, all measured around ``runtime.run`` in the run's process:
 - words/s (wall clock: noisy on a shared machine);
 - the run process's CPU time (user + sys over all its threads, getrusage):
   what the view adds to the run's own process, whatever else the machine does;
-- the run thread's CPU time (``time.thread_time``);
+- the run thread's CPU time (``time.thread_time``), and the difference of the
+  two, the CPU time of the run process's other threads: what the view's
+  threads there (the publisher; before 0b742f8 also every request) cost it;
+- the run thread's wall clock less the time it waited in the CPU's run queue
+  (``/proc/thread-self/schedstat``): what the run took had it never waited for
+  a core that other programs held, so a figure the machine's load barely
+  moves; it still counts the thread's waits for the interpreter lock (while
+  another thread of its process runs) and for I/O;
 - the view's server process's CPU time (getrusage of the run's children,
   taken once the view has stopped): the work moved out of the run's process.
 
@@ -53,6 +60,12 @@ def _cpu(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _queued() -> float:
+    """Seconds this thread has waited in a run queue for a CPU (Linux schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
 def child(mode: str, sentences: int) -> None:
     """One run in this process; says its view's address, waits for ``go``, prints its figures."""
     from statestream import testing
@@ -77,16 +90,20 @@ def child(mode: str, sentences: int) -> None:
             print("ADDR - 0", flush=True)
         sys.stdin.readline()  # the clients are in place
         cpu0, served0, thread0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), time.thread_time()
+        queued0 = _queued()
         t0 = time.perf_counter()
         rt.run(until_idle=True)
         wall = time.perf_counter() - t0
         cpu, thread = _cpu(resource.RUSAGE_SELF) - cpu0, time.thread_time() - thread0
+        unqueued = wall - (_queued() - queued0)
     finally:
         if view is not None:
             view.close()
         rt.close()
     served = _cpu(resource.RUSAGE_CHILDREN) - served0
-    print("RESULT", json.dumps({"wall": wall, "cpu": cpu, "thread": thread, "served": served}), flush=True)
+    print("RESULT", json.dumps(
+        {"wall": wall, "unqueued": unqueued, "cpu": cpu, "thread": thread, "served": served}
+    ), flush=True)
 
 
 def _get(address: tuple[str, int]) -> None:
@@ -98,7 +115,10 @@ def _get(address: tuple[str, int]) -> None:
 
 def _poll(address: tuple[str, int], stop: threading.Event, sent: list[int]) -> None:
     while not stop.wait(1.0):
-        _get(address)
+        try:
+            _get(address)
+        except OSError:
+            break  # the run ended and its view with it
         sent[0] += 1
 
 
@@ -167,10 +187,17 @@ def main() -> None:
     words = args.sentences * 10
     print(f"command: python bench/bench_ui.py --sentences {args.sentences} --rounds {args.rounds}")
     print(f"{words:,} words a run; load before: {os.getloadavg()[0]:.2f}\n")
-    print("| round | mode | words/s | run CPU s | run thread CPU s | server CPU s | requests |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print(
+        "| round | mode | words/s | wall - queued s | run CPU s | run thread CPU s "
+        "| other threads CPU s | server CPU s | requests |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     ratios: dict[str, dict[str, list[float]]] = {
-        m: {"words/s": [], "run CPU": [], "run thread CPU": []} for m in MODES[1:]
+        m: {
+            "words/s": [], "wall - queued": [], "run CPU": [], "run thread CPU": [],
+            "other threads CPU / off run CPU": [],
+        }
+        for m in MODES[1:]
     }
     served: dict[str, list[float]] = {m: [] for m in MODES[1:]}
     requests: list[int] = []
@@ -180,19 +207,24 @@ def main() -> None:
         for m in order:
             g = got[m]
             print(
-                f"| {r + 1} | {m} | {words / g['wall']:,.0f} | {g['cpu']:.3f} | {g['thread']:.3f} "
-                f"| {g['served']:.3f} | {g['requests']:,.0f} |",
+                f"| {r + 1} | {m} | {words / g['wall']:,.0f} | {g['unqueued']:.3f} | {g['cpu']:.3f} "
+                f"| {g['thread']:.3f} "
+                f"| {g['cpu'] - g['thread']:.3f} | {g['served']:.3f} | {g['requests']:,.0f} |",
                 flush=True,
             )
         off = got["off"]
         for m in MODES[1:]:
             ratios[m]["words/s"].append(off["wall"] / got[m]["wall"])
+            ratios[m]["wall - queued"].append(got[m]["unqueued"] / off["unqueued"])
             ratios[m]["run CPU"].append(got[m]["cpu"] / off["cpu"])
             ratios[m]["run thread CPU"].append(got[m]["thread"] / off["thread"])
+            ratios[m]["other threads CPU / off run CPU"].append(
+                (got[m]["cpu"] - got[m]["thread"]) / off["cpu"]
+            )
             served[m].append(got[m]["served"] / off["cpu"])
         requests.append(int(got["hostile"]["requests"]))
     print(f"\nload after: {os.getloadavg()[0]:.2f}\n")
-    print("| mode | figure | median ratio to off | lowest | highest |")
+    print("| mode | figure (with the view / off) | median | lowest | highest |")
     print("|---|---|---:|---:|---:|")
     for m in MODES[1:]:
         for name, values in ratios[m].items():
