@@ -35,6 +35,7 @@ bodies), so no request touches the file system and ``/../`` reaches nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -71,6 +72,8 @@ IDLE_SECS = 10.0
 REQUESTS_PER_SEC = 50.0
 #: Seconds between two checks that the run's process is still this one's parent.
 POLL_SECS = 0.5
+#: How much lower than the run's the server's scheduling priority is (nice).
+NICE = 10
 
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JSON_TYPE = "application/json"
@@ -258,6 +261,10 @@ def main(argv: list[str]) -> int:
     """Bind, say so on stdout, serve the pushed bodies until QUIT or the end of stdin."""
     # Ctrl-C reaches the whole process group: the run decides when its view stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Below the run in the scheduler's eyes: when the cores are all busy (workers,
+    # a loaded machine), a client's requests wait rather than the run.
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     options = json.loads(argv[1])
     parent = os.getppid()
     rate = float(options["rate"])

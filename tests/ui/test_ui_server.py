@@ -254,6 +254,13 @@ def test_closing_the_view_stops_its_server_process() -> None:
     assert _gone(pid) and _refused(v.address)
 
 
+def test_the_server_runs_below_the_runs_priority(view: tuple[LiveView, Renders]) -> None:
+    # When every core is busy, the kernel serves the run before a client's requests.
+    get(view[0], "/metrics")  # the server is past its start (it lowers itself there)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, view[0].server_pid) >= min(mine + 10, 19)
+
+
 def test_the_server_does_not_outlive_a_run_killed_with_sigkill() -> None:
     # A run's process that serves its view, killed as a crash would kill it: the
     # server process sees its stdin end and exits, and the port answers no more.
