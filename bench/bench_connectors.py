@@ -27,7 +27,11 @@ process only (a server's own work is not counted): ``execute`` per row (the
 tuple taken in: buffered and acked) and the commit path per row (PREPARE:
 the rows staged in the sink's SQLite state; COMMIT: the target written in one
 transaction with the guard), the latter as (C(rows) - C(0)) / rows, with the
-fixed cost of a commit C(0) beside it.
+fixed cost of a commit C(0) beside it; the commit path both as Spark's driver
+and a direct caller run it (``apply_action``: the write done in the COMMIT)
+and as the local runtime runs it (``StatefulTaskProtocol``: the COMMIT hands
+the write to the task's writer thread, and the next PREPARE, counted too,
+waits for it; callgrind runs the threads one at a time and counts both).
 """
 
 from __future__ import annotations
@@ -171,18 +175,25 @@ def sink_case(kind: str, tmp: Path) -> Any:
 
 def measured(kind: str, rows: int, part: str) -> None:
     """Runs under valgrind: a sink of ``kind`` prepared, then ``part`` (``execute`` of
-    ``rows`` tuples, or ``commit``: PREPARE and COMMIT of them) inside functools.reduce,
-    the part callgrind counts."""
+    ``rows`` tuples, or ``commit``: PREPARE and COMMIT of them; ``overlapped``: the
+    same through the local runtime's task protocol, and the next PREPARE that waits
+    for the write) inside functools.reduce, the part callgrind counts."""
     import sink_cases
 
     from statestream._checkpoint import Action
-    from statestream._stateful import apply_action
+    from statestream._stateful import StatefulTaskProtocol, apply_action
     from statestream.testing import make_tuple
 
     tmp = Path(tempfile.mkdtemp())
     case = sink_case(kind, tmp)
     try:
         sink, state = sink_cases.open_task(case, sink_cases.store(tmp))
+        if part == "overlapped":
+            protocol = StatefulTaskProtocol(sink)
+
+            def apply_action(_: Any, state: Any, action: Action, txid: int, __: bool) -> None:
+                protocol.act(state, action, txid)
+
         apply_action(sink, state, Action.INITSTATE, -1, False)
         # A first checkpoint outside the count: connections opened, tables warm.
         sink.execute(make_tuple(["w0", 0], sink_cases.FIELDS))
@@ -197,6 +208,8 @@ def measured(kind: str, rows: int, part: str) -> None:
         def commit(_: Any, __: Any) -> None:
             apply_action(sink, state, Action.PREPARE, 1, True)
             apply_action(sink, state, Action.COMMIT, 1, True)
+            if part == "overlapped":  # nothing received: waits for the write of 1
+                apply_action(sink, state, Action.PREPARE, 2, True)
 
         if part == "execute":
             functools.reduce(execute, [0, 0])
@@ -221,14 +234,17 @@ def instructions(rows: int) -> None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     me = str(Path(__file__).resolve())
     print(f"{rows:,} rows a checkpoint, instructions of this process (callgrind)\n")
-    print("| sink | execute / row | commit path / row | fixed cost of a commit |")
-    print("|---|---:|---:|---:|")
+    print("| sink | execute / row | commit path / row | fixed cost of a commit "
+          "| overlapped: commit path / row | fixed cost |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
     for kind in SINKS:
         execute = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", "execute")
-        commit = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", "commit")
-        empty = callgrind_count(me, "--one", kind, "--rows", "0", "--what", "commit")
-        print(f"| {kind} | {execute / rows:,.0f} | {(commit - empty) / rows:,.0f} | {empty:,} |",
-              flush=True)  # fmt: skip
+        cells = [f"{execute / rows:,.0f}"]
+        for what in ("commit", "overlapped"):
+            commit = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", what)
+            empty = callgrind_count(me, "--one", kind, "--rows", "0", "--what", what)
+            cells += [f"{(commit - empty) / rows:,.0f}", f"{empty:,}"]
+        print(f"| {kind} | {' | '.join(cells)} |", flush=True)
 
 
 def main() -> None:
@@ -238,7 +254,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--one", choices=SINKS, help=argparse.SUPPRESS)
-    ap.add_argument("--what", choices=("execute", "commit"), help=argparse.SUPPRESS)
+    ap.add_argument("--what", choices=("execute", "commit", "overlapped"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         measured(args.one, args.rows, args.what)

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._checkpoint import Action, CheckpointCoordinator
 from ._checkpoint_driver import CheckpointDriver
@@ -44,6 +44,7 @@ __all__ = [
     "CHECKPOINT_STREAM",
     "CheckpointSpout",
     "HeldAcks",
+    "OverlapsCommits",
     "RefusedPrepares",
     "StatefulTaskProtocol",
     "apply_action",
@@ -188,6 +189,18 @@ class HeldAcks:
         return len(self.current) + sum(len(a) for a in self.covered.values())
 
 
+@runtime_checkable
+class OverlapsCommits(Protocol):
+    """A stateful bolt whose ``post_commit`` may leave its work running when it
+    returns, finished before its next ``pre_prepare``, ``post_commit``,
+    ``init_state`` or ``cleanup`` returns (a two-phase sink's target write:
+    ``statestream.connectors.sink``). :class:`StatefulTaskProtocol` allows it;
+    Spark's driver, which calls ``post_commit`` on instances that never
+    prepare, does not."""
+
+    def overlap_commits(self) -> None: ...
+
+
 class StatefulTaskProtocol:
     """One stateful task's side of the checkpoint protocol, for runtimes that ack per tuple.
 
@@ -195,11 +208,15 @@ class StatefulTaskProtocol:
     (hook, then state) and returns what the runtime must deliver: the acks a
     COMMIT releases, and the roots a ROLLBACK fails so their tuples are
     replayed. ``ready`` says whether data tuples may be executed: false until
-    INITSTATE, and again after a ROLLBACK until the next INITSTATE.
+    INITSTATE, and again after a ROLLBACK until the next INITSTATE. A bolt
+    that :class:`OverlapsCommits` is told it may, since every action of the
+    task goes through this one instance, in order.
     """
 
     def __init__(self, bolt: StatefulBolt) -> None:
         self.bolt = bolt
+        if isinstance(bolt, OverlapsCommits):
+            bolt.overlap_commits()
         self.held = HeldAcks()
         self.ready = False
 

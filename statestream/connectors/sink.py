@@ -28,13 +28,44 @@ exactly-once state (the default whenever every spout can rewind); with
 at-least-once state a tuple replayed by a failure elsewhere in its tree is
 written again.
 
+The write of ``t`` overlapping the processing of ``t+1`` (the local runtime,
+one process or ``topology.workers``): the runtime's stateful task protocol
+calls :meth:`TwoPhaseSink.overlap_commits`, and from then on ``post_commit(t)``
+hands the write to the sink task's writer thread (the target's client waits
+on the server without the GIL) and returns, so the COMMIT is acked and the
+stored phase becomes ``COMMITTED(t)`` while the write runs. What keeps it
+exact:
+
+* the stage of ``t`` stays in the committed state until its write is done:
+  ``pre_prepare(t+1)``, the only call that replaces it, first waits for the
+  write of ``t`` (as do ``post_commit``, ``init_state`` and ``cleanup``);
+* a recovery from ``COMMITTED(t)`` no longer implies the write of ``t`` was
+  done, so ``init_state`` writes the committed stage synchronously, before
+  any tuple, as the COMMIT re-sent from ``COMMITTING(t)`` does: a stage the
+  guard holds is not written again, so this costs one guarded no-op
+  transaction of the target when it was;
+* a task instance that a rewind dropped (it gets no ``cleanup``) may still
+  be writing: the instance replacing it waits for that write in
+  ``prepare``, before it opens the target, so two writers of one guard
+  never run at once in a process (a dead process's write died with it).
+
+A write that fails in the thread fails as it would have in ``post_commit``
+(a target that went away is waited for with backoff, in the thread, until
+``statestream.connectors.reconnect.secs``), and is raised by the next call
+(``pre_prepare``, ``post_commit``, ``init_state`` or ``cleanup``): a
+:class:`~statestream.SinkError` stops the run there. Nothing staged is lost:
+the stage stays in the committed state, and the next run's ``init_state``
+writes it.
+
 Where the target write runs: on the local runtime (one process or
-``topology.workers``) in the sink task, at the COMMIT of its checkpoint. On
-Spark the executors buffer and stage (``pre_prepare`` runs in the job, the
-stage is prepared with the namespace there), and the driver, once it has
-committed every namespace, calls ``post_commit`` on its own instance of each
-sink task, which reads the stage from the store: the target is written from
-the driver, one transaction per sink task per batch.
+``topology.workers``) on the sink task's writer thread, after the COMMIT of
+its checkpoint. On Spark the executors buffer and stage (``pre_prepare``
+runs in the job, the stage is prepared with the namespace there), and the
+driver, once it has committed every namespace, calls ``post_commit`` on its
+own instance of each sink task, which reads the stage from the store and
+writes it synchronously (the driver's instance never sees ``pre_prepare``, so
+nothing would wait for an overlapped write there): the target is written
+from the driver, one transaction per sink task per batch.
 
 To write your own target, subclass and implement three methods (a worked
 example is in docs/guides/connectors.md, "Writing your own sink")::
@@ -72,23 +103,28 @@ Lifecycle: ``check_target`` once at ``prepare`` (by default
 missing table, a column mismatch stop the run at start, as a
 :class:`~statestream.SinkError`); the writing connection is opened by
 ``open_target`` at the first commit that has rows and kept until
-``cleanup``. ``write`` is called only with rows, never concurrently, and
-must be all or nothing together with the guard. The sink's state namespace
-is the sink's own (do not use it from a subclass).
+``cleanup``. When the writes overlap, ``open_target``, ``write`` and
+``close_target`` all run on the sink task's one writer thread (so a client
+bound to the thread that opened it, as sqlite3's, works unchanged), never
+two at once. ``write`` is called only with rows and must be all or nothing
+together with the guard. The sink's state
+namespace is the sink's own (do not use it from a subclass).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import orjson
 
 from .._components import OutputCollector, StatefulBolt, TopologyContext
-from .._errors import SinkError, SourceError, TopologyError
+from .._errors import SinkError, TopologyError
 from .._state import KeyValueState
 from .._tuple import Tuple
-from ._broker import Reconnect, redact
+from ._broker import Reconnect, TargetUnreachable
 
 __all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields"]
 
@@ -96,10 +132,28 @@ __all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields"]
 #: the rows as one JSON text (a stage of an older version, ``"rows": [...]``, is read too).
 STAGE_KEY = "$sink.stage"
 
+# The write in flight of each sink task of this process, by guard key. A rewind
+# drops a task's instance without cleanup while its writer thread may still be
+# writing; the instance that replaces it waits for that write before it opens
+# the target (a FileSink's open cuts the file back to its guard: it must not
+# race an append), so one guard never has two writers at once.
+_IN_FLIGHT: dict[tuple[str, str, int], Future[None]] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
 
-class SinkUnavailable(ConnectionError):
-    """The target is away and the next reconnect is not due yet: the COMMIT fails
-    and is sent again (not a :class:`~statestream.SinkError`, which stops the run)."""
+
+def _wait_for_writes(key: tuple[str, str, int]) -> None:
+    """Until the write in flight under ``key`` (a dropped instance's) has ended, however."""
+    with _IN_FLIGHT_LOCK:
+        future = _IN_FLIGHT.get(key)
+    if future is not None:
+        wait([future])  # its outcome is the dropped instance's: recovery writes what it did not
+
+
+def _lost(error: Exception) -> bool:
+    """Whether a failed target write may be tried again: anything but the target's
+    refusal (a :class:`~statestream.SinkError` other than a server that does not
+    answer), which no retry fixes."""
+    return not isinstance(error, SinkError) or isinstance(error, TargetUnreachable)
 
 
 def input_fields(context: TopologyContext, what: str) -> list[str]:
@@ -139,6 +193,11 @@ class TwoPhaseSink(StatefulBolt):
         self._staged: tuple[int, list[list[Any]]] | None = None
         self._written = -1  # the highest txid this instance wrote or found written
         self._open = False
+        # The local runtime's overlap (overlap_commits): the writes run on
+        # _writer, one thread, and _writing is the one in flight.
+        self._overlap = False
+        self._writer: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None
 
     # -- what a subclass implements -------------------------------------------------
     def open_target(self) -> None:
@@ -171,6 +230,13 @@ class TwoPhaseSink(StatefulBolt):
         target that takes JSON itself may override it and skip the decoding."""
         return self.write(orjson.loads(rows_json), txid)
 
+    def overlap_commits(self) -> None:
+        """Let ``post_commit`` hand the target write to the task's writer thread and
+        return (module docstring). Called by the local runtime's stateful task
+        protocol before ``prepare``; a runtime that calls ``post_commit`` on an
+        instance that never prepares (Spark's driver) does not call it."""
+        self._overlap = True
+
     # -- identity ---------------------------------------------------------------------
     @property
     def guard_key(self) -> tuple[str, str, int]:
@@ -192,22 +258,32 @@ class TwoPhaseSink(StatefulBolt):
         self._staged = None
         self._written = -1
         self._open = False
-        self._reconnect = Reconnect.from_conf(self.what, self.url, conf, context.clock)
+        self._reconnect = Reconnect.from_conf(self.what, self.url, conf, context.clock, SinkError)
+        self._writing = None
+        _wait_for_writes(self.guard_key)
         self.check_target()
 
     def init_state(self, state: KeyValueState) -> None:
-        # The target is not touched here: on Spark init_state runs on the
-        # executors for every batch; the committed stage a crash left unwritten
-        # is written by the COMMIT that recovery re-sends (module docstring).
         self._buffer = []
         self._staged = None
         self._state = state
+        if self._overlap:
+            # Recovery from COMMITTED(t): the write of t may not have been done
+            # (it overlapped t+1), so the committed stage is written now, before
+            # any tuple; the guard makes it a no-op if it was. Without the overlap
+            # the target is not touched here (on Spark init_state runs on the
+            # executors for every batch): the COMMIT that recovery re-sends from
+            # COMMITTING(t) writes it (module docstring).
+            self._settle()
+            self._write_committed(state, wait=True)
 
     def execute(self, tuple: Tuple) -> None:
         self._buffer.append(self.row(tuple))
         self.collector.ack(tuple)
 
     def pre_prepare(self, txid: int) -> None:
+        # The write of the last commit is done before its stage may be replaced.
+        self._settle()
         rows = self._buffer
         staged = self._staged
         if staged is not None and staged[0] == txid:
@@ -231,38 +307,77 @@ class TwoPhaseSink(StatefulBolt):
 
     def post_commit(self, txid: int, state: KeyValueState) -> None:
         self._staged = None
+        self._settle()
+        self._write_committed(state, wait=not self._overlap)
+
+    def cleanup(self) -> None:
+        try:
+            self._settle()  # the write in flight ends before the run does
+        finally:
+            writer, self._writer = self._writer, None
+            if writer is None:
+                self._close()
+            else:
+                try:
+                    writer.submit(self._close).result()
+                finally:
+                    writer.shutdown()
+
+    # -- the target write ---------------------------------------------------------------
+    def _write_committed(self, state: KeyValueState, wait: bool) -> None:
+        """Write the committed stage unless this instance wrote it: now, or (not
+        ``wait``) on the writer thread, for the next call to wait for."""
         stage = state.get(STAGE_KEY)
         if stage is None or stage["txid"] <= self._written:
             return
-        staged_txid: int = stage["txid"]
-        reconnect = self._reconnect
-        if not reconnect.due():
-            raise SinkUnavailable(f"{self.what}: waiting to reconnect to {redact(self.url)}")
-        try:
-            if not self._open:
-                self.open_target()
-                self._open = True
-            if "json" in stage:
-                self.write_json(stage["json"], staged_txid)
-            else:
-                self.write(stage["rows"], staged_txid)
-        except SinkError:
-            raise
-        except Exception as exc:
-            # Most likely the target went away: the COMMIT fails and is sent
-            # again (with backoff) until statestream.connectors.reconnect.secs,
-            # then the run stops. A new connection is opened at the next try.
-            self._close()
-            try:
-                reconnect.failed(exc)
-            except SourceError as lost:
-                raise SinkError(f"{self.what}: {lost}") from exc
-            raise
-        reconnect.ok()
-        self._written = staged_txid
+        if not self._overlap:
+            self._write_stage(stage)
+            return
+        if self._writer is None:
+            # One thread a task: the target's client is only ever used from it.
+            self._writer = ThreadPoolExecutor(1, f"statestream-sink-{self.context.task_id}")
+        future = self._writing = self._writer.submit(self._write_stage, stage)
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT[self.guard_key] = future
+        if wait:
+            self._settle()
 
-    def cleanup(self) -> None:
-        self._close()
+    def _settle(self) -> None:
+        """Wait for the write in flight, if any; raise what it raised."""
+        future, self._writing = self._writing, None
+        if future is None:
+            return
+        try:
+            future.result()
+        finally:
+            with _IN_FLIGHT_LOCK:
+                if _IN_FLIGHT.get(self.guard_key) is future:
+                    del _IN_FLIGHT[self.guard_key]
+
+    def _write_stage(self, stage: Mapping[str, Any]) -> None:
+        """The stage to the target in one transaction with the guard (on the writer
+        thread when overlapping; nothing else touches the target meanwhile)."""
+        staged_txid: int = stage["txid"]
+
+        def write() -> None:
+            try:
+                if not self._open:
+                    self.open_target()
+                    self._open = True
+                if "json" in stage:
+                    self.write_json(stage["json"], staged_txid)
+                else:
+                    self.write(stage["rows"], staged_txid)
+            except Exception:
+                self._close()  # the next attempt opens a new connection
+                raise
+
+        # A target that went away (most likely what any error but a refusal is) is
+        # waited for where the COMMIT stands, as the state store is: the write is
+        # tried again with backoff until statestream.connectors.reconnect.secs,
+        # then the run stops with a SinkError naming the sink and the target.
+        self._reconnect.call(write, _lost)
+        self._written = staged_txid
 
     def _close(self) -> None:
         if self._open:
