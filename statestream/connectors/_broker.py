@@ -87,6 +87,8 @@ def redact(url: str) -> str:
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TargetUnreachable) and exc.__cause__ is not None:
+        exc = exc.__cause__  # its own message names the sink and the URL already
     text = str(exc).strip().splitlines()
     return text[0] if text and text[0] else type(exc).__name__
 

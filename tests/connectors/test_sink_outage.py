@@ -1,0 +1,332 @@
+"""A sink whose server goes away between checkpoints, during a real run.
+
+FileSpout -> split -> count -> an append sink of every ``(word, k)`` and an
+upsert sink of the final counts (two tasks each). While the run goes on, the
+test cuts the sinks' own connections from the server side (PostgreSQL:
+``pg_terminate_backend`` of the backends whose ``application_name`` is a
+sink task's; Redis: ``CLIENT KILL ID`` of the clients whose name is), right
+after a sink's COMMIT, so between two checkpoints (points set by commits,
+not by time). The sinks wait for their server where they stand, within
+``statestream.connectors.reconnect.secs``: the run reports no error and
+never rewinds, and the targets end exact. A server that stays away past that
+bound stops the run with one line naming the sink, its task and the URL
+(password hidden); a second run with the server back finishes exact,
+nothing committed lost.
+
+PostgreSQL is the shared server (only this test's connections are cut; a
+server "away" is this test's own role refused at login); Redis is a server of
+the test's own on a spare port (test_source_outage's), stopped and started.
+The runs' clock is a fake one moving at each reading (StepClock): the
+checkpoints fall at the same points on a loaded machine, and the reconnect
+bound passes in no real time.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_source_outage import OwnRedis
+from word_bolts import Count, Split
+
+from statestream import (
+    FileSpout,
+    KeyValueState,
+    RunResult,
+    SinkError,
+    Topology,
+    TopologyBuilder,
+    run,
+)
+from statestream.connectors import PostgresSink, RedisSink, TwoPhaseSink
+from statestream.testing import StepClock
+
+pytestmark = pytest.mark.redis  # needs the real servers (PostgreSQL here)
+
+DSN = "postgresql://postgres@127.0.0.1:5432/test"
+WORDS = [f"w{i % 37}" for i in range(6000)]
+EXPECTED = Counter(WORDS)
+EVERY_UPDATE = Counter((w, k) for w, n in EXPECTED.items() for k in range(1, n + 1))
+
+#: Per topology, what cuts its sinks' connections (the bolts reach it by name:
+#: a topology is copied by the runtime, a module's globals are not).
+CUTTERS: dict[str, Cutter] = {}
+
+
+class Cutter:
+    """Cuts a run's sink connections ``times`` times: at the first sink commit from
+    the ``first``-th on that finds a connection to cut, then ``every`` commits
+    after the last cut (so each cut meets a sink that has reconnected)."""
+
+    def __init__(self, cut: Callable[[], int], times: int, first: int, every: int) -> None:
+        self.cut = cut
+        self.times = times
+        self.every = every
+        self.next_at = first
+        self.commits = 0
+        self.cuts: list[int] = []  # connections cut, per cut
+
+    def committed(self) -> None:
+        self.commits += 1
+        if len(self.cuts) < self.times and self.commits >= self.next_at:
+            cut = self.cut()
+            if cut:
+                self.cuts.append(cut)
+                self.next_at = self.commits + self.every
+
+
+class CutAfterCommit(TwoPhaseSink):
+    """Tells the topology's :class:`Cutter` of each COMMIT the sink carried out: the
+    cut comes between two checkpoints, from the server's side."""
+
+    def post_commit(self, txid: int, state: KeyValueState) -> None:
+        super().post_commit(txid, state)
+        CUTTERS[self.context.topology_name].committed()
+
+
+class CuttingPostgresSink(CutAfterCommit, PostgresSink):
+    pass
+
+
+class CuttingRedisSink(CutAfterCommit, RedisSink):
+    pass
+
+
+def word_count_into(name: str, corpus: Path, updates: Any, counts: Any) -> Topology:
+    b = TopologyBuilder(name)
+    b.set_spout("lines", FileSpout(corpus))
+    b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("updates", updates, 2).shuffle_grouping("count")
+    b.set_bolt("counts", counts, 2).fields_grouping("count", ["word"])
+    return b.build()
+
+
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(" ".join(WORDS[i : i + 10]) for i in range(0, len(WORDS), 10)))
+    return path
+
+
+def run_it(topology: Topology, tmp_path: Path, limit: float) -> RunResult:
+    config = {
+        "topology.state.checkpoint.interval.ms": 50,
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "statestream.connectors.reconnect.secs": limit,
+    }
+    return run(topology, config, until_idle=True, clock=StepClock(0.01))
+
+
+def ridden_out(result: RunResult) -> None:
+    """The run went to its end with no error reported and no rewind: the sinks
+    waited for their server where they stood."""
+    assert result.reason == "idle"
+    assert result.errors == []
+    assert result.counters.get("rewinds", 0) == 0
+
+
+class Target:
+    """A sink target under test: its two sinks, and what the server side can do."""
+
+    kind = ""
+    shown = ""  # the URL as the messages must show it (password hidden)
+
+    def sinks(self) -> tuple[TwoPhaseSink, TwoPhaseSink]:
+        """The append (or stream) sink and the upsert (or hash) sink."""
+        raise NotImplementedError
+
+    def cut(self, topology: str) -> int:
+        """Close the topology's sink connections from the server side; how many."""
+        raise NotImplementedError
+
+    def away(self, topology: str) -> None:
+        """The server away for the sinks until :meth:`back`."""
+        raise NotImplementedError
+
+    def back(self) -> None:
+        raise NotImplementedError
+
+    def read(self) -> tuple[Counter[tuple[str, int]], dict[str, int]]:
+        """Every ``(word, k)`` the append sink wrote, and the upsert sink's counts."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Postgres(Target):
+    """The shared server, as a role of the test's own with its own tables and
+    guard table; "away" is the role refused at login."""
+
+    kind = "PostgresSink"
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.conn = conn = psycopg.connect(DSN, autocommit=True)
+        self.role = role = f"sinkout_{uuid.uuid4().hex[:10]}"
+        self.shown = f"postgresql://{role}:***@127.0.0.1:5432/test"
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 's3cret'")
+        conn.execute(f"CREATE TABLE {role}_updates (word text NOT NULL, n integer NOT NULL)")
+        conn.execute(f"CREATE TABLE {role}_counts (word text PRIMARY KEY, n integer NOT NULL)")
+        conn.execute(f"GRANT ALL ON {role}_updates, {role}_counts TO {role}")
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {role}")  # its own guard table
+
+    def sinks(self) -> tuple[TwoPhaseSink, TwoPhaseSink]:
+        dsn, role = DSN.replace("postgres@", f"{self.role}:s3cret@"), self.role
+        sink, guard = CuttingPostgresSink, f"{role}_guard"
+        return (
+            sink(f"{role}_updates", ["word", "n"], dsn=dsn, guard_table=guard),
+            sink(f"{role}_counts", ["word", "n"], dsn, "upsert", ["word"], guard),
+        )
+
+    def cut(self, topology: str) -> int:
+        # pg_terminate_backend of the backends whose application_name is a sink task's.
+        return len(
+            self.conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE starts_with(application_name, %s)",
+                (f"statestream/{topology}/",),
+            ).fetchall()
+        )
+
+    def away(self, topology: str) -> None:
+        self.conn.execute(f"ALTER ROLE {self.role} NOLOGIN")
+        self.cut(topology)  # none yet if the writes overlap and are still connecting
+
+    def back(self) -> None:
+        self.conn.execute(f"ALTER ROLE {self.role} LOGIN")
+
+    def read(self) -> tuple[Counter[tuple[str, int]], dict[str, int]]:
+        select = f"SELECT word, n FROM {self.role}"
+        updates = Counter((w, n) for w, n in self.conn.execute(select + "_updates").fetchall())
+        return updates, dict(self.conn.execute(select + "_counts").fetchall())
+
+    def close(self) -> None:
+        role, conn = self.role, self.conn
+        self.back()
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
+        )
+        conn.execute(f"DROP TABLE IF EXISTS {role}_updates, {role}_counts")
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.close()
+
+
+class Redis(Target):
+    """A redis-server of the test's own (append-only, so a restart keeps what the
+    sinks wrote), with a password, so that messages show it hidden; "away" is
+    the server stopped."""
+
+    kind = "RedisSink"
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.server = server = OwnRedis(tmp_path)
+        server.args = (*server.args, "--requirepass", "s3cret")
+        server.url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+        self.shown = f"redis://:***@127.0.0.1:{server.port}/0"
+        server.start()
+
+    def sinks(self) -> tuple[TwoPhaseSink, TwoPhaseSink]:
+        url = self.server.url
+        return CuttingRedisSink("stream", "updates", url), CuttingRedisSink("hash", "counts", url)
+
+    def _client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.server.url, decode_responses=True)
+
+    def cut(self, topology: str) -> int:
+        # CLIENT KILL ID of the clients named as the topology's sink tasks.
+        with self._client() as client:
+            ids = [
+                c["id"]
+                for c in client.client_list()
+                if c["name"].startswith(f"statestream/{topology}/")
+            ]
+            for found in ids:
+                client.execute_command("CLIENT", "KILL", "ID", found)
+        return len(ids)
+
+    def away(self, topology: str) -> None:
+        self.server.stop()
+
+    def back(self) -> None:
+        """Started again, once it has loaded its append-only file (it answers
+        LOADING before): 10 s at most."""
+        import redis
+
+        self.server.start()
+        deadline = time.monotonic() + 10
+        with self._client() as client:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.BusyLoadingError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+
+    def read(self) -> tuple[Counter[tuple[str, int]], dict[str, int]]:
+        with self._client() as client:
+            updates = Counter((f["word"], int(f["count"])) for _, f in client.xrange("updates"))
+            return updates, {w: int(n) for w, n in client.hgetall("counts").items()}
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    made = Postgres() if request.param == "postgres" else Redis(tmp_path)
+    yield made
+    made.close()
+
+
+def test_sinks_ride_out_their_connections_cut(target: Target, tmp_path: Path) -> None:
+    name = f"sinkout-{uuid.uuid4().hex[:8]}"
+    CUTTERS[name] = cutter = Cutter(lambda: target.cut(name), times=3, first=2, every=3)
+    updates, counts = target.sinks()
+    result = run_it(word_count_into(name, corpus(tmp_path), updates, counts), tmp_path, 30.0)
+    del CUTTERS[name]
+    assert len(cutter.cuts) == 3, f"the run ended after {cutter.commits} commits, {cutter.cuts} cut"
+    ridden_out(result)
+    assert target.read() == (EVERY_UPDATE, EXPECTED)
+
+
+def test_a_server_away_past_the_bound_stops_the_run_and_loses_nothing(
+    target: Target, tmp_path: Path
+) -> None:
+    name = f"sinkout-{uuid.uuid4().hex[:8]}"
+
+    def away() -> int:
+        target.away(name)
+        return 1
+
+    CUTTERS[name] = cutter = Cutter(away, times=1, first=2, every=1)
+    updates, counts = target.sinks()
+    topology = word_count_into(name, corpus(tmp_path), updates, counts)
+    with pytest.raises(SinkError) as caught:
+        run_it(topology, tmp_path, 2.0)
+    assert cutter.cuts
+    message = str(caught.value)
+    assert re.match(rf"{target.kind} '(updates|counts)' task [01] lost ", message), message
+    assert f"lost {target.shown} and could not reconnect within 2 s" in message
+    assert "statestream.connectors.reconnect.secs" in message
+    assert "s3cret" not in message
+    assert "\n" not in message
+    target.back()
+    assert target.read() != (EVERY_UPDATE, EXPECTED)  # stopped before the end
+    CUTTERS[name] = Cutter(away, times=0, first=0, every=0)
+    ridden_out(run_it(topology, tmp_path, 2.0))
+    del CUTTERS[name]
+    assert target.read() == (EVERY_UPDATE, EXPECTED)
