@@ -235,6 +235,15 @@ class GuardedBackend:
         if inner is not None:
             page: ScanPage = inner
             self.scan_page = lambda after, limit: guard.call(lambda: page(after, limit))
+        # Likewise the optional plain prepare (StateBackend.write_prepared_plain):
+        # without it the state encodes every deferred put one by one (issue 34).
+        plain = getattr(backend, "write_prepared_plain", None)
+        self.write_prepared_plain: Callable[[int, Mapping[str, Any], Delta], None] | None = None
+        if plain is not None:
+            write: Callable[[int, Mapping[str, Any], Delta], None] = plain
+            self.write_prepared_plain = lambda txid, values, delta: guard.call(
+                lambda: write(txid, values, delta)
+            )
 
     def load(self, key: bytes) -> bytes | None:
         return self.guard.call(lambda: self.backend.load(key))

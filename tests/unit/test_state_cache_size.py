@@ -84,3 +84,19 @@ def test_the_filter_of_stored_keys_counts_against_the_budget() -> None:
     state._size_generation(state._old)
     without = state._generation
     assert with_filter == pytest.approx(without * (1 - known.nbytes / budget), rel=0.02)
+
+
+def test_the_filter_holds_every_key_added_and_few_others() -> None:
+    from statestream._kvfilter import KeyFilter
+
+    known = KeyFilter()
+    keys: list[object] = [f"w{i}" for i in range(150_000)] + list(range(-50_000, 50_000))
+    keys += [("t", i) for i in range(1_000)]  # hashed as tuples, any sign
+    for key in keys:
+        known.add(key)
+    assert all(known.might_hold(key) for key in keys)
+    others = sum(known.might_hold(f"x{i}") for i in range(50_000))
+    # ~3% a layer, and a key absent is probed in each of the 3 layers here.
+    assert others < 0.10 * 50_000
+    # Bits a key within 8..16 (+ the first layer's slack), counted once per key.
+    assert known.nbytes <= 2 * len(keys) + (1 << 16)
