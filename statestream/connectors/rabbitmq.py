@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
-from ._broker import Reconnect, redact, require, unreachable
+from ._broker import Reconnect, client_name, redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
 __all__ = ["RabbitMQSpout"]
@@ -93,7 +93,10 @@ class RabbitMQSpout(BrokerSpout):
         self._connection: Any = None
         self._channel: Any = None
         self._consumers: dict[str, str] = {}  # queue -> consumer tag
-        self._broker_acks: list[int] = []  # classic: delivery tags to ack at the next call
+        self._broker_acks: list[tuple[int, int]] = []  # classic: message ids to ack next call
+        # Which connection this is (1 for the first): a delivery tag names a message
+        # only on its channel, and they start again at 1 on a new one.
+        self._generation = 0
         self._emits = 0  # classic: messages emitted by this task (progress)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
@@ -123,9 +126,13 @@ class RabbitMQSpout(BrokerSpout):
 
         params = pika.URLParameters(self.url)
         params.connection_attempts, params.socket_timeout = 1, 2.0
+        # Named per task (rabbitmqctl list_connections client_properties, the
+        # management UI): whose connection it is.
+        params.client_properties = {"connection_name": client_name(self.context)}
         params.blocked_connection_timeout = 10.0
         self._connection = pika.BlockingConnection(params)
         self._channel = self._connection.channel()
+        self._generation += 1
         for queue in self._mine:
             try:
                 self._channel.queue_declare(queue, passive=True)
@@ -178,8 +185,15 @@ class RabbitMQSpout(BrokerSpout):
             self._buffer.append((msg_id, [text]))
 
     def _message_id(self, queue: str, method: Any, properties: Any) -> Any:
-        """The delivery's message id, or None to skip it (the stream spout's hook)."""
-        return int(method.delivery_tag)  # unique on the task's one channel
+        """The delivery's message id, or None to skip it (the stream spout's hook).
+        Classic: ``(connection, delivery tag)``, unique over the task's connections:
+        an ack of a delivery of a lost connection, which the runtime sends once the
+        checkpoint covering it committed, must not ack the delivery that carries
+        its tag on the next connection (no checkpoint covers that one yet)."""
+        return (self._generation, int(method.delivery_tag))
+
+    def _key(self, msg_id: Any) -> tuple[Any, int]:
+        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
 
     def next_tuple(self) -> None:
         if self._broker_acks:
@@ -247,17 +261,19 @@ class RabbitMQSpout(BrokerSpout):
             self._consume(queue)
 
     def _flush_acks(self) -> None:
-        tags, self._broker_acks = self._broker_acks, []
+        acks, self._broker_acks = self._broker_acks, []
         if self._channel is None or self._channel.is_closed:
             return  # the broker redelivers them: at-least-once
-        for tag in tags:
-            self._channel.basic_ack(tag)
+        for generation, tag in acks:
+            if generation == self._generation:  # else its connection is gone: redelivered
+                self._channel.basic_ack(tag)
 
     def ack(self, msg_id: Any) -> None:
         # In a stateful topology the runtime acks once the checkpoint covering the
         # message committed: only now may the broker forget it.
-        if self._in_flight.pop(msg_id, None) is not None:
-            self._broker_acks.append(msg_id)
+        key = self._key(msg_id)
+        if self._in_flight.pop(key, None) is not None:
+            self._broker_acks.append(key)
 
     def _drop_connection(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
@@ -303,9 +319,6 @@ class _StreamQueueSpout(RabbitMQSpout):
         offset = int(properties.headers["x-stream-offset"])
         # A consumer starts at the chunk holding its offset: what precedes it was read.
         return (queue, offset) if offset >= self._next[queue] else None
-
-    def _key(self, msg_id: Any) -> tuple[str, int]:
-        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
 
     def _emitted(self, msg_id: Any) -> None:
         self._next[msg_id[0]] = msg_id[1] + 1

@@ -60,25 +60,27 @@ CUTTERS: dict[str, Cutter] = {}
 
 
 class Cutter:
-    """Cuts a run's sink connections ``times`` times: at the first sink commit from
-    the ``first``-th on that finds a connection to cut, then ``every`` commits
-    after the last cut (so each cut meets a sink that has reconnected)."""
+    """Cuts a run's connections ``times`` times: at the first tick (a sink's COMMIT
+    here, a line in test_rabbitmq_outage) from the ``first``-th on at which
+    ``cut()`` finds a connection to cut, then ``every`` ticks after the last cut
+    (so that each cut meets a connection made again)."""
 
     def __init__(self, cut: Callable[[], int], times: int, first: int, every: int) -> None:
         self.cut = cut
         self.times = times
         self.every = every
         self.next_at = first
-        self.commits = 0
+        self.ticks = 0
         self.cuts: list[int] = []  # connections cut, per cut
 
-    def committed(self) -> None:
-        self.commits += 1
-        if len(self.cuts) < self.times and self.commits >= self.next_at:
+    def tick(self) -> None:
+        """One more point at which a cut may come (a COMMIT, a line)."""
+        self.ticks += 1
+        if len(self.cuts) < self.times and self.ticks >= self.next_at:
             cut = self.cut()
             if cut:
                 self.cuts.append(cut)
-                self.next_at = self.commits + self.every
+                self.next_at = self.ticks + self.every
 
 
 class CutAfterCommit(TwoPhaseSink):
@@ -87,7 +89,7 @@ class CutAfterCommit(TwoPhaseSink):
 
     def post_commit(self, txid: int, state: KeyValueState) -> None:
         super().post_commit(txid, state)
-        CUTTERS[self.context.topology_name].committed()
+        CUTTERS[self.context.topology_name].tick()
 
 
 class CuttingPostgresSink(CutAfterCommit, PostgresSink):
@@ -298,7 +300,7 @@ def test_sinks_ride_out_their_connections_cut(target: Target, tmp_path: Path) ->
     updates, counts = target.sinks()
     result = run_it(word_count_into(name, corpus(tmp_path), updates, counts), tmp_path, 30.0)
     del CUTTERS[name]
-    assert len(cutter.cuts) == 3, f"the run ended after {cutter.commits} commits, {cutter.cuts} cut"
+    assert len(cutter.cuts) == 3, f"the run ended after {cutter.ticks} commits, {cutter.cuts} cut"
     ridden_out(result)
     assert target.read() == (EVERY_UPDATE, EXPECTED)
 
