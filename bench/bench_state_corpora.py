@@ -53,6 +53,7 @@ def distinct_corpus(n: int) -> str:
     """N distinct words, each once, in lines of 10 (written once, then reused)."""
     path = HERE / "results" / f"corpus-distinct-{n}.txt"
     if not path.exists():
+        path.parent.mkdir(exist_ok=True)
         tmp = path.with_suffix(".tmp")
         with tmp.open("w") as f:
             for start in range(0, n, 10):

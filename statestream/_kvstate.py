@@ -112,6 +112,15 @@ def _entry_bytes(key: Any, value: Any) -> int:
     return size + _object_bytes(value)
 
 
+def _encoded_bytes(entries: dict[Hashable, _Entry]) -> int:
+    """The bytes of the encoded keys and values of ``entries`` (a tombstone: its key)."""
+    total = 0
+    for entry in entries.values():
+        data = entry[3]
+        total += len(entry[1]) if data is None else len(entry[1]) + len(data)
+    return total
+
+
 def _plain_value(value: Any) -> bool:
     """True if JSON always encodes ``value``, to what reads back equal and of its type."""
     t = type(value)
@@ -195,6 +204,7 @@ class StoredKeyValueState:
         "_plain",
         "_preload_tried",
         "_prepared",
+        "_prepared_bytes",
         "_prepared_txid",
         "_view",
         "cache_bytes",
@@ -239,6 +249,8 @@ class StoredKeyValueState:
         self._loaded = False
         self._committed_txid = -1
         self._prepared_txid: int | None = None
+        # Bytes this object sent the store as the prepared delta (prepared_bytes).
+        self._prepared_bytes = 0
         # True while the store holds a delta prepared by an earlier incarnation,
         # whose keys are not in _prepared (nor in the view).
         self._foreign_prepared = False
@@ -609,6 +621,15 @@ class StoredKeyValueState:
         return self._prepared_txid
 
     @property
+    def prepared_bytes(self) -> int:
+        """Bytes of the keys and values this object sent the store as the prepared
+        delta (Flink's checkpointed data size of an incremental checkpoint; 0
+        with none prepared): the encoded entries, and for the deferred puts
+        what the backend's ``write_prepared_plain`` says it wrote (0 where it
+        says nothing). Known without a store read."""
+        return self._prepared_bytes
+
+    @property
     def prepared_keys(self) -> int:
         """The keys this object put in the prepared delta (what the commit changes; 0
         with none prepared); a delta found in the store at start is not counted."""
@@ -659,7 +680,9 @@ class StoredKeyValueState:
         # key and value at every checkpoint.
         write_plain = getattr(self._backend, "write_prepared_plain", None) if plain else None
         if write_plain is not None:
-            write_plain(t, plain, [(e[1], e[3]) for e in pending.values()])
+            written = write_plain(t, plain, [(e[1], e[3]) for e in pending.values()])
+            # The backend's count covers the whole record; else the encoded entries.
+            size = written if type(written) is int else _encoded_bytes(pending)
             # What _prepared's entries are read for is the key (items()) and
             # that the key is there (rollback); their bytes went to the store.
             for key, value in plain.items():
@@ -669,6 +692,8 @@ class StoredKeyValueState:
         else:
             self._settle_plain()
             self._backend.write_prepared(t, [(e[1], e[3]) for e in pending.values()])
+            size = _encoded_bytes(pending)
+        self._prepared_bytes = size if prepared is None else self._prepared_bytes + size
         staged.update(pending)  # its keys are never plain ones (put keeps them apart)
         pending.clear()
         self._prepared_txid = t
@@ -718,6 +743,7 @@ class StoredKeyValueState:
             self._preload_tried = False
         self._prepared.clear()
         self._prepared_txid = None
+        self._prepared_bytes = 0
         self._committed_txid = t
         # The committed changes are clean now: the cache may evict them.
         if len(self._view) >= self._generation:
@@ -764,6 +790,7 @@ class StoredKeyValueState:
         self._pending.clear()
         self._prepared.clear()
         self._prepared_txid = None
+        self._prepared_bytes = 0
         self._foreign_prepared = False
         # Dropped keys must be read from the store again.
         self._complete = False

@@ -218,6 +218,10 @@ class OutageGuard:
             )
 
 
+#: StateBackend.write_prepared_plain: (txid, plain entries, delta) -> bytes written or None.
+_WritePlain = Callable[[int, Mapping[str, Any], "Delta"], int | None]
+
+
 class GuardedBackend:
     """A :class:`~statestream._state.StateBackend` whose operations ride out an outage.
 
@@ -238,9 +242,9 @@ class GuardedBackend:
         # Likewise the optional plain prepare (StateBackend.write_prepared_plain):
         # without it the state encodes every deferred put one by one (issue 34).
         plain = getattr(backend, "write_prepared_plain", None)
-        self.write_prepared_plain: Callable[[int, Mapping[str, Any], Delta], None] | None = None
+        self.write_prepared_plain: _WritePlain | None = None
         if plain is not None:
-            write: Callable[[int, Mapping[str, Any], Delta], None] = plain
+            write: _WritePlain = plain
             self.write_prepared_plain = lambda txid, values, delta: guard.call(
                 lambda: write(txid, values, delta)
             )

@@ -261,7 +261,9 @@ class StateBackend(Protocol):
     entry of each is ``(orjson.dumps(key), orjson.dumps(value))``. The state
     calls it, with the JSON serializer only, for the puts it kept unencoded,
     so a backend that stores them as one document encodes no key or value
-    one by one. Its keys are never keys of ``delta``.
+    one by one. Its keys are never keys of ``delta``. It may return the
+    bytes it wrote (an ``int``), which the state reports as its
+    ``prepared_bytes``.
 
     Optional: ``scan_page(after, limit) -> (page, next)``: committed entries
     in key order, a page at a time, so that ``items()``, ``state dump`` and

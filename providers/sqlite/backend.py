@@ -249,8 +249,10 @@ class _SQLiteBackend:
                 (ns, txid),
             )
 
-    def write_prepared_plain(self, txid: int, plain: Mapping[str, Any], delta: Delta) -> None:
-        self._write_record(txid, encode_plain_delta(plain, delta))
+    def write_prepared_plain(self, txid: int, plain: Mapping[str, Any], delta: Delta) -> int:
+        record = encode_plain_delta(plain, delta)
+        self._write_record(txid, record)
+        return len(record)  # the state's prepared_bytes
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
         ns = self._ns

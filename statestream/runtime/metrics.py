@@ -233,11 +233,8 @@ class CheckpointInfo:
     its prepared delta of this txid, which its commit writes; filled by the
     local runtime and the workers for states over the shipped providers
     (``StoredKeyValueState.prepared_keys``), as each task prepares, so a
-    task not prepared yet is missing. ``state_size``: keys held per
-    namespace; left empty by the local runtime and the workers, since no
-    provider can say it cheaply at every checkpoint (a sqlite store would
-    count its table, a Redis one pay a round trip per namespace); filled
-    where a runtime passes it to :meth:`MetricsBank.checkpoint_done`.
+    task not prepared yet is missing. ``state_size``: likewise, the bytes it
+    sent the store (Flink's checkpointed data size; ``prepared_bytes``).
     """
 
     txid: int
@@ -412,6 +409,7 @@ class BankExport:
     checkpoints: list[CheckpointInfo]
     histogram: Histogram
     keys: dict[int, dict[str, int]] = field(default_factory=dict)
+    sizes: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 class MetricsBank:
@@ -447,6 +445,7 @@ class MetricsBank:
         # txid -> task namespace -> keys in its prepared delta (keys_changed), kept
         # apart from the checkpoints: a worker's tasks prepare where no phase is seen.
         self._keys: dict[int, dict[str, int]] = {}
+        self._sizes: dict[int, dict[str, int]] = {}  # the same, of prepared bytes (state_size)
         self._sources: dict[tuple[str, int], SourceProgress] = {}
         self.histogram = Histogram()
         # (component, task) -> [(at, executed)]: the history capacity looks back over.
@@ -525,16 +524,14 @@ class MetricsBank:
         self.checkpoint_phase(txid, "COMMITTING", prepared_at)
         self.checkpoint_phase(txid, "COMMITTED", committed_at)
 
-    def keys_changed(self, txid: int, namespace: str, count: int) -> None:
-        """Task ``namespace`` prepared ``count`` changed keys as ``txid`` (called at
-        each PREPARE of a stateful task; a txid prepared again replaces the count)."""
-        keys = self._keys
-        per_task = keys.get(txid)
-        if per_task is None:
-            per_task = keys[txid] = {}
-            if len(keys) > 2 * RECENT_CHECKPOINTS:
-                del keys[min(keys)]
-        per_task[namespace] = count
+    def keys_changed(self, txid: int, namespace: str, count: int, size: int | None = None) -> None:
+        """Task ``namespace`` prepared ``count`` changed keys, ``size`` bytes, as ``txid``
+        (at each PREPARE of a stateful task; a txid prepared again replaces them)."""
+        for per_txid, value in ((self._keys, count), (self._sizes, size)):
+            if value is not None:
+                per_txid.setdefault(txid, {})[namespace] = value
+                if len(per_txid) > 2 * RECENT_CHECKPOINTS:
+                    del per_txid[min(per_txid)]
 
     def spark_batch(self, stats: SparkBatchStats) -> None:
         """Spark's driver: what the status tracker says of one batch's jobs. A batch
@@ -571,6 +568,7 @@ class MetricsBank:
             ],
             replace(self.histogram, counts=list(self.histogram.counts)),
             {txid: dict(per_task) for txid, per_task in self._keys.items()},
+            {txid: dict(per_task) for txid, per_task in self._sizes.items()},
         )
 
     def absorb(self, worker: int, export: BankExport) -> None:
@@ -590,8 +588,9 @@ class MetricsBank:
                     past.add(t)
             self.histogram.add(export.histogram)
             self._checkpoints.extend(export.checkpoints)
-            for txid, per_task in export.keys.items():
-                self._keys.setdefault(txid, {}).update(per_task)
+            for mine, theirs in ((self._keys, export.keys), (self._sizes, export.sizes)):
+                for txid, per_task in theirs.items():
+                    mine.setdefault(txid, {}).update(per_task)
         self._workers.clear()
 
     def _merged_timings(self) -> dict[tuple[str, int], TaskTiming]:
@@ -610,18 +609,19 @@ class MetricsBank:
     def _merged_checkpoints(self) -> tuple[list[CheckpointInfo], Histogram]:
         hist = replace(self.histogram, counts=list(self.histogram.counts))
         recent = list(self._checkpoints)
-        keys = [self._keys]
+        keys = [(self._keys, self._sizes)]
         for export in list(self._workers.values()):
             hist.add(export.histogram)
             recent.extend(export.checkpoints)  # one worker runs the checkpoint spout
-            keys.append(export.keys)
+            keys.append((export.keys, export.sizes))
         recent.sort(key=lambda c: c.started_at)  # stable: a txid tried again stays after
         out = []
         for cp in recent[-RECENT_CHECKPOINTS:]:
-            changed = dict(cp.keys_changed)
-            for per_txid in keys:
-                changed.update(per_txid.get(cp.txid, ()))
-            out.append(replace(cp, keys_changed=changed, state_size=dict(cp.state_size)))
+            changed, size = dict(cp.keys_changed), dict(cp.state_size)
+            for more_keys, more_sizes in keys:
+                changed.update(more_keys.get(cp.txid, ()))
+                size.update(more_sizes.get(cp.txid, ()))
+            out.append(replace(cp, keys_changed=changed, state_size=size))
         return out, hist
 
     # -- reading -------------------------------------------------------------------

@@ -107,6 +107,9 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
             for labels, value, _ in fams["statestream_checkpoint_keys_changed"]
         }
         assert exported == last.keys_changed
+        # And the bytes each task's prepare sent the store (issue 34: state_size).
+        assert set(last.state_size) == set(last.keys_changed)
+        assert all(size >= 2 * last.keys_changed[ns] for ns, size in last.state_size.items())
     if runner.workers:
         assert [w.index for w in snap.workers] == [0, 1]
         assert all(s.worker in (0, 1) for s in snap.tasks)

@@ -48,3 +48,31 @@ def test_the_guard_passes_the_plain_prepare_through() -> None:
     assert inner.calls == [("write_prepared_plain", {"word": 3})]
     state.commit(0)
     assert state.get("word") == 3
+
+
+def test_prepared_bytes_is_what_the_prepare_sent() -> None:
+    inner = _Plain()
+    state = StoredKeyValueState("ns", inner, JsonSerializer())  # type: ignore[arg-type]
+    assert state.prepared_bytes == 0
+    state.put("word", 3)  # deferred: the backend's count is not an int here
+    state.put(("a", 1), [1, 2])  # encoded at put: b'["a",1]' and b"[1,2]"
+    state.prepare_commit(0)
+    assert state.prepared_bytes == len(b'["a",1]') + len(b"[1,2]")
+    state.delete("gone")  # a tombstone: its key
+    state.prepare_commit(0)  # the same txid again: added
+    assert state.prepared_bytes == len(b'["a",1]') + len(b"[1,2]") + len(b'"gone"')
+    state.commit(0)
+    assert state.prepared_bytes == 0
+
+
+def test_sqlite_says_the_bytes_of_its_record(tmp_path: Any) -> None:
+    from statestream_providers.sqlite import SQLiteStateProvider, encode_plain_delta
+
+    with SQLiteStateProvider(str(tmp_path / "s.db")) as provider:
+        state = provider.get_state("ns")
+        state.put("word", 3)
+        state.put("other", "x")
+        state.prepare_commit(0)
+        assert state.prepared_bytes == len(encode_plain_delta({"word": 3, "other": "x"}, []))
+        state.rollback()
+        assert state.prepared_bytes == 0

@@ -341,13 +341,16 @@ class BoltTask(Task):
 
     def _note_prepared(self) -> None:
         """After checkpoint tuples: while a delta is prepared, the bank is told how many
-        keys it holds (keys_changed per checkpoint; the last count for a txid wins)."""
+        keys it holds and their bytes (keys_changed and state_size per checkpoint;
+        the last count for a txid wins)."""
         state = self.executor.state  # type: ignore[attr-defined]
         if isinstance(state, StoredKeyValueState):
             txid = state.prepared_txid
             if txid is not None:
                 namespace = task_namespace(self.component, self.task_index)
-                self.rt.bank.keys_changed(txid, namespace, state.prepared_keys)
+                self.rt.bank.keys_changed(
+                    txid, namespace, state.prepared_keys, state.prepared_bytes
+                )
 
     def _drain(self) -> None:
         inbox = self.inbox
