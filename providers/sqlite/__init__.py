@@ -6,7 +6,7 @@ Config (``topology.state.provider.config``)::
     serializer:    "json"                         # or "pickle" (see statestream.provider)
     synchronous:   "full"                         # sqlite's PRAGMA synchronous: full|normal|off
     timeout:       5000                           # ms to wait for another writer's lock
-    cache_mb:      32                             # page cache of each connection, MiB (>= 1)
+    cache_mb:      8                              # page cache of each connection, MiB (>= 1)
     checkpoint_mb: 16                             # WAL size that starts a checkpoint, MiB (>= 1)
     page_size:     2048                           # bytes, 512..65536, a power of two;
                                                   # only a new file takes it

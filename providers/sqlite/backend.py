@@ -67,10 +67,11 @@ def _upsert_entries(conn: sqlite3.Connection, ns: str, rows: list[tuple[bytes, b
 # When the committed records of a namespace are folded into its entries
 # (see the module doc): after this many, or once they hold this many bytes.
 # The bytes bound the process's memory too: a point read keeps the unfolded
-# records merged (decoded, ~12x their encoded size), and a fold decodes
-# them again; 8 MiB let the two reach ~200 MB on a large state (issue 34).
+# records merged (decoded: several times their encoded size), per namespace,
+# and a fold decodes them again. With 8 MiB a 20M-key word count peaked at
+# 319 MB, with 2 MiB it had reached 174 MB in its first 8 min (issue 34).
 _FOLD_RECORDS: Final = 8
-_FOLD_BYTES: Final = 2 * _MIB
+_FOLD_BYTES: Final = 1 * _MIB
 
 # The committed txid of a namespace, -1 without one (?1 is the namespace).
 _COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?1), -1)"

@@ -40,7 +40,10 @@ SCHEMA_VERSION: Final = 2
 _MIB: Final = 1024 * 1024
 _MAX_MB: Final = 1 << 20  # 1 TiB: a typo guard, not a recommendation
 _PAGE_SIZES: Final = tuple(1 << n for n in range(9, 17))  # sqlite's: 512 .. 65536
-DEFAULT_CACHE_MB: Final = 32
+# 8, not 32: the page cache is part of the process's memory, which issue 34
+# bounds at 150 MB whatever the state's size; 8 MiB holds the pages a fold
+# of a small state changes, and a large state's fold never fitted anyway.
+DEFAULT_CACHE_MB: Final = 8
 DEFAULT_CHECKPOINT_MB: Final = 16
 DEFAULT_PAGE_SIZE: Final = 2048
 

@@ -197,7 +197,7 @@ def test_defaults_tune_the_cache_and_the_wal(tmp_path: Path) -> None:
         _commit_one(provider)
         assert _pragmas(provider) == {
             "page_size": 2048,
-            "cache_size": -32 * 1024,  # KiB
+            "cache_size": -8 * 1024,  # KiB (issue 34: within the RSS bound)
             "wal_autocheckpoint": 16 * 1024 * 1024 // 2048,  # pages
             "journal_size_limit": 16 * 1024 * 1024,  # bytes
             "temp_store": 2,  # MEMORY
@@ -206,14 +206,14 @@ def test_defaults_tune_the_cache_and_the_wal(tmp_path: Path) -> None:
 
 def test_config_sets_the_cache_and_the_wal(tmp_path: Path) -> None:
     # Strings too: configs also come from environment variables and --set.
-    config = {"cache_mb": "8", "checkpoint_mb": 2, "page_size": "4096"}
+    config = {"cache_mb": "12", "checkpoint_mb": 2, "page_size": "4096"}
     path = tmp_path / "state.db"
     with open_provider("sqlite", {"path": str(path), **config}) as provider:
         assert isinstance(provider, SQLiteStateProvider)
         _commit_one(provider)
         pragmas = _pragmas(provider)
     assert pragmas["page_size"] == 4096
-    assert pragmas["cache_size"] == -8 * 1024
+    assert pragmas["cache_size"] == -12 * 1024
     assert pragmas["wal_autocheckpoint"] == 2 * 1024 * 1024 // 4096
     assert pragmas["journal_size_limit"] == 2 * 1024 * 1024
 
