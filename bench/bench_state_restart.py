@@ -11,8 +11,9 @@ redis: config/redis.yaml with a fresh ``key_prefix``, deleted after):
    bench_state_corpora.distinct_corpus), exactly-once, until idle: N keys in
    the two count tasks' state, the last checkpoints' log records unfolded;
 2. ten lines are appended to the input, and bench/restart_wordcount.py (the
-   same topology, whose count tasks note the wall clock of their first
-   tuple) runs again on the same store: "after a run" is the time from just
+   same topology, whose count tasks note the wall clock and the process's
+   CPU time of their first tuple) runs again on the same store: "after a
+   run" is the time (wall; and CPU, steadier on a loaded machine) from just
    before the process is started to the first tuple reaching a count task
    (interpreter start-up, imports, the claim, the rescale check, recovery
    and the first state read included);
@@ -50,20 +51,29 @@ def _config(provider: str, prefix: str) -> tuple[str, list[str]]:
     return "redis.yaml", ["--set", f"topology.state.provider.config={json.dumps(conf)}"]
 
 
-def _first_tuple(tree: Path, workdir: str, corpus: str, provider: str, prefix: str) -> float:
+def _env(tree: Path, **more: str) -> dict[str, str]:
+    # tree/pp holds statestream_providers -> tree/providers: without it the
+    # providers would be the installed checkout's, not the tree's.
+    path = f"{tree}:{tree}/pp" if (tree / "pp").is_dir() else str(tree)
+    return dict(os.environ, PYTHONPATH=path, STATESTREAM_CORE="compiled", **more)
+
+
+def _first_tuple(
+    tree: Path, workdir: str, corpus: str, provider: str, prefix: str
+) -> tuple[float, float]:
+    """(wall s, CPU s of the process) from start to the first tuple at a count task."""
     config, sets = _config(provider, prefix)
     stamp = Path(workdir, "stamp.txt")
     stamp.unlink(missing_ok=True)
-    env = dict(
-        os.environ, PYTHONPATH=str(tree), STATESTREAM_CORE="compiled", RESTART_STAMP=str(stamp)
-    )
+    env = _env(tree, RESTART_STAMP=str(stamp))
     cmd = wordcount_cmd(tree, corpus, None, True, config) + sets
     cmd[4] = str(HERE / "restart_wordcount.py")  # the topology file, in place of the example
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not stamp.exists():
         raise RuntimeError(f"restart failed: {proc.stderr[-1500:]}")
-    return min(float(line) for line in stamp.read_text().split()) - t0
+    wall, cpu = min(tuple(map(float, line.split())) for line in stamp.read_text().splitlines())
+    return wall - t0, cpu
 
 
 def _append(corpus: str, tag: str) -> None:
@@ -72,14 +82,14 @@ def _append(corpus: str, tag: str) -> None:
             f.write(" ".join(f"{tag}{i}-{j}" for j in range(10)) + "\n")
 
 
-def measure(tree: Path, provider: str, keys: int) -> dict[str, float]:
+def measure(tree: Path, provider: str, keys: int) -> dict[str, object]:
     workdir = tempfile.mkdtemp(prefix="restart-")
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
     try:
         corpus = str(Path(workdir, "input.txt"))
         shutil.copy(distinct_corpus(keys), corpus)
         config, sets = _config(provider, prefix)
-        env = dict(os.environ, PYTHONPATH=str(tree), STATESTREAM_CORE="compiled")
+        env = _env(tree)
         fill = wordcount_cmd(tree, corpus, None, True, config) + sets
         wall, _, rss, _, _ = timed(fill, workdir, env)
         _append(corpus, "a")
@@ -99,7 +109,7 @@ def measure(tree: Path, provider: str, keys: int) -> dict[str, float]:
             _redis_cleanup(prefix)
 
 
-def empty_start(tree: Path, provider: str) -> float:
+def empty_start(tree: Path, provider: str) -> tuple[float, float]:
     """Start to first tuple on an empty store: what start-up costs without state."""
     workdir = tempfile.mkdtemp(prefix="restart-")
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
@@ -121,17 +131,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     print(
-        "| provider | keys | fill s | fill peak RSS MB | start to first tuple, empty store s "
-        "| after a run s | after a fold s |"
+        "| provider | keys | fill s | fill peak RSS MB | start to first tuple, empty store: "
+        "wall s / CPU s | after a run | after a fold |"
     )
     print("|---|---|---|---|---|---|---|")
     for _ in range(args.repeat):
         for provider in args.providers:
             empty = empty_start(args.tree.resolve(), provider)
             r = measure(args.tree.resolve(), provider, args.keys)
+            pairs = [empty, r["after_run"], r["after_fold"]]
+            cells = " | ".join(f"{wall:.2f} / {cpu:.2f}" for wall, cpu in pairs)  # type: ignore[misc]
             print(
                 f"| {provider} | {args.keys:,} | {r['fill_s']:.0f} | {r['fill_rss']:.0f} | "
-                f"{empty:.2f} | {r['after_run']:.2f} | {r['after_fold']:.2f} |",
+                f"{cells} |",
                 flush=True,
             )
 
