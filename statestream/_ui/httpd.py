@@ -11,7 +11,8 @@ run needs too.
 
 Lifecycle, from the run's side (``server.LiveView``):
 
-1. It starts this process with the address and limits as JSON in ``argv[1]``.
+1. It starts this process with the address, the limits and its own pid as JSON
+   in ``argv[1]``.
    This process binds, then writes one line to stdout: ``ok PORT HOST`` or
    ``error MESSAGE`` (and exits 1).
 2. It pushes frames on this process's stdin: a :func:`bodies_frame` (the
@@ -266,7 +267,9 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(NICE)
     options = json.loads(argv[1])
-    parent = os.getppid()
+    parent = int(options["parent"])
+    if os.getppid() != parent:
+        return 1  # the run died while this process started
     rate = float(options["rate"])
     try:
         server = _Server((options["host"], int(options["port"])), Pacer(rate, rate), parent)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -90,7 +91,9 @@ class LiveView:
         self._publisher: threading.Thread | None = None
         self._writing = threading.Lock()  # the publisher and close() both write frames
         self._closed = False
-        options = {"host": address[0], "port": address[1], "rate": requests_per_sec}
+        options = {
+            "host": address[0], "port": address[1], "rate": requests_per_sec, "parent": os.getpid(),
+        }
         # -I -S: the server imports the standard library only, nothing of the
         # user's environment or site-packages, and starts in milliseconds.
         self._proc = subprocess.Popen(
