@@ -96,6 +96,8 @@ def main() -> int:
                 result = e2e.broker_restart_run(server, dsn, Path(tmp), lines=args.restart_lines)
             finally:
                 server.stop()
+            if result.errors:  # which, before the run's log goes with its directory
+                print_errors(Path(tmp) / "run.log")
         failures += not report(result)
     return 1 if failures else 0
 
@@ -108,6 +110,14 @@ def report(result: e2e.Result) -> bool:
     print("| " + " | ".join(f"{row[c]:,}" if isinstance(row[c], int) else str(row[c])
                             for c in COLUMNS) + " |", flush=True)  # fmt: skip
     return row["exact"] == "yes" and not result.errors
+
+
+def print_errors(log: Path, most: int = 5) -> None:
+    """The first ``most`` errors the run reported (statestream's error log writes
+    ``<component>[<task>] raised ...``), on stderr."""
+    raised = [line for line in log.read_text().splitlines() if "] raised " in line]
+    for line in raised[:most]:
+        print(f"  run error: {line[:400]}", file=sys.stderr)
 
 
 _SPARK: list[Any] = []

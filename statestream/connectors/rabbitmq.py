@@ -213,6 +213,7 @@ class RabbitMQSpout(BrokerSpout):
             elif not self._consumers:
                 self._resubscribe()
             self._connection.process_data_events(time_limit=self.block_ms / 1000.0)
+            self._after_read()  # within the try: the connection may be lost meanwhile
             if self._buffer:
                 return False
             # Nothing came for block_ms, which under load is no proof: the broker's
@@ -229,6 +230,9 @@ class RabbitMQSpout(BrokerSpout):
         except (errors.AMQPConnectionError, errors.ChannelClosed, errors.StreamLostError) as exc:
             self._drop_connection()
             raise Lost(exc) from exc
+
+    def _after_read(self) -> None:
+        """Talk to the broker after a read (a hook: the stream spout acks for credit)."""
 
     def _done(self) -> int | None:
         return self._emits
@@ -261,12 +265,20 @@ class RabbitMQSpout(BrokerSpout):
             self._consume(queue)
 
     def _flush_acks(self) -> None:
+        from pika.exceptions import AMQPError
+
         acks, self._broker_acks = self._broker_acks, []
         if self._channel is None or self._channel.is_closed:
             return  # the broker redelivers them: at-least-once
-        for generation, tag in acks:
-            if generation == self._generation:  # else its connection is gone: redelivered
-                self._channel.basic_ack(tag)
+        try:
+            for generation, tag in acks:
+                if generation == self._generation:  # else its connection is gone: redelivered
+                    self._channel.basic_ack(tag)
+        except AMQPError:
+            # The connection was lost (pika learns it here, at the first frame
+            # sent): the broker redelivers what these acks were for (at-least-
+            # once), and the next read reconnects under the reconnect policy.
+            self._drop_connection()
 
     def ack(self, msg_id: Any) -> None:
         # In a stateful topology the runtime acks once the checkpoint covering the
@@ -347,10 +359,12 @@ class _StreamQueueSpout(RabbitMQSpout):
         caught_up = super()._read()
         if self._buffer:
             self._quiet_since = None  # something came: the count is to be asked again
-        if self._last_tag and self._channel is not None:
+        return caught_up
+
+    def _after_read(self) -> None:
+        if self._last_tag:
             self._channel.basic_ack(self._last_tag, multiple=True)  # one frame per read
             self._last_tag = 0
-        return caught_up
 
     def _done(self) -> int | None:
         return sum(self._next.values())
