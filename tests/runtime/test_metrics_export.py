@@ -12,10 +12,13 @@ trees, up to their batch's commit).
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from runtime_harness import Runner
 from word_bolts import word_count
@@ -23,6 +26,7 @@ from word_bolts import word_count
 from statestream.runtime.metrics_export import api_json, prometheus_text
 
 LINES = 120
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 
 def _families(text: bytes) -> dict[str, list[tuple[dict[str, str], float, str]]]:
@@ -125,3 +129,34 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
     if runner.name == "spark":
         assert [b["txid"] for b in body["metrics"]["spark"]] == [b.txid for b in snap.spark]
         assert body["metrics"]["spark_totals"]["jobs"] == len(snap.spark)
+
+
+@pytest.mark.spark
+def test_a_transactional_run_on_spark_times_its_tasks_and_lists_its_jobs(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    """A transactional topology on Spark (a job per processing phase, one per commit):
+    every bolt task's executed tuples timed at rate 1.0, every job listed."""
+    import transactional_global_count as global_count
+
+    from statestream.runtime.spark import SparkRuntime
+
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "global-count.database": str(tmp_path / "count.db"),
+        "global-count.tuples": 600,
+        "global-count.take": 100,
+        "topology.stats.sample.rate": 1.0,
+    }
+    rt = SparkRuntime(global_count.topology(), conf, spark=spark_session)
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle" and not result.errors
+    snap = rt.metrics_snapshot()
+    bolts = [s for s in snap.tasks if s.kind == "bolt" and s.executed]
+    assert bolts and all(s.samples == s.executed for s in bolts), bolts
+    assert all(s.execute_latency is not None and s.execute_latency > 0 for s in bolts)
+    # A processing job and a commit job per committed transaction (at least).
+    assert len(snap.spark) >= 2 * result.counters["batches"] > 0
+    assert all(b.status == "SUCCEEDED" and b.final for b in snap.spark)
+    assert snap.elapsed > 0

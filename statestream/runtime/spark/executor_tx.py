@@ -9,6 +9,7 @@ the job, ending with its report of which attempts it finished.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..._transactional.components import (
     COORDINATOR,
 )
 from ..._tuple import Origin, Tuple
+from ..metrics import TaskTiming
 from .executor import Producer, shared_provider, shipped_plan
 from .shared import ACK, SEQ_BITS, ReportedError, fresh_state, sort_key
 
@@ -65,6 +67,9 @@ def run_tx_task(
     task.prepare(plan.conf_for(cid), context, producer)
     origins: dict[tuple[int, str], Origin] = {}
     failed = 0
+    # The sampled execute latency, counted down as BoltTask.execute_all counts it.
+    key, timing, clock = (cid, index), TaskTiming(cid, index), time.perf_counter
+    sample_in = shipped.countdown.get(key, shipped.first_sample)
     try:
         for key, stream, values, _roots in records:
             src_task = key >> SEQ_BITS
@@ -77,16 +82,21 @@ def run_tx_task(
             producer.failed_current = False
             # The task catches what the user's code raises and fails the
             # attempt; anything else is a fault of this Spark task.
-            task.execute(Tuple(values, origin))
+            sample_in -= 1
+            if sample_in:
+                task.execute(Tuple(values, origin))
+            else:
+                sample_in = shipped.every
+                start = clock()
+                task.execute(Tuple(values, origin))
+                timing.timed(1, clock() - start)
             failed += producer.failed_current
     finally:
+        shipped.countdown[key] = sample_in
         task.cleanup()
     yield from producer.out
-    yield (
-        ACK,
-        0,
-        (cid, index, dict(task.finished), len(records), producer.emitted, failed, errors),
-    )
+    report = (cid, index, dict(task.finished), len(records), producer.emitted, failed, errors)
+    yield (ACK, 0, (*report, timing if timing.samples else None))
 
 
 def tx_commit_input(

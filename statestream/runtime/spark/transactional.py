@@ -93,6 +93,7 @@ class TransactionalDriver(DriverBase):
         back to back.
         """
         start_time = time.monotonic()
+        self.bank.begin(self.clock.monotonic())
         spark = self._session()
         check_provider(self.config, self.master)  # the session's master may differ
         sc = spark.sparkContext
@@ -154,6 +155,7 @@ class TransactionalDriver(DriverBase):
         finally:
             try:
                 self._tx_close(tx, spout_coordinator, clean)
+                self._watch.refresh(sc)  # the last jobs' figures, as Spark ends them
                 payload.unpersist()
             finally:
                 self._release(spark)
@@ -227,12 +229,21 @@ class TransactionalDriver(DriverBase):
             built.append(out)
         return built
 
-    def _tx_reports(self, sc: Any, stages: list[Any], cids: Sequence[str]) -> dict[Any, Any]:
-        """Collect the tasks' reports (nothing else) and add them to the metrics."""
-        reports = sc.union(stages).mapPartitions(only_acks).collect() if stages else []
+    def _tx_reports(
+        self, sc: Any, stages: list[Any], cids: Sequence[str], txid: int
+    ) -> dict[Any, Any]:
+        """Collect the tasks' reports (nothing else) and add them to the metrics; the
+        job's figures go to the bank as transaction ``txid``'s (the first of a
+        processing job's)."""
+        reports = []
+        if stages:
+            with self._watch.batch(sc, txid):
+                reports = sc.union(stages).mapPartitions(only_acks).collect()
         out = {}
-        for cid, index, finished, executed, emitted, failed, errors in reports:
+        for cid, index, finished, executed, emitted, failed, errors, timing in reports:
             out[cid, index] = finished
+            if timing is not None:
+                self.bank.timing(cid, index).add(timing)
             m = self._task(cid, index)
             m.executed += executed
             m.emitted += emitted
@@ -275,7 +286,8 @@ class TransactionalDriver(DriverBase):
         stages: list[Any] = []
         try:
             stages = self._tx_stages(sc, token, payload, tx.processing, {COORDINATOR: source})
-            reports = self._tx_reports(sc, stages, tx.processing)
+            first = min(a.transaction_id for a in attempts)
+            reports = self._tx_reports(sc, stages, tx.processing, first)
             processed = settle(attempts, self._tasks(tx.processing), reports)
         except Exception as exc:
             txids = ", ".join(str(a.transaction_id) for a in attempts)
@@ -323,7 +335,7 @@ class TransactionalDriver(DriverBase):
             stages: list[Any] = []
             try:
                 stages = self._tx_stages(sc, token, payload, tx.commit, outs)
-                reports = self._tx_reports(sc, stages, tx.commit)
+                reports = self._tx_reports(sc, stages, tx.commit, txid)
                 ok = settle([attempt], self._tasks(tx.commit), reports)[txid]
             except Exception as exc:
                 self._tx_job_failed(f"commit job of transaction {txid}", exc)
