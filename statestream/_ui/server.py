@@ -7,11 +7,12 @@ The run's process (the topology's, the supervisor of ``topology.workers: N``,
 Spark's driver) keeps one job: a publisher thread renders the two bodies about
 once a second from the runtime's numbers and writes them to the server's stdin.
 Why a process and not threads (bench/RESULTS-observability.md): served from
-threads of the run's process, each request cost the run about 0.4 M instructions
-under the interpreter lock it needs too, and a hostile client (a connection held
-open, 1,000 requests) slowed the run by about 10% of its wall clock; now client
-traffic costs the run's process nothing, whatever a client does, and the run
-pays only the render.
+threads of the run's process, each request cost about 0.4 M instructions under
+the interpreter lock the run needs too, and under a hostile client (a
+connection held open, 1,000 requests; paced) those threads took 7-12% of the
+run's CPU time on a loaded machine, which the run waited out for the lock. Now
+client traffic costs the run's process nothing, whatever a client does, and
+the run pays only the render (about 11 M instructions a second).
 
 The server process cannot outlive the run: it stops at :meth:`LiveView.close`,
 at the end of its stdin (the run's process died, ``kill -9`` included) and when
