@@ -7,8 +7,9 @@
 * :func:`unreachable` and :func:`target_unreachable`: the error for a server
   that does not answer (a source's at start; a sink's at start or mid-run,
   :class:`TargetUnreachable`).
-* :class:`Reconnect`: the bounded, non-blocking reconnect policy for a server
-  lost mid-run (``statestream.connectors.reconnect.secs``).
+* :class:`Reconnect`: the bounded reconnect policy for a server lost mid-run
+  (``statestream.connectors.reconnect.secs``): non-blocking for a spout,
+  waited out where it stands for a sink's write (:meth:`Reconnect.call`).
 
 Sinks use them as sources do.
 """
