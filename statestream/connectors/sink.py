@@ -149,6 +149,30 @@ def _wait_for_writes(key: tuple[str, str, int]) -> None:
         wait([future])  # its outcome is the dropped instance's: recovery writes what it did not
 
 
+# The instance of each sink task of this process that prepared last, by guard key.
+_LIVE: dict[tuple[str, str, int], TwoPhaseSink] = {}
+
+
+def _release_dropped(sink: TwoPhaseSink) -> None:
+    """Clean up the instance ``sink`` replaces, if a rewind dropped one: a rewind
+    drops a task's instance without ``cleanup`` (as a crash would), its target's
+    connection still open until the garbage collector finds it, so connections
+    would pile up on the server over rewinds. Its write in flight ends first."""
+    key = sink.guard_key
+    with _IN_FLIGHT_LOCK:
+        dropped, _LIVE[key] = _LIVE.get(key), sink
+    if dropped is not None and dropped is not sink:
+        # Its write's outcome is the dropped instance's (recovery writes what it
+        # did not): waited for, never raised here.
+        future, dropped._writing = dropped._writing, None
+        if future is not None:
+            wait([future])
+        try:
+            dropped.cleanup()  # closes its connection (on its writer thread, if any)
+        except Exception:  # a connection already broken: dropping it is all we want
+            return
+
+
 def _lost(error: Exception) -> bool:
     """Whether a failed target write may be tried again: anything but the target's
     refusal (a :class:`~statestream.SinkError` other than a server that does not
@@ -260,6 +284,7 @@ class TwoPhaseSink(StatefulBolt):
         self._open = False
         self._reconnect = Reconnect.from_conf(self.what, self.url, conf, context.clock, SinkError)
         self._writing = None
+        _release_dropped(self)
         _wait_for_writes(self.guard_key)
         self.check_target()
 
@@ -311,6 +336,9 @@ class TwoPhaseSink(StatefulBolt):
         self._write_committed(state, wait=not self._overlap)
 
     def cleanup(self) -> None:
+        with _IN_FLIGHT_LOCK:  # (by identity: an instance never prepared has no key)
+            for key in [k for k, live in _LIVE.items() if live is self]:
+                del _LIVE[key]
         try:
             self._settle()  # the write in flight ends before the run does
         finally:

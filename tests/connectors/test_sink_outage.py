@@ -23,9 +23,11 @@ bound passes in no real time.
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +44,7 @@ from statestream import (
     SinkError,
     Topology,
     TopologyBuilder,
+    Tuple,
     run,
 )
 from statestream.connectors import PostgresSink, RedisSink, TwoPhaseSink
@@ -332,3 +335,46 @@ def test_a_server_away_past_the_bound_stops_the_run_and_loses_nothing(
     ridden_out(run_it(topology, tmp_path, 2.0))
     del CUTTERS[name]
     assert target.read() == (EVERY_UPDATE, EXPECTED)
+
+
+#: Per topology, whether CountFailingOnce has failed (the bolt is copied per task).
+FAILED: set[str] = set()
+
+
+class CountFailingOnce(Count):
+    """Count, failing one tuple once (so that the exactly-once run rewinds)."""
+
+    def execute(self, tuple: Tuple) -> None:
+        name = self.context.topology_name
+        if name not in FAILED and self.state.get(tuple["word"], 0) == 50:
+            FAILED.add(name)
+            raise RuntimeError("failing once, for a rewind")
+        super().execute(tuple)
+
+
+def test_a_rewind_leaves_no_sink_connection_open(tmp_path: Path) -> None:
+    """A rewind drops the sink tasks' instances as a crash would; the instances
+    replacing them close the dropped ones' connections (not the garbage
+    collector, with a ResourceWarning, some time later)."""
+    target = Postgres()
+    name = f"sinkout-{uuid.uuid4().hex[:8]}"
+    try:
+        updates, counts = target.sinks()
+        b = TopologyBuilder(name)
+        b.set_spout("lines", FileSpout(corpus(tmp_path)))
+        b.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+        b.set_bolt("count", CountFailingOnce(), 2).fields_grouping("split", ["word"])
+        b.set_bolt("updates", updates, 2).shuffle_grouping("count")
+        b.set_bolt("counts", counts, 2).fields_grouping("count", ["word"])
+        CUTTERS[name] = Cutter(lambda: 0, times=0, first=0, every=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            result = run_it(b.build(), tmp_path, 30.0)
+            gc.collect()
+        del CUTTERS[name]
+        assert name in FAILED and result.counters.get("rewinds") == 1
+        assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+        assert target.cut(name) == 0  # none left open after the run either
+        assert target.read() == (EVERY_UPDATE, EXPECTED)
+    finally:
+        target.close()
