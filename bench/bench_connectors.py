@@ -55,7 +55,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "connectors"))
 
-EXAMPLE = str(ROOT / "examples" / "stream_to_postgres.py")
 WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
 SINKS = ("postgres-append", "postgres-upsert", "redis-stream", "file")
 _IDLE = re.compile(r"idle after ([\d.]+) s")
@@ -80,14 +79,44 @@ class AckOnly({base}):
 def topology():
     return stream_to_postgres.build(AckOnly(), AckOnly())
 """
+# The example itself, reporting at exit how its process's main thread (where every
+# task runs) spent the run: on a CPU, runnable but waiting for one (the machine's
+# load), or blocked (waiting on a server, on a sink's write, idle, or for the GIL),
+# from /proc/self/task/<pid>/schedstat (Linux).
+WAITS = """
+import atexit
+import os
+import sys
+import time
+sys.path.insert(0, {examples!r})
+from stream_to_postgres import topology
+
+
+def _schedstat():
+    with open(f"/proc/self/task/{{os.getpid()}}/schedstat") as f:
+        on_cpu, runnable, _ = map(int, f.read().split())
+    return time.monotonic(), on_cpu / 1e9, runnable / 1e9
+
+
+_START = _schedstat()
+
+
+@atexit.register
+def _report():
+    wall, cpu, runnable = (b - a for a, b in zip(_START, _schedstat()))
+    print(f"main thread: blocked {{wall - cpu - runnable:.2f}} s, on CPU {{cpu:.2f}} s, "
+          f"runnable {{runnable:.2f}} s", file=sys.stderr)
+"""
+_BLOCKED = re.compile(r"main thread: blocked ([\d.-]+) s")
 
 
 # -- throughput ---------------------------------------------------------------------------
 
 
-def timed_run(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """The run's own seconds (its summary's ``idle after X s``) and the CPU seconds its
-    process used (start-up included; the servers' work is in their own processes)."""
+def timed_run(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """The run's own seconds (its summary's ``idle after X s``), the CPU seconds its
+    process used (start-up included; the servers' work is in their own processes),
+    and the seconds its main thread was blocked (``WAITS``; NaN if not reported)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, "-m", "statestream", "run", *args, "--until-idle", "--no-progress"],
@@ -101,7 +130,8 @@ def timed_run(args: list[str], env: dict[str, str] | None = None) -> tuple[float
     if proc.returncode != 0 or found is None:
         raise SystemExit(f"statestream run {args[0]} failed ({proc.returncode}):\n{proc.stderr}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return float(found.group(1)), cpu
+    blocked = _BLOCKED.search(proc.stderr)
+    return float(found.group(1)), cpu, float(blocked.group(1)) if blocked else float("nan")
 
 
 def throughput(lines: int, pairs: int) -> None:
@@ -121,10 +151,13 @@ def throughput(lines: int, pairs: int) -> None:
     variant.write_text(ACK_ONLY.format(examples=str(ROOT / "examples"), base="Bolt"))
     stateful = tmp / "stateful_ack_only_sinks.py"
     stateful.write_text(ACK_ONLY.format(examples=str(ROOT / "examples"), base="StatefulBolt"))
+    example = tmp / "stream_to_postgres_waits.py"
+    example.write_text(WAITS.format(examples=str(ROOT / "examples")))
     print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} rounds\n")
     print("| round | word count run / CPU s | pipeline, sinks acking only | stateful sinks "
-          "acking only | stream_to_postgres | run ratio | CPU ratio |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "acking only | stream_to_postgres | its main thread blocked s | run ratio "
+          "| CPU ratio |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     runs: list[list[float]] = []
     with e2e.source("redis") as src:
         e2e.wait_producer(e2e.start_producer(src, corpus, 0))
@@ -140,20 +173,22 @@ def throughput(lines: int, pairs: int) -> None:
             sack = timed_run([str(stateful), *common, "--set", state], env)
             with e2e.database() as dsn:
                 state = f"topology.state.provider.config={{path: {tmp}/pipe-{pair}.db}}"
-                pipe = timed_run([EXAMPLE, *common, "--set", state], {**env, "POSTGRES_DSN": dsn})
-            runs.append([*wc, *ack, *pipe, *sack])
+                args = [str(example), *common, "--set", state]
+                pipe = timed_run(args, {**env, "POSTGRES_DSN": dsn})
+            runs.append([*wc[:2], *ack[:2], *pipe[:2], *sack[:2], pipe[2]])
             print(f"| {pair} | {wc[0]:.2f} / {wc[1]:.2f} | {ack[0]:.2f} / {ack[1]:.2f} "
                   f"| {sack[0]:.2f} / {sack[1]:.2f} "
-                  f"| {pipe[0]:.2f} / {pipe[1]:.2f} | {wc[0] / pipe[0]:.2f} "
+                  f"| {pipe[0]:.2f} / {pipe[1]:.2f} | {pipe[2]:.2f} | {wc[0] / pipe[0]:.2f} "
                   f"| {wc[1] / pipe[1]:.2f} |", flush=True)  # fmt: skip
-    med = [statistics.median(r[i] for r in runs) for i in range(8)]
+    med = [statistics.median(r[i] for r in runs) for i in range(9)]
     print(
         f"\nmedians, lines per second of run time (per CPU second): file word count "
         f"{lines / med[0]:,.0f} ({lines / med[1]:,.0f}), the pipeline with sinks that only "
         f"ack {lines / med[2]:,.0f} ({lines / med[3]:,.0f}), stateful ones that only ack "
         f"{lines / med[6]:,.0f} ({lines / med[7]:,.0f}), stream_to_postgres "
         f"{lines / med[4]:,.0f} ({lines / med[5]:,.0f}); stream_to_postgres / word count: "
-        f"run {med[0] / med[4]:.2f}, CPU {med[1] / med[5]:.2f}"
+        f"run {med[0] / med[4]:.2f}, CPU {med[1] / med[5]:.2f}; stream_to_postgres' main "
+        f"thread blocked {med[8]:.2f} s"
     )
     shutil.rmtree(tmp, ignore_errors=True)
 
