@@ -107,11 +107,19 @@ def chromium(user_data: Path) -> Any:
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
 
-def _executed(driver: Any, component: str) -> int:
-    from selenium.webdriver.common.by import By
+def _text(driver: Any, selector: str) -> str | None:
+    """The text of the first element ``selector`` finds, read in one script: the page
+    redraws its tables every second, so an element found in one call may be gone
+    (stale) by the next."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
+        selector,
+    )
 
-    cell = driver.find_element(By.CSS_SELECTOR, f'#components tr[data-id="{component}"] td.executed')
-    return int(cell.text.replace(",", ""))
+
+def _executed(driver: Any, component: str) -> int:
+    text = _text(driver, f'#components tr[data-id="{component}"] td.executed')
+    return int(text.replace(",", "")) if text and text != "-" else 0
 
 
 def _check_page(driver: Any, url: str, running: Any, shot: Path | None = None) -> None:
@@ -137,8 +145,8 @@ def _check_page(driver: Any, url: str, running: Any, shot: Path | None = None) -
     # The checkpoint strip says how many keys the count's tasks changed (and of how
     # many they hold, where the runtime knows it).
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoints .committed .keys"))
-    keys = driver.find_element(By.CSS_SELECTOR, "#checkpoints .committed .keys")
-    assert re.fullmatch(r"[\d,]+ keys( of [\d,]+)?", keys.text) and int(keys.text.split()[0].replace(",", "")) > 0
+    keys = _text(driver, "#checkpoints .committed .keys") or ""
+    assert re.fullmatch(r"[\d,]+ keys( of [\d,]+)?", keys) and int(keys.split()[0].replace(",", "")) > 0
     if shot is not None:
         driver.save_screenshot(str(shot))
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
@@ -201,15 +209,14 @@ def test_the_page_on_a_spark_run_shows_its_batches_jobs(
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#spark tbody tr")) >= 2)
             assert driver.find_element(By.ID, "spark-section").is_displayed()
-            row = driver.find_element(By.CSS_SELECTOR, "#spark tbody tr")
-            assert row.find_element(By.CSS_SELECTOR, "td.status").text == "SUCCEEDED"
-            done, tasks = row.find_element(By.CSS_SELECTOR, "td.done").text.split("/")
+            assert _text(driver, "#spark tbody tr td.job-status") == "SUCCEEDED"
+            done, tasks = str(_text(driver, "#spark tbody tr td.done")).split("/")
             assert done == tasks and int(tasks) > 0
             latency = {
-                cid: driver.find_element(By.CSS_SELECTOR, f'#components tr[data-id="{cid}"] td.latency').text
-                for cid in COMPONENTS
+                cid: _text(driver, f'#components tr[data-id="{cid}"] td.latency') for cid in COMPONENTS
             }
-            assert all(re.fullmatch(r"[\d.,]+", v) for v in latency.values()), latency
+            assert all(re.fullmatch(r"[\d.,]+", v or "") for v in latency.values()), latency
+            driver.save_screenshot(str(tmp_path / "live-view-spark.png"))  # to look at
             errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == []
         finally:

@@ -206,7 +206,7 @@ function drawSpark(list, totals) {
     const stages = b.stages || [];
     const tr = el("tr", { "data-txid": b.txid, class: String(b.status || "").toLowerCase() });
     const cells = [
-      ["txid", b.txid], ["jobs", (b.jobs || []).join(", ") || "-"], ["status", b.status],
+      ["txid", b.txid], ["jobs", (b.jobs || []).join(", ") || "-"], ["job-status", b.status],
       ["done", `${fmt(sum(stages, "completed"))}/${fmt(sum(stages, "tasks"))}`], ["failed", fmt(sum(stages, "failed"))],
       ["active", fmt(sum(stages, "active"))], ["seconds", b.duration === null || b.duration === undefined ? "-" : b.duration.toFixed(2)],
       ["stages", stages.map((s) => `${s.stage_id}: ${s.completed}/${s.tasks}${s.failed ? ` (${s.failed} failed)` : ""}`).join(" · ")],
