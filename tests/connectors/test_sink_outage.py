@@ -38,6 +38,7 @@ from test_source_outage import OwnRedis
 from word_bolts import Count, Split
 
 from statestream import (
+    FakeClock,
     FileSpout,
     KeyValueState,
     RunResult,
@@ -48,7 +49,8 @@ from statestream import (
     run,
 )
 from statestream.connectors import PostgresSink, RedisSink, TwoPhaseSink
-from statestream.testing import StepClock
+from statestream.connectors._broker import Reconnect, TargetUnreachable, client_name
+from statestream.testing import StepClock, mock_context
 
 pytestmark = pytest.mark.redis  # needs the real servers (PostgreSQL here)
 
@@ -378,3 +380,59 @@ def test_a_rewind_leaves_no_sink_connection_open(tmp_path: Path) -> None:
         assert target.read() == (EVERY_UPDATE, EXPECTED)
     finally:
         target.close()
+
+
+# -- the policy the sinks wait under (pure: a fake clock, no server) ------------------------
+def test_reconnect_call_waits_out_a_lost_server_on_the_clock(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    policy = Reconnect("RedisSink 'out' task 0", "redis://:s3cret@h:1/0", clock, 5.0, SinkError)
+    failures = [ConnectionError("reset"), ConnectionError("refused")]
+
+    def write() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "written"
+
+    with caplog.at_level("WARNING", logger="statestream"):
+        assert policy.call(write, lambda exc: True) == "written"
+    assert clock.monotonic() == pytest.approx(0.3)  # waited 0.1 s, then 0.2 s
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2  # one when the outage began, one when it ended
+    assert "lost redis://:***@h:1/0: reset; reconnecting for up to 5 s" in lines[0]
+    assert "reached redis://:***@h:1/0 again after 0.3 s" in lines[1]
+
+    def refused() -> None:
+        raise ValueError("refused row")
+
+    with pytest.raises(ValueError):  # not a lost server: raised at once, not waited
+        policy.call(refused, lambda exc: not isinstance(exc, ValueError))
+    assert clock.monotonic() == pytest.approx(0.3)
+
+
+def test_reconnect_call_stops_past_the_bound_with_the_connectors_error() -> None:
+    clock = FakeClock()
+    policy = Reconnect("PostgresSink 'out' task 1", "host=h password=s3cret", clock, 2.0, SinkError)
+
+    def write() -> None:
+        raise TargetUnreachable("PostgresSink 'out' task 1 cannot reach ...") from OSError(
+            "connection refused"
+        )
+
+    with pytest.raises(SinkError) as caught:
+        policy.call(write, lambda exc: True)
+    assert clock.monotonic() == pytest.approx(2.0)  # waits end at the bound
+    assert str(caught.value) == (
+        "PostgresSink 'out' task 1 lost host=h password=*** and could not reconnect within 2 s "
+        "(statestream.connectors.reconnect.secs): connection refused; what was committed "
+        "stays, run again once the server is back"
+    )
+
+
+def test_a_connection_is_named_per_task_as_every_server_takes_it() -> None:
+    context = mock_context("out sink", task_index=3, topology="word count ü" + "x" * 80)
+    name = client_name(context)
+    assert name.startswith("statestream/word_count_")
+    assert " " not in name and name.isascii() and len(name) == 63
+    assert client_name(mock_context("out", task_index=3, topology="t")) == "statestream/t/out/3"
