@@ -145,7 +145,7 @@ def test_a_transactional_run_on_spark_times_its_tasks_and_lists_its_jobs(
         "topology.state.provider": "sqlite",
         "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
         "global-count.database": str(tmp_path / "count.db"),
-        "global-count.tuples": 600,
+        "global-count.tuples": 300,
         "global-count.take": 100,
         "topology.stats.sample.rate": 1.0,
     }
