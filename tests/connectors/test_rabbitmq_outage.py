@@ -150,7 +150,21 @@ class Held:
         self.emitted.append((values[0], msg_id))
 
 
-def test_an_ack_from_before_the_cut_never_acks_a_delivery_after_it() -> None:
+@pytest.fixture
+def classic() -> Iterator[RabbitSource]:
+    made = RabbitClassicSource()
+    yield made
+    made.drop()
+
+
+@pytest.fixture
+def stream() -> Iterator[RabbitSource]:
+    made = RabbitSource()
+    yield made
+    made.drop()
+
+
+def test_an_ack_from_before_the_cut_never_acks_a_delivery_after_it(classic: RabbitSource) -> None:
     """The runtime acks a message long after it was emitted (once the checkpoint
     covering it committed): an ack of a delivery of the cut connection must not
     ack on the broker the delivery that has its tag on the new connection (tags
@@ -158,7 +172,7 @@ def test_an_ack_from_before_the_cut_never_acks_a_delivery_after_it() -> None:
     And acks waiting to be sent when the connection is cut are dropped (the broker
     redelivers those messages), not raised as the run's error: pika learns of the
     cut only at the first frame it sends, here one of those acks."""
-    source = RabbitClassicSource()
+    source = classic
     name = f"rmqout-{uuid.uuid4().hex[:8]}"
     spout = RabbitMQSpout(source.name, URL, kind="classic", count=10)
     out = Held()
@@ -182,7 +196,6 @@ def test_an_ack_from_before_the_cut_never_acks_a_delivery_after_it() -> None:
     # None of the 10 emitted before the cut was acked on the broker, and no
     # delivery after the cut was: the queue holds all 100 again.
     assert ready(source, 100) == 100
-    source.drop()
 
 
 def ready(source: RabbitSource, expected: int) -> int:
@@ -196,14 +209,14 @@ def ready(source: RabbitSource, expected: int) -> int:
         source.connection.sleep(0.1)
 
 
-def test_a_stream_queue_lost_at_its_credit_ack_reconnects_exactly() -> None:
+def test_a_stream_queue_lost_at_its_credit_ack_reconnects_exactly(stream: RabbitSource) -> None:
     """After each read the stream spout acks the last delivery (it grants the
     consumer credit); a connection lost just then is a lost connection, ridden
     out, not the run's error (seen once in bench_connectors_kill.py's RabbitMQ
     restart: ``StreamLostError`` from ``basic_ack``). Injected at that ack."""
     import pika.exceptions
 
-    source = RabbitSource()
+    source = stream
     name = f"rmqout-{uuid.uuid4().hex[:8]}"
     spout = RabbitMQSpout(source.name, URL, count=10)
     out = Held()
@@ -226,5 +239,4 @@ def test_a_stream_queue_lost_at_its_credit_ack_reconnects_exactly() -> None:
         assert spout._channel is not lost  # type: ignore[attr-defined]
     finally:
         spout.close()
-        source.drop()
     assert [line for line, _ in out.emitted] == LINES[:100]  # in order, none twice
