@@ -132,6 +132,10 @@ class _MemoryBackend:
             page = [(key, committed[key]) for key in keys if key in committed]
         return page, (keys[-1] if len(keys) == limit else None)
 
+    def key_count(self) -> int:
+        with self._store.lock:
+            return len(self._ns().committed)
+
     def load_txids(self) -> tuple[int, int | None]:
         with self._store.lock:
             namespace = self._ns()

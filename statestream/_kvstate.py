@@ -444,6 +444,9 @@ class StoredKeyValueState:
         limit = min(self.preload_limit, self._generation // 2 - len(view))
         if limit <= 0:
             return
+        count = getattr(self._backend, "key_count", None)
+        if count is not None and count() > limit:
+            return  # too large, said in O(1): no page of limit + 1 entries read
         # Read raw, decoded only if that is all: a large state (a restart with
         # a million keys) costs one read of limit + 1 entries, not their decoding.
         entries: list[tuple[bytes, bytes]] = []

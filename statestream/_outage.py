@@ -218,8 +218,9 @@ class OutageGuard:
             )
 
 
-#: StateBackend.write_prepared_plain: (txid, plain entries, delta) -> bytes written or None.
-_WritePlain = Callable[[int, Mapping[str, Any], "Delta"], int | None]
+#: The optional StateBackend methods, passed through under the guard where the
+#: backend has them (None where not: the state then does without).
+_OPTIONAL: Final = ("scan_page", "write_prepared_plain", "key_count")
 
 
 class GuardedBackend:
@@ -229,25 +230,19 @@ class GuardedBackend:
     provider SDK's contract), so repeating it under the guard is exact.
     """
 
+    scan_page: ScanPage | None
+    write_prepared_plain: Callable[..., int | None] | None
+    key_count: Callable[[], int] | None
+
     def __init__(self, backend: StateBackend, guard: OutageGuard) -> None:
         self.backend = backend
         self.guard = guard
-        # The optional paged scan (StateBackend.scan_page) only where the
-        # backend has it: the state falls back to scan() on None.
-        inner = getattr(backend, "scan_page", None)
-        self.scan_page: ScanPage | None = None
-        if inner is not None:
-            page: ScanPage = inner
-            self.scan_page = lambda after, limit: guard.call(lambda: page(after, limit))
-        # Likewise the optional plain prepare (StateBackend.write_prepared_plain):
-        # without it the state encodes every deferred put one by one (issue 34).
-        plain = getattr(backend, "write_prepared_plain", None)
-        self.write_prepared_plain: _WritePlain | None = None
-        if plain is not None:
-            write: _WritePlain = plain
-            self.write_prepared_plain = lambda txid, values, delta: guard.call(
-                lambda: write(txid, values, delta)
-            )
+        # Each optional method only where the backend has it: a paged scan
+        # (items() falls back to scan()), the plain prepare (without it every
+        # deferred put is encoded one by one: issue 34), an O(1) key count.
+        for name in _OPTIONAL:
+            inner = getattr(backend, name, None)
+            setattr(self, name, None if inner is None else _guarded(guard, inner))
 
     def load(self, key: bytes) -> bytes | None:
         return self.guard.call(lambda: self.backend.load(key))
@@ -269,6 +264,10 @@ class GuardedBackend:
 
     def discard_prepared(self) -> None:
         self.guard.call(self.backend.discard_prepared)
+
+
+def _guarded(guard: OutageGuard, method: Callable[..., T]) -> Callable[..., T]:
+    return lambda *args: guard.call(lambda: method(*args))
 
 
 def describe_store(provider: Any) -> str:

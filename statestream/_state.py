@@ -265,6 +265,11 @@ class StateBackend(Protocol):
     bytes it wrote (an ``int``), which the state reports as its
     ``prepared_bytes``.
 
+    Optional: ``key_count() -> int``: the committed keys, where the store
+    knows it in O(1) (a Redis HLEN, a dict's len); a state opened on a large
+    store then reads no page of it to learn that it is too large to read
+    whole.
+
     Optional: ``scan_page(after, limit) -> (page, next)``: committed entries
     in key order, a page at a time, so that ``items()``, ``state dump`` and
     rescale read a state of any size in bounded memory. ``page`` holds the

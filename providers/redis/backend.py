@@ -131,6 +131,12 @@ class _RedisBackend:
                 if cursor == 0:
                     return
 
+    def key_count(self) -> int:
+        """The committed keys (HLEN: O(1), one round trip)."""
+        client, _ = self._provider._client()
+        with self._provider._errors(f"count the keys of state {self._namespace!r}"):
+            return int(client.hlen(self._data))
+
     def load_txids(self) -> tuple[int, int | None]:
         client, _ = self._provider._client()
         with self._provider._errors(f"read the txids of state {self._namespace!r}"):

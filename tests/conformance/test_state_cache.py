@@ -183,3 +183,21 @@ def test_a_state_that_outgrew_the_cache_reads_new_and_evicted_keys_exactly(
     _visible(state, model)
     state.commit()
     _visible(_open(provider_factory, namespace), model)
+
+
+def test_an_o1_key_count_counts_the_committed_keys(provider_factory: Any, namespace: str) -> None:
+    """The optional StateBackend.key_count, where a backend has it (issue 34)."""
+    state = _open(provider_factory, namespace)
+    count = getattr(state._backend, "key_count", None)
+    if count is None:
+        return  # optional: this backend reads a page to learn a state's size
+    assert count() == 0
+    for i in range(30):
+        state.put(f"k{i}", i)
+    state.prepare_commit(0)
+    assert count() == 0  # prepared is not committed
+    state.commit(0)
+    state.delete("k3")
+    state.put("k30", 30)
+    state.commit()
+    assert count() == 30
