@@ -54,6 +54,23 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+# Client libraries that log their own ERROR lines, with tracebacks, for a lost
+# connection that the connector rides out and reports in one line of its own
+# (pika: about a dozen each time a RabbitMQ broker drops). Heard only with -v.
+_CLIENT_LOGGERS = ("pika",)
+
+
+def _setup_logging(verbose: bool) -> None:
+    """statestream's log on stderr: WARNING and up, DEBUG with ``-v``; the clients'
+    own connection chatter (``_CLIENT_LOGGERS``) only with ``-v``."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for name in _CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL + 1)
+
+
 @contextmanager
 def _errors(verbose: bool = False) -> Iterator[None]:
     """Turn our errors into exit codes: config/usage problems are one line and exit 2."""
@@ -137,10 +154,7 @@ def run(
     """
     if until_idle and duration is not None:
         _fail("--until-idle and --duration exclude each other; pick one", EXIT_USAGE)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _setup_logging(verbose)
     with _errors(verbose):
         topo = load_topology(topology)
         overrides = [f"topology.runner={runner}"] if runner else []

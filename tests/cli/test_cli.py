@@ -454,3 +454,35 @@ def test_state_clear_deletes_one_topology_after_a_confirmation(tmp_path: Path) -
     db = {"path": str(tmp_path / "data" / "state.db")}
     with open_provider("sqlite", db, scope="clicks") as provider:
         assert dict(provider.get_state("count-0").items()) == {"/home": 4}
+
+
+CLIENT_LOGS = """
+import logging
+from statestream import TopologyBuilder
+from statestream.testing import ListSpout, SinkBolt
+
+class Chatty(ListSpout):
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        # What pika logs when a RabbitMQ connection drops, however the spout copes.
+        logging.getLogger("pika.adapters.utils.io_services_utils").error("lost: from pika")
+        logging.getLogger("statestream.connectors").warning("lost: from statestream")
+
+def topology():
+    b = TopologyBuilder("chatty")
+    b.set_spout("source", Chatty([["a"], ["b"]], fields=["value"]))
+    b.set_bolt("sink", SinkBolt("x")).shuffle_grouping("source")
+    return b.build()
+"""
+
+
+def test_a_client_librarys_connection_chatter_is_heard_only_with_verbose(tmp_path: Path) -> None:
+    path = tmp_path / "chatty.py"
+    path.write_text(CLIENT_LOGS)
+    quiet = cli("run", str(path), "--until-idle", *memory_sets())
+    assert quiet.returncode == 0, quiet.stderr
+    assert "lost: from statestream" in quiet.stderr
+    assert "lost: from pika" not in quiet.stderr
+    loud = cli("run", str(path), "--until-idle", "-v", *memory_sets())
+    assert loud.returncode == 0, loud.stderr
+    assert "lost: from pika" in loud.stderr
