@@ -4,8 +4,9 @@ with one line. Each test starts a server of its own on a spare port (never the
 shared ones): redis-server with AOF, nats-server with JetStream on a temp dir.
 Time is the spout's fake clock, moved by the test (no wall-clock assertion).
 
-RabbitMQ is not covered here: a second broker node takes longer to start than
-this suite may spend.
+RabbitMQ is in test_rabbitmq_outage.py: a second broker node takes longer to
+start than this suite may spend, so the shared broker closes the spout's own
+connections instead.
 """
 
 from __future__ import annotations
