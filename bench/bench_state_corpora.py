@@ -193,7 +193,7 @@ def pairs(tree: Path, providers: list[str], n: int) -> None:
         )
 
 
-def distinct(tree: Path, providers: list[str], n: int) -> None:
+def distinct(tree: Path, providers: list[str], n: int, extra: list[str]) -> None:
     corpus = distinct_corpus(n)
     bench_wallclock.TIMEOUT_S = 6 * 3600  # 20M keys on a shared box: hours, not 30 min
     print(
@@ -201,7 +201,7 @@ def distinct(tree: Path, providers: list[str], n: int) -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for provider in providers:
-        r = run(tree, corpus, provider, tally=tally_distinct(n))
+        r = run(tree, corpus, provider, extra, tally=tally_distinct(n))
         exact = r["counts"] is True
         peak = "-" if r["redis_peak_mb"] is None else f"{r['redis_peak_mb']:.0f}"
         print(
@@ -217,9 +217,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
     parser.add_argument("--distinct", type=int, default=0)
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE, after the bench's")
     args = parser.parse_args()
+    extra = [arg for kv in args.set for arg in ("--set", kv)]
     if args.distinct:
-        distinct(args.tree.resolve(), args.providers, args.distinct)
+        distinct(args.tree.resolve(), args.providers, args.distinct, extra)
     else:
         pairs(args.tree.resolve(), args.providers, args.pairs)
 
