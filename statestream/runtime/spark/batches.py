@@ -229,9 +229,14 @@ class BatchDriver(SpoutDriver):
     def _commit_run(self, run: BatchRun) -> None:
         prepared = self.clock.monotonic()
         self._commit(run.txid, run.batch, run.acks)
-        keys = {task_namespace(a[0], a[1]): a[9] for a in run.acks if a[9] is not None}
+        prepares = {task_namespace(a[0], a[1]): a[9] for a in run.acks if a[9] is not None}
         self.bank.checkpoint_done(
-            run.txid, run.started, prepared, self.clock.monotonic(), keys_changed=keys
+            run.txid,
+            run.started,
+            prepared,
+            self.clock.monotonic(),
+            keys_changed={ns: keys for ns, (keys, _) in prepares.items()},
+            state_size={ns: size for ns, (_, size) in prepares.items()},
         )
 
     def _count_run_errors(self, run: BatchRun) -> None:

@@ -48,6 +48,7 @@ from ..._config import settings_of
 from ..._errors import FailedException, RuntimeFailure, TupleError
 from ..._executors import BasicBoltExecutor
 from ..._journal import TupleJournal
+from ..._kvstate import StoredKeyValueState
 from ..._picklable import check_first
 from ..._retry import (
     retry_cannot_fix,
@@ -540,8 +541,10 @@ class BoltTask:
         if self.state is not None:
             apply_action(self.bolt, self.state, Action.PREPARE, self.txid, True)  # type: ignore[arg-type]
             prepared = uuid.uuid4().hex
-            # What the commit changes (StoredKeyValueState's; the checkpoint's keys_changed).
-            keys = getattr(self.state, "prepared_keys", None)
+            # What the commit changes, keys and bytes (StoredKeyValueState's; the
+            # checkpoint's keys_changed and state_size, as on the local runtime).
+            if isinstance(self.state, StoredKeyValueState):
+                keys = (self.state.prepared_keys, self.state.prepared_bytes)
             _STATE_CACHE[store_key(self.plan), task_namespace(cid, index)] = (prepared, self.state)
         ack = (
             cid,

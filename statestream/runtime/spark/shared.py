@@ -37,7 +37,8 @@ ReportedError = tuple[str, str, str]
 Lost = tuple[int, str, str, str]
 #: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token,
 #: errors, lost, its sampled timing or None (a read stage's, or a bolt task that timed
-#: no tuple), the keys its prepare changed or None (a task without a stored state)).
+#: no tuple), the keys its prepare changed and their bytes, or None (a task without a
+#: stored state)).
 Ack = tuple[
     str,
     int,
@@ -48,7 +49,7 @@ Ack = tuple[
     list[ReportedError],
     list[Lost],
     TaskTiming | None,
-    int | None,
+    tuple[int, int] | None,
 ]
 ACK = "$ack"  # first element of an acknowledgement record (no component id can be it)
 SEQ_BITS = 40  # sort key: producer task id << 40 | emit sequence
