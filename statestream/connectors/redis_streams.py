@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
@@ -46,10 +47,16 @@ class RedisStreamSpout(BrokerSpout):
     ``count``); a batch reads each stream to its end as the driver saw it.
 
     **Reading.** Entries are read ``count`` at a time (``XREAD COUNT``) and
-    buffered; ``next_tuple`` emits one. When the buffer is empty it asks
-    Redis and waits at most ``block_ms`` milliseconds (``XREAD BLOCK``) for
-    new entries, so ``next_tuple`` may block that long while the streams are
-    idle. With ``--until-idle`` it is exhausted once a read found nothing
+    buffered; ``next_tuple`` emits one. The reads run on a reader thread of
+    the task's own, one always in flight: as soon as a reply is taken, the
+    next ``XREAD`` (after the last id read, waiting at most ``block_ms``
+    milliseconds for new entries, ``XREAD BLOCK``) is sent, so the pipeline
+    neither waits for Redis to produce each batch nor, once caught up, for
+    the ``BLOCK`` while its tuples are still in flight (it would hold the
+    whole local runtime, which polls its spouts between its bolts' work).
+    When the buffer is empty and nothing it emitted is in flight,
+    ``next_tuple`` waits for the read in flight, so it may block up to
+    ``block_ms`` while the streams are idle. A seek drops the read in flight. With ``--until-idle`` it is exhausted once a read found nothing
     new (it has caught up with the streams' ends as they were then) and
     every entry it emitted is acked.
 
@@ -94,6 +101,9 @@ class RedisStreamSpout(BrokerSpout):
         # emit order: the first one's per stream is where an at-least-once restart
         # continues.
         self._before: dict[tuple[str, str], str] = {}
+        # The read ahead (the next XREAD's reply, on _reader's thread), if any.
+        self._reader: ThreadPoolExecutor | None = None
+        self._ahead: Future[Any] | None = None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare(self.output_fields)
@@ -135,6 +145,7 @@ class RedisStreamSpout(BrokerSpout):
     def _start(
         self, emitted: Mapping[str, str], replay: Sequence[Any], counts: Mapping[str, int] | None
     ) -> None:
+        self._drop_ahead()  # read after ids that are not where the spout goes on from
         self._last = dict(emitted)
         self._read_ids = dict(emitted)
         self._counts = dict(counts) if counts is not None else None
@@ -151,16 +162,22 @@ class RedisStreamSpout(BrokerSpout):
             self._counts[s] += 1
 
     def _read(self) -> bool | None:
-        """Read up to ``count`` entries per stream after the last one read, waiting
-        at most ``block_ms`` for the first."""
+        """Take the reply of the read in flight (up to ``count`` entries per stream
+        after the last one read; sent now if none is), then send the next one. Its
+        reply is waited for only when nothing emitted is in flight; otherwise, not
+        there yet, nothing is learnt (None) and the pipeline goes on."""
         if self._client is None:
             return None
         import redis
 
+        ahead = self._ahead
+        if ahead is None:
+            ahead = self._send()
+        if self._in_flight and not ahead.done():
+            return None
+        self._ahead = None
         try:
-            reply = self._client.xread(
-                self._read_ids, count=self.count, block=self.block_ms or None
-            )
+            reply = ahead.result()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise Lost(exc) from exc
         except redis.ResponseError as exc:
@@ -171,7 +188,23 @@ class RedisStreamSpout(BrokerSpout):
                 entry = raw_id.decode()
                 self._buffer.append(((s, entry), self._values(s, entry, data)))
                 self._read_ids[s] = entry
+        self._send()
         return not reply
+
+    def _send(self) -> Future[Any]:
+        """Send the next read (after the last ids read) on the reader thread."""
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(1, f"statestream-read-{self.context.task_id}")
+        ahead = self._ahead = self._reader.submit(
+            self._client.xread, dict(self._read_ids), count=self.count, block=self.block_ms or None
+        )
+        return ahead
+
+    def _drop_ahead(self) -> None:
+        """Forget the read ahead (its reply, or its error, is of no use any more)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            wait([ahead])
 
     def _done(self) -> int | None:
         return None if self._counts is None else sum(self._counts.values())
@@ -281,11 +314,16 @@ class RedisStreamSpout(BrokerSpout):
         self._before.pop(self._key(msg_id), None)
 
     def close(self) -> None:
+        self._drop_ahead()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.shutdown()
         if self._client is not None:
             self._client.close()
             self._client = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_client"] = None  # a connection does not travel; open() makes one
+        # A connection and a reader thread do not travel; open() makes them.
+        state.update(_client=None, _reader=None, _ahead=None)
         return state
