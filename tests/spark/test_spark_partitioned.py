@@ -149,7 +149,15 @@ def test_local_crash_then_spark_finishes(spark_session: Any, tmp_path: Path) -> 
     with pytest.raises(Stop):
         crash_and_recover(
             topology(root),
-            {**conf, "topology.state.checkpoint.interval.ms": 5},
+            # A few lines in flight: the spout waits at the bound, and a spout
+            # waiting with nothing else moving takes a checkpoint at once, so
+            # PREPARE(1) comes early whatever the machine's speed (a 5 ms interval
+            # alone was passed by a fast run: the crash point never reached).
+            {
+                **conf,
+                "topology.state.checkpoint.interval.ms": 5,
+                "topology.max.spout.pending": 20,
+            },
             at=crash_at_checkpoint("count", "prepare", txid=1),
             between=stop,
         )

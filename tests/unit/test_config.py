@@ -548,7 +548,7 @@ def test_shipped_local_config_loads() -> None:
     assert config.settings.topology_runner == "local"
     assert config.settings.topology_state_provider == "sqlite"
     assert config.settings.topology_state_provider_config == {"path": "./statestream-data/state.db"}
-    assert config.settings.topology_max_spout_pending == 50_000
+    assert config.settings.topology_max_spout_pending == 10_000
 
 
 def test_shipped_redis_config_loads() -> None:
