@@ -101,9 +101,10 @@ class _Reader:
         self.count, self.block_s = count, block_s
         self.queue: queue.Queue[_Item] = queue.Queue(maxsize=_QUEUE_BATCHES * len(self.streams))
         self.generation = 0
-        # Streams with a "nothing new" in the queue: one each is enough (more would
-        # go stale and tell the spout it caught up after new messages came).
-        self.idle_queued: set[str] = set()
+        # (generation, stream) with a "nothing new" in the queue: one each is enough
+        # (more would go stale and tell the spout it caught up after new messages
+        # came). By generation: an old fetch's marker must not silence a new one's.
+        self.idle_queued: set[tuple[int, str]] = set()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name=f"jetstream-{self.streams[0]}", daemon=True
@@ -150,13 +151,18 @@ class _Reader:
                 self.loop.create_task(self._fetch(generation, s, seq)) for s, seq in seqs.items()
             ]
 
-        self.loop.call_soon_threadsafe(begin)
-        while True:  # leave room for the new generation's batches
+        # Room for the new generation's batches is made BEFORE its fetches begin:
+        # drained after, the queue could lose the new generation's first batch (its
+        # fetch already moved past it), and the spout would read on after a gap of
+        # unread entries. What the old fetches put until begin() cancels them
+        # carries the old generation, which _read skips.
+        while True:
             try:
                 self.queue.get_nowait()
             except queue.Empty:
                 break
         self.idle_queued.clear()
+        self.loop.call_soon_threadsafe(begin)
 
     async def _fetch(self, generation: int, stream: str, seq: int) -> None:
         sub: Any = None
@@ -176,10 +182,10 @@ class _Reader:
                 wait = 0.05
                 if batch:
                     seq = batch[-1][0] + 1
-                elif stream in self.idle_queued:
+                elif (generation, stream) in self.idle_queued or await self._entries_left(sub):
                     continue
                 else:
-                    self.idle_queued.add(stream)
+                    self.idle_queued.add((generation, stream))
                 await self._put((generation, stream, batch))
             except asyncio.CancelledError:
                 raise
@@ -188,6 +194,20 @@ class _Reader:
                 await self._put((generation, stream, exc))
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, 2.0)
+
+    async def _entries_left(self, sub: Any) -> bool:
+        """Whether ``sub``'s consumer has entries left to deliver after a fetch that
+        found none. A fetch that timed out is no proof of the stream's end: a loaded
+        server or client can take longer than block_ms to deliver what is there,
+        and taken as caught up it would end an --until-idle run short of the
+        stream's end. The consumer's own count of what it has left (the filter's)
+        says; a count that does not come soon counts as entries left (the next
+        fetch finds out, and notices a server that went away)."""
+        try:
+            info = await asyncio.wait_for(sub.consumer_info(), timeout=max(self.block_s, 0.25))
+        except TimeoutError:
+            return True
+        return bool(info.num_pending)
 
     async def _put(self, item: _Item) -> None:
         while True:
@@ -356,7 +376,7 @@ class JetStreamSpout(BrokerSpout):
         if isinstance(item, BaseException):
             raise Lost(item)
         if not item:
-            reader.idle_queued.discard(stream)
+            reader.idle_queued.discard((generation, stream))
         self._idle[stream] = not item
         after = self._next[stream]
         for n, data in item:

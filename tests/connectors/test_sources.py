@@ -512,3 +512,20 @@ def test_a_topology_counts_every_entry_exactly_on_spark(
     }
     SparkRuntime(topology, conf, spark=spark_session).run(until_idle=True)
     assert committed_state(topology, conf, "count") == _expected()
+
+
+def test_a_jetstream_fetch_that_times_out_before_the_streams_end_is_not_its_end() -> None:
+    """A fetch given less time than the server takes to deliver (here 1 ms, as a loaded
+    machine can make 50) returns nothing while entries are left: the spout must not
+    say it is exhausted (an --until-idle run would end short of the stream's end)."""
+    source = JetStreamSource()
+    try:
+        source.produce([f"l{i}" for i in range(3000)])
+        spout = JetStreamSpout(source.name, url="nats://127.0.0.1:4222", block_ms=1)
+        recorder = opened(spout, None)
+        pump(spout, recorder, 3000)
+        spout.close()
+        assert len(recorder.emitted) == 3000
+        assert recorder.lines() == [f"l{i}" for i in range(3000)]
+    finally:
+        source.drop()
