@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+
+from bench_instructions import callgrind_count  # noqa: E402
 
 
 def _task_input(tuples: int, rate: float) -> tuple[Any, Any, list[Any]]:
@@ -72,17 +72,7 @@ def executor(tuples: int, rates: list[float]) -> None:
     print("|---:|---:|---:|---:|")
     base = None
     for rate in rates:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "cg.out"
-            subprocess.run(
-                ["valgrind", "--tool=callgrind", "--toggle-collect=functools_reduce",
-                 f"--callgrind-out-file={out}", sys.executable, __file__, "--one",
-                 str(rate), "--tuples", str(tuples)],
-                check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-            )  # fmt: skip
-            found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
-            assert found, "no totals in the callgrind output"
-            total = int(found.group(1))
+        total = callgrind_count(__file__, "--one", str(rate), "--tuples", str(tuples))
         base = base or total
         print(f"| {rate} | {total:,} | {total / tuples:,.0f} | {total / base:.4f} |", flush=True)
 

@@ -20,9 +20,7 @@ import argparse
 import functools
 import os
 import random
-import re
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import zlib
@@ -30,6 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from bench_instructions import callgrind_count  # noqa: E402
 
 ROWS = 1_000_000
 SQL = {
@@ -105,27 +105,7 @@ def one(path: str, what: str, n: int) -> None:
 
 
 def count(path: str, what: str, n: int) -> int:
-    proc = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--toggle-collect=functools_reduce",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            __file__,
-            "--one",
-            what,
-            str(n),
-            path,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", proc.stderr)
-    if found is None:
-        raise SystemExit(f"no count in valgrind's output:\n{proc.stderr[-2000:]}")
-    return int(found.group(1))
+    return callgrind_count(__file__, "--one", what, str(n), path)
 
 
 def main() -> None:
