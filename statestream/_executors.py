@@ -260,6 +260,15 @@ class CheckpointTupleForwarder(_Wrapper):
         execute: Callable[[Tuple], None] = self.bolt.execute
         return execute
 
+    def batch_entry(self) -> Callable[[list[Tuple]], None] | None:
+        """The wrapped bolt's ``execute_batch``, if it has one (a batch entry), under
+        the same condition as :meth:`data_entry`. A batch entry takes a list of data
+        tuples in order and acks none of them: it is all or nothing (if it raises,
+        it took none), and the runtime acks each tuple when it returns (see
+        :meth:`statestream.connectors.TwoPhaseSink.execute_batch`)."""
+        batch: Callable[[list[Tuple]], None] | None = getattr(self.bolt, "execute_batch", None)
+        return batch
+
     def handle_checkpoint(self, action: Action, txid: int) -> None:
         """What this task does when a round completes: a plain bolt only forwards."""
 

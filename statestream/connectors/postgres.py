@@ -10,9 +10,12 @@ row lock. Rows go in batches, never one round trip per tuple:
 
 * ``mode="append"``: every row once, in one ``INSERT ... SELECT`` from the
   batch sent as ONE JSON array parameter (``json_array_elements``, each
-  value cast to its column's type): orjson encodes the whole batch in C, so
-  the client spends ~10x less a row than psycopg's ``COPY ... write_row``
-  (and the server parses it faster than COPY's text). Tables with a column
+  value cast to its column's type): the stage's JSON text is the parameter as
+  it is, so the client spends next to nothing a row (0.02 s of CPU for
+  1,000,000 rows against 0.16-0.23 s for ``COPY ... write_row``, which would
+  hold the interpreter lock the pipeline runs under); the server spends more
+  (1.06 s against 0.22-0.29 s for COPY, bench/RESULTS-connectors.md), on
+  its own process and core. Tables with a column
   of an array, composite or other non-scalar type (whose JSON text is not
   their input syntax) get ``COPY table (columns) FROM STDIN`` instead.
 * ``mode="upsert"``: the same statement keeps the batch's last row per
@@ -94,6 +97,9 @@ class PostgresSink(TwoPhaseSink):
         self.mode = mode
         self.key = list(key)
         self.guard_table = guard_table
+        if mode == "upsert":
+            # The table keeps the last row of each key: so does the stage.
+            self.keep_last_by = operator.itemgetter(*(self.columns.index(k) for k in self.key))
         self._conn: Any = None
         self._insert: Any = None  # the JSON path's statement (_insert_sql)
 

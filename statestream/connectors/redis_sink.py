@@ -21,6 +21,7 @@ instructions a row). The targets:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,6 +90,10 @@ class RedisSink(TwoPhaseSink):
         self.fields = list(fields) if fields is not None else None
         self.guard_hash = guard
         self._client: Any = None
+        if target != "stream":
+            # A hash keeps the last value of each field, a set each member once:
+            # the stage keeps the last row of each first value.
+            self.keep_last_by = operator.itemgetter(0)
 
     def prepare(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector

@@ -5,8 +5,12 @@ part in the checkpoint instead of writing per tuple::
 
     execute(tuple)     the row is buffered in memory and the tuple acked (the
                        stateful executor holds the ack until the checkpoint
-                       covering it commits)
-    PREPARE(t)         pre_prepare: the buffer becomes the stage of t, encoded
+                       covering it commits); the local runtime hands a sink
+                       task every tuple waiting for it at once instead
+                       (execute_batch, the runtime acking each)
+    PREPARE(t)         pre_prepare: the buffer (for a target keeping the last row
+                       of each key, keep_last_by: that row of each key only)
+                       becomes the stage of t, encoded
                        once by orjson (one JSON text: the state stores a string
                        and need not walk every row) and put in the task's own
                        state namespace, so the state provider makes it durable
@@ -113,8 +117,9 @@ namespace is the sink's own (do not use it from a subclass).
 
 from __future__ import annotations
 
+import operator
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -131,6 +136,7 @@ __all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields"]
 #: The key of the stage in the sink task's state: ``{"txid": t, "json": "[[...], ...]"}``,
 #: the rows as one JSON text (a stage of an older version, ``"rows": [...]``, is read too).
 STAGE_KEY = "$sink.stage"
+_VALUES = operator.attrgetter("values")
 
 # The write in flight of each sink task of this process, by guard key. A rewind
 # drops a task's instance without cleanup while its writer thread may still be
@@ -180,6 +186,16 @@ def _lost(error: Exception) -> bool:
     return not isinstance(error, SinkError) or isinstance(error, TargetUnreachable)
 
 
+def _last_of_each(rows: list[Any], key: Callable[[Any], Hashable]) -> list[Any]:
+    """The last row of each key, in the order of each key's first row (one dict pass in
+    C). Rows whose key cannot be hashed (a JSON list as a key) are kept as they are:
+    the target then picks the last one itself, as it must anyway."""
+    try:
+        return list(dict(zip(map(key, rows), rows, strict=True)).values())
+    except TypeError:
+        return rows
+
+
 def input_fields(context: TopologyContext, what: str) -> list[str]:
     """The field names of the tuples a sink receives: those its inputs declare.
 
@@ -210,6 +226,12 @@ class TwoPhaseSink(StatefulBolt):
     kind: str = ""
     #: The target's address, for messages (its password is hidden in them).
     url: str = ""
+    #: For a target that keeps only the last row of each key (an upsert, a hash): the
+    #: key of a row. A checkpoint's rows are then staged as the last row of each key
+    #: (placed where the key first came), so what is encoded, stored and written
+    #: follows the keys changed, not the tuples received (a word count's totals: a
+    #: row a word instead of a row an update). None: every row is kept.
+    keep_last_by: Callable[[Any], Hashable] | None = None
 
     def __init__(self) -> None:
         self._buffer: list[list[Any]] = []
@@ -306,6 +328,19 @@ class TwoPhaseSink(StatefulBolt):
         self._buffer.append(self.row(tuple))
         self.collector.ack(tuple)
 
+    def execute_batch(self, tuples: list[Tuple]) -> None:
+        """The batch entry the local runtime calls instead of :meth:`execute` with all
+        the tuples waiting for this task: their rows are buffered, all or none (a
+        :meth:`row` that raises leaves the buffer as it was, and the runtime then
+        executes the same tuples one at a time), and the runtime acks each tuple
+        when this returns (as :meth:`execute` acks it)."""
+        if type(self).row is TwoPhaseSink.row:
+            # The values themselves (emitted values are not changed after the emit):
+            # taken in C, ~100 instructions a row against ~700 for a comprehension.
+            self._buffer += map(_VALUES, tuples)
+        else:
+            self._buffer += [self.row(t) for t in tuples]
+
     def pre_prepare(self, txid: int) -> None:
         # The write of the last commit is done before its stage may be replaced.
         self._settle()
@@ -316,6 +351,8 @@ class TwoPhaseSink(StatefulBolt):
         self._buffer = []
         if not rows:
             return  # nothing to write for txid: the committed stage is an older one
+        if self.keep_last_by is not None:
+            rows = _last_of_each(rows, self.keep_last_by)
         try:
             encoded = orjson.dumps(rows).decode()
         except TypeError as exc:  # orjson.JSONEncodeError

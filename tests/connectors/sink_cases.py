@@ -131,7 +131,12 @@ CASES: dict[str, type[SinkCase]] = {
 
 
 def case_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkCase]:
-    case = CASES[request.param](tmp_path)
+    yield from opened(CASES[request.param](tmp_path))
+
+
+def opened(case: SinkCase) -> Iterator[SinkCase]:
+    """``case`` for one test: its own topology name, and at the end its sinks cleaned up
+    and the case closed."""
     case.opened = []
     # Its own topology name: the guards of tests running at once stay apart.
     case.topology = f"topo-{uuid.uuid4().hex[:10]}"

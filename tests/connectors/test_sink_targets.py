@@ -18,6 +18,7 @@ from sink_cases import (
     RedisStream,
     SinkCase,
     open_task,
+    opened,
     store,
 )
 
@@ -43,23 +44,13 @@ def checkpoint(case: SinkCase, tmp_path: Path, batches: list[list[list[Any]]]) -
 
 
 @pytest.fixture
-def upsert(tmp_path: Path) -> Iterator[PostgresAppend]:
-    case = PostgresAppend(tmp_path, mode="upsert")
-    case.opened, case.topology = [], "topo-upsert-" + case.table
-    yield case
-    for s in case.opened:
-        s.cleanup()
-    case.close()
+def upsert(tmp_path: Path) -> Iterator[SinkCase]:
+    yield from opened(PostgresAppend(tmp_path, mode="upsert"))
 
 
 @pytest.fixture
-def append(tmp_path: Path) -> Iterator[PostgresAppend]:
-    case = PostgresAppend(tmp_path)
-    case.opened, case.topology = [], "topo-append-" + case.table
-    yield case
-    for s in case.opened:
-        s.cleanup()
-    case.close()
+def append(tmp_path: Path) -> Iterator[SinkCase]:
+    yield from opened(PostgresAppend(tmp_path))
 
 
 def test_postgres_append_keeps_every_row_and_upsert_the_last_per_key(

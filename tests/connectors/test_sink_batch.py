@@ -1,0 +1,133 @@
+"""What a sink is handed at once: the local runtime's batch entry, and the stage of a
+target that keeps the last row of each key.
+
+The local runtime hands a sink task everything waiting in its inbox through
+``TwoPhaseSink.execute_batch`` and acks each tuple itself; a row that cannot be
+made must still fail only its own tuple (the batch is executed again one tuple
+at a time). A sink whose target keeps the last row of each key (PostgreSQL
+upsert, a Redis hash or set) stages one row a key, the last one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sink_cases import FIELDS, PostgresAppend, SinkCase, open_task, opened, store
+
+from statestream import TopologyBuilder, Tuple
+from statestream._checkpoint import Action
+from statestream._stateful import apply_action
+from statestream.connectors import FileSink
+from statestream.connectors.redis_sink import RedisSink
+from statestream.connectors.sink import STAGE_KEY
+from statestream.runtime.local import LocalRuntime
+from statestream.testing import RewindableListSpout, make_tuple
+
+pytestmark = pytest.mark.redis
+
+
+#: The size of each batch a PickyFileSink task was handed (by any instance: a rewind
+#: replaces the task's instance).
+BATCHES: list[int] = []
+
+
+class PickyFileSink(FileSink):
+    """A FileSink whose ``row`` refuses the word ``bad``; records each batch's size."""
+
+    def row(self, tup: Tuple) -> list[Any]:
+        if tup.values[0] == "bad":
+            raise ValueError("no bad words")
+        return super().row(tup)
+
+    def execute_batch(self, tuples: list[Tuple]) -> None:
+        BATCHES.append(len(tuples))
+        super().execute_batch(tuples)
+
+
+def test_a_row_that_cannot_be_made_fails_its_own_tuple_only(tmp_path: Path) -> None:
+    words = [f"w{i}" for i in range(400)]
+    words[123] = "bad"
+    BATCHES.clear()
+    sink = PickyFileSink(tmp_path / "out.jsonl")
+    builder = TopologyBuilder("batch")
+    builder.set_spout("words", RewindableListSpout(words, ["word"]))
+    builder.set_bolt("out", sink).shuffle_grouping("words")
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "topology.state.checkpoint.interval.ms": 20,
+        "statestream.retry.initial.ms": 1,
+        "statestream.deadletter.path": str(tmp_path / "dead.jsonl"),
+    }
+    result = LocalRuntime(builder.build(), conf).run(until_idle=True)
+    assert result.reason == "idle"
+    written = [json.loads(line)["word"] for line in (tmp_path / "out.jsonl").read_text().split()]
+    # Every word but the bad one, once: a batch holding it was taken one tuple at a
+    # time, so its other tuples were written and only it was dead-lettered.
+    assert sorted(written) == sorted(w for w in words if w != "bad")
+    dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().split("\n") if line]
+    assert [d["values"] for d in dead] == [["bad"]]
+    assert "no bad words" in dead[0]["error"]
+    # The runtime did hand the sink whole inboxes, the bad word's among them.
+    assert max(BATCHES) > 1
+
+
+@pytest.fixture
+def upsert(tmp_path: Path) -> Iterator[SinkCase]:
+    yield from opened(PostgresAppend(tmp_path, mode="upsert"))
+
+
+def stage_rows(state: Any) -> list[list[Any]]:
+    stage = state.get(STAGE_KEY)
+    rows: list[list[Any]] = json.loads(stage["json"])
+    return rows
+
+
+def test_an_upsert_stages_the_last_row_of_each_key(upsert: SinkCase, tmp_path: Path) -> None:
+    sink, state = open_task(upsert, store(tmp_path))
+    apply_action(sink, state, Action.INITSTATE, -1, False)
+    rows = [["a", 1], ["b", 1], ["a", 2], ["c", 5], ["b", 2], ["a", 3]]
+    sink.execute_batch([make_tuple(r, FIELDS) for r in rows[:3]])
+    for r in rows[3:]:
+        sink.execute(make_tuple(r, FIELDS))
+    apply_action(sink, state, Action.PREPARE, 0, True)
+    assert stage_rows(state) == [["a", 3], ["b", 2], ["c", 5]]
+    # Prepared again (a PREPARE sent again with more rows): still one row a key.
+    sink.execute(make_tuple(["c", 1], FIELDS))
+    apply_action(sink, state, Action.PREPARE, 0, True)
+    assert stage_rows(state) == [["a", 3], ["b", 2], ["c", 1]]
+    apply_action(sink, state, Action.COMMIT, 0, True)
+    assert upsert.rows() == [["a", 3], ["b", 2], ["c", 1]]
+
+
+class RedisHash(SinkCase):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def make(self) -> RedisSink:
+        return RedisSink("hash", self.key)
+
+
+def test_a_redis_hash_stages_the_last_value_of_each_field(tmp_path: Path) -> None:
+    import uuid
+
+    import redis
+
+    key = f"sink-batch-{uuid.uuid4().hex[:10]}"
+    client = redis.Redis()
+    try:
+        for case in opened(RedisHash(key)):
+            sink, state = open_task(case, store(tmp_path))
+            apply_action(sink, state, Action.INITSTATE, -1, False)
+            sink.execute_batch([make_tuple(r, FIELDS) for r in [["x", 1], ["y", 1], ["x", 2]]])
+            apply_action(sink, state, Action.PREPARE, 0, True)
+            assert stage_rows(state) == [["x", 2], ["y", 1]]
+            apply_action(sink, state, Action.COMMIT, 0, True)
+            assert client.hgetall(key) == {b"x": b"2", b"y": b"1"}
+    finally:
+        client.delete(key)
+        client.close()
