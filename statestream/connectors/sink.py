@@ -230,7 +230,9 @@ class TwoPhaseSink(StatefulBolt):
     #: key of a row. A checkpoint's rows are then staged as the last row of each key
     #: (placed where the key first came), so what is encoded, stored and written
     #: follows the keys changed, not the tuples received (a word count's totals: a
-    #: row a word instead of a row an update). None: every row is kept.
+    #: row a word instead of a row an update). None: every row is kept. Set it on the
+    #: instance (``self.keep_last_by = operator.itemgetter(0)`` in ``__init__``): a
+    #: function set on the class would be bound as a method.
     keep_last_by: Callable[[Any], Hashable] | None = None
 
     def __init__(self) -> None:
