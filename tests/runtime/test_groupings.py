@@ -169,6 +169,21 @@ def test_fields_grouping_sends_equal_keys_to_the_task_of_task_for_key(
     assert len({task for task, _ in records}) == 4  # 37 keys do reach every task
 
 
+def test_subscribers_grouped_by_one_field_each_get_their_own_task_for_key(
+    runner: Runner,
+) -> None:
+    # An anchored emit to subscribers grouped by the same field shares the hash
+    # between those with as many tasks: each must still get task_for_key of its own n.
+    b = TopologyBuilder("t")
+    b.set_spout("words", Items(WORDS, fields=["word"]))
+    b.set_bolt("relay", Relay(["word"]), 2).shuffle_grouping("words")
+    for name, n in (("four", 4), ("three", 3), ("four_too", 4)):
+        b.set_bolt(name, Sink(name, record="task"), n).fields_grouping("relay", ["word"])
+    run_idle(runner, b.build())
+    for name, n in (("four", 4), ("three", 3), ("four_too", 4)):
+        assert sorted(records(name)) == sorted((task_for_key(w, n), (w,)) for w in WORDS)
+
+
 def test_fields_grouping_on_several_fields_and_non_string_keys(runner: Runner) -> None:
     items = [(i % 5, f"k{i % 3}") for i in range(60)]
     b = TopologyBuilder("t")

@@ -92,10 +92,19 @@ class BoltTask(Task):
         origin = entry.origin
         rt = self.rt
         created = 0
+        # Subscribers grouped by the same field over as many tasks (a count feeding
+        # two sinks by word) share one target index: it is hashed once.
+        by_field = -1
+        by_n = 0
+        by_index = 0
         for r in routes:
             kind = r.kind
             if kind == FIELDS1:
-                i = r.value_index(values)
+                if r.field == by_field and r.n == by_n:
+                    i = by_index
+                else:
+                    i = by_index = r.value_index(values)
+                    by_field, by_n = r.field, r.n
             elif kind == SHUFFLE:
                 i = r.rr
                 r.rr = i + 1 if i + 1 < r.n else 0
