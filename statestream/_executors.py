@@ -261,12 +261,13 @@ class CheckpointTupleForwarder(_Wrapper):
         return execute
 
     def batch_entry(self) -> Callable[[list[Tuple]], None] | None:
-        """The wrapped bolt's ``execute_batch``, if it has one (a batch entry), under
+        """The wrapped bolt's batch entry, if it offers one (its ``batch_entry()``), under
         the same condition as :meth:`data_entry`. A batch entry takes a list of data
         tuples in order and acks none of them: it is all or nothing (if it raises,
         it took none), and the runtime acks each tuple when it returns (see
         :meth:`statestream.connectors.TwoPhaseSink.execute_batch`)."""
-        batch: Callable[[list[Tuple]], None] | None = getattr(self.bolt, "execute_batch", None)
+        offer = getattr(self.bolt, "batch_entry", None)
+        batch: Callable[[list[Tuple]], None] | None = offer() if offer is not None else None
         return batch
 
     def handle_checkpoint(self, action: Action, txid: int) -> None:

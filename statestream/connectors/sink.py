@@ -330,6 +330,18 @@ class TwoPhaseSink(StatefulBolt):
         self._buffer.append(self.row(tuple))
         self.collector.ack(tuple)
 
+    def batch_entry(self) -> Callable[[list[Tuple]], None] | None:
+        """What the local runtime may call instead of :meth:`execute` with many tuples
+        at once: :meth:`execute_batch`, unless a subclass overrides :meth:`execute`
+        and not :meth:`execute_batch` (its own ``execute`` must see every tuple)."""
+        cls = type(self)
+        if (
+            cls.execute is not TwoPhaseSink.execute
+            and cls.execute_batch is TwoPhaseSink.execute_batch
+        ):
+            return None
+        return self.execute_batch
+
     def execute_batch(self, tuples: list[Tuple]) -> None:
         """The batch entry the local runtime calls instead of :meth:`execute` with all
         the tuples waiting for this task: their rows are buffered, all or none (a

@@ -76,6 +76,30 @@ def test_a_row_that_cannot_be_made_fails_its_own_tuple_only(tmp_path: Path) -> N
     assert max(BATCHES) > 1
 
 
+class EvensOnly(FileSink):
+    """A FileSink whose own ``execute`` drops odd numbers (acking them)."""
+
+    def execute(self, tuple: Tuple) -> None:
+        if tuple.values[0] % 2:
+            self.collector.ack(tuple)
+            return
+        super().execute(tuple)
+
+
+def test_a_sink_with_its_own_execute_gets_every_tuple_through_it(tmp_path: Path) -> None:
+    builder = TopologyBuilder("own-execute")
+    builder.set_spout("numbers", RewindableListSpout(list(range(300)), ["n"]))
+    builder.set_bolt("out", EvensOnly(tmp_path / "out.jsonl")).shuffle_grouping("numbers")
+    conf = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+    }
+    result = LocalRuntime(builder.build(), conf).run(until_idle=True)
+    assert result.reason == "idle"
+    written = [json.loads(line)["n"] for line in (tmp_path / "out.jsonl").read_text().split()]
+    assert sorted(written) == list(range(0, 300, 2))
+
+
 @pytest.fixture
 def upsert(tmp_path: Path) -> Iterator[SinkCase]:
     yield from opened(PostgresAppend(tmp_path, mode="upsert"))
