@@ -31,7 +31,9 @@ commit that reached the count also folds them into the entries, in the
 same transaction: a key changed at every checkpoint is written to the
 B-tree once per fold instead of twice per checkpoint. Reads merge the two:
 a scan reads the committed records first; a point read keeps their merge
-while the committed txid and the records are the same. ``compact()`` folds
+while the committed txid and the records are the same (the backend that
+committed them keeps it current itself and asks the store nothing more
+than the point read: see ``backend._SQLiteBackend``). ``compact()`` folds
 now, for tools that read ``statestream_entries`` directly.
 
 A file of schema 1 is upgraded in place when it is first opened (its

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -49,17 +48,23 @@ def _upsert_sql(rows: int) -> str:
 _UPSERT: Final = {1 << bit: _upsert_sql(1 << bit) for bit in range(_CHUNK.bit_length())}
 
 
-def _upsert_entries(conn: sqlite3.Connection, ns: str, rows: list[tuple[bytes, bytes]]) -> None:
-    """Upsert ``rows`` into the entries of ``ns`` in order, in the caller's transaction."""
-    done, left, size = 0, len(rows), _CHUNK
+def _upsert_entries(
+    conn: sqlite3.Connection, ns: str, keys: list[bytes], values: Mapping[bytes, bytes | None]
+) -> None:
+    """Upsert ``keys`` (in order) with their ``values`` into the entries of ``ns``, in
+    the caller's transaction."""
+    done, left, size = 0, len(keys), _CHUNK
     while left:
         while size > left:
             size >>= 1
-        # map() runs bytearray without an interpreted step per value; a
-        # statement's rows at a time, not the whole fold's (its copy of
-        # every key and value would double the fold's peak memory).
-        params: list[Any] = list(map(bytearray, chain.from_iterable(rows[done : done + size])))
-        conn.execute(_UPSERT[size], [ns, *params])
+        # A statement's rows at a time, not the whole fold's (its copy of
+        # every key and value would double the fold's peak memory); the keys
+        # sorted alone, not (key, value) tuples: a tuple compare a step costs
+        # more than the bytes compare under it.
+        params: list[Any] = [ns]
+        for key in keys[done : done + size]:
+            params += (bytearray(key), bytearray(values[key]))  # type: ignore[arg-type]
+        conn.execute(_UPSERT[size], params)
         done += size
         left -= size
 
@@ -68,13 +73,22 @@ def _upsert_entries(conn: sqlite3.Connection, ns: str, rows: list[tuple[bytes, b
 # (see the module doc): after this many, or once they hold this many bytes.
 # The bytes bound the process's memory too: a point read keeps the unfolded
 # records merged (decoded: several times their encoded size), per namespace,
-# and a fold decodes them again. With 8 MiB a 20M-key word count peaked at
+# which the fold writes (or merges them, if no read did). With 8 MiB a 20M-key word count peaked at
 # 319 MB, with 2 MiB it had reached 174 MB in its first 8 min (issue 34).
 _FOLD_RECORDS: Final = 8
 _FOLD_BYTES: Final = 1 * _MIB
 
+# A point read of the folded entries.
+_SELECT: Final = "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?"
+
 # The committed txid of a namespace, -1 without one (?1 is the namespace).
 _COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?1), -1)"
+
+
+#: The kept merge of a namespace's committed log records (see _SQLiteBackend):
+#: the merged part, the records not merged into it yet (in order), and the
+#: mark (committed txid, count and last seq of the committed records).
+_Kept = tuple[dict[bytes, bytes | None], list[bytes], tuple[int, int, int]]
 
 
 class _SQLiteBackend:
@@ -83,66 +97,125 @@ class _SQLiteBackend:
     Committed state is the namespace's entries with its committed log
     records applied over them in order; the records of the prepared txid
     wait in the log until it commits (or are deleted by a rollback).
+
+    The committed records' merge is kept for point reads (see
+    :meth:`_committed_log`), merged lazily: a record committed here joins
+    the records waiting to be merged, which the next read merges, or a fold
+    writes without a read ever merging them (a small state, whose reads are
+    all in its state's cache, never merges one). A backend that committed
+    the namespace itself keeps that merge current at each of its commits
+    and then trusts it without asking the store, until a write of the
+    namespace through another object here or :meth:`forget`: the
+    namespace's state object already assumes it is the namespace's only
+    writer (a task's namespace has one task; Spark, which writes a
+    namespace from several processes in turn, forgets both before each
+    use), and this merge is what that writer committed.
     """
 
-    __slots__ = ("_mark", "_ns", "_ordered", "_overlay", "_provider", "_seen")
+    __slots__ = ("_mark", "_ns", "_ordered", "_overlay", "_provider", "_seen", "_unmerged")
 
     def __init__(self, provider: SQLiteStateProvider, namespace: str) -> None:
         self._provider = provider
         self._ns = namespace
         # The committed log records applied (key -> value, None: deleted),
-        # for point reads, and what they were read at (see _committed_log).
+        # for point reads, the records still to apply over it, and what they
+        # were read at (see _check).
         self._overlay: dict[bytes, bytes | None] = {}
+        self._unmerged: list[bytes] = []
         self._mark: tuple[int, int, int] | None = None
-        # When the merge was last known valid: the connection, its
-        # data_version and the provider's count of its own write transactions.
-        self._seen: tuple[sqlite3.Connection, int, int] | None = None
+        # When the merge was last known current: the connection, its
+        # data_version (None: this backend's own commit made it current, see
+        # the class doc) and the provider's count of write transactions of
+        # the namespace.
+        self._seen: tuple[sqlite3.Connection, int | None, int] | None = None
         self._ordered: tuple[dict[bytes, bytes | None], list[bytes]] | None = None
 
-    def _committed_log(self, conn: sqlite3.Connection, cached: bool) -> dict[bytes, bytes | None]:
-        """The committed log records of the namespace, merged in order.
+    def _committed_log(self, conn: sqlite3.Connection) -> dict[bytes, bytes | None]:
+        """The committed log records of the namespace, merged in order (kept: see _check)."""
+        self._check(conn)
+        if self._unmerged:
+            self._merge_waiting()
+        return self._overlay
 
-        ``cached``: reuse the last merge while the committed records are the
-        same ones. Nothing can have changed them while no other connection
+    def _merge_waiting(self) -> None:
+        """Apply the records waiting to be merged to the kept merge (a record's
+        entries over the merge of those before it is the merge of all)."""
+        merged = self._merge(self._unmerged)
+        if self._overlay:
+            self._overlay.update(merged)
+        else:
+            self._overlay = merged
+        self._unmerged, self._ordered = [], None
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        """Make the kept merge current: reused while the committed records are the
+        same ones, else read again (merged when a read needs it).
+
+        A merge this backend's own commit left is current while nothing else
+        here wrote the namespace (the class doc): no statement. Otherwise
+        nothing can have changed the records while no other connection
         committed (``PRAGMA data_version``, a counter sqlite keeps per
-        connection) and this provider wrote nothing: that costs one pragma a
-        miss instead of the aggregate over the log below (~88,000
-        instructions a miss on a large state). Otherwise one query tells
-        (same committed txid, count and last sequence number).
+        connection) and nothing here wrote the namespace: one pragma instead
+        of the aggregate over the log below (~88,000 instructions a miss on a
+        large state). Otherwise one query tells (same committed txid, count
+        and last sequence number).
         """
-        ns = self._ns
-        seen: tuple[sqlite3.Connection, int, int] | None = None
-        if cached:
-            (version,) = conn.execute("PRAGMA data_version").fetchone()
-            seen = (conn, version, self._provider._writes)
-            old = self._seen
-            if old is not None and old[0] is conn and old[1:] == seen[1:]:
-                return self._overlay
+        writes = self._provider._writes.get(self._ns, 0)
+        old = self._seen
+        if old is not None and old[0] is conn and old[1] is None and old[2] == writes:
+            return
+        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        seen = (conn, version, writes)
+        if old is not None and old[0] is conn and old[1:] == seen[1:]:
+            return
+        mark = self._mark_now(conn)
+        if mark != self._mark:
+            committed, count, _ = mark
+            records: list[bytes] = []
+            if count:
+                records = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT delta FROM statestream_log WHERE namespace = ? AND txid <= ?"
+                        " ORDER BY seq",
+                        (self._ns, committed),
+                    ).fetchall()
+                ]
+            self._overlay, self._unmerged, self._ordered = {}, records, None
+        self._mark, self._seen = mark, seen
+
+    def _mark_now(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """The namespace's committed txid, and the count and last seq of its committed records."""
         committed, count, last = conn.execute(
             f"SELECT c, count(l.seq), coalesce(max(l.seq), 0) FROM (SELECT {_COMMITTED} AS c)"
             " LEFT JOIN statestream_log l ON l.namespace = ?1 AND l.txid <= c",
-            (ns,),
+            (self._ns,),
         ).fetchone()
-        mark = (committed, count, last)
-        if cached and mark == self._mark:
-            return self._overlay
-        merged: dict[bytes, bytes | None] = {}
-        if count:
-            merged = self._merge(
-                row[0]
-                for row in conn.execute(
-                    "SELECT delta FROM statestream_log WHERE namespace = ? AND txid <= ?"
-                    " ORDER BY seq",
-                    (ns, committed),
-                ).fetchall()
-            )
-        if cached:
-            self._overlay, self._mark, self._seen = merged, mark, seen
-        return merged
+        return committed, count, last
+
+    def _current(self, conn: sqlite3.Connection) -> _Kept:
+        """The kept merge, made current if it was not, taken away from the backend
+        for the caller's write transaction to extend: if that fails, the next
+        read reads the log afresh. Inside the write transaction."""
+        self._check(conn)
+        assert self._mark is not None  # set by _check
+        kept = (self._overlay, self._unmerged, self._mark)
+        self.forget()
+        return kept
+
+    def _keep(self, conn: sqlite3.Connection, kept: _Kept | None, writes: int) -> None:
+        """Keep ``kept``, current as this backend's own write transaction left it,
+        and trust it while the namespace's count of writes is the one that
+        transaction made (``writes``: the count before it, plus one). Nothing
+        if ``kept`` is None (not known)."""
+        if kept is not None and self._provider._writes.get(self._ns, 0) == writes:
+            self._overlay, self._unmerged, self._mark = kept
+            self._seen, self._ordered = (conn, None, writes), None
 
     def forget(self) -> None:
         """Drop the kept merge: the next read merges the committed log again."""
-        self._overlay, self._mark, self._seen, self._ordered = {}, None, None, None
+        self._overlay, self._unmerged, self._mark, self._seen = {}, [], None, None
+        self._ordered = None
 
     def _merge(self, records: Iterable[bytes]) -> dict[bytes, bytes | None]:
         try:
@@ -155,21 +228,42 @@ class _SQLiteBackend:
             ) from exc
 
     def load(self, key: bytes) -> bytes | None:
-        with self._provider._use() as conn:
-            overlay = self._committed_log(conn, cached=True)
+        provider = self._provider
+        with provider._lock:
+            # The path of a miss in a run (issue 34: ~850,000 a run of the
+            # large word count): a merge this backend keeps current, the
+            # provider's cursor, no context manager.
+            reader = provider._ready()
+            seen = self._seen
+            if (
+                reader is not None
+                and seen is not None
+                and seen[1] is None
+                and seen[0] is provider._conn
+                and seen[2] == provider._writes.get(self._ns, 0)
+            ):
+                if self._unmerged:
+                    self._merge_waiting()
+                overlay = self._overlay
+                if key in overlay:
+                    return overlay[key]
+                try:
+                    row = reader.execute(_SELECT, (self._ns, key)).fetchone()
+                except sqlite3.DatabaseError as exc:
+                    raise provider._error(exc) from exc
+                return None if row is None else bytes(row[0])
+        with provider._use() as conn:
+            overlay = self._committed_log(conn)
             if key in overlay:
                 return overlay[key]
-            row = conn.execute(
-                "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?",
-                (self._ns, key),
-            ).fetchone()
+            row = conn.execute(_SELECT, (self._ns, key)).fetchone()
         return None if row is None else bytes(row[0])
 
     def has_entries(self) -> bool:
         """Whether anything is committed, the log applied; the merge is kept
         for the reads that follow, and no key is sorted."""
         with self._provider._use() as conn:
-            overlay = self._committed_log(conn, cached=True)
+            overlay = self._committed_log(conn)
             if any(value is not None for value in overlay.values()):
                 return True
             rows = conn.execute(
@@ -194,7 +288,7 @@ class _SQLiteBackend:
         Each page is its own short read, so the lock is not held while the
         caller iterates and memory stays bounded."""
         with self._provider._use() as conn:
-            overlay = self._committed_log(conn, cached=True)
+            overlay = self._committed_log(conn)
             rows = conn.execute(
                 "SELECT key, value FROM statestream_entries"
                 " WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?",
@@ -238,7 +332,8 @@ class _SQLiteBackend:
 
     def _write_record(self, txid: int, record: bytes | None) -> None:
         ns = self._ns
-        with self._provider._transaction() as conn:
+        before = self._provider._writes.get(ns, 0)
+        with self._provider._transaction(ns) as conn:
             if record is not None:
                 conn.execute(
                     "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
@@ -249,6 +344,19 @@ class _SQLiteBackend:
                 " ON CONFLICT (namespace) DO UPDATE SET prepared = excluded.prepared",
                 (ns, txid),
             )
+        self._unchanged(before)
+
+    def _unchanged(self, before: int) -> None:
+        """After a write transaction of this backend that left the committed records
+        as they were (a prepare, a rollback): a merge known current before it
+        (``before``: the namespace's count of writes then) stays current."""
+        seen = self._seen
+        if (
+            seen is not None
+            and seen[2] == before
+            and self._provider._writes.get(self._ns, 0) == before + 1
+        ):
+            self._seen = (seen[0], seen[1], before + 1)
 
     def write_prepared_plain(self, txid: int, plain: Mapping[str, Any], delta: Delta) -> int:
         record = encode_plain_delta(plain, delta)
@@ -257,7 +365,8 @@ class _SQLiteBackend:
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
         ns = self._ns
-        with self._provider._transaction() as conn:
+        before = self._provider._writes.get(ns, 0)
+        with self._provider._transaction(ns) as conn:
             row = conn.execute(
                 "SELECT committed, prepared FROM statestream_txids WHERE namespace = ?", (ns,)
             ).fetchone()
@@ -266,36 +375,55 @@ class _SQLiteBackend:
                 return CommitOutcome.ALREADY_COMMITTED
             if prepared != txid:
                 return CommitOutcome.NOT_PREPARED
+            overlay, unmerged, mark = self._current(conn)
             # The prepared records become committed by the txid alone: the
             # commit writes one row whatever the size of the delta.
             conn.execute(
                 "UPDATE statestream_txids SET committed = ?, prepared = NULL WHERE namespace = ?",
                 (txid, ns),
             )
-            self._fold(conn, txid, force=False)
+            # They wait in the kept merge for a read or the fold to merge them.
+            rows = conn.execute(
+                "SELECT seq, delta FROM statestream_log WHERE namespace = ? AND txid > ?"
+                " AND txid <= ? ORDER BY seq",
+                (ns, committed, txid),
+            ).fetchall()
+            unmerged.extend(row[1] for row in rows)
+            last = max(mark[2], rows[-1][0]) if rows else mark[2]
+            kept = self._fold(conn, txid, (overlay, unmerged, (txid, mark[1] + len(rows), last)))
+        self._keep(conn, kept, before + 1)
         return CommitOutcome.APPLIED
 
     def commit_direct(self, delta: Delta) -> None:
         ns = self._ns
         if not delta:
             return
-        with self._provider._transaction() as conn:
+        before = self._provider._writes.get(ns, 0)
+        record = encode_delta(delta)
+        with self._provider._transaction(ns) as conn:
+            overlay, unmerged, (committed, count, _) = self._current(conn)
             # Logged as committed at the current txid, so that it applies
             # after every record committed before it.
-            (committed,) = conn.execute(f"SELECT {_COMMITTED}", (ns,)).fetchone()
-            conn.execute(
+            seq = conn.execute(
                 "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
-                (ns, committed, encode_delta(delta)),
-            )
-            self._fold(conn, committed, force=False)
+                (ns, committed, record),
+            ).lastrowid
+            assert seq is not None  # set by every INSERT
+            unmerged.append(record)
+            kept = self._fold(conn, committed, (overlay, unmerged, (committed, count + 1, seq)))
+        self._keep(conn, kept, before + 1)
 
-    def _fold(self, conn: sqlite3.Connection, committed: int, *, force: bool) -> None:
+    def _fold(
+        self, conn: sqlite3.Connection, committed: int, kept: _Kept, *, force: bool = False
+    ) -> _Kept | None:
         """Fold the committed log records into the entries once there are enough of them
-        (``force``: if there are any).
+        (``force``: if there are any). ``kept``: the kept merge of every
+        committed record, current.
 
         Only records before the first uncommitted one are folded, so that
         records are always applied in the order they were written. A key
-        changed by several records is written once.
+        changed by several records is written once. Returns the kept merge
+        of the committed records left in the log, or None when not known.
         """
         ns = self._ns
         rows = conn.execute(
@@ -309,34 +437,51 @@ class _SQLiteBackend:
                 break
             last, count, size = seq, count + 1, size + length
         if not count or (not force and count < _FOLD_RECORDS and size < _FOLD_BYTES):
-            return
-        # The kept merge of these records is stale once they are folded:
-        # dropped before they are merged again, not held beside that merge.
-        self.forget()
-        merged = self._merge(
-            row[0]
-            for row in conn.execute(
-                "SELECT delta FROM statestream_log WHERE namespace = ? AND seq <= ? ORDER BY seq",
-                (ns, last),
-            ).fetchall()
-        )
-        live = sorted((k, v) for k, v in merged.items() if v is not None)
+            return kept
+        overlay, unmerged, (_, kept_count, _) = kept
+        del kept
+        # Every committed record is folded unless one comes after an
+        # uncommitted one (then only those before it, in order: read again).
+        whole = count == kept_count
+        if not whole:
+            overlay, unmerged = {}, []  # dropped first, not held beside a new merge
+            merged = self._merge(
+                row[0]
+                for row in conn.execute(
+                    "SELECT delta FROM statestream_log WHERE namespace = ? AND seq <= ?"
+                    " ORDER BY seq",
+                    (ns, last),
+                ).fetchall()
+            )
+        elif not overlay:
+            merged = self._merge(unmerged)  # as a read of the records would
+        else:
+            merged = overlay
+            if unmerged:
+                merged.update(self._merge(unmerged))
+        del overlay, unmerged
+        live = sorted(k for k, v in merged.items() if v is not None)
         if live:
-            _upsert_entries(conn, ns, live)
+            _upsert_entries(conn, ns, live, merged)
         conn.executemany(
             "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?",
             [(ns, bytearray(k)) for k, v in merged.items() if v is None],
         )
         conn.execute("DELETE FROM statestream_log WHERE namespace = ? AND seq <= ?", (ns, last))
+        return ({}, [], (committed, 0, 0)) if whole else None
 
     def fold(self) -> None:
         """Fold every committed log record of the namespace into its entries now."""
-        with self._provider._transaction() as conn:
-            (committed,) = conn.execute(f"SELECT {_COMMITTED}", (self._ns,)).fetchone()
-            self._fold(conn, committed, force=True)
+        ns = self._ns
+        before = self._provider._writes.get(ns, 0)
+        with self._provider._transaction(ns) as conn:
+            kept = self._current(conn)
+            folded = self._fold(conn, kept[2][0], kept, force=True)
+        self._keep(conn, folded, before + 1)
 
     def discard_prepared(self) -> None:
-        with self._provider._transaction() as conn:
+        before = self._provider._writes.get(self._ns, 0)
+        with self._provider._transaction(self._ns) as conn:
             conn.execute(
                 f"DELETE FROM statestream_log WHERE namespace = ?1 AND txid > {_COMMITTED}",
                 (self._ns,),
@@ -344,3 +489,4 @@ class _SQLiteBackend:
             conn.execute(
                 "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?", (self._ns,)
             )
+        self._unchanged(before)

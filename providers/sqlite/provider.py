@@ -32,7 +32,6 @@ from .claims import _CLAIMS, _IN_MEMORY, _cannot_write, _Claim, _holder, _lock_p
 from .records import encode_delta
 
 __all__ = ["SQLiteStateProvider"]
-__all__ = ["SQLiteStateProvider"]
 
 DEFAULT_PATH: Final = "./statestream-data/state.db"
 APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
@@ -133,11 +132,15 @@ class SQLiteStateProvider(BackendStateProvider):
         # because the local runtime may drive several tasks from threads.
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        # The connection's cursor for point reads (one cursor reused: a miss
+        # makes no cursor object), and the process that opened the connection.
+        self._reader: sqlite3.Cursor | None = None
         self._pid = 0
-        # Write transactions of this provider so far: sqlite's data_version
-        # counts only other connections' commits, so a backend's kept merge
-        # of the committed log (see _SQLiteBackend._committed_log) checks both.
-        self._writes = 0
+        # Write transactions of this provider so far, per namespace written:
+        # sqlite's data_version counts only other connections' commits, so a
+        # backend's kept merge of the committed log checks both (see
+        # _SQLiteBackend._committed_log).
+        self._writes: dict[str, int] = {}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -164,7 +167,8 @@ class SQLiteStateProvider(BackendStateProvider):
     def __getstate__(self) -> dict[str, Any]:
         # Ship the configuration, never the connection or the lock.
         state = self.__dict__.copy()
-        state.update(_conn=None, _pid=0, _lock=None, _states={}, _backends={})
+        state.update(_conn=None, _reader=None, _pid=0, _lock=None, _states={}, _backends={})
+        state.update(_writes={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -180,8 +184,9 @@ class SQLiteStateProvider(BackendStateProvider):
             if self._pid == os.getpid():
                 return self._conn
             _INHERITED.append(self._conn)  # forked: leave the parent's alone
-            self._conn = None
+            self._conn = self._reader = None
         self._conn = self._open()
+        self._reader = self._conn.cursor()
         self._pid = os.getpid()
         return self._conn
 
@@ -330,26 +335,41 @@ class SQLiteStateProvider(BackendStateProvider):
         with self._lock:
             try:
                 yield self._connection()
-            except sqlite3.OperationalError as exc:
-                if _cannot_write(exc):
-                    raise StoreUnwritableError(
-                        f"sqlite state database {str(self.path)!r} cannot be written: {exc}; "
-                        "free space on its disk (or fix the disk), or set `path` elsewhere"
-                    ) from exc
-                # Locked past the timeout: the store is there but cannot be
-                # used now; the runtime retries (statestream._outage).
-                raise ProviderUnavailableError(
-                    f"sqlite state database {str(self.path)!r} is unavailable: {exc}"
-                ) from exc
-            except sqlite3.DatabaseError as exc:
-                raise StateCorruptError(
-                    f"sqlite state database {str(self.path)!r} cannot be read: {exc}; "
-                    "restore it from a backup or move it aside"
-                ) from exc
+            except sqlite3.DatabaseError as exc:  # OperationalError among them
+                raise self._error(exc) from exc
+
+    def _error(self, exc: sqlite3.DatabaseError) -> Exception:
+        """What a sqlite error means to the runtime (raised ``from`` it)."""
+        if isinstance(exc, sqlite3.OperationalError):
+            if _cannot_write(exc):
+                return StoreUnwritableError(
+                    f"sqlite state database {str(self.path)!r} cannot be written: {exc}; "
+                    "free space on its disk (or fix the disk), or set `path` elsewhere"
+                )
+            # Locked past the timeout: the store is there but cannot be
+            # used now; the runtime retries (statestream._outage).
+            return ProviderUnavailableError(
+                f"sqlite state database {str(self.path)!r} is unavailable: {exc}"
+            )
+        return StateCorruptError(
+            f"sqlite state database {str(self.path)!r} cannot be read: {exc}; "
+            "restore it from a backup or move it aside"
+        )
+
+    def _ready(self) -> sqlite3.Cursor | None:
+        """The point-read cursor when the connection is open in this process and the
+        provider is not closed, else None (then :meth:`_use` opens it). Lock held."""
+        if self._pid == os.getpid() and not self._closed:
+            return self._reader
+        return None
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: everything in the block commits, or nothing."""
+    def _transaction(self, *namespaces: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction: everything in the block commits, or nothing.
+
+        ``namespaces``: those it may write; their count of write transactions
+        goes up whatever the outcome (see ``_writes``).
+        """
         with self._use() as conn:
             # IMMEDIATE takes the write lock up front, so the txid checks made
             # inside the block hold until COMMIT.
@@ -361,7 +381,9 @@ class SQLiteStateProvider(BackendStateProvider):
                     conn.execute("ROLLBACK")
                 raise
             finally:
-                self._writes += 1
+                writes = self._writes
+                for ns in namespaces:
+                    writes[ns] = writes.get(ns, 0) + 1
             conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ provider
@@ -408,7 +430,7 @@ class SQLiteStateProvider(BackendStateProvider):
         return sorted(row[0] for row in rows)
 
     def _drop(self, namespaces: list[str]) -> None:
-        with self._transaction() as conn:
+        with self._transaction(*namespaces) as conn:
             for table in ("statestream_entries", "statestream_log", "statestream_txids"):
                 conn.executemany(
                     f"DELETE FROM {table} WHERE namespace = ?", [(ns,) for ns in namespaces]
@@ -442,7 +464,7 @@ class SQLiteStateProvider(BackendStateProvider):
         else:
             names = [namespace]
         for ns in names:
-            _SQLiteBackend(self, ns).fold()
+            self._open_backend(ns).fold()
 
     def claim(self, scope: str, wait: float) -> ClaimHandle[_Claim] | None:
         """Hold topology ``scope`` of this file for one run (see the module doc).
@@ -498,6 +520,6 @@ class SQLiteStateProvider(BackendStateProvider):
 
     def _close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
+            conn, self._conn, self._reader = self._conn, None, None
             if conn is not None and self._pid == os.getpid():
                 conn.close()
