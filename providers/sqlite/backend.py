@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -61,10 +62,10 @@ def _upsert_entries(
         # every key and value would double the fold's peak memory); the keys
         # sorted alone, not (key, value) tuples: a tuple compare a step costs
         # more than the bytes compare under it.
-        params: list[Any] = [ns]
-        for key in keys[done : done + size]:
-            params += (bytearray(key), bytearray(values[key]))  # type: ignore[arg-type]
-        conn.execute(_UPSERT[size], params)
+        chunk = keys[done : done + size]
+        # map() runs bytearray without an interpreted step per value.
+        rows = chain.from_iterable(zip(chunk, map(values.__getitem__, chunk), strict=True))
+        conn.execute(_UPSERT[size], [ns, *map(bytearray, rows)])  # type: ignore[arg-type]
         done += size
         left -= size
 
