@@ -160,8 +160,11 @@ class BrokerSpout(Spout):
         return ((msg_id, self._in_flight[msg_id]) for msg_id in self._replay)
 
     def _key(self, msg_id: Any) -> Hashable:
-        """``msg_id`` as the in-flight map keys it (a hook: a tuple id may come back
-        from the runtime as a list)."""
+        """``msg_id`` as the in-flight map keys it: a tuple id may come back from the
+        runtime as a list (through a worker's pipe), and is made a tuple again; the
+        local runtime hands back the id as it was emitted, taken as it is."""
+        if type(msg_id) is list:
+            return tuple(msg_id)
         return msg_id  # type: ignore[no-any-return]
 
     def ack(self, msg_id: Any) -> None:

@@ -353,9 +353,6 @@ class JetStreamSpout(BrokerSpout):
         # partitioned spout every batch and never reads it.
         self._started = False
 
-    def _key(self, msg_id: Any) -> tuple[str, int]:
-        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
-
     def _emitted(self, msg_id: Any) -> None:
         self._next[msg_id[0]] = msg_id[1] + 1
 

@@ -192,9 +192,6 @@ class RabbitMQSpout(BrokerSpout):
         its tag on the next connection (no checkpoint covers that one yet)."""
         return (self._generation, int(method.delivery_tag))
 
-    def _key(self, msg_id: Any) -> tuple[Any, int]:
-        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
-
     def next_tuple(self) -> None:
         if self._broker_acks:
             self._flush_acks()
@@ -283,7 +280,7 @@ class RabbitMQSpout(BrokerSpout):
     def ack(self, msg_id: Any) -> None:
         # In a stateful topology the runtime acks once the checkpoint covering the
         # message committed: only now may the broker forget it.
-        key = self._key(msg_id)
+        key: Any = self._key(msg_id)
         if self._in_flight.pop(key, None) is not None:
             self._broker_acks.append(key)
 

@@ -306,14 +306,9 @@ class RedisStreamSpout(BrokerSpout):
             if len(page) < self.count:
                 return
 
-    def _key(self, msg_id: Any) -> tuple[str, str]:
-        if type(msg_id) is tuple:  # as emitted (the local runtime hands it back as it is)
-            return msg_id
-        return (msg_id[0], msg_id[1])  # a tuple again if it came back as a list
-
     def ack(self, msg_id: Any) -> None:
         # The base's ack and the predecessor's, with the key made once (a call an entry).
-        key = self._key(msg_id)
+        key: Any = self._key(msg_id)
         self._in_flight.pop(key, None)
         self._before.pop(key, None)
 
