@@ -26,6 +26,7 @@ from statestream._config import settings_of
 from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
 from statestream._settings import _Invalid, _provider_config
 from statestream._state import (
+    SCOPE_SEPARATOR,
     SHARING_PROCESS,
     SHARING_SCOPES,
     ScopeClaim,
@@ -36,6 +37,7 @@ from statestream._state import (
 __all__ = [
     "DEFAULT_PROVIDER",
     "ENTRY_POINT_GROUP",
+    "SCOPE_SEPARATOR",
     "STORM_ALIASES",
     "RunClaim",
     "claim_scope",
@@ -248,8 +250,6 @@ class RunClaim:
             claim.release()
 
 
-SCOPE_SEPARATOR = "/"
-"""Between a topology's name and a namespace in the store: ``wordcount/count-0``."""
 
 
 class ScopedProvider:

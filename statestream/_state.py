@@ -372,6 +372,17 @@ def cannot_drop(provider: str) -> StateError:
     )
 
 
+#: Between a topology's scope and its namespaces in a store (``<topology>/<namespace>``:
+#: statestream._registry.ScopedProvider), so two topologies never share state.
+SCOPE_SEPARATOR: Final = "/"
+
+
+def runtime_namespace(namespace: str) -> bool:
+    """Whether ``namespace`` (scoped or not) is the runtime's own, a few keys (its last
+    part starts with ``$``: the checkpoint spout's record, the layout), not a bolt's."""
+    return namespace.rpartition(SCOPE_SEPARATOR)[2].startswith("$")
+
+
 class BackendStateProvider(ABC):
     """Base of providers built on :class:`StateBackend`: memory, sqlite and redis.
 
@@ -405,8 +416,9 @@ class BackendStateProvider(ABC):
         """The read cache of this provider's states, MiB (``topology.state.cache.mb``).
 
         The states of bolts share it evenly; the runtime's own (a namespace
-        starting with ``$``: the checkpoint spout's record, the layout) hold
-        a few keys and are not counted. The runtime sets it where it opens
+        whose last part starts with ``$``, :func:`runtime_namespace`: the
+        checkpoint spout's record, the layout) hold a few keys and are not
+        counted. The runtime sets it where it opens
         the provider (:func:`size_cache`).
         """
         return self._cache_bytes / _MIB
@@ -418,7 +430,7 @@ class BackendStateProvider(ABC):
 
     def _share_cache(self) -> None:
         states = self._states.values()
-        bolts = sum(1 for state in states if not state.namespace.startswith("$"))
+        bolts = sum(1 for state in states if not runtime_namespace(state.namespace))
         share = self._cache_bytes // max(1, bolts)
         for state in states:
             state.resize_cache(share)
