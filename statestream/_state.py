@@ -416,7 +416,7 @@ class BackendStateProvider(ABC):
         """The read cache of this provider's states, MiB (``topology.state.cache.mb``).
 
         The states of bolts share it evenly; the runtime's own (a namespace
-        whose last part starts with ``$``, :func:`runtime_namespace`: the
+        whose last part starts with ``$``, ``runtime_namespace``: the
         checkpoint spout's record, the layout) hold a few keys and are not
         counted. The runtime sets it where it opens
         the provider (:func:`size_cache`).
