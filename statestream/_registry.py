@@ -250,8 +250,6 @@ class RunClaim:
             claim.release()
 
 
-
-
 class ScopedProvider:
     """One topology's view of a provider: namespace ``N`` is stored as ``<scope>/N``.
 
