@@ -161,10 +161,10 @@ class _SQLiteBackend:
         large state). Otherwise one query tells (same committed txid, count
         and last sequence number).
         """
+        if self._trusted(conn):
+            return
         writes = self._provider._writes.get(self._ns, 0)
         old = self._seen
-        if old is not None and old[0] is conn and old[1] is None and old[2] == writes:
-            return
         (version,) = conn.execute("PRAGMA data_version").fetchone()
         seen = (conn, version, writes)
         if old is not None and old[0] is conn and old[1:] == seen[1:]:
@@ -184,6 +184,18 @@ class _SQLiteBackend:
                 ]
             self._overlay, self._unmerged, self._ordered = {}, records, None
         self._mark, self._seen = mark, seen
+
+    def _trusted(self, conn: sqlite3.Connection | None) -> bool:
+        """Whether the kept merge is one this backend's own commit left on ``conn`` and
+        nothing else here wrote the namespace since (the class doc): current, no
+        statement needed."""
+        seen = self._seen
+        return (
+            seen is not None
+            and seen[0] is conn
+            and seen[1] is None
+            and seen[2] == self._provider._writes.get(self._ns, 0)
+        )
 
     def _mark_now(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
         """The namespace's committed txid, and the count and last seq of its committed records."""
@@ -235,14 +247,7 @@ class _SQLiteBackend:
             # large word count): a merge this backend keeps current, the
             # provider's cursor, no context manager.
             reader = provider._ready()
-            seen = self._seen
-            if (
-                reader is not None
-                and seen is not None
-                and seen[1] is None
-                and seen[0] is provider._conn
-                and seen[2] == provider._writes.get(self._ns, 0)
-            ):
+            if reader is not None and self._trusted(provider._conn):
                 if self._unmerged:
                     self._merge_waiting()
                 overlay = self._overlay

@@ -43,7 +43,7 @@ import orjson
 
 from .._errors import ConfigError, SinkError
 from ._broker import client_name, redact, require, target_unreachable
-from .sink import TwoPhaseSink
+from .sink import TwoPhaseSink, last_of_each
 
 __all__ = ["PostgresSink"]
 
@@ -289,12 +289,12 @@ class PostgresSink(TwoPhaseSink):
         return moved is not None
 
     def _write_rows(self, rows: list[list[Any]]) -> None:
-        if self.mode == "upsert" and self._insert is None:
+        if self.keep_last_by is not None and self._insert is None:
             # The last value per key in this batch (ON CONFLICT cannot touch a row
-            # twice in one statement): one dict pass, the keys taken in C (the
-            # JSON path's statement picks them itself).
-            key = operator.itemgetter(*(self.columns.index(k) for k in self.key))
-            rows = list(dict(zip(map(key, rows), rows, strict=True)).values())
+            # twice in one statement; the stage holds one already, but a stage
+            # written before keep_last_by may not): the JSON path's statement
+            # picks them itself.
+            rows = last_of_each(rows, self.keep_last_by)
         if self._insert is not None:
             try:
                 batch = orjson.dumps(rows).decode()

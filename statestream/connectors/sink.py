@@ -131,7 +131,7 @@ from .._state import KeyValueState
 from .._tuple import Tuple
 from ._broker import Reconnect, TargetUnreachable
 
-__all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields"]
+__all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields", "last_of_each"]
 
 #: The key of the stage in the sink task's state: ``{"txid": t, "json": "[[...], ...]"}``,
 #: the rows as one JSON text (a stage of an older version, ``"rows": [...]``, is read too).
@@ -186,7 +186,7 @@ def _lost(error: Exception) -> bool:
     return not isinstance(error, SinkError) or isinstance(error, TargetUnreachable)
 
 
-def _last_of_each(rows: list[Any], key: Callable[[Any], Hashable]) -> list[Any]:
+def last_of_each(rows: list[Any], key: Callable[[Any], Hashable]) -> list[Any]:
     """The last row of each key, in the order of each key's first row (one dict pass in
     C). Rows whose key cannot be hashed (a JSON list as a key) are kept as they are:
     the target then picks the last one itself, as it must anyway."""
@@ -366,7 +366,7 @@ class TwoPhaseSink(StatefulBolt):
         if not rows:
             return  # nothing to write for txid: the committed stage is an older one
         if self.keep_last_by is not None:
-            rows = _last_of_each(rows, self.keep_last_by)
+            rows = last_of_each(rows, self.keep_last_by)
         try:
             encoded = orjson.dumps(rows).decode()
         except TypeError as exc:  # orjson.JSONEncodeError
