@@ -17,6 +17,11 @@ __all__ = ["RedisStreamSpout"]
 _START = "0-0"  # XREAD returns the entries after this id: the whole stream
 
 
+def _raw(response: Any, **_: Any) -> Any:
+    """redis-py's response callback that leaves a reply as it came."""
+    return response
+
+
 class RedisStreamSpout(BrokerSpout):
     """Emits the named ``fields`` of each entry of one or more Redis streams, in order.
 
@@ -101,6 +106,7 @@ class RedisStreamSpout(BrokerSpout):
         # emit order: the first one's per stream is where an at-least-once restart
         # continues.
         self._before: dict[tuple[str, str], str] = {}
+        self._track_before = True  # set at open: not with exactly-once state
         # The read ahead (the next XREAD's reply, on _reader's thread), if any.
         self._reader: ThreadPoolExecutor | None = None
         self._ahead: Future[Any] | None = None
@@ -125,6 +131,10 @@ class RedisStreamSpout(BrokerSpout):
             socket_timeout=self.block_ms / 1000.0 + 5.0,
             retry=Retry(NoBackoff(), 0),
         )
+        # XREAD's reply as the server sent it (nested lists, or a map with RESP3):
+        # redis-py's own parse builds a dict per entry, about half the reader
+        # thread's work, and that thread holds the interpreter lock the tasks need.
+        self._client.set_response_callback("XREAD", _raw)
         try:
             types = [self._client.type(s) for s in self._mine]
         except redis.RedisError as exc:
@@ -140,6 +150,10 @@ class RedisStreamSpout(BrokerSpout):
                     f"{s} <group> $ MKSTREAM)"
                 )
         self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        # acked_position() is asked only with at-least-once state (statestream._resume):
+        # an exactly-once run restarts from position() and need not keep each
+        # entry's predecessor.
+        self._track_before = not context.exactly_once
         self._start({s: _START for s in self._mine}, [], {s: 0 for s in self._mine})
 
     def _start(
@@ -154,9 +168,27 @@ class RedisStreamSpout(BrokerSpout):
         # precedes the position, which is where an at-least-once restart continues.
         self._before = {(s, e): emitted[s] for s, e, _ in replay}
 
+    def next_tuple(self) -> None:
+        buffer: Any = self._buffer  # its ids are (stream, entry id) here
+        if self._replay or not buffer:
+            super().next_tuple()  # replays first; an empty buffer is filled there
+            return
+        # The base's path for a buffered entry with _emitted inlined: once a line.
+        msg_id, values = buffer.popleft()
+        self._in_flight[msg_id] = values
+        s, entry = msg_id
+        if self._track_before:
+            self._before[msg_id] = self._last[s]
+        self._last[s] = entry
+        counts = self._counts
+        if counts is not None:
+            counts[s] += 1
+        self.collector.emit(values, msg_id)
+
     def _emitted(self, msg_id: Any) -> None:
         s, entry = msg_id
-        self._before[msg_id] = self._last[s]
+        if self._track_before:
+            self._before[msg_id] = self._last[s]
         self._last[s] = entry
         if self._counts is not None:
             self._counts[s] += 1
@@ -182,14 +214,29 @@ class RedisStreamSpout(BrokerSpout):
             raise Lost(exc) from exc
         except redis.ResponseError as exc:
             raise SourceError(f"{self._name()}: XREAD failed on {redact(self.url)}: {exc}") from exc
-        for key, entries in reply or ():
+        for key, entries in reply.items() if isinstance(reply, dict) else reply or ():
             s = key.decode() if isinstance(key, bytes) else str(key)
-            for raw_id, data in entries:
-                entry = raw_id.decode()
-                self._buffer.append(((s, entry), self._values(s, entry, data)))
-                self._read_ids[s] = entry
+            if entries:
+                items = self._entries(s, entries)
+                self._buffer += items
+                self._read_ids[s] = items[-1][0][1]
         self._send()
         return not reply
+
+    def _entries(self, s: str, entries: Sequence[Any]) -> list[tuple[tuple[str, str], list[str]]]:
+        """The buffer's items for one stream's entries of a raw reply (``[id, [field,
+        value, ...]]`` each), in order."""
+        if len(self._keys) == 1:
+            # One field, the entry holding only it (what a producer of lines sends):
+            # one comprehension, no call an entry. Anything else, or a value that
+            # is not UTF-8, takes the general path, which names what is wrong.
+            key = self._keys[0]
+            try:
+                if all(len(data) == 2 and data[0] == key for _, data in entries):
+                    return [((s, i.decode()), [data[1].decode()]) for i, data in entries]
+            except UnicodeDecodeError:
+                pass
+        return [((s, e := i.decode()), self._values(s, e, data)) for i, data in entries]
 
     def _send(self) -> Future[Any]:
         """Send the next read (after the last ids read) on the reader thread."""
@@ -219,7 +266,11 @@ class RedisStreamSpout(BrokerSpout):
             pipe.xinfo_stream(s)
         return sum(int(info["entries-added"]) for info in pipe.execute())
 
-    def _values(self, stream: str, entry: str, data: Mapping[bytes, bytes]) -> list[str]:
+    def _values(
+        self, stream: str, entry: str, data: Mapping[bytes, bytes] | Sequence[bytes]
+    ) -> list[str]:
+        if not isinstance(data, Mapping):  # a raw reply's [field, value, ...]
+            data = dict(zip(data[::2], data[1::2], strict=True))
         try:
             return [data[k].decode() for k in self._keys]
         except KeyError as exc:
@@ -246,7 +297,8 @@ class RedisStreamSpout(BrokerSpout):
         return self._where(self._last, [[s, e, values] for (s, e), values in self._failed()])
 
     def acked_position(self) -> Any:
-        """Per stream the id before the first entry not yet acked."""
+        """Per stream the id before the first entry not yet acked (kept only where the
+        run's state is at-least-once, the only runs that ask)."""
         ids = dict(self._last)
         first: set[str] = set()
         for (s, _), before in self._before.items():
@@ -307,10 +359,11 @@ class RedisStreamSpout(BrokerSpout):
                 return
 
     def ack(self, msg_id: Any) -> None:
-        # The base's ack and the predecessor's, with the key made once (a call an entry).
+        # The base's ack and the predecessor's, with the key made once.
         key: Any = self._key(msg_id)
         self._in_flight.pop(key, None)
-        self._before.pop(key, None)
+        if self._track_before:
+            self._before.pop(key, None)
 
     def close(self) -> None:
         self._drop_ahead()
