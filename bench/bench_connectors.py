@@ -1,7 +1,7 @@
 """The example pipeline against the file word count, and the instructions of each sink's commit path.
 
     python bench/bench_connectors.py --part throughput [--lines 100000] [--pairs 3]
-    python bench/bench_connectors.py --part instructions [--rows 20000]
+    python bench/bench_connectors.py --part instructions [--rows 20000] [--batch 160]
 
 ``throughput``: examples/stream_to_postgres.py (a Redis stream -> split ->
 count -> two PostgreSQL sinks, append and upsert) against examples/wordcount.py
@@ -24,7 +24,11 @@ upsert, RedisSink to a stream, FileSink), prepared as a runtime prepares it
 (tests/connectors/sink_cases.py) and driven through the checkpoint actions as
 the runtime drives it, counted by ``valgrind --tool=callgrind`` in this
 process only (a server's own work is not counted): ``execute`` per row (the
-tuple taken in: buffered and acked) and the commit path per row (PREPARE:
+tuple taken in: buffered and acked; through ``execute_batch`` in batches of
+``--batch`` tuples, as the local runtime hands a sink its inbox, about 160 a
+drain in the throughput pipeline; ``--batch 1``: ``execute`` per tuple, as
+Spark's executors and a sink with its own ``execute`` take them) and the
+commit path per row (PREPARE:
 the rows staged in the sink's SQLite state; COMMIT: the target written in one
 transaction with the guard), the latter as (C(rows) - C(0)) / rows, with the
 fixed cost of a commit C(0) beside it; the commit path both as Spark's driver
@@ -208,7 +212,7 @@ def sink_case(kind: str, tmp: Path) -> Any:
     return case
 
 
-def measured(kind: str, rows: int, part: str) -> None:
+def measured(kind: str, rows: int, part: str, batch: int) -> None:
     """Runs under valgrind: a sink of ``kind`` prepared, then ``part`` (``execute`` of
     ``rows`` tuples, or ``commit``: PREPARE and COMMIT of them; ``overlapped``: the
     same through the local runtime's task protocol, and the next PREPARE that waits
@@ -235,10 +239,15 @@ def measured(kind: str, rows: int, part: str) -> None:
         apply_action(sink, state, Action.PREPARE, 0, True)
         apply_action(sink, state, Action.COMMIT, 0, True)
         tuples = [make_tuple([f"w{i % 800}", i], sink_cases.FIELDS) for i in range(rows)]
+        batches = [tuples[i : i + batch] for i in range(0, rows, batch)]
 
         def execute(_: Any, __: Any) -> None:
-            for tup in tuples:
-                sink.execute(tup)
+            if batch == 1:
+                for tup in tuples:
+                    sink.execute(tup)
+            else:
+                for tups in batches:
+                    sink.execute_batch(tups)
 
         def commit(_: Any, __: Any) -> None:
             apply_action(sink, state, Action.PREPARE, 1, True)
@@ -249,8 +258,7 @@ def measured(kind: str, rows: int, part: str) -> None:
         if part == "execute":
             functools.reduce(execute, [0, 0])
         else:
-            for tup in tuples:
-                sink.execute(tup)
+            execute(0, 0)
             functools.reduce(commit, [0, 0])
             # Written: every row (one per key for the upsert), and the warm-up's.
             expected = min(rows, 800) if kind == "postgres-upsert" else rows + 1
@@ -262,22 +270,24 @@ def measured(kind: str, rows: int, part: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def instructions(rows: int) -> None:
+def instructions(rows: int, batch: int) -> None:
     from bench_instructions import callgrind_count
 
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     me = str(Path(__file__).resolve())
-    print(f"{rows:,} rows a checkpoint, instructions of this process (callgrind)\n")
+    how = "execute per tuple" if batch == 1 else f"execute_batch of {batch} tuples"
+    print(f"{rows:,} rows a checkpoint ({how}), instructions of this process (callgrind)\n")
     print("| sink | execute / row | commit path / row | fixed cost of a commit "
           "| overlapped: commit path / row | fixed cost |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|")
     for kind in SINKS:
-        execute = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", "execute")
+        one = ("--one", kind, "--batch", str(batch), "--rows")
+        execute = callgrind_count(me, *one, str(rows), "--what", "execute")
         cells = [f"{execute / rows:,.0f}"]
         for what in ("commit", "overlapped"):
-            commit = callgrind_count(me, "--one", kind, "--rows", str(rows), "--what", what)
-            empty = callgrind_count(me, "--one", kind, "--rows", "0", "--what", what)
+            commit = callgrind_count(me, *one, str(rows), "--what", what)
+            empty = callgrind_count(me, *one, "0", "--what", what)
             cells += [f"{(commit - empty) / rows:,.0f}", f"{empty:,}"]
         print(f"| {kind} | {' | '.join(cells)} |", flush=True)
 
@@ -288,15 +298,16 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=160, help="tuples an execute_batch (1: execute)")
     ap.add_argument("--one", choices=SINKS, help=argparse.SUPPRESS)
     ap.add_argument("--what", choices=("execute", "commit", "overlapped"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        measured(args.one, args.rows, args.what)
+        measured(args.one, args.rows, args.what, max(1, args.batch))
     elif args.part == "throughput":
         throughput(args.lines, args.pairs)
     else:
-        instructions(args.rows)
+        instructions(args.rows, max(1, args.batch))
 
 
 if __name__ == "__main__":

@@ -10,20 +10,23 @@ upsert, a Redis hash or set) stages one row a key, the last one.
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sink_cases import FIELDS, PostgresAppend, SinkCase, open_task, opened, store
+from sink_cases import FIELDS, PG_DSN, PostgresAppend, SinkCase, open_task, opened, store
 
-from statestream import TopologyBuilder, Tuple
+from statestream import SinkError, TopologyBuilder, Tuple
 from statestream._checkpoint import Action
 from statestream._stateful import apply_action
 from statestream.connectors import FileSink
+from statestream.connectors.postgres import PostgresSink
 from statestream.connectors.redis_sink import RedisSink
-from statestream.connectors.sink import STAGE_KEY
+from statestream.connectors.sink import STAGE_KEY, TwoPhaseSink
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import RewindableListSpout, make_tuple
 
@@ -155,3 +158,102 @@ def test_a_redis_hash_stages_the_last_value_of_each_field(tmp_path: Path) -> Non
     finally:
         client.delete(key)
         client.close()
+
+
+@pytest.fixture
+def append(tmp_path: Path) -> Iterator[SinkCase]:
+    yield from opened(PostgresAppend(tmp_path))
+
+
+class Row(list[Any]):
+    """A row that a weak reference can follow (a plain list cannot)."""
+
+
+#: A weak reference to each row a WeakRowsSink made.
+MADE: list[weakref.ref[Row]] = []
+
+
+class WeakRowsSink(PostgresSink):
+    """An append sink whose rows are :class:`Row`, each one followed in MADE."""
+
+    def row(self, tup: Tuple) -> list[Any]:
+        made = Row(tup.values)
+        MADE.append(weakref.ref(made))
+        return made
+
+
+class WeakRows(PostgresAppend):
+    def make(self) -> TwoPhaseSink:
+        sink = WeakRowsSink(self.table, FIELDS, dsn=PG_DSN)
+        return sink
+
+
+def test_an_append_sink_keeps_no_row_of_a_batch(tmp_path: Path) -> None:
+    # Each batch is encoded when it comes (issue 32): its rows die with its tuples,
+    # not at the checkpoint, and the stage is the same.
+    MADE.clear()
+    for case in opened(WeakRows(tmp_path)):
+        sink, state = open_task(case, store(tmp_path))
+        apply_action(sink, state, Action.INITSTATE, -1, False)
+        rows = [["a", 1], ["b", 2], ["c", 3], ["d", 4]]
+        sink.execute_batch([make_tuple(r, FIELDS) for r in rows[:3]])
+        sink.execute_batch([make_tuple(r, FIELDS) for r in rows[3:]])
+        gc.collect()
+        assert len(MADE) == 4
+        assert [r() for r in MADE] == [None] * 4
+        apply_action(sink, state, Action.PREPARE, 0, True)
+        assert stage_rows(state) == rows
+        apply_action(sink, state, Action.COMMIT, 0, True)
+        assert case.rows() == rows
+
+
+def test_an_append_stage_keeps_the_order_of_batches_and_rows(
+    append: SinkCase, tmp_path: Path
+) -> None:
+    sink, state = open_task(append, store(tmp_path))
+    apply_action(sink, state, Action.INITSTATE, -1, False)
+    rows = [["w", i] for i in range(9)]
+    sink.execute_batch([make_tuple(r, FIELDS) for r in rows[0:2]])
+    sink.execute_batch([])
+    sink.execute_batch([make_tuple(r, FIELDS) for r in rows[2:4]])
+    sink.execute(make_tuple(rows[4], FIELDS))  # a row kept as a row: the rest after it too
+    sink.execute_batch([make_tuple(r, FIELDS) for r in rows[5:7]])
+    apply_action(sink, state, Action.PREPARE, 0, True)
+    assert stage_rows(state) == rows[:7]
+    # Prepared again (a PREPARE sent again with more rows): its first stage first.
+    sink.execute_batch([make_tuple(r, FIELDS) for r in rows[7:]])
+    apply_action(sink, state, Action.PREPARE, 0, True)
+    assert stage_rows(state) == rows
+    apply_action(sink, state, Action.COMMIT, 0, True)
+    assert append.rows() == rows
+    # Rolled back: what was buffered is dropped, encoded or not.
+    sink.execute_batch([make_tuple(["x", 1], FIELDS)])
+    sink.execute(make_tuple(["y", 1], FIELDS))
+    apply_action(sink, state, Action.ROLLBACK, 0, True)
+    apply_action(sink, state, Action.PREPARE, 1, True)
+    assert state.get(STAGE_KEY)["txid"] == 0  # nothing staged for 1
+
+
+class SetRowSink(PostgresSink):
+    """An append sink whose row for the word ``bad`` holds a set, which orjson refuses."""
+
+    def row(self, tup: Tuple) -> list[Any]:
+        word, n = tup.values
+        return [word, {n} if word == "bad" else n]
+
+
+class SetRow(PostgresAppend):
+    def make(self) -> TwoPhaseSink:
+        sink = SetRowSink(self.table, FIELDS, dsn=PG_DSN)
+        return sink
+
+
+def test_a_batch_that_cannot_be_encoded_is_named_at_prepare(tmp_path: Path) -> None:
+    for case in opened(SetRow(tmp_path)):
+        sink, state = open_task(case, store(tmp_path))
+        apply_action(sink, state, Action.INITSTATE, -1, False)
+        sink.execute_batch([make_tuple(["ok", 1], FIELDS)])
+        sink.execute_batch([make_tuple(r, FIELDS) for r in [["a", 1], ["bad", 2]]])
+        sink.execute_batch([make_tuple(["ok", 2], FIELDS)])
+        with pytest.raises(SinkError, match="cannot be staged as JSON"):
+            apply_action(sink, state, Action.PREPARE, 0, True)
