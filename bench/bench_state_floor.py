@@ -1,6 +1,12 @@
-"""The floor of the large/small throughput ratio (issue 34): store reads a word x a read's cost.
+"""The floor of the large/small throughput ratio (issue 34): what the large state costs the store.
 
     python bench/bench_state_floor.py [--generation 62000 40000 400000] [--reads 20000]
+    python bench/bench_state_floor.py --part raw [--checkpoints 20] [--small-cpu 2.3]
+        [--small-server 0.3] [--ways once changed bulk]
+        [--providers sqlite redis] [--redis redis://127.0.0.1:6379/11]
+    python bench/bench_state_floor.py --part commit [--commits 60]
+
+``--part reads`` (the default):
 
 1. The store reads the large corpus causes (bench_wallclock.vocab_corpus(2,000,000,
    1,000,000): 781,312 distinct words) through the read cache's two generations,
@@ -12,19 +18,55 @@
    cache), and what ``PRAGMA data_version`` (the provider's check of its kept
    merge, once a miss) costs: callgrind, instructions inside ``functools.reduce``
    of 0 and of ``--reads`` random reads, the difference divided by ``--reads``.
+
+``--part raw``: what the large corpus forces on any design that keeps every
+key in the store, without statestream: the final count of each of the
+781,312 keys written once, in ``--checkpoints`` checkpoints (a key in the
+checkpoint of its first sight; a transaction per count task's namespace and
+checkpoint, as the run commits them), then every key read back in key order
+and written out as the JSON lines the word count's dump writes. sqlite: the
+provider's schema and pragmas (WAL, synchronous=FULL, 2 KiB pages, 8 MiB page
+cache, a WAL checkpoint every 16 MiB), the rows bound as bytearrays in
+statements of 256 rows (the provider's fold). Redis: the provider's layout
+(the hash ``{N}`` and the key index ``{N}$keys``, one MULTI/EXEC pipeline a
+checkpoint; the dump a ZRANGE BYLEX page of 1,024 keys, then its HMGET).
+Printed: CPU seconds of this process (user + sys) per part, the Redis
+server's apart (INFO cpu), and the best ratio it leaves, small-run CPU /
+(small-run CPU + floor), and on Redis also with the servers' CPU on both
+sides (``--small-server``: the small run's Redis server CPU). ``--ways``:
+``once`` as above; ``changed``, the rows a design pays that writes every
+changed key of every checkpoint into the B-tree (or hash); ``bulk``, the least a design can write that keeps each
+checkpoint durable: each checkpoint's changed keys as one log record (its own
+transaction; on Redis an RPUSH), then every key once, in key order, in one
+transaction at the end (on Redis one pipeline).
+
+``--part commit``: issue 34's item 3 (1,000 changed keys in a 1,000,000-key
+state at most 1.5x the cost in a 1,000-key state) on raw sqlite3 with the
+provider's schema and pragmas: ``--commits`` transactions, each an upsert of
+1,000 random existing keys, into a table of 1,000,000 rows and one of 1,000;
+CPU a commit (with the provider's WAL checkpoints, and without), and the WAL
+frames a commit writes (the WAL's growth over page size + 24, counted with
+automatic checkpoints off): the pages the B-tree changes.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import random
+import resource
 import sqlite3
 import sys
 import tempfile
+import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -92,7 +134,7 @@ def one(path: str, what: str, n: int) -> None:
     keys = [f'"w{rng.randrange(ROWS)}"'.encode() for _ in range(n)]
     sql = SQL[what]
 
-    def reads(_: object, __: object) -> None:
+    def reads(_: int, __: int) -> int:
         ex = conn.execute
         if what == "select":
             for key in keys:
@@ -100,6 +142,7 @@ def one(path: str, what: str, n: int) -> None:
         else:
             for _key in keys:
                 ex(sql).fetchone()
+        return 0
 
     functools.reduce(reads, [0, 0])
 
@@ -108,14 +151,377 @@ def count(path: str, what: str, n: int) -> int:
     return callgrind_count(__file__, "--one", what, str(n), path)
 
 
+# The sqlite provider's settings (providers/sqlite: provider._tune, DEFAULT_*).
+PAGE_SIZE = 2048
+CACHE_KIB = [8 * 1024]  # the provider's cache_mb (8); --page-cache-mib sets it
+CHECKPOINT_PAGES = 16 * 1024 * 1024 // PAGE_SIZE
+CHUNK = 256
+NAMESPACES = ("wordcount/count-0", "wordcount/count-1")
+DUMP_PAGE = 1024  # statestream._kvstate.PAGE
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _connect(path: str, autocheckpoint: bool = True) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS statestream_entries (namespace TEXT NOT NULL,"
+        " key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (namespace, key)) WITHOUT ROWID"
+    )
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB[0]}")
+    conn.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES if autocheckpoint else 0}")
+    conn.execute(f"PRAGMA journal_size_limit={CHECKPOINT_PAGES * PAGE_SIZE}")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    return conn
+
+
+def _upsert_sql(rows: int) -> str:
+    return (
+        "INSERT INTO statestream_entries (namespace, key, value) VALUES "
+        + ", ".join(["(?1, ?, ?)"] * rows)
+        + " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
+    )
+
+
+UPSERT = {1 << bit: _upsert_sql(1 << bit) for bit in range(CHUNK.bit_length())}
+
+
+def upsert(conn: sqlite3.Connection, namespace: str, rows: list[tuple[bytes, bytes]]) -> None:
+    """The rows in statements of CHUNK rows and of smaller powers of two (the provider's fold)."""
+    start = 0
+    while start < len(rows):
+        size = min(CHUNK, 1 << ((len(rows) - start).bit_length() - 1))
+        params: list[object] = [namespace]
+        for key, value in rows[start : start + size]:
+            params += (bytearray(key), bytearray(value))
+        conn.execute(UPSERT[size], params)
+        start += size
+
+
+Batches = list[list[dict[bytes, bytes]]]  # [checkpoint][namespace] -> {key: value}
+
+
+def checkpoints(n: int) -> tuple[Batches, Batches, int]:
+    """The large corpus cut into n checkpoints of equal words: (each key once, with its
+    final count, in the checkpoint of its first sight; every key a checkpoint changes,
+    with its count then; the words)."""
+    from bench_wallclock import vocab_corpus
+
+    with open(vocab_corpus(2_000_000, 1_000_000)) as f:
+        words = f.read().split()
+    final: dict[str, int] = {}
+    changed: Batches = []
+    per = -(-len(words) // n)
+    for start in range(0, len(words), per):
+        batch: list[dict[bytes, bytes]] = [{}, {}]
+        for word in words[start : start + per]:
+            final[word] = count = final.get(word, 0) + 1
+            batch[zlib.crc32(word.encode()) & 1][orjson.dumps(word)] = b"%d" % count
+        changed.append(batch)
+    once: Batches = []
+    seen: set[bytes] = set()
+    for batch in changed:
+        firsts: list[dict[bytes, bytes]] = [{}, {}]
+        for task, keys in enumerate(batch):
+            for key in keys:
+                if key not in seen:
+                    seen.add(key)
+                    firsts[task][key] = b"%d" % final[orjson.loads(key)]
+        once.append(firsts)
+    return once, changed, len(words)
+
+
+def write_lines(out: str, items: Iterator[tuple[bytes, bytes]]) -> int:
+    """The word count's dump (examples/wordcount.py write_counts): decode, JSON lines."""
+    n = 0
+    with open(out, "wb") as f:
+        chunk: list[bytes] = []
+        for key, value in items:
+            chunk.append(
+                orjson.dumps({"word": orjson.loads(key), "count": orjson.loads(value)}) + b"\n"
+            )
+            if len(chunk) == 4096:
+                f.write(b"".join(chunk))
+                n += len(chunk)
+                chunk = []
+        f.write(b"".join(chunk))
+        n += len(chunk)
+    return n
+
+
+def encode(keys: dict[bytes, bytes]) -> bytes:
+    """A checkpoint's delta as one record: keys and values NUL-separated (JSON never
+    holds a raw NUL), the cheapest encoding Python has: one join in C."""
+    return b"\0".join(itertools.chain.from_iterable(keys.items()))
+
+
+def sqlite_floor(tmp: str, batches: Batches, log: Batches | None = None) -> dict[str, float]:
+    path = f"{tmp}/raw.db"
+    conn = _connect(path)
+    conn.execute("CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, delta BLOB NOT NULL)")
+    cpu, wall = _cpu(), time.perf_counter()
+    for batch in log or ():
+        for keys in batch:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO log (delta) VALUES (?)", (bytearray(encode(keys)),))
+            conn.execute("COMMIT")
+    for batch in batches:
+        for namespace, keys in zip(NAMESPACES, batch, strict=True):
+            if keys:
+                conn.execute("BEGIN IMMEDIATE")
+                upsert(conn, namespace, [(key, keys[key]) for key in sorted(keys)])
+                conn.execute("COMMIT")
+    write = _cpu() - cpu, time.perf_counter() - wall
+
+    def items() -> Iterator[tuple[bytes, bytes]]:
+        # Pages in key order, as the provider's scan_page: a statement a page.
+        for namespace in NAMESPACES:
+            after = b""
+            while True:
+                page = conn.execute(
+                    "SELECT key, value FROM statestream_entries WHERE namespace = ? AND key > ?"
+                    " ORDER BY key LIMIT ?",
+                    (namespace, after, DUMP_PAGE),
+                ).fetchall()
+                yield from page
+                if len(page) < DUMP_PAGE:
+                    break
+                after = page[-1][0]
+
+    cpu, wall = _cpu(), time.perf_counter()
+    lines = write_lines(f"{tmp}/out.jsonl", items())
+    dump = _cpu() - cpu, time.perf_counter() - wall
+    conn.close()
+    os.unlink(path)
+    return {
+        "write": write[0],
+        "write_wall": write[1],
+        "dump": dump[0],
+        "dump_wall": dump[1],
+        "lines": lines,
+    }
+
+
+def redis_floor(
+    tmp: str, url: str, batches: Batches, log: Batches | None = None
+) -> dict[str, float]:
+    import redis
+
+    client: Any = redis.Redis.from_url(url)
+    if client.dbsize():
+        raise SystemExit(f"{url} is not empty: give an empty database (--redis)")
+
+    def server() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    names = [(f"{{{n}}}".encode(), f"{{{n}}}$keys".encode()) for n in NAMESPACES]
+    try:
+        cpu, wall, srv = _cpu(), time.perf_counter(), server()
+        for batch in log or ():
+            for (data, _), keys in zip(names, batch, strict=True):
+                client.rpush(data + b"$log", encode(keys))
+        for batch in batches:
+            for (data, index), keys in zip(names, batch, strict=True):
+                if keys:
+                    pipe = client.pipeline(transaction=True)
+                    items = list(keys.items())
+                    for start in range(0, len(items), 10_000):
+                        chunk = dict(items[start : start + 10_000])
+                        pipe.hset(data, mapping=chunk)
+                        pipe.zadd(index, dict.fromkeys(chunk, 0))
+                    pipe.execute()
+        write = _cpu() - cpu, time.perf_counter() - wall, server() - srv
+
+        def pages() -> Iterator[tuple[bytes, bytes]]:
+            for data, index in names:
+                after = b"-"
+                while True:
+                    keys = client.zrange(index, after, b"+", bylex=True, offset=0, num=DUMP_PAGE)
+                    if not keys:
+                        break
+                    yield from zip(keys, client.hmget(data, keys), strict=True)
+                    if len(keys) < DUMP_PAGE:
+                        break
+                    after = b"(" + keys[-1]
+
+        cpu, wall, srv = _cpu(), time.perf_counter(), server()
+        lines = write_lines(f"{tmp}/out.jsonl", pages())
+        dump = _cpu() - cpu, time.perf_counter() - wall, server() - srv
+    finally:
+        client.flushdb()
+    return {
+        "write": write[0],
+        "write_wall": write[1],
+        "write_server": write[2],
+        "dump": dump[0],
+        "dump_wall": dump[1],
+        "dump_server": dump[2],
+        "lines": lines,
+    }
+
+
+WAYS = {
+    "once": "each key once",
+    "changed": "every changed key",
+    "bulk": "a log record a checkpoint, then each key once in one sorted transaction",
+}
+
+
+def raw(
+    n: int, small_cpu: float, small_server: float, providers: list[str], url: str, ways: list[str]
+) -> None:
+    once, changed, words = checkpoints(n)
+    keys = sum(len(k) for b in once for k in b)
+    rows = sum(len(k) for b in changed for k in b)
+    sizes = sorted(sum(len(k) for k in b) for b in once)
+    print(
+        f"{words:,} words, {keys:,} keys, {n} checkpoints: new keys a checkpoint"
+        f" {sizes[0]:,}-{sizes[-1]:,} (median {sizes[len(sizes) // 2]:,});"
+        f" changed keys, all checkpoints: {rows:,}"
+    )
+    print(
+        "\n| provider | what | rows | CPU s (this process) | wall s | server CPU s | floor ratio |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for provider in providers:
+            for way in ways:
+                what = WAYS[way]
+                log = changed if way == "bulk" else None
+                batches = {"once": once, "changed": changed}.get(way) or [
+                    [{k: v for b in once for k, v in sorted(b[task].items())} for task in (0, 1)]
+                ]
+                if provider == "sqlite":
+                    r = sqlite_floor(tmp, batches, log)
+                else:
+                    r = redis_floor(tmp, url, batches, log)
+                srv_w = f"{r['write_server']:.2f}" if "write_server" in r else ""
+                srv_d = f"{r['dump_server']:.2f}" if "dump_server" in r else ""
+                rows_w = sum(len(k) for b in batches for k in b)
+                print(
+                    f"| {provider} | write, {what} | {rows_w:,} | {r['write']:.2f} |"
+                    f" {r['write_wall']:.2f} | {srv_w} | |"
+                )
+                print(
+                    f"| {provider} | dump ({int(r['lines']):,} lines) | | {r['dump']:.2f} |"
+                    f" {r['dump_wall']:.2f} | {srv_d} | |"
+                )
+                floor = r["write"] + r["dump"]
+                both = floor + float(r.get("write_server", 0)) + float(r.get("dump_server", 0))
+                ratio = small_cpu / (small_cpu + floor)
+                small_both = small_cpu + small_server
+                extra = (
+                    f"; with the servers' {small_both / (small_both + both):.2f}"
+                    if provider == "redis"
+                    else ""
+                )
+                print(
+                    f"| {provider} | **floor, {what}** | | **{floor:.2f}** | | |"
+                    f" **{ratio:.2f}**{extra} |",
+                    flush=True,
+                )
+
+
+def one_commit(conn: sqlite3.Connection, rng: random.Random, size: int) -> None:
+    """One transaction: 1,000 random existing keys of ``size`` upserted (new values)."""
+    rows = sorted(
+        (f'"w{rng.randrange(size)}"'.encode(), b"%d" % rng.randrange(99)) for _ in range(1_000)
+    )
+    conn.execute("BEGIN IMMEDIATE")
+    upsert(conn, "count-0", rows)
+    conn.execute("COMMIT")
+
+
+def commit_part(commits: int) -> None:
+    """Issue 34's item 3 on raw sqlite3: 1,000 random keys upserted a commit."""
+    print(
+        "| state | commits | CPU ms a commit (provider's WAL checkpoints) |"
+        " CPU ms a commit (no checkpoint) | wall ms | WAL frames a commit |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    per: dict[int, tuple[float, float, float, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in (1_000, 1_000_000):
+            path = f"{tmp}/commit{size}.db"
+            conn = _connect(path)
+            conn.execute("BEGIN")
+            for start in range(0, size, 100_000):
+                upsert(
+                    conn,
+                    "count-0",
+                    [(f'"w{i}"'.encode(), b"3") for i in range(start, min(size, start + 100_000))],
+                )
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            rng = random.Random(size)
+
+            for _ in range(5):  # warm the page cache as a running state's is
+                one_commit(conn, rng, size)
+            cpu, wall = _cpu(), time.perf_counter()
+            for _ in range(commits):
+                one_commit(conn, rng, size)
+            with_ckpt = (_cpu() - cpu) / commits, (time.perf_counter() - wall) / commits
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            frames = cpu_plain = 0.0
+            for _ in range(commits):
+                before = os.path.getsize(f"{path}-wal")
+                cpu = _cpu()
+                one_commit(conn, rng, size)
+                cpu_plain += _cpu() - cpu
+                frames += (os.path.getsize(f"{path}-wal") - before) / (PAGE_SIZE + 24)
+                if os.path.getsize(f"{path}-wal") > CHECKPOINT_PAGES * PAGE_SIZE:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.close()
+            per[size] = (with_ckpt[0], cpu_plain / commits, with_ckpt[1], frames / commits)
+            a, b, c, d = per[size]
+            print(
+                f"| {size:,} keys | {commits} | {a * 1e3:.2f} | {b * 1e3:.2f} | {c * 1e3:.1f} |"
+                f" {d:,.0f} |",
+                flush=True,
+            )
+    ratios = [per[1_000_000][i] / per[1_000][i] for i in range(4)]
+    print("| ratio 1M / 1k | | " + " | ".join(f"{r:.2f}" for r in ratios) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--generation", type=int, nargs="+", default=[40_000, 62_000, 400_000])
     ap.add_argument("--reads", type=int, default=20_000)
+    ap.add_argument("--part", choices=("reads", "raw", "commit"), default="reads")
+    ap.add_argument("--checkpoints", type=int, default=20, help="the large run's (raw)")
+    ap.add_argument("--small-cpu", type=float, default=2.3, help="the small run's CPU s (raw)")
+    ap.add_argument("--small-server", type=float, default=0.0, help="its Redis server's CPU s")
+    ap.add_argument("--page-cache-mib", type=int, default=8, help="sqlite's page cache (raw)")
+    ap.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
+    ap.add_argument("--redis", default="redis://127.0.0.1:6379/11", help="an empty database")
+    ap.add_argument("--commits", type=int, default=60)
+    ap.add_argument("--ways", nargs="+", choices=tuple(WAYS), default=list(WAYS), help="raw")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         one(args.one[2], args.one[0], int(args.one[1]))
+        return
+    CACHE_KIB[0] = args.page_cache_mib * 1024
+    if args.part == "raw":
+        raw(
+            args.checkpoints,
+            args.small_cpu,
+            args.small_server,
+            args.providers,
+            args.redis,
+            args.ways,
+        )
+        return
+    if args.part == "commit":
+        commit_part(args.commits)
         return
     print("| generation a task | words | first sights (no read) | store reads | a word |")
     print("|---|---|---|---|---|")
