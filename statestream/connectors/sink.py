@@ -14,9 +14,7 @@ part in the checkpoint instead of writing per tuple::
                        once by orjson (one JSON text: the state stores a string
                        and need not walk every row) and put in the task's own
                        state namespace, so the state provider makes it durable
-                       atomically with the checkpoint; without keep_last_by
-                       each batch of execute_batch was encoded as it came, and
-                       the stage is those texts joined (below)
+                       atomically with the checkpoint
     COMMIT(t)          post_commit, after the state committed t: the stage is
                        written to the target in ONE target transaction with the
                        guard (topology, sink, task) -> t; a stage whose txid the
@@ -62,16 +60,6 @@ A write that fails in the thread fails as it would have in ``post_commit``
 :class:`~statestream.SinkError` stops the run there. Nothing staged is lost:
 the stage stays in the committed state, and the next run's ``init_state``
 writes it.
-
-The buffer of a sink without ``keep_last_by`` is the JSON text of each batch
-``execute_batch`` took, encoded then (orjson, in C) while its rows are fresh
-in the CPU's cache, rather than the rows: the rows die young with their
-tuples instead of being held until the checkpoint and freed there, and
-PREPARE only joins the texts (issue 32: a third of the encoding's time, and
-no rows to free at COMMIT). Rows that ``execute`` takes one at a time, or a
-batch that orjson refuses, and every row after them until PREPARE, are kept
-as rows and encoded at PREPARE (a refused row is named there, as before).
-With ``keep_last_by`` the rows are kept, for PREPARE's last row of each key.
 
 Where the target write runs: on the local runtime (one process or
 ``topology.workers``) on the sink task's writer thread, after the COMMIT of
@@ -208,14 +196,6 @@ def last_of_each(rows: list[Any], key: Callable[[Any], Hashable]) -> list[Any]:
         return rows
 
 
-def _joined(parts: list[bytes]) -> bytes:
-    """One JSON array of the rows of the JSON arrays ``parts`` (each non-empty), in order."""
-    if len(parts) == 1:
-        return parts[0]
-    # memoryview slices: each part's rows are copied once, by join.
-    return b"[%b]" % b",".join([memoryview(part)[1:-1] for part in parts])
-
-
 def input_fields(context: TopologyContext, what: str) -> list[str]:
     """The field names of the tuples a sink receives: those its inputs declare.
 
@@ -256,13 +236,9 @@ class TwoPhaseSink(StatefulBolt):
     keep_last_by: Callable[[Any], Hashable] | None = None
 
     def __init__(self) -> None:
-        # What the next pre_prepare stages, in order: the JSON arrays of the
-        # batches execute_batch encoded (without keep_last_by), then the rows
-        # kept as rows (every row after the first one kept as a row is one too).
-        self._encoded: list[bytes] = []
         self._buffer: list[list[Any]] = []
-        # The txid and JSON text of the stage put at the last pre_prepare.
-        self._staged: tuple[int, str] | None = None
+        # The txid and rows of the stage put at the last pre_prepare.
+        self._staged: tuple[int, list[list[Any]]] | None = None
         self._written = -1  # the highest txid this instance wrote or found written
         self._open = False
         # The local runtime's overlap (overlap_commits): the writes run on
@@ -326,7 +302,6 @@ class TwoPhaseSink(StatefulBolt):
         self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
     ) -> None:
         super().prepare(conf, context, collector)
-        self._encoded = []
         self._buffer = []
         self._staged = None
         self._written = -1
@@ -338,7 +313,6 @@ class TwoPhaseSink(StatefulBolt):
         self.check_target()
 
     def init_state(self, state: KeyValueState) -> None:
-        self._encoded = []
         self._buffer = []
         self._staged = None
         self._state = state
@@ -373,56 +347,37 @@ class TwoPhaseSink(StatefulBolt):
         the tuples waiting for this task: their rows are buffered, all or none (a
         :meth:`row` that raises leaves the buffer as it was, and the runtime then
         executes the same tuples one at a time), and the runtime acks each tuple
-        when this returns (as :meth:`execute` acks it).
-
-        Without :attr:`keep_last_by` the rows are encoded here, as one JSON array
-        (module docstring), unless rows kept as rows wait before them or orjson
-        refuses one: then they are kept as rows, for pre_prepare to encode."""
+        when this returns (as :meth:`execute` acks it)."""
         if type(self).row is TwoPhaseSink.row:
             # The values themselves (emitted values are not changed after the emit):
             # taken in C, ~100 instructions a row against ~700 for a comprehension.
-            rows = list(map(_VALUES, tuples))
+            self._buffer += map(_VALUES, tuples)
         else:
-            rows = [self.row(t) for t in tuples]
-        if rows and self.keep_last_by is None and not self._buffer:
-            try:
-                # Exact-size copy: orjson's own buffer is over-allocated (encode_json).
-                self._encoded.append(b"%b" % orjson.dumps(rows))
-                return
-            except TypeError:  # orjson.JSONEncodeError: pre_prepare names the row
-                pass
-        self._buffer += rows
+            self._buffer += [self.row(t) for t in tuples]
 
     def pre_prepare(self, txid: int) -> None:
         # The write of the last commit is done before its stage may be replaced.
         self._settle()
-        parts, rows = self._encoded, self._buffer
-        self._encoded, self._buffer = [], []
+        rows = self._buffer
         staged = self._staged
         if staged is not None and staged[0] == txid:
-            # txid prepared again: its first stage stays in it, first.
-            if self.keep_last_by is not None:
-                rows = orjson.loads(staged[1]) + rows
-            else:
-                parts.insert(0, staged[1].encode())
-        if self.keep_last_by is not None and rows:
-            rows = last_of_each(rows, self.keep_last_by)
-        if rows:
-            try:
-                parts.append(orjson.dumps(rows))
-            except TypeError as exc:  # orjson.JSONEncodeError
-                raise SinkError(
-                    f"{self.what}: a row cannot be staged as JSON ({exc}); make row() "
-                    "return JSON values"
-                ) from exc
-        if not parts:
+            rows = staged[1] + rows  # txid prepared again: its first stage stays in it
+        self._buffer = []
+        if not rows:
             return  # nothing to write for txid: the committed stage is an older one
-        encoded = _joined(parts).decode()
+        if self.keep_last_by is not None:
+            rows = last_of_each(rows, self.keep_last_by)
+        try:
+            encoded = orjson.dumps(rows).decode()
+        except TypeError as exc:  # orjson.JSONEncodeError
+            raise SinkError(
+                f"{self.what}: a row cannot be staged as JSON ({exc}); make row() return "
+                "JSON values"
+            ) from exc
         self._state.put(STAGE_KEY, {"txid": txid, "json": encoded})
-        self._staged = (txid, encoded)
+        self._staged = (txid, rows)
 
     def pre_rollback(self) -> None:
-        self._encoded = []
         self._buffer = []
         self._staged = None
 

@@ -10,9 +10,7 @@ upsert, a Redis hash or set) stages one row a key, the last one.
 
 from __future__ import annotations
 
-import gc
 import json
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,48 +163,6 @@ def append(tmp_path: Path) -> Iterator[SinkCase]:
     yield from opened(PostgresAppend(tmp_path))
 
 
-class Row(list[Any]):
-    """A row that a weak reference can follow (a plain list cannot)."""
-
-
-#: A weak reference to each row a WeakRowsSink made.
-MADE: list[weakref.ref[Row]] = []
-
-
-class WeakRowsSink(PostgresSink):
-    """An append sink whose rows are :class:`Row`, each one followed in MADE."""
-
-    def row(self, tup: Tuple) -> list[Any]:
-        made = Row(tup.values)
-        MADE.append(weakref.ref(made))
-        return made
-
-
-class WeakRows(PostgresAppend):
-    def make(self) -> TwoPhaseSink:
-        sink = WeakRowsSink(self.table, FIELDS, dsn=PG_DSN)
-        return sink
-
-
-def test_an_append_sink_keeps_no_row_of_a_batch(tmp_path: Path) -> None:
-    # Each batch is encoded when it comes (issue 32): its rows die with its tuples,
-    # not at the checkpoint, and the stage is the same.
-    MADE.clear()
-    for case in opened(WeakRows(tmp_path)):
-        sink, state = open_task(case, store(tmp_path))
-        apply_action(sink, state, Action.INITSTATE, -1, False)
-        rows = [["a", 1], ["b", 2], ["c", 3], ["d", 4]]
-        sink.execute_batch([make_tuple(r, FIELDS) for r in rows[:3]])
-        sink.execute_batch([make_tuple(r, FIELDS) for r in rows[3:]])
-        gc.collect()
-        assert len(MADE) == 4
-        assert [r() for r in MADE] == [None] * 4
-        apply_action(sink, state, Action.PREPARE, 0, True)
-        assert stage_rows(state) == rows
-        apply_action(sink, state, Action.COMMIT, 0, True)
-        assert case.rows() == rows
-
-
 def test_an_append_stage_keeps_the_order_of_batches_and_rows(
     append: SinkCase, tmp_path: Path
 ) -> None:
@@ -216,7 +172,7 @@ def test_an_append_stage_keeps_the_order_of_batches_and_rows(
     sink.execute_batch([make_tuple(r, FIELDS) for r in rows[0:2]])
     sink.execute_batch([])
     sink.execute_batch([make_tuple(r, FIELDS) for r in rows[2:4]])
-    sink.execute(make_tuple(rows[4], FIELDS))  # a row kept as a row: the rest after it too
+    sink.execute(make_tuple(rows[4], FIELDS))  # one at a time, between batches
     sink.execute_batch([make_tuple(r, FIELDS) for r in rows[5:7]])
     apply_action(sink, state, Action.PREPARE, 0, True)
     assert stage_rows(state) == rows[:7]
@@ -226,7 +182,7 @@ def test_an_append_stage_keeps_the_order_of_batches_and_rows(
     assert stage_rows(state) == rows
     apply_action(sink, state, Action.COMMIT, 0, True)
     assert append.rows() == rows
-    # Rolled back: what was buffered is dropped, encoded or not.
+    # Rolled back: what was buffered is dropped, by batch or one at a time.
     sink.execute_batch([make_tuple(["x", 1], FIELDS)])
     sink.execute(make_tuple(["y", 1], FIELDS))
     apply_action(sink, state, Action.ROLLBACK, 0, True)
