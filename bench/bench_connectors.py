@@ -2,6 +2,7 @@
 
     python bench/bench_connectors.py --part throughput [--lines 100000] [--pairs 3]
     python bench/bench_connectors.py --part instructions [--rows 20000] [--batch 160]
+    python bench/bench_connectors.py --part spout [--lines 100000] [--pairs 3]
 
 ``throughput``: examples/stream_to_postgres.py (a Redis stream -> split ->
 count -> two PostgreSQL sinks, append and upsert) against examples/wordcount.py
@@ -36,6 +37,10 @@ and a direct caller run it (``apply_action``: the write done in the COMMIT)
 and as the local runtime runs it (``StatefulTaskProtocol``: the COMMIT hands
 the write to the task's writer thread, and the next PREPARE, counted too,
 waits for it; callgrind runs the threads one at a time and counts both).
+
+``spout``: RedisStreamSpout by itself on a stream of ``--lines`` lines,
+``--pairs`` rounds: CPU a line on its thread (what the pipeline's thread
+pays) and in the whole process (its reader thread's XREAD replies too).
 """
 
 from __future__ import annotations
@@ -292,9 +297,80 @@ def instructions(rows: int, batch: int) -> None:
         print(f"| {kind} | {' | '.join(cells)} |", flush=True)
 
 
+# -- spout ---------------------------------------------------------------------------------
+
+
+class _LastId:
+    """A spout collector keeping only the last message id emitted."""
+
+    last: Any = None
+
+    def emit(self, values: Any, msg_id: Any = None, stream: str = "default") -> None:
+        self.last = msg_id
+
+    def report_error(self, error: BaseException) -> None:
+        raise error
+
+
+def spout(lines: int, rounds: int) -> None:
+    """RedisStreamSpout by itself: ``next_tuple`` until exhausted, each id acked in
+    groups of 1,000, over a stream of ``lines`` lines (random_text); its thread's CPU
+    and the process's (the reader thread's XREAD replies included) a line."""
+    import time
+
+    import redis
+
+    from statestream import FakeClock
+    from statestream.connectors import RedisStreamSpout
+    from statestream.testing import mock_context, random_text
+
+    tmp = Path(tempfile.mkdtemp())
+    random_text(tmp / "lines.txt", lines)
+    client = redis.Redis()
+    name = f"bench-spout-{uuid.uuid4().hex[:8]}"
+    pipe = client.pipeline(transaction=False)
+    for line in (tmp / "lines.txt").read_text().splitlines():
+        pipe.xadd(name, {"line": line})
+    pipe.execute()
+    print(f"{lines:,} lines, RedisStreamSpout alone (exactly-once, as in a run)\n")
+    print("| round | its thread, us a line | the process, us a line |")
+    print("|---:|---:|---:|")
+    try:
+        for r in range(1, rounds + 1):
+            sp = RedisStreamSpout(name, fields=["line"])
+            out = _LastId()
+            context = mock_context("lines", clock=FakeClock())
+            context.exactly_once = True
+            sp.open({}, context, out)  # type: ignore[arg-type]
+            n, pending = 0, []
+            thread, process = time.thread_time(), time.process_time()
+            while True:
+                out.last = None
+                sp.next_tuple()
+                if out.last is not None:
+                    n += 1
+                    pending.append(out.last)
+                    if len(pending) < 1000:
+                        continue
+                elif sp.exhausted():
+                    break
+                for msg_id in pending:
+                    sp.ack(msg_id)
+                pending.clear()
+            thread, process = time.thread_time() - thread, time.process_time() - process
+            sp.close()
+            print(f"| {r} | {thread / n * 1e6:.2f} | {process / n * 1e6:.2f} |", flush=True)
+    finally:
+        client.delete(name)
+        client.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--part", choices=("throughput", "instructions"), default="throughput")
+    ap.add_argument(
+        "--part", choices=("throughput", "instructions", "spout"), default="throughput"
+    )
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--rows", type=int, default=20_000)
@@ -306,6 +382,8 @@ def main() -> None:
         measured(args.one, args.rows, args.what, max(1, args.batch))
     elif args.part == "throughput":
         throughput(args.lines, args.pairs)
+    elif args.part == "spout":
+        spout(args.lines, args.pairs)
     else:
         instructions(args.rows, max(1, args.batch))
 
