@@ -179,12 +179,20 @@ class PostgresSink(TwoPhaseSink):
                 )
         self._insert = self._insert_sql(types)
         sql = self._sql
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (topology text NOT NULL, sink text NOT NULL, "
-                "task integer NOT NULL, txid bigint NOT NULL, PRIMARY KEY (topology, sink, task))"
-            ).format(self._ident(self.guard_table))
-        )
+        # CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions creating
+        # the same table at once, one fails on pg_type's unique index (every sink task
+        # of a first run with topology.workers or on Spark's executors starts at
+        # once). A lock on the guard table's name, held to the end of the
+        # transaction, makes the second wait and then find the table.
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.guard_table,))
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (topology text NOT NULL, sink text NOT NULL, "
+                    "task integer NOT NULL, txid bigint NOT NULL, "
+                    "PRIMARY KEY (topology, sink, task))"
+                ).format(self._ident(self.guard_table))
+            )
 
     def _insert_sql(self, types: dict[str, tuple[str, str, str]]) -> Any:
         """``INSERT ... SELECT`` of the rows of one JSON array parameter (upsert: with

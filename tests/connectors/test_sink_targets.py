@@ -201,3 +201,54 @@ def test_redis_a_key_of_another_type_is_refused_before_any_write(tmp_path: Path)
         for s in case.opened:
             s.cleanup()
         case.close()
+
+
+class SharedGuard(PostgresAppend):
+    """Sinks of one table whose guard table is a fresh one of the test's own."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self.guard = f"{self.table}_guard"
+
+    def make(self) -> PostgresSink:
+        return PostgresSink(self.table, FIELDS, dsn=PG_DSN, guard_table=self.guard)
+
+    def close(self) -> None:
+        self.conn.execute(f"DROP TABLE IF EXISTS {self.guard}")
+        super().close()
+
+
+def start_at_once(case: SharedGuard, provider: Any, tasks: int) -> list[BaseException]:
+    """``tasks`` sinks of ``case`` prepared (their targets checked) at the same moment,
+    each on a thread of its own; what they raised."""
+    import threading
+
+    start = threading.Barrier(tasks)
+    failed: list[BaseException] = []
+
+    def one(task: int) -> None:
+        start.wait()
+        try:
+            open_task(case, provider, task)
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(tasks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failed
+
+
+def test_postgres_sinks_starting_at_once_create_the_guard_table_once(tmp_path: Path) -> None:
+    # Every sink task of a first run with topology.workers (or on Spark's executors)
+    # checks its target at once; CREATE TABLE IF NOT EXISTS racing itself fails one
+    # of them on pg_type's unique index, unless they take turns.
+    for case in opened(SharedGuard(tmp_path)):
+        assert isinstance(case, SharedGuard)
+        provider = store(tmp_path)
+        for _ in range(3):  # a fresh guard table each time: the race is at its creation
+            case.conn.execute(f"DROP TABLE IF EXISTS {case.guard}")
+            assert start_at_once(case, provider, 8) == []
+        assert case.conn.execute("SELECT to_regclass(%s)", (case.guard,)).fetchone()[0]
