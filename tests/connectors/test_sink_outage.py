@@ -16,6 +16,8 @@ nothing committed lost.
 PostgreSQL is the shared server (only this test's connections are cut; a
 server "away" is this test's own role refused at login); Redis is a server of
 the test's own on a spare port (test_source_outage's), stopped and started.
+The same cuts with ``topology.workers: 2``: the sink tasks in two processes,
+each worker cutting every sink connection of the topology.
 The runs' clock is a fake one moving at each reading (StepClock): the
 checkpoints fall at the same points on a loaded machine, and the reconnect
 bound passes in no real time.
@@ -70,13 +72,18 @@ class Cutter:
     ``cut()`` finds a connection to cut, then ``every`` ticks after the last cut
     (so that each cut meets a connection made again)."""
 
-    def __init__(self, cut: Callable[[], int], times: int, first: int, every: int) -> None:
+    def __init__(
+        self, cut: Callable[[], int], times: int, first: int, every: int, log: Path | None = None
+    ) -> None:
         self.cut = cut
         self.times = times
         self.every = every
         self.next_at = first
         self.ticks = 0
         self.cuts: list[int] = []  # connections cut, per cut
+        # With topology.workers each worker ticks a copy of its own (forked with
+        # this module): each cut is also written here, a line a cut.
+        self.log = log
 
     def tick(self) -> None:
         """One more point at which a cut may come (a COMMIT, a line)."""
@@ -86,6 +93,9 @@ class Cutter:
             if cut:
                 self.cuts.append(cut)
                 self.next_at = self.ticks + self.every
+                if self.log is not None:
+                    with self.log.open("a") as f:
+                        f.write(f"{cut}\n")
 
 
 class CutAfterCommit(TwoPhaseSink):
@@ -115,18 +125,21 @@ def word_count_into(name: str, corpus: Path, updates: Any, counts: Any) -> Topol
     return b.build()
 
 
-def corpus(tmp_path: Path) -> Path:
+def corpus(tmp_path: Path, times: int = 1) -> Path:
+    """WORDS ``times`` over, ten words a line."""
+    words = WORDS * times
     path = tmp_path / "in.txt"
-    path.write_text("\n".join(" ".join(WORDS[i : i + 10]) for i in range(0, len(WORDS), 10)))
+    path.write_text("\n".join(" ".join(words[i : i + 10]) for i in range(0, len(words), 10)))
     return path
 
 
-def run_it(topology: Topology, tmp_path: Path, limit: float) -> RunResult:
+def run_it(topology: Topology, tmp_path: Path, limit: float, workers: int = 1) -> RunResult:
     config = {
         "topology.state.checkpoint.interval.ms": 50,
         "topology.state.provider": "sqlite",
         "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
         "statestream.connectors.reconnect.secs": limit,
+        "topology.workers": workers,
     }
     return run(topology, config, until_idle=True, clock=StepClock(0.01))
 
@@ -195,14 +208,19 @@ class Postgres(Target):
         )
 
     def cut(self, topology: str) -> int:
-        # pg_terminate_backend of the backends whose application_name is a sink task's.
-        return len(
-            self.conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE starts_with(application_name, %s)",
-                (f"statestream/{topology}/",),
-            ).fetchall()
-        )
+        # pg_terminate_backend of the backends whose application_name is a sink task's,
+        # on a connection of this process's own: a worker forked with topology.workers
+        # must not talk over the test's (two processes on one socket hang both).
+        import psycopg
+
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            return len(
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE starts_with(application_name, %s)",
+                    (f"statestream/{topology}/",),
+                ).fetchall()
+            )
 
     def away(self, topology: str) -> None:
         self.conn.execute(f"ALTER ROLE {self.role} NOLOGIN")
@@ -308,6 +326,26 @@ def test_sinks_ride_out_their_connections_cut(target: Target, tmp_path: Path) ->
     assert len(cutter.cuts) == 3, f"the run ended after {cutter.ticks} commits, {cutter.cuts} cut"
     ridden_out(result)
     assert target.read() == (EVERY_UPDATE, EXPECTED)
+
+
+def test_sinks_in_two_workers_ride_out_their_connections_cut(
+    target: Target, tmp_path: Path
+) -> None:
+    # topology.workers: 2, the sink tasks spread over two processes; each worker's
+    # cutter cuts every sink connection of the topology, both workers'.
+    name = f"sinkout-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "cuts"
+    CUTTERS[name] = Cutter(lambda: target.cut(name), times=3, first=2, every=3, log=log)
+    updates, counts = target.sinks()
+    topology = word_count_into(name, corpus(tmp_path, 4), updates, counts)
+    result = run_it(topology, tmp_path, 30.0, workers=2)
+    del CUTTERS[name]
+    cuts = log.read_text().split() if log.exists() else []
+    assert len(cuts) >= 2, f"{cuts} connections cut"
+    ridden_out(result)
+    counts4 = Counter({w: 4 * n for w, n in EXPECTED.items()})
+    every4 = Counter((w, k) for w, n in counts4.items() for k in range(1, n + 1))
+    assert target.read() == (every4, counts4)
 
 
 def test_a_server_away_past_the_bound_stops_the_run_and_loses_nothing(
