@@ -166,7 +166,9 @@ class RedisStreamSpout(BrokerSpout):
         self._restart(((s, entry), values) for s, entry, values in replay)
         # A failed entry's predecessor is not known any more, and need not be: it
         # precedes the position, which is where an at-least-once restart continues.
-        self._before = {(s, e): emitted[s] for s, e, _ in replay}
+        self._before = (
+            {(s, e): emitted[s] for s, e, _ in replay} if self._track_before else {}
+        )
 
     def next_tuple(self) -> None:
         buffer: Any = self._buffer  # its ids are (stream, entry id) here

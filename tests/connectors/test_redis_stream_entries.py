@@ -126,5 +126,9 @@ def test_predecessors_are_kept_only_for_at_least_once(
         if not exactly_once:
             first_unacked = ids.emitted[0][1][1]
             assert spout.acked_position()["partitions"] == {name: first_unacked}
+        # A restored position's failed entries, too.
+        failed = ids.emitted[3][1][1]
+        spout.seek({"partitions": {name: ids.emitted[5][1][1]}, "replay": [[name, failed, ["x"]]]})
+        assert len(spout._before) == (0 if exactly_once else 1)
     finally:
         spout.close()
