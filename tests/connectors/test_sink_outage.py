@@ -335,7 +335,7 @@ def test_sinks_in_two_workers_ride_out_their_connections_cut(
     # cutter cuts every sink connection of the topology, both workers'.
     name = f"sinkout-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "cuts"
-    CUTTERS[name] = Cutter(lambda: target.cut(name), times=3, first=2, every=3, log=log)
+    CUTTERS[name] = Cutter(lambda: target.cut(name), times=3, first=1, every=3, log=log)
     updates, counts = target.sinks()
     topology = word_count_into(name, corpus(tmp_path, 4), updates, counts)
     result = run_it(topology, tmp_path, 30.0, workers=2)
