@@ -170,23 +170,6 @@ class RedisStreamSpout(BrokerSpout):
             {(s, e): emitted[s] for s, e, _ in replay} if self._track_before else {}
         )
 
-    def next_tuple(self) -> None:
-        buffer: Any = self._buffer  # its ids are (stream, entry id) here
-        if self._replay or not buffer:
-            super().next_tuple()  # replays first; an empty buffer is filled there
-            return
-        # The base's path for a buffered entry with _emitted inlined: once a line.
-        msg_id, values = buffer.popleft()
-        self._in_flight[msg_id] = values
-        s, entry = msg_id
-        if self._track_before:
-            self._before[msg_id] = self._last[s]
-        self._last[s] = entry
-        counts = self._counts
-        if counts is not None:
-            counts[s] += 1
-        self.collector.emit(values, msg_id)
-
     def _emitted(self, msg_id: Any) -> None:
         s, entry = msg_id
         if self._track_before:
