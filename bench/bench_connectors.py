@@ -3,6 +3,7 @@
     python bench/bench_connectors.py --part throughput [--lines 100000] [--pairs 3]
     python bench/bench_connectors.py --part instructions [--rows 20000] [--batch 160]
     python bench/bench_connectors.py --part spout [--lines 100000] [--pairs 3]
+    python bench/bench_connectors.py --part bound [--lines 100000] [--pairs 5]
 
 ``throughput``: examples/stream_to_postgres.py (a Redis stream -> split ->
 count -> two PostgreSQL sinks, append and upsert) against examples/wordcount.py
@@ -38,6 +39,13 @@ and as the local runtime runs it (``StatefulTaskProtocol``: the COMMIT hands
 the write to the task's writer thread, and the next PREPARE, counted too,
 waits for it; callgrind runs the threads one at a time and counts both).
 
+``bound``: what the example could reach with no runtime work between the count and
+its sinks: bench/fused_sinks.py (the sinks fused into the count, in each of its
+``FUSED_MODE``s) beside the word count, the pipeline with no sinks at all (Redis
+-> split -> count) and the example, ``--pairs`` interleaved rounds, each run with
+its time, its process's CPU and PostgreSQL's (every ``postgres`` process), and
+for the runs that write both tables whether they hold the exact counts.
+
 ``spout``: RedisStreamSpout by itself on a stream of ``--lines`` lines,
 ``--pairs`` rounds: CPU a line on its thread (what the pipeline's thread
 pays) and in the whole process (its reader thread's XREAD replies too).
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import resource
 import shutil
@@ -87,6 +96,24 @@ class AckOnly({base}):
 
 def topology():
     return stream_to_postgres.build(AckOnly(), AckOnly())
+"""
+# The example's source, split and count with no sink at all: the pipeline's floor.
+NO_SINKS = """
+import os
+import sys
+sys.path.insert(0, {examples!r})
+import stream_to_postgres as example
+from wordcount import WordCount
+from statestream import TopologyBuilder
+
+
+def topology():
+    builder = TopologyBuilder("stream-to-postgres")
+    url = os.environ.get("LINES_URL", example.DEFAULT_URL)
+    builder.set_spout("lines", example.source(url, os.environ.get("LINES_STREAM", "lines")))
+    builder.set_bolt("split", example.Split(), 2).shuffle_grouping("lines")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
+    return builder.build()
 """
 # The example itself, reporting at exit how its process's main thread (where every
 # task runs) spent the run: on a CPU, runnable but waiting for one (the machine's
@@ -144,8 +171,6 @@ def timed_run(args: list[str], env: dict[str, str] | None = None) -> tuple[float
 
 
 def throughput(lines: int, pairs: int) -> None:
-    import os
-
     import end_to_end as e2e
 
     from statestream.testing import random_text
@@ -199,6 +224,81 @@ def throughput(lines: int, pairs: int) -> None:
         f"run {med[0] / med[4]:.2f}, CPU {med[1] / med[5]:.2f}; stream_to_postgres' main "
         f"thread blocked {med[8]:.2f} s"
     )
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def postgres_cpu() -> float:
+    """CPU seconds used so far by every ``postgres`` process (Linux /proc)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "postgres":
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    return total
+
+
+def bound(lines: int, pairs: int) -> None:
+    import collections
+
+    import end_to_end as e2e
+
+    from statestream.testing import random_text
+
+    tmp = Path(tempfile.mkdtemp())
+    corpus = tmp / "lines.txt"
+    random_text(corpus, lines)
+    truth = collections.Counter(corpus.read_text().split())
+    common = ["--set", "topology.state.provider=sqlite"]
+    common += ["--set", "topology.state.checkpoint.interval.ms=1000"]
+    common += ["--set", "topology.max.spout.pending=50000"]
+    no_sinks = tmp / "no_sinks.py"
+    no_sinks.write_text(NO_SINKS.format(examples=str(ROOT / "examples")))
+    fused = str(HERE / "fused_sinks.py")
+    example = str(ROOT / "examples" / "stream_to_postgres.py")
+    variants: list[tuple[str, str, dict[str, str]]] = [
+        ("no sinks", str(no_sinks), {}),
+        ("example", example, {}),
+        *((f"fused {m}", fused, {"FUSED_MODE": m}) for m in ("keep", "mem", "mem-updates", "mem-totals", "drop")),
+    ]  # fmt: skip
+    print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} rounds; a cell: "
+          "run s / process CPU s / PostgreSQL CPU s (word count's run / this run, "
+          "by CPU), and whether both tables are exact\n")  # fmt: skip
+    print(f"| round | word count | {' | '.join(v[0] for v in variants)} |")
+    print(f"|---:|---:|{'---:|' * len(variants)}")
+    ratios: dict[str, list[tuple[float, float]]] = {v[0]: [] for v in variants}
+    with e2e.source("redis") as src:
+        e2e.wait_producer(e2e.start_producer(src, corpus, 0))
+        env = {**os.environ, "LINES_URL": src.url, "LINES_STREAM": src.stream}
+        for pair in range(1, pairs + 1):
+            state = f"topology.state.provider.config={{path: {tmp}/wc-{pair}.db}}"
+            wc = timed_run(
+                [WORDCOUNT, *common, "--set", state, "--set", f"wordcount.input={corpus}"]
+            )
+            cells = [f"{wc[0]:.2f} / {wc[1]:.2f}"]
+            for i, (name, path, extra) in enumerate(variants):
+                with e2e.database() as dsn:
+                    state = f"topology.state.provider.config={{path: {tmp}/v{i}-{pair}.db}}"
+                    before = postgres_cpu()
+                    run = timed_run(
+                        [path, *common, "--set", state], {**env, **extra, "POSTGRES_DSN": dsn}
+                    )
+                    pg = postgres_cpu() - before
+                    both = name in ("example", "fused keep", "fused mem")
+                    exact = (
+                        (" exact" if e2e.check(dsn, truth).exact else " NOT EXACT") if both else ""
+                    )
+                ratios[name].append((wc[0] / run[0], wc[1] / run[1]))
+                cells.append(f"{run[0]:.2f} / {run[1]:.2f} / {pg:.2f} "
+                             f"({wc[0] / run[0]:.2f}, {wc[1] / run[1]:.2f}){exact}")  # fmt: skip
+            print(f"| {pair} | {' | '.join(cells)} |", flush=True)
+    print("\nmedian ratios to the word count, run (CPU): " + ", ".join(
+        f"{name} {statistics.median(r[0] for r in rs):.2f} ({statistics.median(r[1] for r in rs):.2f})"
+        for name, rs in ratios.items()
+    ))  # fmt: skip
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -369,7 +469,7 @@ def spout(lines: int, rounds: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument(
-        "--part", choices=("throughput", "instructions", "spout"), default="throughput"
+        "--part", choices=("throughput", "instructions", "spout", "bound"), default="throughput"
     )
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("--pairs", type=int, default=3)
@@ -384,6 +484,8 @@ def main() -> None:
         throughput(args.lines, args.pairs)
     elif args.part == "spout":
         spout(args.lines, args.pairs)
+    elif args.part == "bound":
+        bound(args.lines, args.pairs)
     else:
         instructions(args.rows, max(1, args.batch))
 
