@@ -41,7 +41,7 @@ waits for it; callgrind runs the threads one at a time and counts both).
 
 ``bound``: what the example could reach with no runtime work between the count and
 its sinks: bench/fused_sinks.py (the sinks fused into the count, in each of its
-``FUSED_MODE``s) beside the word count, the pipeline with no sinks at all (Redis
+``FUSED_MODE``s, the append table also written by COPY) beside the word count, the pipeline with no sinks at all (Redis
 -> split -> count) and the example, ``--pairs`` interleaved rounds, each run with
 its time, its process's CPU and PostgreSQL's (every ``postgres`` process), and
 for the runs that write both tables whether they hold the exact counts.
@@ -170,6 +170,18 @@ def timed_run(args: list[str], env: dict[str, str] | None = None) -> tuple[float
     return float(found.group(1)), cpu, float(blocked.group(1)) if blocked else float("nan")
 
 
+# What every run of ``throughput`` and ``bound`` is given.
+COMMON = ["--set", "topology.state.provider=sqlite"]
+COMMON += ["--set", "topology.state.checkpoint.interval.ms=1000"]
+COMMON += ["--set", "topology.max.spout.pending=50000"]
+
+
+def wordcount_run(tmp: Path, corpus: Path, pair: int) -> tuple[float, float, float]:
+    """examples/wordcount.py on ``corpus``, its state in a fresh SQLite file."""
+    state = f"topology.state.provider.config={{path: {tmp}/wc-{pair}.db}}"
+    return timed_run([WORDCOUNT, *COMMON, "--set", state, "--set", f"wordcount.input={corpus}"])
+
+
 def throughput(lines: int, pairs: int) -> None:
     import end_to_end as e2e
 
@@ -178,9 +190,7 @@ def throughput(lines: int, pairs: int) -> None:
     tmp = Path(tempfile.mkdtemp())
     corpus = tmp / "lines.txt"
     random_text(corpus, lines)
-    common = ["--set", "topology.state.provider=sqlite"]
-    common += ["--set", "topology.state.checkpoint.interval.ms=1000"]
-    common += ["--set", "topology.max.spout.pending=50000"]
+    common = COMMON
     variant = tmp / "ack_only_sinks.py"
     variant.write_text(ACK_ONLY.format(examples=str(ROOT / "examples"), base="Bolt"))
     stateful = tmp / "stateful_ack_only_sinks.py"
@@ -197,10 +207,7 @@ def throughput(lines: int, pairs: int) -> None:
         e2e.wait_producer(e2e.start_producer(src, corpus, 0))
         env = {**os.environ, "LINES_URL": src.url, "LINES_STREAM": src.stream}
         for pair in range(1, pairs + 1):
-            state = f"topology.state.provider.config={{path: {tmp}/wc-{pair}.db}}"
-            wc = timed_run(
-                [WORDCOUNT, *common, "--set", state, "--set", f"wordcount.input={corpus}"]
-            )
+            wc = wordcount_run(tmp, corpus, pair)
             state = f"topology.state.provider.config={{path: {tmp}/ack-{pair}.db}}"
             ack = timed_run([str(variant), *common, "--set", state], env)
             state = f"topology.state.provider.config={{path: {tmp}/sack-{pair}.db}}"
@@ -252,9 +259,7 @@ def bound(lines: int, pairs: int) -> None:
     corpus = tmp / "lines.txt"
     random_text(corpus, lines)
     truth = collections.Counter(corpus.read_text().split())
-    common = ["--set", "topology.state.provider=sqlite"]
-    common += ["--set", "topology.state.checkpoint.interval.ms=1000"]
-    common += ["--set", "topology.max.spout.pending=50000"]
+    common = COMMON
     no_sinks = tmp / "no_sinks.py"
     no_sinks.write_text(NO_SINKS.format(examples=str(ROOT / "examples")))
     fused = str(HERE / "fused_sinks.py")
@@ -262,7 +267,7 @@ def bound(lines: int, pairs: int) -> None:
     variants: list[tuple[str, str, dict[str, str]]] = [
         ("no sinks", str(no_sinks), {}),
         ("example", example, {}),
-        *((f"fused {m}", fused, {"FUSED_MODE": m}) for m in ("keep", "mem", "mem-updates", "mem-totals", "drop")),
+        *((f"fused {m}", fused, {"FUSED_MODE": m}) for m in ("keep", "copy", "mem", "mem-updates", "mem-totals", "drop")),
     ]  # fmt: skip
     print(f"{lines:,} lines ({lines * e2e.WORDS_PER_LINE:,} words), {pairs} rounds; a cell: "
           "run s / process CPU s / PostgreSQL CPU s (word count's run / this run, "
@@ -274,10 +279,7 @@ def bound(lines: int, pairs: int) -> None:
         e2e.wait_producer(e2e.start_producer(src, corpus, 0))
         env = {**os.environ, "LINES_URL": src.url, "LINES_STREAM": src.stream}
         for pair in range(1, pairs + 1):
-            state = f"topology.state.provider.config={{path: {tmp}/wc-{pair}.db}}"
-            wc = timed_run(
-                [WORDCOUNT, *common, "--set", state, "--set", f"wordcount.input={corpus}"]
-            )
+            wc = wordcount_run(tmp, corpus, pair)
             cells = [f"{wc[0]:.2f} / {wc[1]:.2f}"]
             for i, (name, path, extra) in enumerate(variants):
                 with e2e.database() as dsn:
@@ -287,7 +289,7 @@ def bound(lines: int, pairs: int) -> None:
                         [path, *common, "--set", state], {**env, **extra, "POSTGRES_DSN": dsn}
                     )
                     pg = postgres_cpu() - before
-                    both = name in ("example", "fused keep", "fused mem")
+                    both = name in ("example", "fused keep", "fused copy", "fused mem")
                     exact = (
                         (" exact" if e2e.check(dsn, truth).exact else " NOT EXACT") if both else ""
                     )
