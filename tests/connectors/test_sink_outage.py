@@ -17,7 +17,9 @@ PostgreSQL is the shared server (only this test's connections are cut; a
 server "away" is this test's own role refused at login); Redis is a server of
 the test's own on a spare port (test_source_outage's), stopped and started.
 The same cuts with ``topology.workers: 2``: the sink tasks in two processes,
-each worker cutting every sink connection of the topology.
+each worker cutting every sink connection of the topology. And on Spark, where
+the driver writes the targets after each batch's commit: the cuts and the
+server away past the bound between two batches.
 The runs' clock is a fake one moving at each reading (StepClock): the
 checkpoints fall at the same points on a loaded machine, and the reconnect
 bound passes in no real time.
@@ -61,9 +63,19 @@ WORDS = [f"w{i % 37}" for i in range(6000)]
 EXPECTED = Counter(WORDS)
 EVERY_UPDATE = Counter((w, k) for w, n in EXPECTED.items() for k in range(1, n + 1))
 
+
+class _Registry(dict[str, "Cutter"]):
+    """This process's cutters. Spark ships this module by value to its executors
+    (the sinks below are defined here), and the cutters reach the test's server
+    connections, which do not pickle: a pickle of the registry is an empty one."""
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (dict, ())
+
+
 #: Per topology, what cuts its sinks' connections (the bolts reach it by name:
 #: a topology is copied by the runtime, a module's globals are not).
-CUTTERS: dict[str, Cutter] = {}
+CUTTERS: dict[str, Cutter] = _Registry()
 
 
 class Cutter:
@@ -317,11 +329,41 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     made.close()
 
 
-def test_sinks_ride_out_their_connections_cut(target: Target, tmp_path: Path) -> None:
+def run_on_spark(topology: Topology, tmp_path: Path, limit: float, spark: Any) -> RunResult:
+    """As :func:`run_it`, on Spark: 150 lines a batch, so that the 600 lines take four
+    batches, each committed by the driver's four sink tasks (four cutter ticks)."""
+    from statestream.runtime.spark import SparkRuntime
+
+    config = {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "statestream.connectors.reconnect.secs": limit,
+        "statestream.spark.batch.size": 150,
+    }
+    return SparkRuntime(topology, config, spark=spark, clock=StepClock(0.01)).run(until_idle=True)
+
+
+Runner = Callable[[Topology, Path, float], RunResult]
+
+
+@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+def runner(request: pytest.FixtureRequest) -> Runner:
+    """One process, or Spark: there the driver writes the targets once it has
+    committed each batch (statestream.connectors.sink), so the cuts, and the
+    server away, come between two batches."""
+    if request.param == "local":
+        return run_it
+    spark = request.getfixturevalue("spark_session")
+    return lambda topology, tmp_path, limit: run_on_spark(topology, tmp_path, limit, spark)
+
+
+def test_sinks_ride_out_their_connections_cut(
+    target: Target, runner: Runner, tmp_path: Path
+) -> None:
     name = f"sinkout-{uuid.uuid4().hex[:8]}"
     CUTTERS[name] = cutter = Cutter(lambda: target.cut(name), times=3, first=2, every=3)
     updates, counts = target.sinks()
-    result = run_it(word_count_into(name, corpus(tmp_path), updates, counts), tmp_path, 30.0)
+    result = runner(word_count_into(name, corpus(tmp_path), updates, counts), tmp_path, 30.0)
     del CUTTERS[name]
     assert len(cutter.cuts) == 3, f"the run ended after {cutter.ticks} commits, {cutter.cuts} cut"
     ridden_out(result)
@@ -349,7 +391,7 @@ def test_sinks_in_two_workers_ride_out_their_connections_cut(
 
 
 def test_a_server_away_past_the_bound_stops_the_run_and_loses_nothing(
-    target: Target, tmp_path: Path
+    target: Target, runner: Runner, tmp_path: Path
 ) -> None:
     name = f"sinkout-{uuid.uuid4().hex[:8]}"
 
@@ -361,7 +403,7 @@ def test_a_server_away_past_the_bound_stops_the_run_and_loses_nothing(
     updates, counts = target.sinks()
     topology = word_count_into(name, corpus(tmp_path), updates, counts)
     with pytest.raises(SinkError) as caught:
-        run_it(topology, tmp_path, 2.0)
+        runner(topology, tmp_path, 2.0)
     assert cutter.cuts
     message = str(caught.value)
     assert re.match(rf"{target.kind} '(updates|counts)' task [01] lost ", message), message
@@ -372,7 +414,7 @@ def test_a_server_away_past_the_bound_stops_the_run_and_loses_nothing(
     target.back()
     assert target.read() != (EVERY_UPDATE, EXPECTED)  # stopped before the end
     CUTTERS[name] = Cutter(away, times=0, first=0, every=0)
-    ridden_out(run_it(topology, tmp_path, 2.0))
+    ridden_out(runner(topology, tmp_path, 2.0))
     del CUTTERS[name]
     assert target.read() == (EVERY_UPDATE, EXPECTED)
 
