@@ -41,7 +41,7 @@ waits for it; callgrind runs the threads one at a time and counts both).
 
 ``bound``: what the example could reach with no runtime work between the count and
 its sinks: bench/fused_sinks.py (the sinks fused into the count, in each of its
-``FUSED_MODE``s, the append table also written by COPY) beside the word count, the pipeline with no sinks at all (Redis
+``FUSED_MODE``s) beside the word count, the pipeline with no sinks at all (Redis
 -> split -> count) and the example, ``--pairs`` interleaved rounds, each run with
 its time, its process's CPU and PostgreSQL's (every ``postgres`` process), and
 for the runs that write both tables whether they hold the exact counts.
@@ -259,7 +259,6 @@ def bound(lines: int, pairs: int) -> None:
     corpus = tmp / "lines.txt"
     random_text(corpus, lines)
     truth = collections.Counter(corpus.read_text().split())
-    common = COMMON
     no_sinks = tmp / "no_sinks.py"
     no_sinks.write_text(NO_SINKS.format(examples=str(ROOT / "examples")))
     fused = str(HERE / "fused_sinks.py")
@@ -286,7 +285,7 @@ def bound(lines: int, pairs: int) -> None:
                     state = f"topology.state.provider.config={{path: {tmp}/v{i}-{pair}.db}}"
                     before = postgres_cpu()
                     run = timed_run(
-                        [path, *common, "--set", state], {**env, **extra, "POSTGRES_DSN": dsn}
+                        [path, *COMMON, "--set", state], {**env, **extra, "POSTGRES_DSN": dsn}
                     )
                     pg = postgres_cpu() - before
                     both = name in ("example", "fused keep", "fused copy", "fused mem")
