@@ -200,8 +200,7 @@ class SetRowSink(PostgresSink):
 
 class SetRow(PostgresAppend):
     def make(self) -> TwoPhaseSink:
-        sink = SetRowSink(self.table, FIELDS, dsn=PG_DSN)
-        return sink
+        return SetRowSink(self.table, FIELDS, dsn=PG_DSN)
 
 
 def test_a_batch_that_cannot_be_encoded_is_named_at_prepare(tmp_path: Path) -> None:
