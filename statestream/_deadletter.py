@@ -179,6 +179,13 @@ class DeadLetter:
     status: str = DEAD
     repr_values: list[int] = field(default_factory=list)
     msg_id_repr: bool = False
+    at: str | None = None
+    """Set when a bolt gave up on one of its inputs (exactly-once, retried in
+    place): the bolt's component; ``spout``/``task`` are then the bolt task,
+    ``source`` and ``stream`` where the tuple came from, and a replay
+    delivers ``values`` to that bolt alone, so nothing else of its tree runs
+    twice."""
+    source: str | None = None
 
     @classmethod
     def of(
@@ -195,6 +202,8 @@ class DeadLetter:
         *,
         stream: str = "default",
         error_type: str | None = None,
+        at: str | None = None,
+        source: str | None = None,
     ) -> DeadLetter:
         """A record, with the values and message id made JSON (repr where needed).
 
@@ -221,6 +230,8 @@ class DeadLetter:
             stream=stream,
             repr_values=lossy,
             msg_id_repr=id_repr,
+            at=at,
+            source=source,
         )
 
     @classmethod

@@ -679,4 +679,7 @@ def quiet_wants_checkpoint(standstill: Standstill | None, statuses: Sequence[Rou
     early), False if the workers should sleep."""
     if standstill is not None and (standstill.replaying or any(s.failed for s in statuses)):
         return True
-    return any(s.holding for s in statuses)
+    # Queued and still nobody moved: a failed tuple waits out its retry delay
+    # (or a full queue waits), which only the clock ends; a checkpoint now
+    # would not be cut before it anyway.
+    return any(s.holding for s in statuses) and not any(s.queued for s in statuses)

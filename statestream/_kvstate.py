@@ -198,6 +198,7 @@ class StoredKeyValueState:
         "_filter",
         "_foreign_prepared",
         "_generation",
+        "_journal",
         "_loaded",
         "_old",
         "_pending",
@@ -262,6 +263,11 @@ class StoredKeyValueState:
         self._filter: _KeyFilter | None = None
         #: Committed entries read whole on the first miss (see _preload).
         self.preload_limit = PRELOAD_LIMIT
+        # The per-tuple undo journal (start_journal): cache key -> (key, the
+        # visible value before the tuple being executed changed it). None
+        # unless a runtime retries a failed tuple in place (exactly-once): a
+        # put then costs one lookup more, otherwise one attribute read.
+        self._journal: dict[Hashable, tuple[Any, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.namespace!r}>"
@@ -501,6 +507,8 @@ class StoredKeyValueState:
         one fails now, naming the namespace, the key and the type, rather
         than at the next checkpoint.
         """
+        if self._journal is not None:
+            self._remember(key)
         if self._defer and type(key) is str and _isascii(key) and _plain_value(value):
             pending = self._pending
             if pending and key in pending:
@@ -533,6 +541,8 @@ class StoredKeyValueState:
         The tombstone hides prepared and committed values until it is
         committed, then the key is gone from the store.
         """
+        if self._journal is not None:
+            self._remember(key)
         cache_key, encoded_key = self._key(key)
         old: Any = _MISSING
         if self._plain and type(cache_key) is str:
@@ -544,6 +554,44 @@ class StoredKeyValueState:
         self._pending[cache_key] = (key, encoded_key, None, None)
         self._view[cache_key] = _ABSENT
         return None if old is _ABSENT else old
+
+    # -- the per-tuple undo journal ------------------------------------------
+    def start_journal(self) -> None:
+        """Journal the changes of each tuple from now on (:meth:`journal_begin`
+        before each, :meth:`journal_undo` after one that failed), so that a
+        runtime can execute a failed tuple again with its changes undone."""
+        if self._journal is None:
+            self._journal = {}
+
+    def journal_begin(self) -> None:
+        """A new tuple starts: forget what the last one changed."""
+        journal = self._journal
+        if journal:
+            journal.clear()
+
+    def journal_undo(self) -> None:
+        """Put back every key the tuple changed since :meth:`journal_begin`, as it was."""
+        journal = self._journal
+        if not journal:
+            return
+        self._journal = None  # the undo's own puts are not journaled
+        try:
+            for key, before in journal.values():
+                if before is _MISSING:
+                    self.delete(key)  # a tombstone of a key the store lacks is a no-op
+                else:
+                    self.put(key, before)
+        finally:
+            journal.clear()
+            self._journal = journal
+
+    def _remember(self, key: Any) -> None:
+        cls = type(key)
+        cache_key = key if cls is str or cls is int else self._key(key)[0]
+        journal = self._journal
+        assert journal is not None
+        if cache_key not in journal:
+            journal[cache_key] = (key, self.get(key, _MISSING))
 
     def _settle_plain(self) -> None:
         """Encode the deferred puts into the pending changes and the view (see ``_plain``)."""

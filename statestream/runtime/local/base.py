@@ -24,6 +24,7 @@ from ..._errors import ConfigError, PrepareRefused
 from ..._exactly_once import Standstill, run_mode
 from ..._messages import MessageBook, Outcome
 from ..._results import ErrorReport, TaskMetrics
+from ..._routing import task_for_key
 from ..._retry import FailureRate, RetryPolicy, retry_cannot_fix, too_many_failures
 from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
 from ..._topology import ComponentSpec, Topology
@@ -168,6 +169,8 @@ class RuntimeBase:
         owned = self.owned
         self.task_by_id: dict[int, Task] = {}
         self.bolt_by_id: dict[int, BoltTask] = {}
+        # Bolt tasks with tuples waiting out a retry's delay (BoltTask.parked).
+        self.parking: set[BoltTask] = set()
         for cid, tids in plan.component_tasks.items():
             spec = self.topology.components[cid]
             for i, tid in enumerate(tids):
@@ -467,8 +470,33 @@ class RuntimeBase:
             return
         self._deadletters_loaded = True
         spouts = {s.namespace for s in self.data_spouts}
-        for r in self.deadletters.marked_for_replay(self.topology.name, spouts):
-            self.book_for(r.spout, r.task).feed(r)
+        first = self._first_data_spout()
+        bolts = (
+            {
+                task_namespace(cid, i)
+                for cid, tids in self.plan.component_tasks.items()
+                if not self.topology.components[cid].is_spout
+                for i in range(len(tids))
+            }
+            if first is not None
+            else set()
+        )
+        for r in self.deadletters.marked_for_replay(self.topology.name, spouts | bolts):
+            if r.at is None:
+                self.book_for(r.spout, r.task).feed(r)
+            elif first is not None:
+                # A bolt's input, sent to that bolt alone from the first data
+                # spout's task 0 (in one process of a topology.workers run),
+                # tracked as any fed-back dead letter.
+                first.book.feed(r)
+
+    def _first_data_spout(self) -> SpoutTask | None:
+        """Task 0 of the first data spout, if it runs in this process."""
+        for cid, tids in self.plan.component_tasks.items():
+            spec = self.topology.components[cid]
+            if spec.is_spout and cid != CHECKPOINT_SPOUT:
+                return self.spout_by_task.get(tids[0])
+        return None
 
     def note_failure(self, roots: Iterable[int], cause: Any) -> None:
         """A bolt failed these trees: remember why, for a dead-letter record."""
@@ -489,6 +517,39 @@ class RuntimeBase:
         if _KILL_AT == "after-write":
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def release_parked(self, now: float) -> None:
+        """Tuples whose retry delay has passed go back to their bolt tasks' inboxes."""
+        for bolt in list(self.parking):
+            if bolt.release_parked(now) == float("inf"):
+                self.parking.discard(bolt)
+
+    def parked(self) -> bool:
+        """Whether a bolt task holds a failed tuple waiting for its retry."""
+        return any(b.parked for b in self.parking)
+
+    def write_bolt_dead_letter(
+        self, task: BoltTask, tup: Tuple, exc: BaseException | None, attempts: int
+    ) -> None:
+        """``task`` gave up on its input ``tup`` (exactly-once, retried in place):
+        write the tuple itself, durably, so that a replay delivers it to the same
+        bolt and nothing else of its tree runs twice (``DeadLetter.at``)."""
+        origin = tup.origin
+        record = DeadLetter.of(
+            self.topology.name,
+            task.component,
+            task.task_index,
+            f"{origin.component}-{origin.task_index}:{tup.edge or tup.root}",
+            tup.values,
+            task.component,
+            exc,
+            attempts,
+            None if exc is not None else "failed by collector.fail()",
+            stream=origin.stream,
+            at=task.component,
+            source=origin.component,
+        )
+        self.write_dead_letter(record)
+
     def emit_replays(self, task: SpoutTask, limit: int) -> bool:
         """Emit up to ``limit`` dead letters fed back for ``task``; True if any went out."""
         book = task.book
@@ -501,6 +562,9 @@ class RuntimeBase:
                 break
             rid = replays.popleft()
             record = rid.record
+            if record.at is not None:
+                n += self._replay_at_bolt(task, rid)
+                continue
             entry = task.streams.get(record.stream)
             if entry is None:
                 fits_stream(record, None, False)  # says why in the log
@@ -521,6 +585,67 @@ class RuntimeBase:
                 root, task.task_id, task.deliver_spout(origin, routes, record.values, None, root)
             )
         return n > 0
+
+    def _replay_at_bolt(self, task: SpoutTask, rid: Replay) -> int:
+        """Send a bolt's dead letter (``DeadLetter.at``) to that bolt's task alone, as
+        the root of a new tree of ``task`` (its ack marks the record replayed); 1 if
+        it went out."""
+        record = rid.record
+        found = self._bolt_input_of(record)
+        if found is None:
+            log.warning(
+                "dead letter %r of bolt %s is not replayed: the bolt, its input from %r "
+                "(stream %r) or its task is not in this topology now",
+                record.msg_id,
+                record.namespace,
+                record.source,
+                record.stream,
+            )
+            return 0
+        target, origin = found
+        queue = self._queue(target, "inbox")
+        task.emitted += 1
+        if self.acking is None:
+            root = edge = 0
+        else:
+            task.book.replay_emitted(rid)
+            root, edge = self.draw_root(), self.next_edge()
+            task.pending.put_new(root, (rid, record.values, origin))
+            self.acking.init(root, task.task_id, edge)
+        if isinstance(queue, deque):
+            owner = target if root else -1
+            queue.append(Tuple(record.values, origin, None, owner, root, edge))
+        else:  # a task of another worker
+            queue.add(record.values, origin, root, edge)
+        if self.acking is None:
+            self.replay_acked(rid)
+        return 1
+
+    def _bolt_input_of(self, record: DeadLetter) -> tuple[int, Origin] | None:
+        """Where bolt ``record.at``'s input goes now: the global id of the task (a
+        fields grouping hashes the key again, since the parallelism may have
+        changed) and an origin of the source's stream, if both still exist."""
+        spec = self.topology.components.get(record.at or "")
+        source = self.topology.components.get(record.source or "")
+        if spec is None or spec.is_spout or source is None:
+            return None
+        sub = next(
+            (s for s in spec.inputs if s.source == source.id and s.stream == record.stream),
+            None,
+        )
+        tids = self.plan.component_tasks.get(spec.id, [])
+        if sub is None or not tids or record.stream not in source.outputs:
+            return None
+        fields = source.outputs[record.stream][0]
+        if len(fields) != len(record.values):
+            return None
+        if sub.grouping.kind == "fields":
+            key = [record.values[fields.index_of(f)] for f in sub.grouping.fields]
+            index = task_for_key(key[0] if len(key) == 1 else key, len(tids))
+        else:
+            index = record.task % len(tids)
+        src_tid = self.plan.component_tasks[source.id][0]
+        return tids[index], Origin(source.id, src_tid, 0, record.stream, fields)
 
     def replay_acked(self, rid: Replay) -> None:
         """A fed-back dead letter went through: mark it replayed in the file."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -11,6 +12,7 @@ from ..._components import Bolt, task_namespace
 from ..._errors import FailedException, ReliabilityError
 from ..._executors import CheckpointTupleForwarder, StatefulBoltExecutor
 from ..._kvstate import StoredKeyValueState
+from ..._results import TaskMetrics
 from ..._topology import ComponentSpec
 from ..._tuple import Origin, Tuple
 from .tasks import FIELDS1, SHUFFLE, Route, Task
@@ -48,6 +50,25 @@ class BoltTask(Task):
         # Checkpoint tuples take a priority lane: they must get through while
         # data waits (before INITSTATE, or while a full queue holds it).
         self.control: deque[Tuple] = deque()
+        # Exactly-once: a tuple this bolt fails is executed again here, its
+        # state writes undone (the state's journal) and its delay waited out
+        # in `parked`, instead of failing its tree and rewinding everything
+        # since the cut (statestream._retry.retry_here says when).
+        # 0: not decided yet, 1: retried here, 2: not (failures fail the tree).
+        self.here = 0 if rt.exactly_once and rt.acking is not None else 2
+        self.current: Tuple | None = None  # the tuple being executed (here == 1)
+        self.emitted_before = 0  # self.emitted when `current` started
+        self.journal: StoredKeyValueState | None = None
+        self.tries: dict[int, int] = {}  # id(tuple) -> its failures, while it is retried
+        self.parked: list[tuple[float, int, int, Tuple]] = []  # (due, seq, failures, tuple)
+        self.parked_seq = 0
+        self.dead_lettered = 0
+
+    def metrics(self) -> TaskMetrics:
+        m = super().metrics()
+        m.retrying = len(self.parked)
+        m.dead_lettered = self.dead_lettered
+        return m
 
     # -- the collector the bolt sees -------------------------------------
     def emit(
@@ -266,6 +287,9 @@ class BoltTask(Task):
     def fail(self, tup: Tuple) -> None:
         if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
             self._misuse(tup, "fail")
+        if tup is self.current and self.emitted == self.emitted_before:
+            self._retry_here(tup)
+            return
         tup.done = True
         self.failed += 1
         anchors = tup.trees()
@@ -279,6 +303,46 @@ class BoltTask(Task):
             self.rt.failure_rate(self).failed(tup.values, self.rt.clock.monotonic())
             for root in anchors:
                 acking.fail(root)
+
+    def _retry_here(self, tup: Tuple) -> None:
+        """Exactly-once: ``tup`` failed in the ``execute`` under way, which emitted
+        nothing: undo its state writes and execute it again after its delay, or
+        after its last attempt write it to the dead-letter file and settle it
+        (acked: its effects are undone, its tree goes on without it)."""
+        tup.done = True
+        self.failed += 1
+        journal = self.journal
+        if journal is not None:
+            journal.journal_undo()
+        rt = self.rt
+        now = rt.clock.monotonic()
+        rt.failure_rate(self).failed(tup.values, now)
+        failures = self.tries.pop(id(tup), 0) + 1
+        policy = rt.retry_policy
+        if policy.gives_up(failures):
+            exc = sys.exc_info()[1]
+            rt.write_bolt_dead_letter(self, tup, exc, failures)
+            self.dead_lettered += 1
+            tup.done = False
+            self.ack(tup)
+            return
+        self.parked_seq += 1
+        heapq.heappush(self.parked, (now + policy.delay(failures), self.parked_seq, failures, tup))
+        rt.parking.add(self)
+
+    def release_parked(self, now: float) -> float:
+        """Put the parked tuples whose delay has passed back in front of the inbox;
+        the next due time (inf when none is parked)."""
+        parked = self.parked
+        due: list[Tuple] = []
+        while parked and parked[0][0] <= now:
+            _, _, failures, tup = heapq.heappop(parked)
+            tup.done = False
+            self.tries[id(tup)] = failures
+            due.append(tup)
+        if due:
+            self.inbox.extendleft(reversed(due))
+        return parked[0][0] if parked else float("inf")
 
     def reset_timeout(self, tup: Tuple) -> None:
         anchors = tup.trees()
@@ -306,7 +370,9 @@ class BoltTask(Task):
             before = self.executed
             failed = self.failed
             sample = self.sample_in - 1
-            if sample:
+            if self.here != 2 and self._retries_here():
+                self._drain_here()
+            elif sample:
                 self.sample_in = sample
                 self._drain()
             else:
@@ -407,6 +473,55 @@ class BoltTask(Task):
             if tup is not None and not tup.done and self.rt.acking is not None:
                 self.fail(tup)
             return
+        self.executed += n
+
+    def _retries_here(self) -> bool:
+        """Whether a tuple this bolt fails is retried here (decided at the first drain,
+        when a stateful task's state is open): yes unless the state cannot
+        journal its writes (a provider's own State class: failures then fail
+        the tree, which rewinds)."""
+        if self.here == 0:
+            self.here = 1
+            if self.stateful:
+                state = self.executor.state  # type: ignore[attr-defined]
+                if isinstance(state, StoredKeyValueState):
+                    state.start_journal()
+                    self.journal = state
+                else:
+                    self.here = 2
+        return self.here == 1
+
+    def _drain_here(self) -> None:
+        """As :meth:`_drain`, with each tuple's state writes journaled and a failed one
+        retried here (:meth:`_retry_here`); a sink's batch entry is tried first."""
+        if not self.out_queues and self.execute_batch is not None and self._drain_batch():
+            return
+        inbox = self.inbox
+        execute = self.execute_data
+        journal = self.journal
+        tries = self.tries
+        n = 0
+        while inbox and not self.blocked():
+            tup = inbox.popleft()
+            n += 1
+            self.current = tup
+            self.emitted_before = self.emitted
+            if journal is not None:
+                journal.journal_begin()
+            try:
+                execute(tup)
+            except FailedException:
+                if not tup.done:
+                    self.fail(tup)
+            except Exception as exc:
+                self.report(exc, tup)
+                if not tup.done:
+                    self.fail(tup)
+            if tries and tup.done:
+                tries.pop(id(tup), None)
+            if self.rt.fatal is not None:
+                break
+        self.current = None
         self.executed += n
 
     def _drain_batch(self) -> bool:

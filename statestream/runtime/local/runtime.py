@@ -137,7 +137,7 @@ class LocalRuntime(RuntimeBase):
         # of the PREPARE in flight would store COMMITTING and commit a cut
         # this failure undoes.
         self.finish_queued(self.data_spouts)
-        complete = not any(b.inbox or b.control for b in self.bolts)  # none paused
+        complete = not any(b.inbox or b.control or b.parked for b in self.bolts)  # none paused
         # What was emitted and not acked is replayed: the sources seek back,
         # and the dead letters fed back go out again (statestream._messages).
         self.fail_causes.clear()
@@ -215,7 +215,10 @@ class LocalRuntime(RuntimeBase):
         return start
 
     def fire_due_timers(self, now: float) -> None:
-        """Fire the timers due at ``now`` (what :meth:`step` does between bolts and spouts)."""
+        """Fire the timers due at ``now`` (what :meth:`step` does between bolts and spouts),
+        and give bolts back the failed tuples whose retry delay has passed."""
+        if self.parking:
+            self.release_parked(now)
         if now >= self._next_due:
             self._next_due = self._fire_timers(now)
 
@@ -279,9 +282,7 @@ class LocalRuntime(RuntimeBase):
         for bolt in self.bolts:
             if (bolt.inbox or bolt.control) and bolt.drain():
                 busy = True
-        now = self.clock.monotonic()
-        if now >= self._next_due:
-            self._next_due = self._fire_timers(now)
+        self.fire_due_timers(self.clock.monotonic())
         if self._checkpoint_task is not None:
             self.observe_checkpoint()
         standstill = self.standstill
@@ -312,7 +313,7 @@ class LocalRuntime(RuntimeBase):
         """Exactly-once: poll the spouts as the standstill decides."""
         cp = self.checkpoint_spout
         assert cp is not None
-        queued = any(b.inbox or b.control for b in self.bolts)
+        queued = any(b.inbox or b.control or b.parked for b in self.bolts)
         decision = standstill.step(
             cp.prepare_due(), queued, cp.committed_txid, cp.coordinator.pending is not None
         )
@@ -354,13 +355,15 @@ class LocalRuntime(RuntimeBase):
 
     def in_flight(self) -> int:
         """Tuples queued or tracked but not yet complete."""
-        n = sum(len(b.inbox) for b in self.bolts)
+        n = sum(len(b.inbox) + len(b.parked) for b in self.bolts)
         n += sum(len(s.pending) + len(s.completions) for s in self.spouts)
         return n
 
     def idle(self) -> bool:
         """Every spout is exhausted and nothing is in flight."""
-        return all(s.idle() for s in self.data_spouts) and not any(b.inbox for b in self.bolts)
+        return all(s.idle() for s in self.data_spouts) and not any(
+            b.inbox or b.parked for b in self.bolts
+        )
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run until stopped, until ``duration`` seconds pass, or (``until_idle``) until
@@ -385,7 +388,9 @@ class LocalRuntime(RuntimeBase):
                             reason = "idle"
                             break
                         self.explain_wait()
-                    if self._waiting_for_commit():
+                    # A failed tuple waiting out its retry delay holds the cut
+                    # back: the clock must move for it.
+                    if self._waiting_for_commit() and not self.parked():
                         continue
                     clock.sleep(self.idle_sleep)
             if self.fatal is not None:
@@ -454,6 +459,11 @@ class LocalRuntime(RuntimeBase):
             if b.inbox:
                 reasons.append(
                     f"bolt {b.component!r} task {b.task_index} has {len(b.inbox):,} tuples queued"
+                )
+            if b.parked:
+                reasons.append(
+                    f"bolt {b.component!r} task {b.task_index} retries {len(b.parked):,} failed "
+                    "tuples after their delay"
                 )
             if b.held:
                 trees = len({root for root, _ in b.held})

@@ -174,7 +174,7 @@ class Worker:
         for b in rt.bolts:
             n = len(b.inbox)
             st.lengths[b.task_id] = n
-            if n or b.control:
+            if n or b.control or b.parked:
                 queued = True
         for s in rt.spouts:
             if s.completions:
