@@ -240,7 +240,10 @@ class DeadLetter:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        data = asdict(self)
+        if self.at is None:  # a spout's message: the record as it always was
+            del data["at"], data["source"]
+        return orjson.dumps(data)
 
     @property
     def namespace(self) -> str:
@@ -324,10 +327,11 @@ class DeadLetterFile:
                 f"of spout {record.namespace} stays unsettled"
             ) from exc
         log.warning(
-            "%s[%d] gave up on message %r after %s (%s: %s); %s to %s",
+            "%s[%d] gave up on %s %r after %s (%s: %s); %s to %s",
             record.spout,
             record.task,
-            record.msg_id,
+            "message" if record.at is None else f"its input from {record.source!r}",
+            record.msg_id if record.at is None else record.values,
             count(record.attempts, "attempt"),
             record.error_type,
             record.error,

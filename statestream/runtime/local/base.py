@@ -24,8 +24,8 @@ from ..._errors import ConfigError, PrepareRefused
 from ..._exactly_once import Standstill, run_mode
 from ..._messages import MessageBook, Outcome
 from ..._results import ErrorReport, TaskMetrics
-from ..._routing import task_for_key
 from ..._retry import FailureRate, RetryPolicy, retry_cannot_fix, too_many_failures
+from ..._routing import task_for_key
 from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
 from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
@@ -138,6 +138,10 @@ class RuntimeBase:
         self._books: dict[str, MessageBook] = {}
         self._failure_rates: dict[tuple[str, int], FailureRate] = {}  # per bolt task
         self._deadletters_loaded = False
+        # Bolt dead letters: fed-back records their bolt gave up on again, and how
+        # many tuples of one message each bolt task gave up on (their ids).
+        self._dead_again: set[Replay] = set()
+        self._bolt_dead_seen: dict[tuple[int, str, str], int] = {}
         self.fail_causes: dict[int, Any] = {}
         # --until-idle diagnosis (explain_wait): what moved, since when, last said
         self._wait_check_at = 0.0
@@ -532,18 +536,44 @@ class RuntimeBase:
     ) -> None:
         """``task`` gave up on its input ``tup`` (exactly-once, retried in place):
         write the tuple itself, durably, so that a replay delivers it to the same
-        bolt and nothing else of its tree runs twice (``DeadLetter.at``)."""
+        bolt and nothing else of its tree runs twice (``DeadLetter.at``).
+
+        The record's id is its spout message's id (when that spout task runs in
+        this process) with the tuple's place among the tuples of that message
+        this task gave up on, so that the tuple failing again after a crash
+        (its message replayed from the last commit) is not written twice."""
+        root = tup.root or next(iter(tup.trees()), 0)
+        error = None if exc is not None else "failed by collector.fail()"
+        message: Any = None
+        for spout in self.data_spouts:
+            entry = spout.pending.get(root) if root else None
+            if entry is not None:
+                message = entry[0]
+                break
+        if type(message) is Replay:
+            # A bolt's dead letter fed back, failing again: dead again, not a
+            # second record; its tree completes without it (replay_acked).
+            self._dead_again.add(message)
+            self.deadletters.replay_given_up(message.record, task.component, exc, error, attempts)
+            return
         origin = tup.origin
+        if message is None:
+            msg_id: Any = f"{origin.component}-{origin.task_index}:{tup.edge or root}"
+        else:
+            seen = self._bolt_dead_seen
+            place = (task.task_id, repr(message), repr(tup.values))
+            n = seen[place] = seen.get(place, -1) + 1
+            msg_id = [message, n] if n else message
         record = DeadLetter.of(
             self.topology.name,
             task.component,
             task.task_index,
-            f"{origin.component}-{origin.task_index}:{tup.edge or tup.root}",
+            msg_id,
             tup.values,
             task.component,
             exc,
             attempts,
-            None if exc is not None else "failed by collector.fail()",
+            error,
             stream=origin.stream,
             at=task.component,
             source=origin.component,
@@ -650,6 +680,10 @@ class RuntimeBase:
     def replay_acked(self, rid: Replay) -> None:
         """A fed-back dead letter went through: mark it replayed in the file."""
         record = rid.record
+        if rid in self._dead_again:  # its bolt gave up on it again (still dead)
+            self._dead_again.discard(rid)
+            self.book_for(record.spout, record.task).replay_done(rid)
+            return
         self.book_for(record.spout, record.task).replay_done(rid)
         self.deadletters.replayed([record])
 

@@ -370,11 +370,12 @@ class BoltTask(Task):
             before = self.executed
             failed = self.failed
             sample = self.sample_in - 1
-            if self.here != 2 and self._retries_here():
-                self._drain_here()
-            elif sample:
+            if sample:
                 self.sample_in = sample
-                self._drain()
+                if self.here != 2 and self._retries_here():
+                    self._drain_here()
+                else:
+                    self._drain()
             else:
                 self.sample_in = self.sample_every
                 self._timed_drain(before)
@@ -392,7 +393,10 @@ class BoltTask(Task):
         whether it ended on a full downstream queue (backpressure)."""
         clock = self.rt.clock
         start = clock.monotonic()
-        self._drain()
+        if self.here != 2 and self._retries_here():
+            self._drain_here()
+        else:
+            self._drain()
         timing = self.timing
         timing.timed(self.executed - before, clock.monotonic() - start)
         timing.drains += 1

@@ -41,7 +41,7 @@ from ..._batch_transaction import BatchTransaction, Do, Event
 from ..._components import (
     task_namespace,
 )
-from ..._deadletter import Replay
+from ..._deadletter import DeadLetter, Replay
 from ..._errors import RuntimeFailure, StateLockedError
 from ..._messages import Cause
 from ..._partitioned import Range, range_size, split_range
@@ -165,6 +165,7 @@ class BatchDriver(SpoutDriver):
             return Event.UNFIXABLE
         resume_at = self._failed_messages(run.batch, run.acks)
         if resume_at is None:
+            self._write_dead_tuples(run.acks)
             return Event.JOB_SUCCEEDED
         run.resume_at = resume_at
         return Event.MESSAGES_FAILED
@@ -285,7 +286,7 @@ class BatchDriver(SpoutDriver):
             task_namespace(ack[0], ack[1]): ack[5] for ack in acks if ack[5] is not None
         }
         bank = self.bank
-        for cid, index, executed, emitted, failed, _p, _e, _l, timing, _k in acks:
+        for cid, index, executed, emitted, failed, _p, _e, _l, timing, _k, _d in acks:
             # A fed batch's read stage acks per DataFrame partition: its one task's.
             m = self._task(cid, 0 if cid in self.fed else index)
             m.executed += executed
@@ -302,7 +303,7 @@ class BatchDriver(SpoutDriver):
         one run again for its failed messages), and stop the run if a task's
         error-rate limit tripped (statestream._retry.FailureRate)."""
         now = self.clock.monotonic()
-        for cid, index, executed, _e, failed, _p, errors, lost, _t, _k in acks:
+        for cid, index, executed, _e, failed, _p, errors, lost, _t, _k, _d in acks:
             m = self._task(cid, index)
             m.errors += len(errors)
             self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
@@ -385,6 +386,32 @@ class BatchDriver(SpoutDriver):
                 book.rewound(complete=True)  # a job runs every tuple it holds
         return resume_at
 
+    def _write_dead_tuples(self, acks: list[Ack]) -> None:
+        """Write the tuples the tasks dead-lettered themselves (exactly-once, failed
+        ``statestream.retry.max.attempts`` times where they failed), durably, before
+        the batch commits: a batch run again after a crash writes the same records,
+        which the file does not take twice (their ids are the batch's)."""
+        topology = self.plan.topology.name
+        for cid, index, *_, dead in acks:
+            for msg_id, source, stream, values, error_type, error, attempts in dead:
+                record = DeadLetter.of(
+                    topology,
+                    cid,
+                    index,
+                    msg_id,
+                    values,
+                    cid,
+                    None,
+                    attempts,
+                    error,
+                    stream=stream,
+                    error_type=error_type,
+                    at=cid,
+                    source=source,
+                )
+                self.deadletters.give_up(record)
+                self._task(cid, index).dead_lettered += 1
+
     def _wait_until(self, when: float) -> bool:
         """Wait on the runtime's clock until ``when``; False if the run was stopped
         or its duration is over meanwhile."""
@@ -397,9 +424,7 @@ class BatchDriver(SpoutDriver):
             self.clock.sleep(min(left, 0.1))
         return False
 
-    def _read_stage(
-        self, sc: Any, token: str, payload: Any, items: list[Any], batch: Batch
-    ) -> Any:
+    def _read_stage(self, sc: Any, token: str, payload: Any, items: list[Any], batch: Batch) -> Any:
         """The records of the batch: those the driver read, and the ranges of its
         partitioned sources read on the executors (each cut into pieces so that
         every core reads a share; one Spark task per piece)."""

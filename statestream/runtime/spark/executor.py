@@ -50,9 +50,7 @@ from ..._executors import BasicBoltExecutor
 from ..._journal import TupleJournal
 from ..._kvstate import StoredKeyValueState
 from ..._picklable import check_first
-from ..._retry import (
-    retry_cannot_fix,
-)
+from ..._retry import RetryPolicy, retry_cannot_fix
 from ..._routing import RouteChoice
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import Origin, Tuple, check_emit
@@ -65,6 +63,7 @@ from .shared import (
     ACK,
     SEQ_BITS,
     Ack,
+    DeadTuple,
     Lost,
     ReportedError,
     fresh_state,
@@ -318,7 +317,7 @@ def read_partition(
         producer = Producer(shipped, cid, index)
         for stream, values, direct in records:
             producer.route(stream, values, direct)
-        producer.finish((cid, index, 0, producer.emitted, 0, None, [], [], None, None), ())
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], [], None, None, []), ())
         yield from producer.out
 
 
@@ -414,6 +413,14 @@ class BoltTask:
         self.executed = self.failures = 0
         self.errors: list[ReportedError] = []
         self.lost: list[Lost] = []
+        self.dead: list[DeadTuple] = []
+        # Exactly-once: a tuple is executed up to statestream.retry.max.attempts
+        # times here, then dead-lettered itself (as on the local runtime);
+        # otherwise MAX_TUPLE_FAILURES times, then its messages go through the
+        # driver's retry policy.
+        attempts = RetryPolicy.from_config(plan.config).max_attempts
+        self.dead_letters_here = shipped.exactly_once and attempts > 0
+        self.max_failures = attempts if self.dead_letters_here else MAX_TUPLE_FAILURES
         self.last_try = _last_try(shipped.task_tries)
         self.failed_counts: dict[int, int] = {}
         self.shipped = shipped
@@ -492,11 +499,20 @@ class BoltTask:
         del out[mark:]  # what the failed attempt emitted is not sent
         producer.seq = seq
         n = self.failed_counts[key] = self.failed_counts.get(key, 0) + 1
-        if again and n < MAX_TUPLE_FAILURES:
+        if again and n < self.max_failures:
             return True
+        error_type, error = cause or producer.fail_cause or ("Failed", "failed by collector.fail()")
+        if again and self.dead_letters_here:
+            # Exactly-once, as the local runtime: the tuple failed its attempts
+            # itself, its effects undone; it is dead-lettered alone (the driver
+            # writes it before the commit) and the batch goes on without it.
+            msg_id = f"{self.cid}-{self.index}:{self.txid}:{key}"
+            self.dead.append(
+                (msg_id, origin.component, origin.stream, list(values), error_type, error, n)
+            )
+            return False
         # Given up in this job: the driver counts an attempt of each
         # of its messages and runs the batch again (or without them).
-        error_type, error = cause or producer.fail_cause or ("Failed", "failed by collector.fail()")
         self.lost.extend((root, self.cid, error_type, error) for root in roots or (0,))
         return False
 
@@ -557,6 +573,7 @@ class BoltTask:
             self.lost,
             self.timing if self.timing.samples else None,
             keys,
+            self.dead,
         )
         producer.finish(ack, forwarded)
         return producer.out
@@ -586,7 +603,7 @@ def rows_partition(
     columns = shipped.plan.topology.components[cid].obj.fields  # type: ignore[union-attr]
     for row in rows:
         producer.route("default", [row[c] for c in columns], None)
-    producer.finish((cid, part, 0, producer.emitted, 0, None, [], [], None, None), ())
+    producer.finish((cid, part, 0, producer.emitted, 0, None, [], [], None, None, []), ())
     yield from producer.out
 
 
@@ -637,5 +654,5 @@ def read_ranges(
             if len(out) >= 4096:  # streamed on: a range may be far larger than memory
                 yield from out
                 out.clear()
-        producer.finish((cid, index, 0, producer.emitted, 0, None, [], [], None, None), ())
+        producer.finish((cid, index, 0, producer.emitted, 0, None, [], [], None, None, []), ())
         yield from producer.out

@@ -35,10 +35,15 @@ ReportedError = tuple[str, str, str]
 #: component that failed it, the error's type, its message). Root 0: a tuple no
 #: spout message tracks (an unanchored emit).
 Lost = tuple[int, str, str, str]
+#: A tuple a task dead-lettered itself (exactly-once: it failed
+#: ``statestream.retry.max.attempts`` times in the task, its effects undone): (an
+#: id stable across attempts of the batch, source component, stream, values,
+#: the error's type, its message, attempts). The driver writes it before the commit.
+DeadTuple = tuple[str, str, str, list[Any], str, str, int]
 #: A task's acknowledgement: (component, task, executed, emitted, failed, prepare token,
 #: errors, lost, its sampled timing or None (a read stage's, or a bolt task that timed
 #: no tuple), the keys its prepare changed and their bytes, or None (a task without a
-#: stored state)).
+#: stored state), the tuples it dead-lettered).
 Ack = tuple[
     str,
     int,
@@ -50,6 +55,7 @@ Ack = tuple[
     list[Lost],
     TaskTiming | None,
     tuple[int, int] | None,
+    list[DeadTuple],
 ]
 ACK = "$ack"  # first element of an acknowledgement record (no component id can be it)
 SEQ_BITS = 40  # sort key: producer task id << 40 | emit sequence

@@ -28,7 +28,7 @@ from ..._components import (
     Spout,
     task_namespace,
 )
-from ..._deadletter import fits_stream
+from ..._deadletter import REPLAY, fits_stream
 from ..._errors import RuntimeFailure
 from ..._exactly_once import cut_positions
 from ..._messages import MessageBook
@@ -36,6 +36,7 @@ from ..._partitioned import PARTITIONS_KEY, Range, is_partitioned, plan_ranges
 from ..._picklable import check_first
 from ..._resume import SpoutRef, restore_spouts
 from ..._stateful import CHECKPOINT_STREAM
+from ..._text import count
 from ..._tuple import Fields, check_emit
 from ..errorlog import error_report
 from ..metrics import NEVER, MetricsBank, progress_of
@@ -242,6 +243,20 @@ class SpoutDriver(DriverBase):
             fields = None if declared is None else len(declared[0])
             if fits_stream(record, fields, declared is not None and declared[1]):
                 self._books[record.namespace].feed(record)
+        at_bolts = [
+            r
+            for r in self.deadletters.records()
+            if r.topology == self.topology.name and r.at is not None and r.status == REPLAY
+        ]
+        if at_bolts:
+            # A bolt's own dead letter goes to that bolt alone (DeadLetter.at): the
+            # local runtime does that; a Spark job starts from its spouts.
+            log.warning(
+                "%s of bolts marked for replay wait: the Spark runtime replays a spout's "
+                "messages only; run the topology once on the local runtime (statestream "
+                "run without --runner spark) to replay them exactly",
+                count(len(at_bolts), "dead letter"),
+            )
 
     def _seek(self, *, start: bool = False) -> None:
         """Rewind every data spout to the positions of the checkpoint recovery restored
