@@ -26,6 +26,7 @@ from runtime_harness import Runner
 from statestream import (
     BasicBolt,
     BasicOutputCollector,
+    FailedException,
     OutputFieldsDeclarer,
     StatefulBolt,
     TopologyBuilder,
@@ -150,3 +151,44 @@ def test_at_least_once_still_replays_the_line(tmp_path: Path, mode: bool) -> Non
     corpus(path, 500)
     result = runner.run(topology(path, 0.01), {**CONF, "statestream.state.exactly.once": mode})
     assert result.components["lines"].failed > 0
+
+
+class SplitThenFail(BasicBolt):
+    """Emits every word of the line, then fails ``fail_rate`` of its attempts: what
+    the failed attempt sent must be taken back before the line runs again."""
+
+    def __init__(self, fail_rate: float) -> None:
+        self.fail_rate = fail_rate
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
+        super().prepare(conf, context)
+        self.rng = random.Random(100 + context.task_index)
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        for word in tuple["line"].split():
+            collector.emit([word])
+        if self.rng.random() < self.fail_rate:
+            raise FailedException("after its emits")
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["word"])
+
+
+def test_what_a_failed_attempt_emitted_is_taken_back(local_runner: Runner, tmp_path: Path) -> None:
+    # On two workers the count tasks are partly in the other process: the
+    # words sent there are taken back from the link's queue.
+    path = tmp_path / "in.txt"
+    lines = 1_000
+    expected = corpus(path, lines)
+    b = TopologyBuilder("retryhere")
+    b.set_spout("lines", FileSpout(str(path)))
+    b.set_bolt("split", SplitThenFail(0.1), 2).shuffle_grouping("lines")
+    b.set_bolt("count", FlakyCount(0.0), 2).fields_grouping("split", ["word"])
+    topo = b.build()
+    result = local_runner.run(topo, CONF)
+    assert result.reason == "idle"
+    assert result.components["split"].failed > 50
+    assert counts(local_runner, topo) == expected
+    assert result.counters["rewinds"] == 0
+    assert result.components["lines"].emitted == lines
+    assert result.components["split"].emitted == sum(expected.values())

@@ -44,12 +44,12 @@ class RichPicky(Bolt):
         declarer.declare(["word"])
 
 
-def _run(bolt: Any, words: list[str]) -> tuple[Any, list[Any]]:
+def _run(bolt: Any, words: list[str], exactly_once: bool = True) -> tuple[Any, list[Any]]:
     b = TopologyBuilder("task")
     b.set_spout("src", ListSpout(words, fields=["word"]))
     b.set_bolt("picky", bolt).shuffle_grouping("src")
     plan = RuntimePlan(b.build(), Config({}))
-    payload = Broadcast(({}, cloudpickle.dumps(Shipped(plan, exactly_once=True))))
+    payload = Broadcast(({}, cloudpickle.dumps(Shipped(plan, exactly_once=exactly_once))))
     src = plan.component_tasks["src"][0]
     items = [
         (0, ((src << SEQ_BITS) | i, "default", (word,), (((src << SEQ_BITS) | i) + 1,)))
@@ -71,8 +71,10 @@ def _run(bolt: Any, words: list[str]) -> tuple[Any, list[Any]]:
 def test_a_tuple_given_up_on_names_its_message_and_why(
     bolt: Any, error_type: str, error: str
 ) -> None:
-    ack, emitted = _run(bolt, ["a", "poison", "b"])
-    cid, index, executed, n_emitted, failed, prepared, errors, lost, timing, keys = ack
+    # At-least-once: the driver retries the message (exactly-once: below).
+    ack, emitted = _run(bolt, ["a", "poison", "b"], exactly_once=False)
+    cid, index, executed, n_emitted, failed, prepared, errors, lost, timing, keys, dead = ack
+    assert dead == []
     assert (cid, index, prepared, errors, keys) == ("picky", 0, None, [], None)
     # Sampled as the local tasks sample (rate 0.05): the first execution, then 1 in 20.
     assert (timing.component, timing.task_index, timing.samples) == ("picky", 0, 1)
@@ -82,3 +84,25 @@ def test_a_tuple_given_up_on_names_its_message_and_why(
     assert lost == [(src_root, "picky", error_type, error)]
     assert src_root & ((1 << SEQ_BITS) - 1) == 2  # the record at index 1 (root = key + 1)
     assert emitted == []  # a last bolt sends acknowledgements only (no subscriber)
+
+
+@pytest.mark.parametrize(
+    ("bolt", "error_type", "error"),
+    [
+        (BasicPicky(), "FailedException", "refused on purpose"),
+        (RichPicky(), "Failed", "failed by collector.fail()"),
+    ],
+    ids=["basic-bolt-raises", "rich-bolt-fails"],
+)
+def test_exactly_once_dead_letters_the_tuple_itself_after_max_attempts(
+    bolt: Any, error_type: str, error: str
+) -> None:
+    # As on the local runtime: statestream.retry.max.attempts (5) executions of
+    # the tuple in its task, then the tuple alone is dead-lettered (the driver
+    # writes it) and nothing of its message is lost: the batch commits.
+    ack, _ = _run(bolt, ["a", "poison", "b"])
+    _, _, executed, n_emitted, failed, _, errors, lost, _, _, dead = ack
+    assert (executed, failed, n_emitted, errors, lost) == (7, 5, 2, [], [])
+    src = dead[0][0].split(":")[0]
+    assert dead == [(dead[0][0], "src", "default", ["poison"], error_type, error, 5)]
+    assert src == "picky-0"

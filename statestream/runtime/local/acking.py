@@ -207,6 +207,36 @@ class RemoteInbox:
         else:
             self.values.append(values[0])  # any other sequence: the generic lookup
 
+    def mark(self) -> tuple[Any, ...]:
+        """Where this queue stands, for :meth:`restore` (a bolt retrying a tuple in
+        place takes back what its failed attempt sent; nothing goes out between)."""
+        return (
+            len(self.out),
+            self.origin,
+            self.drawn,
+            self.flat,
+            self.values,
+            len(self.values),
+            self.edges,
+            len(self.edges),
+            self.roots,
+            len(self.roots),
+            self.root,
+            self.edge_state,
+            self.sent,
+        )
+
+    def restore(self, mark: tuple[Any, ...]) -> None:
+        """Take back every tuple appended since :meth:`mark` gave ``mark``."""
+        n_out, origin, drawn, flat, values, n_values, edges, n_edges, roots, n_roots = mark[:10]
+        del self.out[n_out:]
+        del values[n_values:]
+        del edges[n_edges:]
+        del roots[n_roots:]
+        self.origin, self.drawn, self.flat = origin, drawn, flat
+        self.values, self.edges, self.roots = values, edges, roots
+        self.root, self.edge_state, self.sent = mark[10], mark[11], mark[12]
+
     def __len__(self) -> int:
         flying = self.sent + self.sent_before - self.slack
         return self.remote_len + flying if flying > 0 else self.remote_len

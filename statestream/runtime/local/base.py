@@ -278,6 +278,7 @@ class RuntimeBase:
 
     def _wire(self, task: Task, spec: ComponentSpec) -> None:
         outs: list[deque[Any]] = []
+        emits: list[Any] = []
         for stream, (_, direct) in spec.outputs.items():
             routes: list[Route] = []
             control = stream == CHECKPOINT_STREAM
@@ -309,6 +310,8 @@ class RuntimeBase:
                 route.task_ids = task_ids
                 route.index_of_task = {tid: i for i, tid in enumerate(route.task_ids)}
                 routes.append(route)
+                if not control:
+                    emits.extend(q for q in inboxes if all(q is not o for o in emits))
                 if self._reaches(target.id, spec.id):
                     # A queue on a cycle back to this task is exempt from
                     # backpressure: blocking on it would deadlock the cycle
@@ -329,6 +332,7 @@ class RuntimeBase:
             if stream == "default":
                 task.default_stream = task.streams[stream]
         task.out_queues = outs
+        task.emit_queues = emits
 
     def deliver_remote(
         self, groups: list[Any], completions: list[Any], origins: dict[Any, Origin]

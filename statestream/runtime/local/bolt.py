@@ -59,6 +59,7 @@ class BoltTask(Task):
         self.current: Tuple | None = None  # the tuple being executed (here == 1)
         self.emitted_before = 0  # self.emitted when `current` started
         self.journal: StoredKeyValueState | None = None
+        self.marks: list[Any] = []  # where emit_queues stood when `current` started
         self.tries: dict[int, int] = {}  # id(tuple) -> its failures, while it is retried
         self.parked: list[tuple[float, int, int, Tuple]] = []  # (due, seq, failures, tuple)
         self.parked_seq = 0
@@ -287,7 +288,7 @@ class BoltTask(Task):
     def fail(self, tup: Tuple) -> None:
         if tup.done or (tup.owner != self.task_id and tup.owner >= 0):
             self._misuse(tup, "fail")
-        if tup is self.current and self.emitted == self.emitted_before:
+        if tup is self.current:
             self._retry_here(tup)
             return
         tup.done = True
@@ -314,6 +315,8 @@ class BoltTask(Task):
         journal = self.journal
         if journal is not None:
             journal.journal_undo()
+        if self.emitted != self.emitted_before:
+            self._take_back_emits(tup)
         rt = self.rt
         now = rt.clock.monotonic()
         rt.failure_rate(self).failed(tup.values, now)
@@ -329,6 +332,23 @@ class BoltTask(Task):
         self.parked_seq += 1
         heapq.heappush(self.parked, (now + policy.delay(failures), self.parked_seq, failures, tup))
         rt.parking.add(self)
+
+    def _take_back_emits(self, tup: Tuple) -> None:
+        """Take back what the failed attempt of ``tup`` emitted: each queue it can
+        reach back to where it stood before (single-threaded: nothing else was
+        appended since), and the edges it anchored to ``tup`` forgotten."""
+        marks = self.marks
+        for q, mark in zip(self.emit_queues, marks, strict=True):
+            if type(q) is deque:
+                while len(q) > mark:
+                    q.pop()
+            else:
+                q.restore(mark)
+        tup.ack_val = 0
+        self.emitted = self.emitted_before
+
+    def _mark_queues(self) -> list[Any]:
+        return [len(q) if type(q) is deque else q.mark() for q in self.emit_queues]
 
     def release_parked(self, now: float) -> float:
         """Put the parked tuples whose delay has passed back in front of the inbox;
@@ -504,12 +524,15 @@ class BoltTask(Task):
         execute = self.execute_data
         journal = self.journal
         tries = self.tries
+        marking = bool(self.emit_queues)
         n = 0
         while inbox and not self.blocked():
             tup = inbox.popleft()
             n += 1
             self.current = tup
             self.emitted_before = self.emitted
+            if marking:
+                self.marks = self._mark_queues()
             if journal is not None:
                 journal.journal_begin()
             try:

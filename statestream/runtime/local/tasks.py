@@ -173,6 +173,9 @@ class Task(NativeCollector):
         # no stream (nearly all of them): about 100 instructions per emit.
         self.default_stream: Stream | None = None
         self.out_queues: list[deque[Any]] = []
+        # Every queue a data emit of this task can reach (out_queues leaves out
+        # those on a cycle back to it): what a retry in place takes back.
+        self.emit_queues: list[Any] = []
 
     @property
     def namespace(self) -> str:
