@@ -55,12 +55,14 @@ def _run(bolt: Any, words: list[str], exactly_once: bool = True) -> tuple[Any, l
         (0, ((src << SEQ_BITS) | i, "default", (word,), (((src << SEQ_BITS) | i) + 1,)))
         for i, word in enumerate(words)
     ]
-    out = list(run_bolt(f"test-{id(bolt)}", payload, "picky", 0, {}, 0, items))
+    out = list(run_bolt(f"test-{id(bolt)}-{exactly_once}", payload, "picky", 0, {}, 0, items))
     (ack,) = [rec for target, _, rec in out if target == ACK]
     return ack, [rec for target, _, rec in out if target != ACK]
 
 
-@pytest.mark.parametrize(
+# The two ways a bolt fails a tuple: a BasicBolt raising FailedException, a rich
+# bolt calling collector.fail().
+PICKY = pytest.mark.parametrize(
     ("bolt", "error_type", "error"),
     [
         (BasicPicky(), "FailedException", "refused on purpose"),
@@ -68,6 +70,9 @@ def _run(bolt: Any, words: list[str], exactly_once: bool = True) -> tuple[Any, l
     ],
     ids=["basic-bolt-raises", "rich-bolt-fails"],
 )
+
+
+@PICKY
 def test_a_tuple_given_up_on_names_its_message_and_why(
     bolt: Any, error_type: str, error: str
 ) -> None:
@@ -86,14 +91,7 @@ def test_a_tuple_given_up_on_names_its_message_and_why(
     assert emitted == []  # a last bolt sends acknowledgements only (no subscriber)
 
 
-@pytest.mark.parametrize(
-    ("bolt", "error_type", "error"),
-    [
-        (BasicPicky(), "FailedException", "refused on purpose"),
-        (RichPicky(), "Failed", "failed by collector.fail()"),
-    ],
-    ids=["basic-bolt-raises", "rich-bolt-fails"],
-)
+@PICKY
 def test_exactly_once_dead_letters_the_tuple_itself_after_max_attempts(
     bolt: Any, error_type: str, error: str
 ) -> None:
