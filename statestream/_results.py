@@ -24,8 +24,10 @@ class TaskMetrics:
 
     ``failed`` counts every failure a spout heard of (or a bolt made), a
     message retried four times counting four; ``retrying`` is a spout's
-    messages waiting for their retry (``statestream.retry.*``) and
-    ``dead_lettered`` those it gave up on (in the dead-letter file).
+    messages waiting for their retry (``statestream.retry.*``), or a bolt's
+    failed tuples waiting to be executed again where they failed
+    (exactly-once), and ``dead_lettered`` those it gave up on (in the
+    dead-letter file).
     ``last_error`` is the last error a task reported, on one line
     (``Type: message``), and ``last_error_at`` when (the runtime's clock).
     """

@@ -48,7 +48,11 @@ _TASK_COUNTERS = (
     ("tuples_acked", "acked", "Tuples acked (a spout: its tuple trees completed)."),
     ("tuples_failed", "failed", "Tuples failed (a spout: every failure it heard of)."),
     ("errors", "errors", "Errors raised by user code in a task."),
-    ("dead_letters", "dead_lettered", "Messages a spout task gave up on (the dead-letter file)."),
+    (
+        "dead_letters",
+        "dead_lettered",
+        "Messages a spout task, or tuples a bolt task, gave up on (the dead-letter file).",
+    ),
 )
 _TASK_GAUGES = (
     ("queue_length", "queued", "Tuples waiting in a task's input queue."),
