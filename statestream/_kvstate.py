@@ -198,7 +198,14 @@ class StoredKeyValueState:
         "_filter",
         "_foreign_prepared",
         "_generation",
-        "_journal",
+        "_journal_key",
+        "_journal_keys",
+        "_journal_n",
+        "_journal_old",
+        "_journal_olds",
+        "_journaling",
+        "_last_key",
+        "_last_value",
         "_loaded",
         "_old",
         "_pending",
@@ -263,11 +270,22 @@ class StoredKeyValueState:
         self._filter: _KeyFilter | None = None
         #: Committed entries read whole on the first miss (see _preload).
         self.preload_limit = PRELOAD_LIMIT
-        # The per-tuple undo journal (start_journal): cache key -> (key, the
-        # visible value before the tuple being executed changed it). None
-        # unless a runtime retries a failed tuple in place (exactly-once): a
-        # put then costs one lookup more, otherwise one attribute read.
-        self._journal: dict[Hashable, tuple[Any, Any]] | None = None
+        # The per-tuple undo journal (start_journal): the keys the tuple being
+        # executed changed, and the visible value each had before (_MISSING:
+        # none), in the first _journal_n places of two lists that are reused,
+        # not cleared (a dict cleared per tuple costs an allocation per put).
+        # Off unless a runtime retries a failed tuple in place (exactly-once):
+        # a put then costs a short scan and a lookup more, otherwise one
+        # attribute read.
+        self._journaling = False
+        self._journal_n = 0
+        self._journal_key: Any = None  # the first key (most tuples change one)
+        self._journal_old: Any = None
+        self._journal_keys: list[Any] = []  # the others, in their first n-1 places
+        self._journal_olds: list[Any] = []
+        # The key the tuple being executed read last, and the value it saw.
+        self._last_key: Any = _MISSING
+        self._last_value: Any = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.namespace!r}>"
@@ -494,10 +512,16 @@ class StoredKeyValueState:
         if self._plain and type(cache_key) is str:
             value = self._plain.get(cache_key, _MISSING)
             if value is not _MISSING:
+                if self._journaling:
+                    self._last_key, self._last_value = key, value
                 return value  # never _ABSENT: a deferred put's value
         value = self._view.get(cache_key, _MISSING)
         if value is _MISSING:
             value = self._load(key, cache_key)
+        if self._journaling:
+            # What a put of this key in the same tuple journals, without a
+            # second lookup (state.put(k, state.get(k) + 1) is the common case).
+            self._last_key, self._last_value = key, value
         return default if value is _ABSENT else value
 
     def put(self, key: Any, value: Any) -> None:
@@ -507,7 +531,7 @@ class StoredKeyValueState:
         one fails now, naming the namespace, the key and the type, rather
         than at the next checkpoint.
         """
-        if self._journal is not None:
+        if self._journaling:
             self._remember(key)
         if self._defer and type(key) is str and _isascii(key) and _plain_value(value):
             pending = self._pending
@@ -541,7 +565,7 @@ class StoredKeyValueState:
         The tombstone hides prepared and committed values until it is
         committed, then the key is gone from the store.
         """
-        if self._journal is not None:
+        if self._journaling:
             self._remember(key)
         cache_key, encoded_key = self._key(key)
         old: Any = _MISSING
@@ -560,38 +584,62 @@ class StoredKeyValueState:
         """Journal the changes of each tuple from now on (:meth:`journal_begin`
         before each, :meth:`journal_undo` after one that failed), so that a
         runtime can execute a failed tuple again with its changes undone."""
-        if self._journal is None:
-            self._journal = {}
+        self._journaling = True
 
     def journal_begin(self) -> None:
-        """A new tuple starts: forget what the last one changed."""
-        journal = self._journal
-        if journal:
-            journal.clear()
+        """A new tuple starts: forget what the last one changed and read."""
+        self._journal_n = 0
+        self._last_key = _MISSING
 
     def journal_undo(self) -> None:
         """Put back every key the tuple changed since :meth:`journal_begin`, as it was."""
-        journal = self._journal
-        if not journal:
+        n = self._journal_n
+        if not n:
             return
-        self._journal = None  # the undo's own puts are not journaled
+        changed = [(self._journal_key, self._journal_old)]
+        changed.extend(zip(self._journal_keys[: n - 1], self._journal_olds[: n - 1], strict=True))
+        self._journaling = False  # the undo's own puts are not journaled
         try:
-            for key, before in journal.values():
-                if before is _MISSING:
+            for key, before in changed:
+                if before is _MISSING or before is _ABSENT:
                     self.delete(key)  # a tombstone of a key the store lacks is a no-op
                 else:
                     self.put(key, before)
         finally:
-            journal.clear()
-            self._journal = journal
+            self._journal_n = 0
+            self._last_key = _MISSING
+            self._journaling = True
 
     def _remember(self, key: Any) -> None:
-        cls = type(key)
-        cache_key = key if cls is str or cls is int else self._key(key)[0]
-        journal = self._journal
-        assert journal is not None
-        if cache_key not in journal:
-            journal[cache_key] = (key, self.get(key, _MISSING))
+        """Journal ``key``'s visible value, unless this tuple changed it already."""
+        n = self._journal_n
+        if n and self._changed_already(key, n):
+            return
+        if key is self._last_key:
+            old = self._last_value  # read by this tuple, unchanged since
+        else:
+            old = self.get(key, _MISSING)
+        if n == 0:
+            self._journal_key, self._journal_old = key, old
+        elif n - 1 < len(self._journal_keys):
+            self._journal_keys[n - 1] = key
+            self._journal_olds[n - 1] = old
+        else:
+            self._journal_keys.append(key)
+            self._journal_olds.append(old)
+        self._journal_n = n + 1
+
+    def _changed_already(self, key: Any, n: int) -> bool:
+        """Whether the tuple's first ``n`` journaled keys hold ``key`` (1 and True are
+        two keys)."""
+        first = self._journal_key
+        if first == key and type(first) is type(key):
+            return True
+        keys = self._journal_keys
+        for i in range(n - 1):
+            if keys[i] == key and type(keys[i]) is type(key):
+                return True
+        return False
 
     def _settle_plain(self) -> None:
         """Encode the deferred puts into the pending changes and the view (see ``_plain``)."""

@@ -518,16 +518,21 @@ class BoltTask(Task):
     def _drain_here(self) -> None:
         """As :meth:`_drain`, with each tuple's state writes journaled and a failed one
         retried here (:meth:`_retry_here`); a sink's batch entry is tried first."""
-        if not self.out_queues and self.execute_batch is not None and self._drain_batch():
+        outs = self.out_queues
+        if not outs and self.execute_batch is not None and self._drain_batch():
             return
         inbox = self.inbox
+        pop = inbox.popleft  # bound once: deque is not a compiled type
         execute = self.execute_data
         journal = self.journal
         tries = self.tries
         marking = bool(self.emit_queues)
+        cap = self.rt.capacity
         n = 0
-        while inbox and not self.blocked():
-            tup = inbox.popleft()
+        while inbox:
+            if outs and (len(outs[0]) >= cap if len(outs) == 1 else self.blocked()):
+                break
+            tup = pop()
             n += 1
             self.current = tup
             self.emitted_before = self.emitted
@@ -540,14 +545,16 @@ class BoltTask(Task):
             except FailedException:
                 if not tup.done:
                     self.fail(tup)
+                if self.rt.fatal is not None:
+                    break
             except Exception as exc:
                 self.report(exc, tup)
                 if not tup.done:
                     self.fail(tup)
+                if self.rt.fatal is not None:
+                    break
             if tries and tup.done:
                 tries.pop(id(tup), None)
-            if self.rt.fatal is not None:
-                break
         self.current = None
         self.executed += n
 
