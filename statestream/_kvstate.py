@@ -615,10 +615,8 @@ class StoredKeyValueState:
         n = self._journal_n
         if n and self._changed_already(key, n):
             return
-        if key is self._last_key:
-            old = self._last_value  # read by this tuple, unchanged since
-        else:
-            old = self.get(key, _MISSING)
+        # The value this tuple read last, if it was this key (unchanged since).
+        old = self._last_value if key is self._last_key else self.get(key, _MISSING)
         if n == 0:
             self._journal_key, self._journal_old = key, old
         elif n - 1 < len(self._journal_keys):
@@ -636,7 +634,7 @@ class StoredKeyValueState:
         if first == key and type(first) is type(key):
             return True
         keys = self._journal_keys
-        for i in range(n - 1):
+        for i in range(n - 1):  # noqa: SIM110 (a loop: any() of a generator costs more compiled)
             if keys[i] == key and type(keys[i]) is type(key):
                 return True
         return False
