@@ -32,7 +32,7 @@ from .runtime.plan import RuntimePlan
 __all__ = ["main"]
 
 # 0 clean; 1 the run failed; 2 a usage or config mistake; 3 the run finished
-# but components reported errors; 128 + the signal's number when a signal
+# but components reported errors or dead-lettered messages; 128 + the signal's number when a signal
 # stopped the run (130 Ctrl-C, 143 SIGTERM), as a shell reports it: a run that
 # was stopped did not finish, whatever its summary says.
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_WITH_ERRORS = 0, 1, 2, 3
@@ -147,8 +147,9 @@ def run(
     naming a Topology or a function returning one.
 
     Exit codes: 0 finished cleanly; 1 the run failed; 2 a usage or config
-    mistake; 3 finished, but components reported errors (the summary says
-    how many; the log has the first tracebacks); 130 stopped by Ctrl-C,
+    mistake; 3 finished, but components reported errors or messages were
+    dead-lettered (the summary says how many and where; the log has the first
+    tracebacks); 130 stopped by Ctrl-C,
     143 by SIGTERM (the first signal stops cleanly: what was processed is
     committed and the summary printed; a second one aborts at once).
     """
@@ -193,10 +194,12 @@ def run(
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
-    print_summary(result)
+    print_summary(result, rt.deadletter_path)
     if signals:
         sys.exit(128 + signals[0])
-    if result.errors:
+    if result.errors or result.dead_lettered:
+        # A message given up on is no clean run, even when nothing raised (a bolt
+        # that called collector.fail()): a script must be able to tell.
         sys.exit(EXIT_WITH_ERRORS)
 
 

@@ -149,8 +149,9 @@ def _spark_rows(snap: MetricsSnapshot) -> list[tuple[str, ...]]:
     return rows
 
 
-def print_summary(result: RunResult) -> None:
-    """The run's counts as a plain table, and one line: why it ended, the errors."""
+def print_summary(result: RunResult, deadletters: object = None) -> None:
+    """The run's counts as a plain table, and one line: why it ended, the errors, the
+    dead letters (and where they went: ``deadletters``, the file)."""
     rows = _rows(result.components)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths, strict=True)).rstrip()]
@@ -162,6 +163,10 @@ def print_summary(result: RunResult) -> None:
     if result.errors:
         e = result.errors[0]
         first = f" (the first: {e.component}[{e.task_index}] {cut_message(e.error)})"
+    dead = result.dead_lettered
+    if dead:
+        where = f" in {deadletters}" if deadletters is not None else ""
+        first += f"; {count(dead, 'dead letter')}{where} (statestream deadletter show)"
     click.echo(
         f"statestream: {result.reason} after {result.elapsed:.2f} s, {count(errors, 'error')}{first}",
         err=True,

@@ -76,6 +76,12 @@ class RunResult:
     reason: str
     counters: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def dead_lettered(self) -> int:
+        """Messages (and, exactly-once, bolts' own tuples) the run gave up on and wrote
+        to the dead-letter file: ``statestream run`` exits 3 when there are any."""
+        return sum(m.dead_lettered for m in self.components.values())
+
 
 @dataclass
 class WorkerInfo:

@@ -405,6 +405,10 @@ class LocalRuntime(RuntimeBase):
             restore_gc(gc_before)
             self.close()
             self.error_log.log_repeats()
+        if self.fatal is not None:
+            # Set by close(): a sink's cleanup() that could not write the run's last
+            # checkpoint. The same outcome as a refusal mid-run: the run fails.
+            raise self.fatal
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )

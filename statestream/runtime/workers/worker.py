@@ -299,6 +299,8 @@ class Worker:
         finally:
             restore_gc(gc_before)
             rt.close()
+        if rt.fatal is not None:
+            raise rt.fatal  # close(): a sink could not write the last checkpoint
         return RunResult(
             rt.metrics(), list(rt.errors), clock.monotonic() - start, reason, rt.counters()
         )
