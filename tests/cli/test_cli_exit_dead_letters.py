@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cli_process import statestream  # noqa: E402
+from cli_process import statestream
 
 TOPOLOGY = '''
 from pathlib import Path
