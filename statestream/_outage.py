@@ -88,7 +88,10 @@ class StoreOutage:
     """When to retry a store that failed, and when to give up. Pure.
 
     An outage starts at the first failure after a success (or ever) and
-    ends at the next success (:meth:`ok`). Within it, each failure answers
+    ends at the next success (:meth:`ok`) of an operation that shows the
+    store is back: any operation for a store that could not be reached, a
+    write for one that could not be written (a full disk still answers
+    reads, which must not start the bound again). Within it, each failure answers
     :class:`RetryAt` (waits of ``first_s``, doubling, at most ``most_s``,
     the last one ending at the bound); the first failure at or past
     ``bound_s`` after the outage began answers :class:`Stop`, and so does
@@ -112,13 +115,18 @@ class StoreOutage:
         self.since: float | None = None
         """When the outage under way began (None: the store works)."""
         self.failures = 0
+        self.unwritable = False
+        """Whether a write failed in the outage under way (only a write ends it then)."""
         self._wait = first_s
 
     def failed(self, now: float, error: BaseException) -> RetryAt | Stop:
         """An operation failed at ``now`` with ``error`` (an outage: :func:`is_outage`)."""
         if self.since is None:
             self.since, self.failures, self._wait = now, 0, self.first_s
+            self.unwritable = False
         self.failures += 1
+        if isinstance(error, StoreUnwritableError):
+            self.unwritable = True
         end = self.since + self.bound_s
         if now >= end:
             return Stop(self.message(now, error))
@@ -126,8 +134,11 @@ class StoreOutage:
         self._wait = min(self._wait * self.multiplier, self.most_s)
         return RetryAt(at)
 
-    def ok(self) -> float | None:
-        """An operation succeeded; returns when the outage it ends began, if one did."""
+    def ok(self, write: bool = True) -> float | None:
+        """An operation succeeded (``write``: one that writes); returns when the outage
+        it ends began, if it ends one (a read does not end an unwritable store's)."""
+        if self.since is None or (self.unwritable and not write):
+            return None
         since, self.since = self.since, None
         return since
 
@@ -154,16 +165,17 @@ class OutageGuard:
         self.policy = policy
         self.clock = clock
 
-    def call(self, operation: Callable[[], T]) -> T:
-        """``operation()``, repeated while the store is away; raises StoreOutageError
-        once the policy stops (the last error attached as its cause)."""
+    def call(self, operation: Callable[[], T], *, write: bool = True) -> T:
+        """``operation()`` (``write``: it writes), repeated while the store is away;
+        raises StoreOutageError once the policy stops (the last error attached as
+        its cause)."""
         while True:
             try:
                 result = operation()
             except Exception as exc:
                 self._wait(exc)
                 continue
-            self._ok()
+            self._ok(write)
             return result
 
     def scan(self, scan: Callable[[], Iterator[T]]) -> Iterator[T]:
@@ -177,12 +189,12 @@ class OutageGuard:
             try:
                 first = next(it)
             except StopIteration:
-                self._ok()
+                self._ok(write=False)
                 return
             except Exception as exc:
                 self._wait(exc)
                 continue
-            self._ok()
+            self._ok(write=False)
             yield first
             yield from it
             return
@@ -207,10 +219,11 @@ class OutageGuard:
             )
         self.clock.sleep(max(0.0, verdict.at - now))
 
-    def _ok(self) -> None:
+    def _ok(self, write: bool) -> None:
         if self.policy.since is not None:
-            since = self.policy.ok()
-            assert since is not None
+            since = self.policy.ok(write)
+            if since is None:
+                return  # a read: a store that cannot be written may still answer it
             log.warning(
                 "the state store (%s) is back after %.1f s; the run goes on",
                 self.policy.store,
@@ -219,8 +232,9 @@ class OutageGuard:
 
 
 #: The optional StateBackend methods, passed through under the guard where the
-#: backend has them (None where not: the state then does without).
-_OPTIONAL: Final = ("scan_page", "write_prepared_plain", "key_count")
+#: backend has them (None where not: the state then does without), and whether
+#: each writes.
+_OPTIONAL: Final = (("scan_page", False), ("write_prepared_plain", True), ("key_count", False))
 
 
 class GuardedBackend:
@@ -240,18 +254,18 @@ class GuardedBackend:
         # Each optional method only where the backend has it: a paged scan
         # (items() falls back to scan()), the plain prepare (without it every
         # deferred put is encoded one by one: issue 34), an O(1) key count.
-        for name in _OPTIONAL:
+        for name, write in _OPTIONAL:
             inner = getattr(backend, name, None)
-            setattr(self, name, None if inner is None else _guarded(guard, inner))
+            setattr(self, name, None if inner is None else _guarded(guard, inner, write))
 
     def load(self, key: bytes) -> bytes | None:
-        return self.guard.call(lambda: self.backend.load(key))
+        return self.guard.call(lambda: self.backend.load(key), write=False)
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         return self.guard.scan(self.backend.scan)
 
     def load_txids(self) -> tuple[int, int | None]:
-        return self.guard.call(self.backend.load_txids)
+        return self.guard.call(self.backend.load_txids, write=False)
 
     def write_prepared(self, txid: int, delta: Delta) -> None:
         self.guard.call(lambda: self.backend.write_prepared(txid, delta))
@@ -266,8 +280,8 @@ class GuardedBackend:
         self.guard.call(self.backend.discard_prepared)
 
 
-def _guarded(guard: OutageGuard, method: Callable[..., T]) -> Callable[..., T]:
-    return lambda *args: guard.call(lambda: method(*args))
+def _guarded(guard: OutageGuard, method: Callable[..., T], write: bool) -> Callable[..., T]:
+    return lambda *args: guard.call(lambda: method(*args), write=write)
 
 
 def describe_store(provider: Any) -> str:
@@ -290,5 +304,7 @@ def guard_store(provider: Any, config: Mapping[str, Any], clock: Clock) -> None:
     (its errors reach the runtime as before)."""
     inner = getattr(provider, "provider", provider)
     if hasattr(inner, "outage"):
-        policy = StoreOutage(describe_store(inner), settings_of(config).statestream_state_outage_secs)
+        policy = StoreOutage(
+            describe_store(inner), settings_of(config).statestream_state_outage_secs
+        )
         inner.outage = OutageGuard(policy, clock)

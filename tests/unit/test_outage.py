@@ -66,6 +66,48 @@ def test_a_success_ends_the_outage_and_the_next_one_has_the_whole_bound() -> Non
     assert isinstance(policy.failed(60.0, DOWN), Stop)
 
 
+# What ends an outage (issue 44, item 5): (the failure, the success, whether it ends it).
+# A full disk still answers reads: a read that succeeds must not end its outage, or
+# the bound starts again and the run stops after several bounds.
+ENDS = [
+    (DOWN, "read", True),
+    (DOWN, "write", True),
+    (FULL, "read", False),
+    (FULL, "write", True),
+]
+
+
+@pytest.mark.parametrize(("error", "success", "ends"), ENDS)
+def test_what_ends_an_outage(error: Exception, success: str, ends: bool) -> None:
+    policy = StoreOutage("sqlite '/d/state.db'", 10.0)
+    assert policy.failed(0.0, error) == RetryAt(0.1)
+    assert policy.ok(write=success == "write") == (0.0 if ends else None)
+    verdict = policy.failed(10.0, error)
+    # Not ended: the bound runs from the first failure, so the run stops at 10 s.
+    assert isinstance(verdict, Stop) is not ends
+
+
+def test_a_full_disk_stops_the_guard_within_its_bound_whatever_reads_succeed() -> None:
+    # A commit that cannot be written, while another thread's reads (a claim's
+    # renewal) succeed during its waits: they do not restart the bound (they did:
+    # the run stopped after 2.5-3x the bound, or never here).
+    class ReadWhileWaiting(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            assert self.now < 30.0, "the bound was started again"
+            guard.call(lambda: "read", write=False)
+
+    clock = ReadWhileWaiting()
+    guard = OutageGuard(StoreOutage("sqlite '/d/state.db'", 3.0), clock)
+
+    def write() -> None:
+        raise FULL
+
+    with pytest.raises(StoreOutageError):
+        guard.call(write)
+    assert clock.now == pytest.approx(3.0)
+
+
 @pytest.mark.parametrize(
     ("error", "verb"), [(DOWN, "could not be reached"), (FULL, "could not be written")]
 )
