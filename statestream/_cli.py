@@ -447,6 +447,9 @@ def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, 
     """Delete everything one topology keeps in the store: its bolts' state, its
     spouts' positions, its checkpoint and their txids; the next run starts from
     the beginning, as on a new store. Other topologies in the store are untouched.
+    Not cleared: the sinks' targets (empty them yourself if the next run should
+    start them anew; their guards belong to the cleared state's lineage and are
+    never taken for the next one's) and the dead-letter file.
 
     It claims the topology's part of the store as a run does: while a run of
     the topology holds it, it waits topology.state.claim.wait.secs, then
@@ -466,6 +469,12 @@ def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, 
                 )
             dropped = clear_topology(store.provider, name)
         click.echo(f"cleared {len(dropped)} namespaces of topology {name!r}")
+        # What it leaves, so that nobody mistakes a clear for a reset of everything.
+        click.echo(
+            "not cleared: the sinks' targets and their guards (rows written before stay; "
+            "the next run's sinks write every checkpoint again, under a new lineage of the "
+            "state), and the dead-letter file"
+        )
 
 
 @main.command()

@@ -74,8 +74,7 @@ class BrokerSpout(Spout):
     def __init__(self, count: int, block_ms: int) -> None:
         if count < 1 or block_ms < 0:
             raise ConfigError(
-                f"{self.connector}: count must be >= 1 and block_ms >= 0 "
-                f"(got {count}, {block_ms})"
+                f"{self.connector}: count must be >= 1 and block_ms >= 0 (got {count}, {block_ms})"
             )
         self.count = count
         self.block_ms = block_ms

@@ -59,15 +59,37 @@ class FileSink(TwoPhaseSink):
         self.guard_path = self.path.with_name(self.path.name + ".guard")
         super().prepare(conf, context, collector)
 
-    def _guard(self) -> tuple[int, int]:
-        """``(txid, length)`` of the guard; ``(-1, 0)`` before the first write."""
+    def _read_guard(self) -> dict[str, Any] | None:
         try:
-            g = json.loads(self.guard_path.read_text())
+            g: dict[str, Any] = json.loads(self.guard_path.read_text())
         except FileNotFoundError:
-            return -1, 0
+            return None
         except (OSError, ValueError) as exc:
             raise SinkError(f"{self.what}: cannot read {self.guard_path}: {exc}") from exc
-        return int(g["txid"]), int(g["length"])
+        return g
+
+    def _guard(self) -> tuple[int, int]:
+        """``(txid, length)`` of the guard; ``(-1, 0)`` before the first write. A guard
+        of another lineage (TwoPhaseSink.guard_key) keeps its length, the bytes its
+        lineage committed (or fewer: the file emptied or removed since, which is
+        the user's to do after ``state clear``), but none of its txids counts as
+        written for this one."""
+        g = self._read_guard()
+        if g is None:
+            return -1, 0
+        if g.get("lineage", "") == (self.lineage or ""):
+            return int(g["txid"]), int(g["length"])
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        return -1, min(int(g["length"]), size)
+
+    def earlier_guards(self) -> list[tuple[str, int]]:
+        g = self._read_guard()
+        if g is None or g.get("lineage", "") == (self.lineage or ""):
+            return []
+        return [(str(g.get("lineage", "")), int(g["txid"]))]
 
     def guard(self) -> int:
         """The txid this task last wrote (-1 if none)."""
@@ -125,7 +147,7 @@ class FileSink(TwoPhaseSink):
         os.fsync(f.fileno())
         tmp = self.guard_path.with_name(self.guard_path.name + ".tmp")
         with open(tmp, "w") as g:
-            json.dump({"txid": txid, "length": length + len(data)}, g)
+            json.dump({"txid": txid, "length": length + len(data), "lineage": self.lineage}, g)
             g.flush()
             os.fsync(g.fileno())
         os.replace(tmp, self.guard_path)

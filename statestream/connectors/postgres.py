@@ -246,6 +246,23 @@ class PostgresSink(TwoPhaseSink):
         if conn is not None:
             conn.close()
 
+    def earlier_guards(self) -> list[tuple[str, int]]:
+        """This task's guards of other lineages in the guard table (a connection of its
+        own: the writing one belongs to the writer thread)."""
+        psycopg = require("psycopg", "postgres", "PostgresSink")
+        sql = psycopg.sql
+        topology, sink, task = self.guard_key
+        component = self.context.component_id
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT sink, txid FROM {} WHERE topology = %s AND task = %s "
+                    "AND (sink = %s OR starts_with(sink, %s)) AND sink <> %s"
+                ).format(sql.Identifier(*self.guard_table.split("."))),
+                (topology, task, component, component + "@", sink),
+            ).fetchall()
+        return [(str(name).partition("@")[2], int(txid)) for name, txid in rows]
+
     def guard(self) -> int:
         """The txid this task last wrote (-1 if none)."""
         sql = self._sql

@@ -126,6 +126,24 @@ class RedisSink(TwoPhaseSink):
         if client is not None:
             client.close()
 
+    def earlier_guards(self) -> list[tuple[str, int]]:
+        """This task's guard fields of other lineages in the guard hash (a client of its
+        own: the writing one belongs to the writer thread)."""
+        redis = require("redis", "redis", "RedisSink")
+        topology, _, task = self.guard_key
+        component = self.context.component_id
+        client = redis.Redis.from_url(self.url, socket_timeout=10)
+        try:
+            found = []
+            for pattern in (f"{topology}/{component}/{task}", f"{topology}/{component}@*/{task}"):
+                for field, value in client.hscan_iter(self.guard_hash, match=_glob(pattern)):
+                    name = field.decode() if isinstance(field, bytes) else str(field)
+                    if name != self.guard_field:
+                        found.append((name.split("/")[1].partition("@")[2], int(value)))
+            return found
+        finally:
+            client.close()
+
     def guard(self) -> int:
         """The txid this task last wrote (-1 if none)."""
         value = self._client.hget(self.guard_hash, self.guard_field)
@@ -153,3 +171,11 @@ class RedisSink(TwoPhaseSink):
         except self._redis.DataError as exc:
             raise SinkError(f"{self.what}: a row cannot be sent to Redis: {exc}") from exc
         return bool(wrote)
+
+
+def _glob(pattern: str) -> str:
+    """``pattern`` for HSCAN MATCH with the glob characters of its names escaped (a
+    trailing ``@*`` is the wildcard)."""
+    head, star, tail = pattern.partition("@*")
+    escape = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+    return head.translate(escape) + ("@*" if star else "") + tail.translate(escape)

@@ -143,7 +143,9 @@ class RedisStreamSpout(BrokerSpout):
         for s, kind in zip(self._mine, types, strict=True):
             if kind != b"stream":
                 self.close()
-                what = "does not exist" if kind == b"none" else f"is a {kind.decode()}, not a stream"
+                what = (
+                    "does not exist" if kind == b"none" else f"is a {kind.decode()}, not a stream"
+                )
                 raise ConfigError(
                     f"{self._name()}: the Redis key {s!r} on {redact(self.url)} {what}; "
                     "fix the stream's name, or create it first (XADD, or XGROUP CREATE "
@@ -166,9 +168,7 @@ class RedisStreamSpout(BrokerSpout):
         self._restart(((s, entry), values) for s, entry, values in replay)
         # A failed entry's predecessor is not known any more, and need not be: it
         # precedes the position, which is where an at-least-once restart continues.
-        self._before = (
-            {(s, e): emitted[s] for s, e, _ in replay} if self._track_before else {}
-        )
+        self._before = {(s, e): emitted[s] for s, e, _ in replay} if self._track_before else {}
 
     def _emitted(self, msg_id: Any) -> None:
         s, entry = msg_id

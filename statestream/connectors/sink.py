@@ -117,8 +117,10 @@ namespace is the sink's own (do not use it from a subclass).
 
 from __future__ import annotations
 
+import logging
 import operator
 import threading
+import uuid
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -131,11 +133,17 @@ from .._state import KeyValueState
 from .._tuple import Tuple
 from ._broker import Reconnect, TargetUnreachable
 
-__all__ = ["STAGE_KEY", "TwoPhaseSink", "input_fields", "last_of_each"]
+__all__ = ["LINEAGE_KEY", "STAGE_KEY", "TwoPhaseSink", "input_fields", "last_of_each"]
 
 #: The key of the stage in the sink task's state: ``{"txid": t, "json": "[[...], ...]"}``,
 #: the rows as one JSON text (a stage of an older version, ``"rows": [...]``, is read too).
+log = logging.getLogger("statestream")
+
 STAGE_KEY = "$sink.stage"
+#: The lineage of the sink task's state (a random id, born with its first
+#: checkpoint, gone with `statestream state clear` or on a new store), which its
+#: guards name (TwoPhaseSink.guard_key).
+LINEAGE_KEY = "$sink.lineage"
 _VALUES = operator.attrgetter("values")
 
 # The write in flight of each sink task of this process, by guard key. A rewind
@@ -164,7 +172,7 @@ def _release_dropped(sink: TwoPhaseSink) -> None:
     drops a task's instance without ``cleanup`` (as a crash would), its target's
     connection still open until the garbage collector finds it, so connections
     would pile up on the server over rewinds. Its write in flight ends first."""
-    key = sink.guard_key
+    key = sink.task_key
     with _IN_FLIGHT_LOCK:
         dropped, _LIVE[key] = _LIVE.get(key), sink
     if dropped is not None and dropped is not sink:
@@ -241,6 +249,8 @@ class TwoPhaseSink(StatefulBolt):
         self._staged: tuple[int, list[list[Any]]] | None = None
         self._written = -1  # the highest txid this instance wrote or found written
         self._open = False
+        #: The lineage of this task's state (None until init_state or a commit reads it).
+        self.lineage: str | None = None
         # The local runtime's overlap (overlap_commits): the writes run on
         # _writer, one thread, and _writing is the one in flight.
         self._overlap = False
@@ -287,10 +297,30 @@ class TwoPhaseSink(StatefulBolt):
 
     # -- identity ---------------------------------------------------------------------
     @property
-    def guard_key(self) -> tuple[str, str, int]:
-        """``(topology, sink, task)``: whose guard :meth:`write` checks and sets."""
+    def task_key(self) -> tuple[str, str, int]:
+        """``(topology, sink, task)``: this task, whatever the lineage."""
         c = self.context
         return (c.topology_name, c.component_id, c.task_index)
+
+    @property
+    def guard_key(self) -> tuple[str, str, int]:
+        """``(topology, sink@lineage, task)``: whose guard :meth:`write` checks and sets.
+
+        The sink's part names the :attr:`lineage` of the state the guard
+        belongs to, so that a guard written before ``statestream state clear``
+        (or by a run on another store) is never taken for this state's: its
+        txids count from 0 again. (A state staged before lineages existed keeps
+        the plain ``sink`` of its guards: :attr:`lineage` is ``""`` then.)"""
+        c = self.context
+        sink = f"{c.component_id}@{self.lineage}" if self.lineage else c.component_id
+        return (c.topology_name, sink, c.task_index)
+
+    def earlier_guards(self) -> list[tuple[str, int]]:
+        """The guards of this task of other lineages in the target, ``(lineage, txid)``
+        (``""``: a guard written before lineages existed); said at start when this
+        task begins a lineage. By default none are looked for: a sink whose target
+        can list them overrides it."""
+        return []
 
     @property
     def what(self) -> str:
@@ -306,16 +336,18 @@ class TwoPhaseSink(StatefulBolt):
         self._staged = None
         self._written = -1
         self._open = False
+        self.lineage = None
         self._reconnect = Reconnect.from_conf(self.what, self.url, conf, context.clock, SinkError)
         self._writing = None
         _release_dropped(self)
-        _wait_for_writes(self.guard_key)
+        _wait_for_writes(self.task_key)
         self.check_target()
 
     def init_state(self, state: KeyValueState) -> None:
         self._buffer = []
         self._staged = None
         self._state = state
+        self._lineage_of(state, begin=True)
         if self._overlap:
             # Recovery from COMMITTED(t): the write of t may not have been done
             # (it overlapped t+1), so the committed stage is written now, before
@@ -403,9 +435,45 @@ class TwoPhaseSink(StatefulBolt):
                     writer.shutdown()
 
     # -- the target write ---------------------------------------------------------------
+    def _lineage_of(self, state: KeyValueState, begin: bool = False) -> None:
+        """Set :attr:`lineage` from the state; ``begin`` (``init_state``): a state
+        without one begins a lineage (put now, committed with the next checkpoint,
+        before any guard names it), and says what the target holds of earlier ones."""
+        lineage = state.get(LINEAGE_KEY)
+        if lineage is None:
+            if state.get(STAGE_KEY) is not None:
+                lineage = ""  # staged before lineages existed: its guards are plain
+            elif begin:
+                lineage = uuid.uuid4().hex
+                state.put(LINEAGE_KEY, lineage)
+                self.lineage = lineage
+                self._say_earlier()
+                return
+        self.lineage = lineage
+
+    def _say_earlier(self) -> None:
+        """One line if the target holds rows of earlier lineages of this task."""
+        try:
+            earlier = self.earlier_guards()
+        except Exception as exc:  # only a message: the writes will meet the real error
+            log.debug("%s: could not list earlier guards: %s", self.what, exc)
+            return
+        if earlier:
+            newest = max(txid for _, txid in earlier)
+            log.warning(
+                "%s: the target holds rows of %s of this topology's state (its guard "
+                "reached txid %d; after `statestream state clear` or on another store): "
+                "they are kept, and this state writes every checkpoint from its first",
+                self.what,
+                "an earlier lineage" if len(earlier) == 1 else f"{len(earlier)} earlier lineages",
+                newest,
+            )
+
     def _write_committed(self, state: KeyValueState, wait: bool) -> None:
         """Write the committed stage unless this instance wrote it: now, or (not
         ``wait``) on the writer thread, for the next call to wait for."""
+        if self.lineage is None:
+            self._lineage_of(state)  # Spark's driver: its instance never had init_state
         stage = state.get(STAGE_KEY)
         if stage is None or stage["txid"] <= self._written:
             return
@@ -417,7 +485,7 @@ class TwoPhaseSink(StatefulBolt):
             self._writer = ThreadPoolExecutor(1, f"statestream-sink-{self.context.task_id}")
         future = self._writing = self._writer.submit(self._write_stage, stage)
         with _IN_FLIGHT_LOCK:
-            _IN_FLIGHT[self.guard_key] = future
+            _IN_FLIGHT[self.task_key] = future
         if wait:
             self._settle()
 
@@ -430,8 +498,8 @@ class TwoPhaseSink(StatefulBolt):
             future.result()
         finally:
             with _IN_FLIGHT_LOCK:
-                if _IN_FLIGHT.get(self.guard_key) is future:
-                    del _IN_FLIGHT[self.guard_key]
+                if _IN_FLIGHT.get(self.task_key) is future:
+                    del _IN_FLIGHT[self.task_key]
 
     def _write_stage(self, stage: Mapping[str, Any]) -> None:
         """The stage to the target in one transaction with the guard (on the writer

@@ -283,7 +283,7 @@ table, topology, folder = sys.argv[1:4]
 
 class Case(SinkCase):
     def make(self):
-        return PostgresSink(table, FIELDS, dsn=PG_DSN)
+        return PostgresSink(table, FIELDS, dsn=PG_DSN, guard_table=table + "_guard")
 
 
 case = Case()
@@ -317,16 +317,16 @@ def test_a_sigkill_with_the_write_held_in_postgres(tmp_path: Path) -> None:
     case.opened, case.topology = [], "topo-kill-" + case.table
     blocker = psycopg.connect(PG_DSN)  # not autocommit: holds its transaction open
     try:
-        # The guard table, as the sink creates it; then this test's uncommitted row
-        # of the child's guard, on which the child's write (guard first) waits.
+        # The child's guard table (its own), as the sink creates it; then this test's
+        # lock on it, on which the child's write (guard first) waits. (Its guard's
+        # row is named by the state's lineage, unknown here: the table is locked.)
+        guard = case.table + "_guard"
         case.conn.execute(
-            "CREATE TABLE IF NOT EXISTS statestream_sink_guard (topology text NOT NULL, "
+            f"CREATE TABLE IF NOT EXISTS {guard} (topology text NOT NULL, "
             "sink text NOT NULL, task integer NOT NULL, txid bigint NOT NULL, "
             "PRIMARY KEY (topology, sink, task))"
         )
-        blocker.execute(
-            "INSERT INTO statestream_sink_guard VALUES (%s, 'out', 0, -1)", (case.topology,)
-        )
+        blocker.execute(f"LOCK TABLE {guard} IN EXCLUSIVE MODE")
         path = [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, case.table, case.topology, str(tmp_path)],
@@ -366,4 +366,5 @@ def test_a_sigkill_with_the_write_held_in_postgres(tmp_path: Path) -> None:
         blocker.close()
         for s in case.opened:
             s.cleanup()
+        case.conn.execute(f"DROP TABLE IF EXISTS {case.table}_guard")
         case.close()
