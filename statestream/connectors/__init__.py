@@ -13,14 +13,16 @@ RedisStreamSpout    exactly-once                  last entry id read, per stream
 JetStreamSpout      exactly-once                  last stream sequence read
 RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; classic queue:
                     classic queue: at-least-once  none (acked after the checkpoint commits)
-PostgresSink        exactly-once (two-phase)      guard row (topology, sink, task) -> txid
+PostgresSink        exactly-once (two-phase)      guard row (topology, sink@lineage, task) -> txid
 RedisSink           exactly-once (two-phase)      guard hash field, checked under WATCH
 FileSink            exactly-once (two-phase)      guard file: txid and the committed length
 TwoPhaseSink        the base of the three above   stage at PREPARE, write at COMMIT with the guard
 ==================  ============================  ==========================================
 
 The sinks are exactly-once with exactly-once state (the default); under
-at-least-once a replayed tuple is written again.
+at-least-once a replayed tuple is written again. A guard names the lineage
+of the state it belongs to, so exactly-once holds across ``statestream state
+clear`` and a new store: nothing is taken as written that this state did not write.
 """
 
 from __future__ import annotations
