@@ -7,7 +7,9 @@ runtime does around it, once: it loads the
 positions, namespace ``$checkpointspout-0``), stores the record moved to
 each new phase before the action that follows it goes out, and stores with
 ``PREPARING(t)`` the data spouts' positions at the cut of ``t`` (exactly-once)
-or their acked positions (at-least-once).
+or their acked positions (at-least-once; these also with the txid a recovery
+restores, at every phase stored, so that those of ``t`` are taken again once
+the commit of ``t`` released the acks it held).
 
 Two sides, one record:
 
@@ -81,14 +83,20 @@ class CheckpointDriver:
 
     def _save(self, cs: CheckpointState) -> None:
         """The coordinator's ``save``: store the record moved to ``cs``."""
-        positions = acked = None
-        if cs.phase is Phase.PREPARING:
-            positions = self._positions
-            if positions is None and self.acked_positions is not None:
-                # Every message below these was acked, so its effects are in
-                # a checkpoint committed before t: safe to resume from at t.
-                acked = self.acked_positions()
-        record = self.record.advance(cs, positions, acked)
+        preparing = cs.phase is Phase.PREPARING
+        positions = self._positions if preparing else None
+        acked = None
+        if positions is None and self.acked_positions is not None:
+            # Every message below these was acked, so its effects are in a
+            # checkpoint committed before: safe to resume from at t.
+            acked = self.acked_positions()
+        record = self.record.advance(cs, positions, acked if preparing else None)
+        if acked is not None:
+            # And with the txid a recovery from this record restores: the acks
+            # a commit releases are heard after it, so those stored with
+            # PREPARING(t) lag one checkpoint; refreshed at every save, a run
+            # stopped after COMMITTED(t) resumes where the commit of t acked.
+            record = record.with_acked(acked)
         record.save(self._state())
         self.record = record
 

@@ -255,9 +255,11 @@ class CheckpointSpout(Spout):
     when :meth:`prepare_due` says so and starts it with
     :meth:`start_prepare`, giving the spouts' positions, which are stored
     with ``PREPARING(t)`` in the same commit. With at-least-once state the
-    runtime sets :attr:`acked_positions` instead: it is called whenever
-    ``PREPARING(t)`` is stored, and what it returns (the data spouts' acked
-    positions, see ``statestream._resume``) is stored with it.
+    runtime sets :attr:`acked_positions` instead: it is called whenever a
+    phase is stored, and what it returns (the data spouts' acked positions, see
+    ``statestream._resume``) is stored with ``t`` at ``PREPARING(t)`` and with
+    the txid a recovery restores at every phase (so ``COMMITTED(t)`` stores
+    those after the acks the commit of ``t`` released).
     """
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -413,8 +413,12 @@ class JetStreamSpout(BrokerSpout):
     def acked_position(self) -> Any:
         """Per stream the sequence of the first message not yet acked."""
         seqs = dict(self._next)
-        for s, n in reversed(self._in_flight):
-            seqs[s] = n  # in emit order: the first one per stream is written last
+        # The lowest, not the first emitted: the replays of a position come first
+        # in the order they failed, which is not the stream's.
+        in_flight: Iterable[tuple[str, int]] = self._in_flight  # type: ignore[assignment]
+        for s, n in in_flight:
+            if n < seqs.get(s, n + 1):
+                seqs[s] = n
         return self._where(seqs, [])
 
     def seek(self, position: Any) -> None:

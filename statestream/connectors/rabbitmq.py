@@ -11,7 +11,7 @@ no ``position``/``seek``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -382,8 +382,12 @@ class _StreamQueueSpout(RabbitMQSpout):
     def acked_position(self) -> Any:
         """Per queue the offset of the first message not yet acked."""
         offsets = dict(self._next)
-        for q, n in reversed(self._in_flight):
-            offsets[q] = n  # in emit order: the first one per queue is written last
+        # The lowest, not the first emitted: the replays of a position come first
+        # in the order they failed, which is not the queue's.
+        in_flight: Iterable[tuple[str, int]] = self._in_flight  # type: ignore[assignment]
+        for q, n in in_flight:
+            if n < offsets.get(q, n + 1):
+                offsets[q] = n
         return self._where(offsets, [])
 
     def seek(self, position: Any) -> None:

@@ -17,6 +17,23 @@ __all__ = ["RedisStreamSpout"]
 _START = "0-0"  # XREAD returns the entries after this id: the whole stream
 
 
+_SEQ_MAX = 2**64 - 1  # an entry id is "<ms>-<seq>", each an unsigned 64-bit number
+
+
+def _id_order(replayed: Sequence[Any]) -> tuple[int, int]:
+    """A replayed ``[stream, entry id, values]`` by its id, as the stream orders it."""
+    ms, _, seq = str(replayed[1]).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _id_before(entry: str) -> str:
+    """The greatest entry id below ``entry``: XREAD after it returns ``entry`` first."""
+    ms, _, seq = entry.partition("-")
+    if int(seq or 0) > 0:
+        return f"{ms}-{int(seq) - 1}"
+    return f"{int(ms) - 1}-{_SEQ_MAX}"
+
+
 def _raw(response: Any, **_: Any) -> Any:
     """redis-py's response callback that leaves a reply as it came."""
     return response
@@ -166,9 +183,14 @@ class RedisStreamSpout(BrokerSpout):
         self._read_ids = dict(emitted)
         self._counts = dict(counts) if counts is not None else None
         self._restart(((s, entry), values) for s, entry, values in replay)
-        # A failed entry's predecessor is not known any more, and need not be: it
-        # precedes the position, which is where an at-least-once restart continues.
-        self._before = {(s, e): emitted[s] for s, e, _ in replay} if self._track_before else {}
+        # A failed entry's predecessor is not known any more: the greatest id below
+        # it will do (XREAD after it reads the entry). In stream order, not in the
+        # order they failed: acked_position() takes the first one per stream.
+        self._before = (
+            {(s, e): _id_before(e) for s, e, _ in sorted(replay, key=_id_order)}
+            if self._track_before
+            else {}
+        )
 
     def _emitted(self, msg_id: Any) -> None:
         s, entry = msg_id

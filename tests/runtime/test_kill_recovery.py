@@ -105,8 +105,9 @@ def test_sqlite_at_least_once_loses_nothing(tmp_path: Path) -> None:
     # overcounts where exactly-once does not is shown deterministically by
     # tests/runtime/test_exactly_once.py
     # (test_a_bolt_failing_one_percent_after_its_put_is_exact_once_and_overcounts_at_least_once):
-    # a SIGKILL overcounts what was acked after the last PREPARE stored the
-    # spouts' acked positions (statestream._resume), plus what was in flight.
+    # a SIGKILL overcounts what was acked after the checkpoint record was last
+    # stored with the spouts' acked positions (statestream._resume), plus what
+    # was in flight.
     db = tmp_path / "state.db"
     _kill_and_restart(
         tmp_path,

@@ -220,6 +220,28 @@ def test_acked_positions_are_stored_with_a_prepare_that_has_no_cut() -> None:
     assert kv.data["positions"] == {}
 
 
+def test_acked_positions_are_taken_again_at_every_phase_for_the_restored_txid() -> None:
+    # The acks the commit of t releases reach the spouts after PREPARING(t) was
+    # stored: COMMITTED(t) stores them with t, PREPARING(t+1) with t again.
+    log: Log = []
+    d, kv = driver({}, log)
+    acked = {"a": 0}
+    d.acked_positions = lambda: dict(acked)
+    d.recover(acting(log))
+    d.coordinator.poll(0.0, early=True)  # PREPARING(0)
+    acked["a"] = 1  # heard meanwhile (a COMMITTING(0) stored now restores 0)
+    d.on_ack(Action.PREPARE, 0)
+    assert kv.data["acked"] == {"0": {"a": 1}}
+    assert d.poll() == Emission(Action.COMMIT, 0)
+    acked["a"] = 2  # what the commit of 0 released
+    d.on_ack(Action.COMMIT, 0)
+    assert d.record.resume_point() == (0, {"a": 2}, False)
+    acked["a"] = 3
+    d.coordinator.poll(0.0, early=True)  # PREPARING(1): a rollback restores 0
+    assert kv.data["acked"] == {"0": {"a": 3}, "1": {"a": 3}}
+    assert d.record.resume_point() == (0, {"a": 3}, False)
+
+
 def test_the_asynchronous_side_stores_before_it_emits() -> None:
     log: Log = []
     d, kv = driver({}, log)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from ..._components import task_namespace
 from ..._config import settings_of
@@ -92,7 +92,17 @@ class LocalRuntime(RuntimeBase):
             for line in plan.lines:
                 log.warning("%s", line)
         if cp is not None and not self.exactly_once:
-            cp.acked_positions = lambda: acked_positions(refs)
+            cp.acked_positions = lambda: self.heard_acked_positions(refs)
+
+    def heard_acked_positions(self, refs: list[SpoutRef]) -> dict[str, Any]:
+        """At-least-once: the data spouts' acked positions once they heard every ack
+        that reached them. The checkpoint spout stores COMMITTED(t) when the acker
+        completes COMMIT(t), in the step where the acks that commit released may
+        still wait in a data spout's completions: delivered first, they count."""
+        for s in self.data_spouts:
+            if s.completions:
+                s.drain_completions()
+        return acked_positions(refs)
 
     def store_acked_positions(self) -> None:
         """At-least-once, at the clean end of a run: the checkpoint spout stores where

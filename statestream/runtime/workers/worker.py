@@ -375,7 +375,7 @@ class Worker:
     def _share_acked_positions(self) -> None:
         """At-least-once: each worker sends its data spouts' acked positions in every
         status, and the checkpoint spout's worker stores the newest it has heard of
-        with each PREPARE (an older one is still safe: acked positions only grow)."""
+        with each record it stores (an older one is still safe: acked positions only grow)."""
         rt = self.rt
         if rt.standstill is not None or not rt.plan.checkpointed:
             return
@@ -383,7 +383,7 @@ class Worker:
         cp = rt.checkpoint_spout
         if cp is not None:
             mine = self._resumable
-            cp.acked_positions = lambda: {**self._peer_acked, **acked_positions(mine)}
+            cp.acked_positions = lambda: {**self._peer_acked, **rt.heard_acked_positions(mine)}
 
     def _cut(self, statuses: list[_Status]) -> None:
         """Exactly-once: every worker stands still; the checkpoint spout's worker
