@@ -472,8 +472,10 @@ class TwoPhaseSink(StatefulBolt):
     def _write_committed(self, state: KeyValueState, wait: bool) -> None:
         """Write the committed stage unless this instance wrote it: now, or (not
         ``wait``) on the writer thread, for the next call to wait for."""
-        if self.lineage is None:
-            self._lineage_of(state)  # Spark's driver: its instance never had init_state
+        # The lineage of the state written from, read each time: Spark's driver acts
+        # on a fresh state object per action, and its instance's init_state saw one
+        # that commits nothing (the executors' tasks give the state its lineage).
+        self._lineage_of(state)
         stage = state.get(STAGE_KEY)
         if stage is None or stage["txid"] <= self._written:
             return

@@ -62,7 +62,11 @@ def own_sink(tmp_path: Path) -> None:
         written = db.execute("SELECT word, n FROM out").fetchall()
         guards = dict(db.execute("SELECT k, txid FROM guard").fetchall())
     assert collections.Counter(written) == collections.Counter(rows)
-    assert set(guards) == {"sinks/out/0", "sinks/out/1"}, guards
+    # One guard a task, named by the state's lineage: sinks/out@<lineage>/<task>.
+    assert sorted((k.split("@")[0], k.rsplit("/", 1)[1]) for k in guards) == [
+        ("sinks/out", "0"),
+        ("sinks/out", "1"),
+    ], guards
 
 
 def _table(text: str) -> dict[str, list[str]]:
@@ -110,7 +114,10 @@ def test_a_topology_of_the_docs_runs_until_idle(block: Block, tmp_path: Path) ->
     (tmp_path / "input.txt").write_text("\n".join(lines) + "\n")
     done = subprocess.run(
         [sys.executable, "-m", "statestream", "run", str(module), "--until-idle", "--no-progress"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "idle after" in done.stderr and ", 0 errors" in done.stderr, done.stderr
@@ -140,4 +147,5 @@ def test_a_block_run_by_its_own_test(name: str, tmp_path: Path) -> None:
 
 def test_section_code_finds_one_marked_block() -> None:
     assert "class ClickSpout(Spout):" in section_code(
-        DOCS / "guides" / "spouts.md", "tests/runtime/test_spout_guide.py")
+        DOCS / "guides" / "spouts.md", "tests/runtime/test_spout_guide.py"
+    )

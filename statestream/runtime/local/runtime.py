@@ -415,13 +415,19 @@ class LocalRuntime(RuntimeBase):
             restore_gc(gc_before)
             self.close()
             self.error_log.log_repeats()
-        if self.fatal is not None:
+        fatal = self.fatal_error()
+        if fatal is not None:
             # Set by close(): a sink's cleanup() that could not write the run's last
             # checkpoint. The same outcome as a refusal mid-run: the run fails.
-            raise self.fatal
+            raise fatal
         return RunResult(
             self.metrics(), list(self.errors), clock.monotonic() - start, reason, self.counters()
         )
+
+    def fatal_error(self) -> BaseException | None:
+        """The error that ends the run, if any. (A method: read after ``close()``, which
+        may set it, where the compiled code would take ``fatal`` for still None.)"""
+        return self.fatal
 
     def explain_wait(self) -> None:
         """``until_idle``: once no data has moved for a message timeout, say why the

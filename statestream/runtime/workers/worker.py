@@ -299,8 +299,9 @@ class Worker:
         finally:
             restore_gc(gc_before)
             rt.close()
-        if rt.fatal is not None:
-            raise rt.fatal  # close(): a sink could not write the last checkpoint
+        fatal = rt.fatal_error()
+        if fatal is not None:
+            raise fatal  # close(): a sink could not write the last checkpoint
         return RunResult(
             rt.metrics(), list(rt.errors), clock.monotonic() - start, reason, rt.counters()
         )
