@@ -314,7 +314,8 @@ class Worker:
         if any(s.stop for s in old):
             return "duration" if any(s.deadline for s in old) else "stopped", decision
         moved = any(sent_before) or any(s.busy or s.sent for s in old)
-        if until_idle and fresh and not moved and all(s.idle for s in old):
+        quiet = not moved or rt.checkpoints_nonstop  # (see LocalRuntime.checkpoints_nonstop)
+        if until_idle and fresh and quiet and all(s.idle for s in old):
             return "idle", decision
         if self.lockstep is not None and fresh:
             decided = self.lockstep.decide(old, not any(sent_before))
