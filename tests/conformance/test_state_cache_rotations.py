@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 import pytest
-from test_state_cache import N, _items_in_order, _open, _visible
+from test_state_cache import N, _committed, _items_in_order, _open, _visible
 
 
 @pytest.fixture
@@ -28,13 +28,7 @@ def namespace() -> str:
 def test_rotations_between_a_prepare_and_its_commit_lose_no_prepared_key(
     provider_factory: Any, namespace: str, changed: int
 ) -> None:
-    state = _open(provider_factory, namespace)
-    committed = {f"k{i:04d}": i for i in range(N)}
-    for key, value in committed.items():
-        state.put(key, value)
-    state.prepare_commit(0)
-    state.commit(0)
-
+    state, committed = _committed(provider_factory, namespace)
     prepared = dict(committed)
     for i in range(0, changed * 7, 7):  # spread over the key range
         prepared[f"k{i:04d}"] = {"prepared": i}
