@@ -291,14 +291,16 @@ def _address_or_null(value: object) -> object:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # `topology.ui: 8080` in YAML is a number
-    if isinstance(value, str) and _ADDRESS_RE.fullmatch(value.strip()) and int(value.rsplit(":", 1)[-1]) <= 65535:
+    if (
+        isinstance(value, str)
+        and _ADDRESS_RE.fullmatch(value.strip())
+        and int(value.rsplit(":", 1)[-1]) <= 65535
+    ):
         return value.strip()
     raise _Invalid
 
 
-_ADDRESS_OR_NULL: Final = _Kind(
-    "a port, HOST:PORT or null", _address_or_null, _scalar, str | None
-)
+_ADDRESS_OR_NULL: Final = _Kind("a port, HOST:PORT or null", _address_or_null, _scalar, str | None)
 
 
 def _registered_runner(value: object) -> object:
@@ -491,11 +493,12 @@ class Settings:
     )
     topology_state_checkpoint_interval_ms: int = _key(
         "topology.state.checkpoint.interval.ms",
-        _POSITIVE_INT,
+        _NON_NEGATIVE_INT,
         1000,
-        """Milliseconds between checkpoints of stateful bolts. Must be below
-        topology.message.timeout.secs * 1000, or tuples held for a checkpoint
-        would time out before it commits.""",
+        """Milliseconds between checkpoints of stateful bolts; 0 starts the next
+        one as soon as the last one committed, as Storm's checkpoint spout does.
+        Must be below topology.message.timeout.secs * 1000, or tuples held for a
+        checkpoint would time out before it commits.""",
         storm=_SAME,
     )
     topology_state_claim_wait_secs: float = _key(

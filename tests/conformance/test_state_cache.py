@@ -28,6 +28,17 @@ def _open(provider_factory: Any, namespace: str) -> Any:
     return provider.get_state(namespace)
 
 
+def _committed(provider_factory: Any, namespace: str) -> tuple[Any, dict[str, Any]]:
+    """A state of ``N`` keys, prepared and committed as txid 0, and its model."""
+    state = _open(provider_factory, namespace)
+    committed = {f"k{i:04d}": i for i in range(N)}
+    for key, value in committed.items():
+        state.put(key, value)
+    state.prepare_commit(0)
+    state.commit(0)
+    return state, committed
+
+
 def _visible(state: Any, model: dict[str, Any]) -> None:
     for key, value in model.items():
         assert state.get(key, "<none>") == value, key
@@ -51,12 +62,7 @@ def namespace() -> str:
 def test_evictions_keep_every_uncommitted_change_through_a_crash(
     provider_factory: Any, namespace: str, recovery: str
 ) -> None:
-    state = _open(provider_factory, namespace)
-    committed = {f"k{i:04d}": i for i in range(N)}
-    for key, value in committed.items():
-        state.put(key, value)
-    state.prepare_commit(0)
-    state.commit(0)
+    state, committed = _committed(provider_factory, namespace)
     _visible(state, committed)  # reads the whole state through a cache of 16 entries
     assert state.cache_entries < N
 

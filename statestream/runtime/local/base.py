@@ -154,6 +154,12 @@ class RuntimeBase:
         # and any failure within the run goes back to the last commit.
         on = self.exactly_once = local_run_mode(topology, self.config, self.plan)
         self.standstill: Standstill | None = Standstill() if on else None
+        #: topology.state.checkpoint.interval.ms 0 with at-least-once state: a
+        #: checkpoint starts as soon as the last one committed, so checkpoint tuples
+        #: always move and a quiet step never comes; until_idle asks idle() anyway.
+        self.checkpoints_nonstop = (
+            settings.topology_state_checkpoint_interval_ms == 0 and self.standstill is None
+        )
         # The run's metrics bank (runtime.metrics): the tasks time their samples
         # into it; it outlives a rewind's new tasks.
         self.bank = MetricsBank(

@@ -392,11 +392,11 @@ class LocalRuntime(RuntimeBase):
                 if deadline is not None and clock.monotonic() >= deadline:
                     reason = "duration"
                     break
+                if until_idle and (not busy or self.checkpoints_nonstop) and self.idle():
+                    reason = "idle"
+                    break
                 if not busy:
                     if until_idle:
-                        if self.idle():
-                            reason = "idle"
-                            break
                         self.explain_wait()
                     # A failed tuple waiting out its retry delay holds the cut
                     # back: the clock must move for it.

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._checkpoint import Phase
 from ..._clock import Clock
 from ..._config import Config
 from ..._exactly_once import (
@@ -156,6 +157,10 @@ class Worker:
         # positions its peers sent (see _share_acked_positions)
         self._resumable: list[SpoutRef] = []
         self._peer_acked: dict[str, Any] = {}
+        # The last COMMITTED(t) seen, and the round to store the acked positions
+        # again at (-1: done): see _refresh_acked
+        self._refresh_txid = -1
+        self._refresh_round = -1
 
     def _local_roots(self) -> None:
         """Give new tuple trees a root id whose acker task lives in this worker
@@ -292,6 +297,8 @@ class Worker:
                     peers[self.index] = mine_before.popleft()
                     old = peers
                 mine_before.append(mine)
+                if self._refresh_acked_here:
+                    self._refresh_acked()
                 self._maybe_report()
             self.mesh.close()
             rt.finish_queued()
@@ -317,7 +324,8 @@ class Worker:
         if any(s.stop for s in old):
             return "duration" if any(s.deadline for s in old) else "stopped", decision
         moved = any(sent_before) or any(s.busy or s.sent for s in old)
-        if until_idle and fresh and not moved and all(s.idle for s in old):
+        quiet = not moved or rt.checkpoints_nonstop  # (see LocalRuntime.checkpoints_nonstop)
+        if until_idle and fresh and quiet and all(s.idle for s in old):
             return "idle", decision
         if self.lockstep is not None and fresh:
             decided = self.lockstep.decide(old, not any(sent_before))
@@ -369,6 +377,7 @@ class Worker:
         return busy, emitted, decision
 
     lockstep: Lockstep | None = None
+    _refresh_acked_here = False  # at-least-once, on the checkpoint spout's worker
     _gc_wait = 0
     _deadline = False
     epoch = 0
@@ -385,6 +394,27 @@ class Worker:
         if cp is not None:
             mine = self._resumable
             cp.acked_positions = lambda: {**self._peer_acked, **rt.heard_acked_positions(mine)}
+            self._refresh_acked_here = True
+
+    def _refresh_acked(self) -> None:
+        """At-least-once, on the checkpoint spout's worker: store the acked positions
+        once more a while after each COMMITTED(t). The acks the commit of t
+        released reach a spout in another worker, and its report of them this
+        worker, rounds later: a data tuple sent in round r is executed in round
+        r+LAG+1, so the acks released up to the commit's round r0 are heard by
+        round r0+LAG+2 and reported here by round r0+2*LAG+3. Stored then with
+        the txid a recovery restores (t, or t+1 if its commit is under way:
+        safe at any moment, see CheckpointRecord.with_acked); one write per
+        checkpoint at most, none if nothing changed."""
+        cp = self.rt.checkpoint_spout
+        assert cp is not None
+        cs = cp.record.state
+        if cs.phase is Phase.COMMITTED and cs.txid > self._refresh_txid:
+            self._refresh_txid = cs.txid
+            self._refresh_round = self.rounds + 2 * LAG + 3
+        elif 0 <= self._refresh_round <= self.rounds:
+            self._refresh_round = -1  # once per commit
+            self.rt.store_acked_positions()
 
     def _cut(self, statuses: list[_Status]) -> None:
         """Exactly-once: every worker stands still; the checkpoint spout's worker
