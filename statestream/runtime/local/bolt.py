@@ -50,10 +50,10 @@ class BoltTask(Task):
         # Checkpoint tuples take a priority lane: they must get through while
         # data waits (before INITSTATE, or while a full queue holds it).
         self.control: deque[Tuple] = deque()
-        # Exactly-once: a tuple this bolt fails is executed again here, its
-        # state writes undone (the state's journal) and its delay waited out
-        # in `parked`, instead of failing its tree and rewinding everything
-        # since the cut (statestream._retry.retry_here says when).
+        # Exactly-once: a tuple this bolt fails in its execute is executed again
+        # here, its state writes undone (the state's journal), its emits taken
+        # back and its delay waited out in `parked`, instead of failing its tree
+        # and rewinding everything since the cut (_retries_here says when).
         # 0: not decided yet, 1: retried here, 2: not (failures fail the tree).
         self.here = 0 if rt.exactly_once and rt.acking is not None else 2
         self.current: Tuple | None = None  # the tuple being executed (here == 1)
@@ -306,10 +306,10 @@ class BoltTask(Task):
                 acking.fail(root)
 
     def _retry_here(self, tup: Tuple) -> None:
-        """Exactly-once: ``tup`` failed in the ``execute`` under way, which emitted
-        nothing: undo its state writes and execute it again after its delay, or
-        after its last attempt write it to the dead-letter file and settle it
-        (acked: its effects are undone, its tree goes on without it)."""
+        """Exactly-once: ``tup`` failed in the ``execute`` under way: undo its state
+        writes and take back its emits, then execute it again after its delay (the
+        retry policy's), or after its last attempt write it to the dead-letter file
+        and settle it (acked: its effects are undone, its tree goes on without it)."""
         tup.done = True
         self.failed += 1
         journal = self.journal
