@@ -302,8 +302,8 @@ class CheckpointRecord:
     ``acked`` is the same per txid for at-least-once state: each resumable
     data spout's ``acked_position()`` taken when ``PREPARING(t)`` was stored,
     then again (:meth:`with_acked`) whenever a later phase whose recovery
-    restores ``t`` was (see :class:`Rewindable`). Kept apart from ``positions``: an acked
-    position is safe to resume from but is no cut.
+    restores ``t`` was (see :class:`Rewindable`). Kept apart from
+    ``positions``: an acked position is safe to resume from but is no cut.
     """
 
     state: CheckpointState
