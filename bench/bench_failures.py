@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "runtime"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from test_retry_here import CONF, POISON, corpus, topology
 

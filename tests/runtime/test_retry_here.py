@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from runtime_harness import Runner
+from word_bolts import Split
 
 from statestream import (
     BasicBolt,
@@ -52,15 +53,6 @@ def corpus(path: Path, lines: int, poison_every: int = 0) -> Counter[str]:
             counts.update(words)
             f.write(" ".join(words) + "\n")
     return counts
-
-
-class Split(BasicBolt):
-    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
-        for word in tuple["line"].split():
-            collector.emit([word])
-
-    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        declarer.declare(["word"])
 
 
 class FlakyCount(StatefulBolt):
