@@ -410,19 +410,15 @@ class _StreamQueueSpout(RabbitMQSpout):
         self._consume_from_next()
 
     def _consume_from_next(self) -> None:
-        """Consume from ``_next`` on a fresh channel. pika's basic_cancel rejects the
-        deliveries it holds, which a stream queue answers by closing the
-        connection; so deliver them first, and reconnect if the broker closed it."""
-        import pika.exceptions as errors
-
+        """Consume from ``_next`` on a fresh connection. pika's basic_cancel rejects
+        the deliveries it holds, which a stream queue answers by closing the
+        connection, at a moment of the broker's choosing (seen after the cancel
+        had returned, from the next read: the spout failed with "basic.nack and
+        basic.reject not supported by stream queues"); so the consumers go with
+        their connection, and reading goes on on a new one."""
         if self._consumers:
-            try:
-                self._connection.process_data_events(time_limit=0)
-                for tag in self._consumers.values():
-                    self._channel.basic_cancel(tag)
-            except (errors.AMQPError, errors.ChannelClosed):
-                self._drop_connection()
-                self._connect()
+            self._drop_connection()
+            self._connect()
             self._consumers = {}
         self._buffer.clear()
         self._resubscribe()
