@@ -455,11 +455,10 @@ class Settings:
         None,
         """Most tracked (not yet acked or failed) tuples a spout task may have in
         flight; the spout is not asked for more until some complete. null means
-        the runtime's own bound: 10,000 per spout task on the local runtime (the
-        memory of the run bounded: 124 MB at 781k distinct words against 266 MB
-        unbounded; a large sqlite state runs slower, its checkpoints coming
-        whenever the spouts wait at the bound), one batch at a time for a
-        transactional topology.""",
+        the runtime's own bound: 10,000 per spout task locally (124 MB at 781k
+        distinct words against 266 MB unbounded; a large sqlite state runs slower:
+        a checkpoint comes whenever the spouts wait at the bound), one batch at a
+        time for a transactional topology.""",
         storm="the same key and meaning; Storm's null is unbounded (set a large number for that).",
     )
     topology_tick_tuple_freq_secs: float | None = _key(
