@@ -49,6 +49,7 @@ COMPILED_MODULES: Final = (
     "statestream.runtime.local.spout",
     "statestream.runtime.local.bolt",
     "statestream.runtime.local.support",
+    "statestream.runtime.local.host",
     "statestream.runtime.local.base",
     "statestream.runtime.local.runtime",
 )

@@ -23,8 +23,10 @@ that calls and attribute reads between them stay native; see
 * ``tasks``: what every task shares: streams, routes, the delivery fast paths;
 * ``spout`` / ``bolt``: a spout task, a bolt task (each its own collector);
 * ``support``: the loop's helpers (errors named by task, the collector, ticks);
-* ``base``: what the tasks see of their runtime (``RuntimeBase``): building and
-  wiring them, ids, state, the poison-tuple book, the error log;
+* ``host``: what a task sees of its run (``TaskHost``): the clock, the acker's
+  routing, tuple ids, the message books and dead-letter file, the error log;
+* ``base``: the tasks built and wired (``RuntimeBase``, a ``TaskHost``), state,
+  dead letters replayed, what reaches across tasks;
 * ``runtime``: :class:`LocalRuntime`: lifecycle, rewind, the loop, observation.
 """
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 # imports first a __file__ (and spec) under the group library's folder, where
 # no file is.
 # isort: off
-from . import acking, tasks, spout, bolt, support, base, runtime  # noqa: F401
+from . import acking, tasks, spout, bolt, support, host, base, runtime  # noqa: F401
 # isort: on
 
 from ..._results import ErrorReport, RunResult, TaskMetrics

@@ -18,7 +18,7 @@ from ..._acker import AckerLedger, Outcome, acker_task_for
 from ..._tuple import Origin, Tuple
 
 if TYPE_CHECKING:
-    from .base import RuntimeBase
+    from .host import TaskHost
 
 
 _getrandbits: Final = random.getrandbits
@@ -248,7 +248,7 @@ class RemoteInbox:
 class Acking:
     """The runtime's side of the acker: routes messages to ledgers, outcomes to spouts."""
 
-    def __init__(self, rt: RuntimeBase, n_ackers: int) -> None:
+    def __init__(self, rt: TaskHost, n_ackers: int) -> None:
         self.rt = rt
         self.ledgers = [AckerLedger(TIMEOUT_BUCKETS) for _ in range(n_ackers)]
         self.n = n_ackers

@@ -1,52 +1,39 @@
-"""What the tasks of the local runtime see of it: their construction and wiring,
-tuple ids, state, the poison-tuple book (retries and the dead-letter file) and
-the error log. :class:`~statestream.runtime.local.runtime.LocalRuntime` adds
+"""The local runtime's tasks: their construction and wiring, state, the replay of
+dead letters and what reaches across tasks (:class:`RuntimeBase`, which extends
+the tasks' own view of their run, :class:`~.host.TaskHost`). :class:`~statestream.runtime.local.runtime.LocalRuntime` adds
 the lifecycle and the scheduler loop."""
 
 from __future__ import annotations
 
 import logging
-import os
-import random
-import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from mypy_extensions import i64
 
 from ..._clock import Clock, SystemClock
 from ..._components import TopologyContext, task_namespace
 from ..._config import settings_of
-from ..._deadletter import DeadLetter, DeadLetterFile, Replay, configured_path, fits_stream
+from ..._deadletter import DeadLetter, Replay, fits_stream
 from ..._errors import ConfigError, PrepareRefused
-from ..._exactly_once import Standstill, run_mode
-from ..._messages import MessageBook, Outcome
-from ..._results import ErrorReport, TaskMetrics
-from ..._retry import FailureRate, RetryPolicy, retry_cannot_fix, too_many_failures
+from ..._exactly_once import run_mode
+from ..._results import TaskMetrics
+from ..._retry import retry_cannot_fix
 from ..._routing import task_for_key
 from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
 from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
-from ..errorlog import ErrorLog
-from ..metrics import MetricsBank, kinds_of
 from ..plan import RuntimePlan, acking_refusal, as_config
 from ..session import StoreSession
-from .acking import EDGE_BITS, EDGE_MASK, FLAT, I64_MAX, ROOT_BIT, Acking, next_edge_of, unpack_ids
+from .acking import FLAT, Acking, next_edge_of, unpack_ids
 from .bolt import BoltTask
+from .host import TaskHost
 from .spout import SpoutTask
 from .tasks import FIELDS1, FIELDSN, KIND, SHUFFLE, Route, Stream, Task
 
 log = logging.getLogger("statestream")
-
-_getrandbits: Final = random.getrandbits
-
-# Test-only: kill this process right before or after a dead letter is written
-# ("before-write" / "after-write"), to test that the message is then in the
-# file once or retried after the restart.
-_KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
-
 
 def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimePlan) -> bool:
     """What a local run (one process, or the workers' supervisor) refuses of its
@@ -68,8 +55,9 @@ def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimeP
     return mode.exactly_once
 
 
-class RuntimeBase:
-    """The local runtime's tasks and what they call on it (see :class:`LocalRuntime`)."""
+class RuntimeBase(TaskHost):
+    """The local runtime's tasks, built and wired, and the calls of theirs that reach
+    other tasks (see :class:`LocalRuntime`; a task sees only :class:`TaskHost`)."""
 
     #: The file the run's dead letters go to (the Runtime contract).
     deadletter_path: Path
@@ -83,34 +71,23 @@ class RuntimeBase:
         owned: Iterable[int] | None = None,
         link: Any = None,
     ) -> None:
-        self.topology = topology
-        self.config = as_config(config, topology_prefixes=(topology.name,))
-        self.plan = RuntimePlan(topology, self.config)
-        self.clock: Clock = clock or SystemClock()
-        # Where tuple ids come from (a test may set its own new_root; None
-        # means next_root, or _local_root in a worker): an edge has 62 bits, so that
-        # XORs of edges stay small ints, which the compiled core handles
-        # unboxed (2**-62 per ack is still no chance of a false completion).
-        self.new_root: Callable[[], int] | None = None
-        self._local_ackers: list[int] = []  # see use_local_roots
-        self.randbits: Callable[[int], int] = _getrandbits
-        self._edge_state: i64 = _getrandbits(EDGE_BITS) or 1  # see next_edge
+        conf = as_config(config, topology_prefixes=(topology.name,))
+        plan = RuntimePlan(topology, conf)
+        # Exactly-once state (statestream._exactly_once): a standstill before
+        # each PREPARE gives the cut, the spouts' positions are stored with it,
+        # and any failure within the run goes back to the last commit.
+        exactly_once = local_run_mode(topology, conf, plan)
+        super().__init__(
+            topology, conf, plan, clock or SystemClock(), log, exactly_once=exactly_once, link=link
+        )
         #: Called after every step of run(): where a test looks at the queues.
         self.after_step: Callable[[], None] | None = None
         settings = settings_of(self.config)
-        self.capacity = settings.topology_executor_receive_buffer_size
         self.idle_sleep = settings.topology_sleep_spout_wait_strategy_time_ms / 1000.0
-        self.n_ackers = settings.topology_acker_executors
         # Several workers (statestream.runtime.workers): this process runs the
-        # tasks in ``owned`` and reaches the others through ``link``.
-        self.link: Any = link
+        # tasks in ``owned`` (the others are reached through ``link``).
         self.owned: frozenset[int] | None = None if owned is None else frozenset(owned)
-        self.errors: deque[ErrorReport] = deque(maxlen=1000)
-        # Reports the errors of user code into self.errors (run() logs the counts).
-        self.error_log = ErrorLog(log, self.errors)
-        self.untracked_acks = 0
         self.rewinds = 0
-        self._stop = False
         self._started = False
         self._closed = False
         self._start_time = 0.0
@@ -122,65 +99,39 @@ class RuntimeBase:
         # PREPAREs the states refused (outlive a rewind), and the error that
         # stops the run once one namespace refuses again (_note_refusal).
         self.refused_prepares = RefusedPrepares()
-        self.fatal: BaseException | None = None
         self._states: dict[str, Any] = {}
         # Counts of the tasks a rewind replaced, so metrics cover the whole run.
         self._past: dict[tuple[str, int], TaskMetrics] = {}
         self._past_counters: dict[str, int] = {}
-        # Poison tuples (statestream._messages): per spout task namespace, its
-        # message book (failed messages, the messages the dead-letter file
-        # settles, dead letters fed back by `statestream deadletter replay`),
-        # which outlives a rewind. fail_causes: root -> (component, exception,
-        # text) of the failure the acker is about to report.
-        self.retry_policy = RetryPolicy.from_config(self.config)
-        self.deadletter_path = configured_path(self.config)
-        self.deadletters = DeadLetterFile(self.deadletter_path)
-        self._books: dict[str, MessageBook] = {}
-        self._failure_rates: dict[tuple[str, int], FailureRate] = {}  # per bolt task
         self._deadletters_loaded = False
-        # Bolt dead letters: fed-back records their bolt gave up on again, and how
-        # many tuples of one message each bolt task gave up on (their ids).
-        self._dead_again: set[Replay] = set()
+        # How many tuples of one message each bolt task gave up on (their ids).
         self._bolt_dead_seen: dict[tuple[int, str, str], int] = {}
-        self.fail_causes: dict[int, Any] = {}
         # --until-idle diagnosis (explain_wait): what moved, since when, last said
         self._wait_check_at = 0.0
         self._wait_moved: tuple[Any, ...] = ()
         self._quiet_since = 0.0
         self._wait_said_at = float("-inf")
-        self.skipped_settled = 0
-        # Exactly-once state (statestream._exactly_once): a standstill before
-        # each PREPARE gives the cut, the spouts' positions are stored with it,
-        # and any failure within the run goes back to the last commit.
-        on = self.exactly_once = local_run_mode(topology, self.config, self.plan)
-        self.standstill: Standstill | None = Standstill() if on else None
         #: topology.state.checkpoint.interval.ms 0 with at-least-once state: a
         #: checkpoint starts as soon as the last one committed, so checkpoint tuples
         #: always move and a quiet step never comes; until_idle asks idle() anyway.
         self.checkpoints_nonstop = (
             settings.topology_state_checkpoint_interval_ms == 0 and self.standstill is None
         )
-        # The run's metrics bank (runtime.metrics): the tasks time their samples
-        # into it; it outlives a rewind's new tasks.
-        self.bank = MetricsBank(
-            topology.name, "local", kinds_of(topology), settings.topology_stats_sample_rate
-        )
         self._build()
 
     def _build(self) -> None:
         """Make every task and its routes (at start, and again after a rewind)."""
-        self.acking: Acking | None = Acking(self, self.n_ackers) if self.n_ackers > 0 else None
+        self.acking = Acking(self, self.n_ackers) if self.n_ackers > 0 else None
         self.spouts: list[SpoutTask] = []
         self.bolts: list[BoltTask] = []
-        self.spout_by_task: dict[int, SpoutTask] = {}
+        self.spout_by_task = {}
         self.tasks_of: dict[str, list[Task]] = {}
         self._checkpoint_task: SpoutTask | None = None
         plan = self.plan
         owned = self.owned
         self.task_by_id: dict[int, Task] = {}
         self.bolt_by_id: dict[int, BoltTask] = {}
-        # Bolt tasks with tuples waiting out a retry's delay (BoltTask.parked).
-        self.parking: set[BoltTask] = set()
+        self.parking = set()
         for cid, tids in plan.component_tasks.items():
             spec = self.topology.components[cid]
             for i, tid in enumerate(tids):
@@ -213,75 +164,7 @@ class RuntimeBase:
         task = self._checkpoint_task
         return None if task is None else task.spout  # type: ignore[return-value]
 
-    # -- ids ----------------------------------------------------------------------
-    def next_edge(self) -> int:
-        """A random, nonzero edge id of EDGE_BITS bits.
-
-        An xorshift generator seeded from ``randbits``: a few machine
-        instructions per edge in the compiled core instead of a call. Its
-        steps are bijections of the 62-bit state that keep only the low 62
-        bits of each shift (what wraps in a compiled i64 and what the mask
-        keeps in Python agree), so the same code gives the same ids on both
-        cores, and a nonzero state never reaches 0. A test that sets its own
-        ``randbits`` gets its ids one by one, in its order.
-        """
-        if self.randbits is not _getrandbits:
-            return self.randbits(EDGE_BITS) or 1
-        # next_edge_of's steps, inlined: the compiled core does not inline a
-        # call, and the call cost about 13 instructions a word in the word count
-        x: i64 = self._edge_state
-        x ^= (x << 13) & EDGE_MASK
-        x ^= x >> 7
-        x ^= (x << 17) & EDGE_MASK
-        self._edge_state = x
-        return int(x)
-
-    def draw_root(self) -> int:
-        """The root id of a new tree: from ``new_root`` if a test set one, else
-        from :meth:`next_root` (a direct call), with a residue of this
-        worker's ackers if the workers runtime set them (:meth:`use_local_roots`)."""
-        new_root = self.new_root
-        if new_root is not None:
-            return new_root()
-        if self._local_ackers:
-            return self._local_root()
-        return self.next_root()
-
-    def use_local_roots(self, ackers: list[int]) -> None:
-        """Give new trees a root whose acker task (``root % n_ackers``) is one of
-        ``ackers``, this worker's: a tree's init and outcome then stay in the
-        spout's own worker, and only the acks of other workers' bolts cross."""
-        self._local_ackers = ackers
-
-    def _local_root(self) -> int:
-        # next_root's id with its residue modulo n replaced by one of this
-        # worker's ackers (chosen by the next digits), in i64: a root is below 2**63
-        x: i64 = self.next_edge()
-        r: i64 = x | ROOT_BIT
-        n: i64 = self.n_ackers
-        ackers = self._local_ackers
-        k: i64 = len(ackers)
-        base: i64 = r - r % n
-        m: i64 = ackers[(r // n) % k]
-        if base > I64_MAX - m:  # keep it below 2**63, with the same residue
-            base -= n
-        return int(base + m)
-
-    def next_root(self) -> int:
-        """A new root id: 62 bits of next_edge's generator with bit 62 set.
-
-        Roots and edges come from one generator, so they never repeat within
-        its period (2**62 - 1) and the bit keeps roots apart from edges. A
-        few machine instructions where ``random.getrandbits(64)`` cost a call.
-        """
-        x: i64 = self.next_edge()
-        return int(x | ROOT_BIT)
-
     # -- wiring ---------------------------------------------------------------
-    def conf_for(self, spec: ComponentSpec) -> Mapping[str, Any]:
-        """The topology config with the component's own keys on top."""
-        return self.plan.conf_for(spec.id)
-
     def _wire(self, task: Task, spec: ComponentSpec) -> None:
         outs: list[deque[Any]] = []
         emits: list[Any] = []
@@ -383,12 +266,6 @@ class RuntimeBase:
         for spout_task, root, ok in completions:
             spouts[spout_task].completions.append((root, ok))
 
-    def touch_root(self, root: int) -> None:
-        """Restart the spout-side timeout of the tree ``root`` (reset_timeout)."""
-        for spout in self.spouts:
-            if root in spout.pending:
-                spout.pending.put(root, spout.pending.get(root))
-
     def _queue(self, task_id: int, lane: str, delay: bool = False) -> Any:
         """The ``inbox`` or ``control`` queue of a task: its own (``delay``: the
         link's delayed control lane to it), or, for a task of another worker, the
@@ -439,37 +316,6 @@ class RuntimeBase:
         return self.store.provider
 
     # -- poison tuples: retries and the dead-letter file ---------------------------
-    def book_for(self, spout: str, task_index: int) -> MessageBook:
-        """The message book of the spout task ``spout[task_index]`` (kept across rewinds)."""
-        namespace = task_namespace(spout, task_index)
-        book = self._books.get(namespace)
-        if book is None:
-            book = self._books[namespace] = MessageBook(
-                self.topology.name, spout, task_index, self.retry_policy
-            )
-        return book
-
-    def failure_rate(self, task: BoltTask) -> FailureRate:
-        """The error-rate limit of a bolt task (kept across rewinds)."""
-        key = (task.component, task.task_index)
-        rate = self._failure_rates.get(key)
-        if rate is None:
-            rate = self._failure_rates[key] = FailureRate.from_config(self.config)
-        return rate
-
-    def judge_failures(self, task: BoltTask, executed_before: int) -> None:
-        """After a batch in which ``task`` failed tuples: stop the run if the
-        error-rate limit tripped (statestream._retry.FailureRate)."""
-        past = self._past.get((task.component, task.task_index))
-        base = past.executed if past is not None else 0
-        reason = self.failure_rate(task).judge(
-            self.clock.monotonic(), base + executed_before, base + task.executed
-        )
-        if reason is None or self.fatal is not None:
-            return
-        self.fatal = too_many_failures(task.component, task.task_index, reason, self.errors)
-        self._stop = True
-
     def _load_deadletters(self) -> None:
         """Read the dead-letter file once per run: the messages of this topology
         marked for replay are fed back.
@@ -512,24 +358,9 @@ class RuntimeBase:
                 return self.spout_by_task.get(tids[0])
         return None
 
-    def note_failure(self, roots: Iterable[int], cause: Any) -> None:
-        """A bolt failed these trees: remember why, for a dead-letter record."""
-        causes = self.fail_causes
-        if len(causes) > 65536:
-            # Causes whose tree had failed before (its spout heard it already)
-            # are never collected; forget the oldest.
-            for key in list(causes)[:32768]:
-                del causes[key]
-        for root in roots:
-            causes[root] = cause
-
-    def write_dead_letter(self, record: DeadLetter) -> None:
-        """Write ``record`` to the dead-letter file, durably, before the message is settled."""
-        if _KILL_AT == "before-write":
-            os.kill(os.getpid(), signal.SIGKILL)
-        self.deadletters.give_up(record)
-        if _KILL_AT == "after-write":
-            os.kill(os.getpid(), signal.SIGKILL)
+    def executed_before(self, task: BoltTask) -> int:
+        past = self._past.get((task.component, task.task_index))
+        return past.executed if past is not None else 0
 
     def release_parked(self, now: float) -> None:
         """Tuples whose retry delay has passed go back to their bolt tasks' inboxes."""
@@ -687,41 +518,12 @@ class RuntimeBase:
         src_tid = self.plan.component_tasks[source.id][0]
         return tids[index], Origin(source.id, src_tid, 0, record.stream, fields)
 
-    def replay_acked(self, rid: Replay) -> None:
-        """A fed-back dead letter went through: mark it replayed in the file."""
-        record = rid.record
-        if rid in self._dead_again:  # its bolt gave up on it again (still dead)
-            self._dead_again.discard(rid)
-            self.book_for(record.spout, record.task).replay_done(rid)
-            return
-        self.book_for(record.spout, record.task).replay_done(rid)
-        self.deadletters.replayed([record])
-
-    def replay_given_up(self, outcome: Outcome) -> None:
-        """A fed-back dead letter failed to its last attempt again (the book said
-        so): back to ``dead`` in the file."""
-        assert outcome.replay is not None
-        cause = outcome.cause
-        self.deadletters.replay_given_up(
-            outcome.replay.record, cause.component, cause.exc, cause.text, outcome.verdict.failures
-        )
-
     # -- errors -------------------------------------------------------------------
     def report_error(self, task: Task, exc: BaseException, tup: Any) -> None:
-        """Report a user's exception (statestream.runtime.errorlog): kept for the
-        result, logged once then counted; an error no retry fixes stops the run."""
-        if retry_cannot_fix(exc):
-            # The store stayed away past its bound (statestream._outage), an
-            # emit that cannot be pickled (statestream._picklable), a value the
-            # store cannot encode: not this task's failure to retry, but the
-            # run's end, said in one line.
-            self.error_log.record(task.component, task.task_index, exc, tup)
-            if self.fatal is None:
-                self.fatal = exc
-            self._stop = True
-            return
-        self.error_log.report(task.component, task.task_index, exc, tup)
-        if isinstance(exc, PrepareRefused):
+        """TaskHost's report, and a state's refused PREPARE counted (a second one
+        for a namespace stops the run)."""
+        super().report_error(task, exc, tup)
+        if isinstance(exc, PrepareRefused) and not retry_cannot_fix(exc):
             self._note_refusal(task, exc)
 
     def _note_refusal(self, task: Task, exc: PrepareRefused) -> None:
@@ -739,8 +541,4 @@ class RuntimeBase:
             else f"topology.state.provider: {settings_of(self.config).topology_state_provider}"
         )
         self.fatal = RefusedPrepares.fatal(namespace, self.topology.name, store, exc)
-        self._stop = True
-
-    def stop(self) -> None:
-        """Ask the run loop to stop after the current step (safe from a signal handler)."""
         self._stop = True

@@ -18,13 +18,13 @@ from ..._tuple import Origin, Tuple
 from .tasks import FIELDS1, SHUFFLE, Route, Task
 
 if TYPE_CHECKING:
-    from .base import RuntimeBase
+    from .host import TaskHost
 
 
 class BoltTask(Task):
     """Runs one bolt task: drains its inbox through ``execute``; its collector."""
 
-    def __init__(self, rt: RuntimeBase, spec: ComponentSpec, task_index: int, task_id: int):
+    def __init__(self, rt: TaskHost, spec: ComponentSpec, task_index: int, task_id: int):
         super().__init__(rt, spec, task_index, task_id)
         self.inbox: deque[Tuple] = deque()
         # The bolt as built: the user's bolt inside the executors of its

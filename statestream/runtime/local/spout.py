@@ -21,7 +21,7 @@ from .acking import TIMEOUT_BUCKETS
 from .tasks import Route, Task
 
 if TYPE_CHECKING:
-    from .base import RuntimeBase
+    from .host import TaskHost
 
 
 SPOUT_BATCH: Final = 64
@@ -47,7 +47,7 @@ class SpoutTask(Task):
     counts as an attempt of the message that caused it.
     """
 
-    def __init__(self, rt: RuntimeBase, spec: ComponentSpec, task_index: int, task_id: int):
+    def __init__(self, rt: TaskHost, spec: ComponentSpec, task_index: int, task_id: int):
         super().__init__(rt, spec, task_index, task_id)
         self.spout: Spout = rt.topology.instantiate(spec.id)
         self.system = spec.id == CHECKPOINT_SPOUT  # the checkpoint spout: not a data source

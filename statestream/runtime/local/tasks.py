@@ -22,7 +22,7 @@ from ..metrics import TaskTiming
 from .acking import RemoteInbox
 
 if TYPE_CHECKING:
-    from .base import RuntimeBase
+    from .host import TaskHost
 
 
 _xxh3: Final = xxhash.xxh3_64_intdigest
@@ -148,7 +148,7 @@ class Route:
 class Task(NativeCollector):
     """State common to every task: identity, counters, routes out."""
 
-    def __init__(self, rt: RuntimeBase, spec: ComponentSpec, task_index: int, task_id: int):
+    def __init__(self, rt: TaskHost, spec: ComponentSpec, task_index: int, task_id: int):
         self.rt = rt
         self.spec = spec
         self.component = spec.id
