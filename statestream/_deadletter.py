@@ -33,6 +33,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -60,6 +61,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("statestream")
+
+# Test-only: kill this process right before or after a runtime's dead letter is
+# written ("before-write" / "after-write"), to test that the message is then in
+# the file once or retried after the restart.
+_KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
 
 DEFAULT_NAME = "deadletter.jsonl"
 
@@ -318,6 +324,8 @@ class DeadLetterFile:
         """:meth:`append` ``record`` for a runtime giving up on its message, and say so
         in the log; a file that cannot be written stops the run (RuntimeFailure),
         the message staying unsettled. False if the file held it already."""
+        if _KILL_AT == "before-write":
+            os.kill(os.getpid(), signal.SIGKILL)
         try:
             written = self.append(record)
         except OSError as exc:
@@ -338,6 +346,8 @@ class DeadLetterFile:
             "dead-lettered" if written else "already in",
             self.path,
         )
+        if _KILL_AT == "after-write":
+            os.kill(os.getpid(), signal.SIGKILL)
         return written
 
     def marked_for_replay(self, topology: str, namespaces: Collection[str]) -> list[DeadLetter]:

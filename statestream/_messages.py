@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._deadletter import REPLAY, DeadLetter, Replay, Settled
+from ._deadletter import REPLAY, DeadLetter, DeadLetterFile, Replay, Settled
 from ._retry import Retries, RetryPolicy, Verdict, VerdictKind
 
 __all__ = ["Cause", "Due", "MessageBook", "Outcome"]
@@ -155,6 +155,29 @@ class MessageBook:
         """``outcome.record`` is written: the message is settled, so that it is not
         delivered again when the spout emits it (:meth:`skips`)."""
         self.settled.add(outcome.msg_id, outcome.values)
+
+    def carry_out(self, outcome: Outcome, deadletters: DeadLetterFile) -> bool:
+        """Do what :meth:`failed` said of a message given up on, the same on every
+        runtime: write its record durably, then settle it; or, a dead letter fed
+        back and given up on again, mark its record dead again (no second
+        record). True if the message was dead-lettered (a runtime counts it);
+        False if the outcome gives nothing up (a retry is due)."""
+        if outcome.record is not None:
+            deadletters.give_up(outcome.record)
+            self.gave_up(outcome)  # the message read again is skipped
+            return True
+        if outcome.replay is not None:
+            cause = outcome.cause
+            deadletters.replay_given_up(
+                outcome.replay.record,
+                cause.component,
+                cause.exc,
+                cause.text,
+                outcome.verdict.failures,
+                error_type=cause.error_type,
+            )
+            return True
+        return False
 
     # -- emitting -------------------------------------------------------------------
     def skips(self, msg_id: Any, values: Sequence[Any]) -> bool:

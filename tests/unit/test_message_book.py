@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from statestream._deadletter import DEAD, REPLAY, DeadLetter, Replay
+from statestream._deadletter import DEAD, REPLAY, DeadLetter, DeadLetterFile, Replay
 from statestream._messages import Cause, MessageBook
 from statestream._retry import RetryPolicy, VerdictKind
 
@@ -221,3 +221,38 @@ def test_a_cut_forgets_what_went_through() -> None:
     b.retries.emitted_again(7)
     b.passed_cut()
     assert b.retries.attempts(7) == 0 and not b.failures
+
+
+# -- carrying out an outcome: the same on every runtime ------------------------------
+@pytest.mark.parametrize(
+    ("failures", "replay", "dead_lettered", "statuses", "settled"),
+    [
+        (1, False, False, [], False),  # a retry is due: nothing written
+        (3, False, True, [DEAD], True),  # given up: the record, then settled
+        (3, True, True, [DEAD], False),  # fed back, given up again: dead again, no 2nd record
+    ],
+)
+def test_carry_out_writes_what_the_outcome_says(
+    tmp_path: Any,
+    failures: int,
+    replay: bool,
+    dead_lettered: bool,
+    statuses: list[str],
+    settled: bool,
+) -> None:
+    file = DeadLetterFile(tmp_path / "dead.jsonl")
+    b = book()
+    msg: Any = 7
+    if replay:
+        rid = fed()
+        file.append(rid.record)
+        b.replay_emitted(rid)
+        msg = rid
+    out = None
+    for i in range(failures):
+        out = b.failed(msg, ["x"], "default", CAUSE, i * 10.0, rewinds=True)
+        b.rewound(complete=False)
+    assert out is not None
+    assert b.carry_out(out, file) is dead_lettered
+    assert [r.status for r in file.records()] == statuses
+    assert b.skips(7, ["x"]) is settled

@@ -419,7 +419,7 @@ class RuntimeBase(TaskHost):
             at=task.component,
             source=origin.component,
         )
-        self.write_dead_letter(record)
+        self.deadletters.give_up(record)
 
     def emit_replays(self, task: SpoutTask, limit: int) -> bool:
         """Emit up to ``limit`` dead letters fed back for ``task``; True if any went out."""

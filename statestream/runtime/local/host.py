@@ -16,9 +16,7 @@ core, so a task's reads of it stay struct reads, as they were of the runtime.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -28,9 +26,9 @@ from mypy_extensions import i64
 from ..._clock import Clock
 from ..._components import task_namespace
 from ..._config import settings_of
-from ..._deadletter import DeadLetter, DeadLetterFile, Replay, configured_path
+from ..._deadletter import DeadLetterFile, Replay, configured_path
 from ..._exactly_once import Standstill
-from ..._messages import MessageBook, Outcome
+from ..._messages import MessageBook
 from ..._results import ErrorReport
 from ..._retry import FailureRate, RetryPolicy, retry_cannot_fix, too_many_failures
 from ..._topology import ComponentSpec, Topology
@@ -48,11 +46,6 @@ if TYPE_CHECKING:
     from .tasks import Task
 
 _getrandbits: Final = random.getrandbits
-
-# Test-only: kill this process right before or after a dead letter is written
-# ("before-write" / "after-write"), to test that the message is then in the
-# file once or retried after the restart.
-_KILL_AT = os.environ.get("SSTREAM_TEST_DEADLETTER_KILL")
 
 
 class TaskHost:
@@ -241,14 +234,6 @@ class TaskHost:
         for root in roots:
             causes[root] = cause
 
-    def write_dead_letter(self, record: DeadLetter) -> None:
-        """Write ``record`` to the dead-letter file, durably, before the message is settled."""
-        if _KILL_AT == "before-write":
-            os.kill(os.getpid(), signal.SIGKILL)
-        self.deadletters.give_up(record)
-        if _KILL_AT == "after-write":
-            os.kill(os.getpid(), signal.SIGKILL)
-
     def write_bolt_dead_letter(
         self, task: BoltTask, tup: Tuple, exc: BaseException | None, attempts: int
     ) -> None:
@@ -266,15 +251,6 @@ class TaskHost:
             return
         book.replay_done(rid)
         self.deadletters.replayed([record])
-
-    def replay_given_up(self, outcome: Outcome) -> None:
-        """A fed-back dead letter failed to its last attempt again (the book said
-        so): back to ``dead`` in the file."""
-        assert outcome.replay is not None
-        cause = outcome.cause
-        self.deadletters.replay_given_up(
-            outcome.replay.record, cause.component, cause.exc, cause.text, outcome.verdict.failures
-        )
 
     def emit_replays(self, task: SpoutTask, limit: int) -> bool:
         """Emit up to ``limit`` dead letters fed back for ``task``; True if any went

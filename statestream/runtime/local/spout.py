@@ -10,7 +10,7 @@ from ..._components import Spout
 from ..._config import settings_of
 from ..._deadletter import Replay, Settled
 from ..._errors import RuntimeFailure
-from ..._messages import Cause, MessageBook, Outcome
+from ..._messages import Cause, MessageBook
 from ..._results import TaskMetrics
 from ..._retry import Retries, msg_id_key_fast
 from ..._rotating import RotatingMap
@@ -201,22 +201,12 @@ class SpoutTask(Task):
             rt.clock.monotonic(),
             rewinds=standstill is not None,
         )
-        if outcome.gives_up:
-            self._dead_letter(outcome)
+        if outcome.gives_up and self.book.carry_out(outcome, rt.deadletters):
+            self.dead_lettered += 1
         if standstill is not None:
             standstill.tuple_failed()
         elif outcome.tell_spout:
             self._call_dead_lettered(msg_id)
-
-    def _dead_letter(self, outcome: Outcome) -> None:
-        """Do what the book said of a message given up on: write its record, then
-        settle it; or, fed back, mark its record dead again."""
-        if outcome.record is not None:
-            self.rt.write_dead_letter(outcome.record)
-            self.book.gave_up(outcome)
-        else:
-            self.rt.replay_given_up(outcome)
-        self.dead_lettered += 1
 
     def release_held(self) -> None:
         """Exactly-once, at a cut: hand every message held for its retry back to the
