@@ -364,21 +364,8 @@ class BatchDriver(SpoutDriver):
             m = self._task(task.cid, task.index)
             m.failed += 1
             resume_at = now if resume_at is None else resume_at
-            if outcome.replay is not None:
-                # Fed back and given up on again: dead again, not a second record.
-                self.deadletters.replay_given_up(
-                    outcome.replay.record,
-                    component,
-                    None,
-                    error,
-                    outcome.verdict.failures,
-                    error_type=error_type,
-                )
-                m.dead_lettered += 1
-            elif outcome.record is not None:
-                self.deadletters.give_up(outcome.record)
-                book.gave_up(outcome)  # the batch read again skips it
-                m.dead_lettered += 1
+            if book.carry_out(outcome, self.deadletters):
+                m.dead_lettered += 1  # the batch read again skips it
             elif outcome.verdict.at is not None:
                 resume_at = max(resume_at, outcome.verdict.at)
         if resume_at is not None:
