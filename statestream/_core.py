@@ -38,6 +38,8 @@ COMPILED_MODULES: Final = (
     "statestream._acker",
     "statestream._rotating",
     "statestream._kvfilter",
+    "statestream._kventry",
+    "statestream._kvjournal",
     "statestream._kvstate",
     "statestream._kvwalk",
     "statestream._executors",

@@ -25,7 +25,18 @@ from statestream._errors import (
     StateCorruptError,
     caused_by,
 )
+from statestream._kventry import (
+    _ABSENT,
+    _MISSING,
+    _cache_key,
+    _encoded_bytes,
+    _Entry,
+    _entry_bytes,
+    _isascii,
+    _plain_value,
+)
 from statestream._kvfilter import KeyFilter as _KeyFilter
+from statestream._kvjournal import UndoJournal
 from statestream._kvwalk import cached_items, merged_items
 from statestream._kvwalk import freeze as _freeze
 from statestream._serde import JsonSerializer, Serializer
@@ -42,96 +53,9 @@ class CommitOutcome(enum.Enum):
     NOT_PREPARED = "not-prepared"  #: no delta of that txid is prepared: nothing done
 
 
-class _Sentinel:
-    __slots__ = ("_name",)
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __repr__(self) -> str:
-        return self._name
-
-
-#: Not in the read cache: ask the store.
-_MISSING: Final = _Sentinel("<missing>")
-#: Known to be absent (deleted, or not in the store): ``get`` returns its default.
-_ABSENT: Final = _Sentinel("<absent>")
-#: Tags cache keys made from encoded keys, so that they can equal no user key.
-_ENCODED: Final = _Sentinel("<encoded-key>")
-
 _short_repr = reprlib.Repr()
 _short_repr.maxstring = 60
 _short_repr.maxother = 60
-
-#: A pending or prepared change: (key as given, encoded key, value, encoded
-#: value or None for a tombstone). The key is kept for items().
-_Entry = tuple[Any, bytes, Any, bytes | None]
-
-
-def _cache_key(plain: Any, encoded: bytes) -> Hashable:
-    """The cache key of a key whose JSON is ``encoded`` and decodes to ``plain``.
-
-    A key is cached under the plain ``str`` or ``int`` its JSON decodes to,
-    else under its encoding. So keys the store cannot tell apart share an
-    entry (``IntEnum`` members and their int, ``StrEnum`` members and their
-    str), and keys it can (``1``, ``1.0``, ``True``; equal in Python) do not.
-    """
-    cls = type(plain)
-    return plain if cls is str or cls is int else (_ENCODED, encoded)
-
-
-#: Deferred ints stay within what the compiled core holds unboxed (orjson
-#: would take any 64-bit int; larger ones are encoded at put like the rest).
-_INT_BOUND: Final = 1 << 61
-
-
-# str.isascii through its descriptor: compiled code has no primitive for it,
-# and ``key.isascii()`` looks the method up by name on every call.
-_isascii: Final = str.isascii
-
-
-def _object_bytes(obj: Any) -> int:
-    """What the allocator gives ``obj`` (its size rounded up to 16 bytes), or 0 for
-    the objects every reference shares: None, bools, small ints, the sentinels."""
-    t = type(obj)
-    if obj is None or t is bool or t is _Sentinel or (t is int and -5 <= obj <= 256):
-        return 0
-    return (sys.getsizeof(obj) + 15) & ~15
-
-
-def _entry_bytes(key: Any, value: Any) -> int:
-    """What one cache entry's key and value take (shallow), the dict slot apart.
-
-    Issue 34: a flat 100 bytes a slot plus ``getsizeof`` of shared small ints
-    reckoned a word count's entry at ~183 bytes where tracemalloc measures
-    ~80-95, so the cache held half the entries its budget pays for.
-    """
-    size = _object_bytes(key)
-    if type(key) is tuple:  # (_ENCODED, encoded key): the tuple and its bytes
-        size += _object_bytes(key[1])
-    return size + _object_bytes(value)
-
-
-def _encoded_bytes(entries: dict[Hashable, _Entry]) -> int:
-    """The bytes of the encoded keys and values of ``entries`` (a tombstone: its key)."""
-    total = 0
-    for entry in entries.values():
-        data = entry[3]
-        total += len(entry[1]) if data is None else len(entry[1]) + len(data)
-    return total
-
-
-def _plain_value(value: Any) -> bool:
-    """True if JSON always encodes ``value``, to what reads back equal and of its type."""
-    t = type(value)
-    if t is int:
-        n: int = value
-        return -_INT_BOUND < n < _INT_BOUND
-    if t is str:
-        text: str = value
-        return _isascii(text)  # no lone surrogates, which orjson refuses
-    return t is bool or value is None
-
 
 PRELOAD_LIMIT: Final = 50_000
 """Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
@@ -198,14 +122,8 @@ class StoredKeyValueState:
         "_filter",
         "_foreign_prepared",
         "_generation",
-        "_journal_key",
-        "_journal_keys",
-        "_journal_n",
-        "_journal_old",
-        "_journal_olds",
+        "_journal",
         "_journaling",
-        "_last_key",
-        "_last_value",
         "_loaded",
         "_old",
         "_pending",
@@ -270,22 +188,9 @@ class StoredKeyValueState:
         self._filter: _KeyFilter | None = None
         #: Committed entries read whole on the first miss (see _preload).
         self.preload_limit = PRELOAD_LIMIT
-        # The per-tuple undo journal (start_journal): the keys the tuple being
-        # executed changed, and the visible value each had before (_MISSING:
-        # none), in the first _journal_n places of two lists that are reused,
-        # not cleared (a dict cleared per tuple costs an allocation per put).
-        # Off unless a runtime retries a failed tuple in place (exactly-once):
-        # a put then costs a short scan and a lookup more, otherwise one
-        # attribute read.
+        # The per-tuple undo journal (start_journal, statestream._kvjournal).
         self._journaling = False
-        self._journal_n = 0
-        self._journal_key: Any = None  # the first key (most tuples change one)
-        self._journal_old: Any = None
-        self._journal_keys: list[Any] = []  # the others, in their first n-1 places
-        self._journal_olds: list[Any] = []
-        # The key the tuple being executed read last, and the value it saw.
-        self._last_key: Any = _MISSING
-        self._last_value: Any = None
+        self._journal = UndoJournal()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.namespace!r}>"
@@ -513,15 +418,18 @@ class StoredKeyValueState:
             value = self._plain.get(cache_key, _MISSING)
             if value is not _MISSING:
                 if self._journaling:
-                    self._last_key, self._last_value = key, value
+                    journal = self._journal
+                    journal.last_key, journal.last_value = key, value
                 return value  # never _ABSENT: a deferred put's value
         value = self._view.get(cache_key, _MISSING)
         if value is _MISSING:
             value = self._load(key, cache_key)
         if self._journaling:
             # What a put of this key in the same tuple journals, without a
-            # second lookup (state.put(k, state.get(k) + 1) is the common case).
-            self._last_key, self._last_value = key, value
+            # second lookup (state.put(k, state.get(k) + 1) is the common case);
+            # the fields set here, not through a call: this runs once a tuple.
+            journal = self._journal
+            journal.last_key, journal.last_value = key, value
         return default if value is _ABSENT else value
 
     def put(self, key: Any, value: Any) -> None:
@@ -588,16 +496,13 @@ class StoredKeyValueState:
 
     def journal_begin(self) -> None:
         """A new tuple starts: forget what the last one changed and read."""
-        self._journal_n = 0
-        self._last_key = _MISSING
+        self._journal.begin()
 
     def journal_undo(self) -> None:
         """Put back every key the tuple changed since :meth:`journal_begin`, as it was."""
-        n = self._journal_n
-        if not n:
+        changed = self._journal.take()
+        if not changed:
             return
-        changed = [(self._journal_key, self._journal_old)]
-        changed.extend(zip(self._journal_keys[: n - 1], self._journal_olds[: n - 1], strict=True))
         self._journaling = False  # the undo's own puts are not journaled
         try:
             for key, before in changed:
@@ -606,38 +511,23 @@ class StoredKeyValueState:
                 else:
                     self.put(key, before)
         finally:
-            self._journal_n = 0
-            self._last_key = _MISSING
             self._journaling = True
 
     def _remember(self, key: Any) -> None:
         """Journal ``key``'s visible value, unless this tuple changed it already."""
-        n = self._journal_n
-        if n and self._changed_already(key, n):
+        journal = self._journal
+        n = journal.n
+        if n and journal.holds(key):
             return
-        # The value this tuple read last, if it was this key (unchanged since).
-        old = self._last_value if key is self._last_key else self.get(key, _MISSING)
+        # The journal's fields read and set here, not through its methods, for
+        # the common case (a tuple's first change, of the key it read last):
+        # each call costs some 30 instructions a tuple in the compiled core.
+        old = journal.last_value if key is journal.last_key else self.get(key, _MISSING)
         if n == 0:
-            self._journal_key, self._journal_old = key, old
-        elif n - 1 < len(self._journal_keys):
-            self._journal_keys[n - 1] = key
-            self._journal_olds[n - 1] = old
+            journal.first_key, journal.first_old = key, old
+            journal.n = 1
         else:
-            self._journal_keys.append(key)
-            self._journal_olds.append(old)
-        self._journal_n = n + 1
-
-    def _changed_already(self, key: Any, n: int) -> bool:
-        """Whether the tuple's first ``n`` journaled keys hold ``key`` (1 and True are
-        two keys)."""
-        first = self._journal_key
-        if first == key and type(first) is type(key):
-            return True
-        keys = self._journal_keys
-        for i in range(n - 1):  # noqa: SIM110 (a loop: any() of a generator costs more compiled)
-            if keys[i] == key and type(keys[i]) is type(key):
-                return True
-        return False
+            journal.remember(key, old)
 
     def _settle_plain(self) -> None:
         """Encode the deferred puts into the pending changes and the view (see ``_plain``)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from statestream._kvjournal import UndoJournal
 from statestream._kvstate import StoredKeyValueState
 from statestream._registry import open_provider
 
@@ -68,3 +69,17 @@ def test_without_a_journal_nothing_is_recorded(state: StoredKeyValueState) -> No
     state.journal_begin()
     state.journal_undo()
     assert state.get("kept") == 2
+
+
+def test_the_undo_journal_alone_keeps_each_key_once_in_order_and_starts_afresh() -> None:
+    j = UndoJournal()
+    for key, old in [("a", 1), (1, "one"), ("b", None), (True, "true")]:
+        assert not j.holds(key)
+        j.remember(key, old)
+    assert j.holds(1) and j.holds(True) and not j.holds(2)  # 1 and True are two keys
+    j.read("c", 5)
+    assert (j.last_read("c", "?"), j.last_read("a", "?")) == (5, "?")
+    assert j.take() == [("a", 1), (1, "one"), ("b", None), (True, "true")]
+    assert not j.holds("a") and j.last_read("c", "?") == "?"
+    j.remember("z", 0)  # the lists are reused, only the first n count
+    assert j.take() == [("z", 0)]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statestream import _kvstate, _state
+from statestream import _kventry, _kvstate, _state
 from statestream_providers.memory import MemoryStateProvider
 
 
@@ -119,7 +119,7 @@ def test_a_rollback_after_a_preload_reads_the_store_whole_again(
 
 
 def test_sentinels_and_states_have_readable_reprs(provider: MemoryStateProvider) -> None:
-    assert repr(_kvstate._Sentinel("<gone>")) == "<gone>"
+    assert repr(_kventry._Sentinel("<gone>")) == "<gone>"
     assert (repr(_kvstate._MISSING), repr(_kvstate._ABSENT)) == ("<missing>", "<absent>")
     assert repr(provider.get_state("count-3")) == "<StoredKeyValueState 'count-3'>"
 
