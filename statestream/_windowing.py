@@ -1,0 +1,374 @@
+"""Windows as a pure model: which tuples each window holds and when it fires.
+
+No runtime, no clock and no store here: :class:`WindowCore` is given each
+tuple with its timestamp and the watermark, and answers with the windows to
+fire (:class:`Fire`); :class:`Watermarks` turns the timestamps seen per input
+stream into the watermark. The windowed bolt's executor
+(:mod:`statestream._windowed`) feeds them from the runtime and keeps
+``WindowCore.snapshot()`` in the bolt's checkpointed state, so a window's
+tuples, its trigger state and the watermark come back with the last commit.
+
+One model covers Storm's four combinations (length and sliding each a
+:class:`Count` or a :class:`Duration`) in event time and in processing time:
+
+* Tuples are *released* into the window buffer in timestamp order: in event
+  time once the watermark passes them (a tuple older than the watermark is
+  late), in processing time at once, stamped with the runtime's clock.
+* A :class:`Duration` slide fires at each multiple of the slide since the
+  epoch that the watermark (event time) or the clock (processing time)
+  reaches; the window is ``[end - length, end)`` for a duration length, the
+  last ``n`` tuples before ``end`` for a count length. Windows are aligned,
+  start inclusive and end exclusive, as Flink's; an empty window is skipped,
+  and so is a count-length window with no tuple new since the last one.
+* A :class:`Count` slide fires at every ``n``-th released tuple; the window is
+  the last ``length`` tuples (count), or those within ``length`` of that
+  tuple's timestamp (duration).
+* :meth:`WindowCore.finish` (the end of a finite input) releases everything
+  and fires every window still open, a count window with fewer than its
+  slide's tuples included, so that a bounded run ends with all its windows.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ._errors import ConfigError
+
+__all__ = ["Count", "Duration", "Event", "Fire", "Watermarks", "WindowCore", "WindowSpec"]
+
+
+class Duration:
+    """A length of time, in whole milliseconds (Storm's ``BaseWindowedBolt.Duration``)."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self, ms: int) -> None:
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
+            raise ConfigError(f"a window Duration is a positive number of milliseconds, not {ms!r}")
+        self.ms = ms
+
+    @classmethod
+    def milliseconds(cls, n: int) -> Duration:
+        return cls(n)
+
+    @classmethod
+    def seconds(cls, n: float) -> Duration:
+        return cls(_whole_ms(n * 1000, "seconds", n))
+
+    @classmethod
+    def minutes(cls, n: float) -> Duration:
+        return cls(_whole_ms(n * 60_000, "minutes", n))
+
+    @classmethod
+    def hours(cls, n: float) -> Duration:
+        return cls(_whole_ms(n * 3_600_000, "hours", n))
+
+    @classmethod
+    def days(cls, n: float) -> Duration:
+        return cls(_whole_ms(n * 86_400_000, "days", n))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Duration and other.ms == self.ms
+
+    def __hash__(self) -> int:
+        return hash(("Duration", self.ms))
+
+    def __repr__(self) -> str:
+        return f"Duration.milliseconds({self.ms})"
+
+
+def _whole_ms(ms: float, unit: str, n: float) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or ms != int(ms):
+        raise ConfigError(f"Duration.{unit}({n!r}) is not a whole number of milliseconds")
+    return int(ms)
+
+
+class Count:
+    """A number of tuples (Storm's ``BaseWindowedBolt.Count``)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigError(f"a window Count is a positive number of tuples, not {n!r}")
+        self.n = n
+
+    @classmethod
+    def of(cls, n: int) -> Count:
+        return cls(n)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Count and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(("Count", self.n))
+
+    def __repr__(self) -> str:
+        return f"Count({self.n})"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A window's shape: its length and slide, and whether it runs on event time."""
+
+    length: Count | Duration
+    sliding: Count | Duration
+    event_time: bool = False
+
+    def __post_init__(self) -> None:
+        for name, v in (("length", self.length), ("sliding", self.sliding)):
+            if not isinstance(v, (Count, Duration)):
+                raise ConfigError(f"a window's {name} is a Count or a Duration, not {v!r}")
+        same_kind = type(self.length) is type(self.sliding)
+        if same_kind and _size(self.sliding) > _size(self.length):
+            raise ConfigError(
+                f"a window slides by at most its length: sliding {self.sliding!r} is "
+                f"longer than length {self.length!r}"
+            )
+
+
+def _size(v: Count | Duration) -> int:
+    return v.n if isinstance(v, Count) else v.ms
+
+
+class Event(NamedTuple):
+    """A tuple in a window: its timestamp (ms), its arrival number and what it carries."""
+
+    ts: int
+    seq: int
+    payload: Any
+
+
+class Fire(NamedTuple):
+    """One window to fire: ``[start, end)`` in ms, its tuples (timestamp order), those
+    new since the last window fired and those of the last window no longer in it."""
+
+    start: int
+    end: int
+    events: list[Event]
+    new: list[Event]
+    expired: list[Event]
+
+
+class WindowCore:
+    """The tuples of one task's windows, and when they fire (see the module's docstring)."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        self.spec = spec
+        self._slide_ms = spec.sliding.ms if isinstance(spec.sliding, Duration) else 0
+        self._slide_n = spec.sliding.n if isinstance(spec.sliding, Count) else 0
+        self._len_ms = spec.length.ms if isinstance(spec.length, Duration) else 0
+        self._len_n = spec.length.n if isinstance(spec.length, Count) else 0
+        self.pending: list[Event] = []  # event time: not yet released (a heap by ts, seq)
+        self.buffer: deque[Event] = deque()  # released, in timestamp order
+        self.seq = 0
+        self.watermark: int | None = None  # event time: tuples older are late
+        self.since_fire = 0  # tuples released since the last count-slide fire
+        self.next_end: int | None = None  # the next duration-slide boundary
+        self.prev: list[Event] = []  # the last fired window's tuples
+        self.late = 0
+
+    # -- input ----------------------------------------------------------------------
+    def add(self, ts: int, payload: Any) -> list[Fire] | None:
+        """Take a tuple stamped ``ts``; None if it is late (older than the watermark).
+
+        In processing time the tuple is released at once (``ts`` is the clock
+        now): the windows it closes or fills fire, and are returned.
+        """
+        if self.spec.event_time:
+            if self.watermark is not None and ts < self.watermark:
+                self.late += 1
+                return None
+            heapq.heappush(self.pending, Event(ts, self.seq, payload))
+            self.seq += 1
+            return []
+        event = Event(ts, self.seq, payload)
+        self.seq += 1
+        fires: list[Fire] = []
+        self._release(event, fires)
+        return fires
+
+    def advance(self, watermark: int) -> list[Fire]:
+        """Move the watermark (event time) or the clock (processing time) to
+        ``watermark``: release what it passed and fire the windows it closed."""
+        fires: list[Fire] = []
+        if self.spec.event_time:
+            if self.watermark is not None and watermark <= self.watermark:
+                return fires
+            self.watermark = watermark
+            pending = self.pending
+            while pending and pending[0].ts < watermark:
+                self._release(heapq.heappop(pending), fires)
+        self._fire_boundaries(watermark, fires)
+        return fires
+
+    def finish(self) -> list[Fire]:
+        """The end of the input: release everything, fire every window still open."""
+        fires: list[Fire] = []
+        while self.pending:
+            self._release(heapq.heappop(self.pending), fires)
+        if self._slide_n:
+            if self.since_fire:
+                self._fire_count(self.buffer[-1].ts, fires)
+        else:
+            while self.buffer and self.next_end is not None:
+                self._fire_boundaries(self.next_end, fires)
+        if self.spec.event_time and self.buffer:
+            self.watermark = max(self.watermark or 0, self.buffer[-1].ts + 1)
+        return fires
+
+    # -- firing ---------------------------------------------------------------------
+    def _release(self, event: Event, fires: list[Fire]) -> None:
+        if self._slide_ms:
+            self._fire_boundaries(event.ts, fires)
+            if self.next_end is None:  # the first window to hold this tuple
+                self.next_end = event.ts - event.ts % self._slide_ms + self._slide_ms
+        self.buffer.append(event)
+        if self._slide_n:
+            self.since_fire += 1
+            if self.since_fire >= self._slide_n:
+                self._fire_count(event.ts, fires)
+        elif self._len_n and len(self.buffer) > self._len_n:
+            # A count length: only the last n tuples can be in a window to come.
+            self._evict_to(len(self.buffer) - self._len_n)
+
+    def _fire_boundaries(self, upto: int, fires: list[Fire]) -> None:
+        """Fire each duration-slide boundary ``end <= upto`` whose window has tuples.
+
+        Every buffered tuple is older than :attr:`next_end` (a release fires the
+        boundaries up to its tuple first), so a boundary's window holds the
+        buffer's tuples from its start on; once none is left, the boundaries
+        wait for the next tuple instead of stepping through empty windows."""
+        slide = self._slide_ms
+        buffer = self.buffer
+        while slide and self.next_end is not None and self.next_end <= upto:
+            end = self.next_end
+            if self._len_ms:
+                start = end - self._len_ms
+                events = [e for e in buffer if e.ts >= start]
+            else:
+                events = list(buffer)[-self._len_n :]
+                start = events[0].ts if events else end
+                if not events or (self.prev and events[-1].seq == self.prev[-1].seq):
+                    # The last n tuples, fired already: not again at every boundary
+                    # (forever, in processing time); the next tuple starts anew.
+                    self.next_end = None
+                    return
+            if events:
+                self._fire(start, end, events, fires)
+            self._evict_before(end + slide)
+            self.next_end = end + slide if buffer else None
+
+    def _fire_count(self, ref: int, fires: list[Fire]) -> None:
+        self.since_fire = 0
+        buffer = self.buffer
+        if self._len_n:
+            events = list(buffer)[-self._len_n :]
+            start = events[0].ts
+        else:
+            start = ref - self._len_ms + 1
+            events = [e for e in buffer if e.ts >= start]
+        self._fire(start, ref + 1, events, fires)
+        if self._len_ms:
+            self._evict_below(start)
+        elif len(buffer) > self._len_n:
+            self._evict_to(len(buffer) - self._len_n)
+
+    def _fire(self, start: int, end: int, events: list[Event], fires: list[Fire]) -> None:
+        prev_seqs = {e.seq for e in self.prev}
+        seqs = {e.seq for e in events}
+        new = [e for e in events if e.seq not in prev_seqs]
+        expired = [e for e in self.prev if e.seq not in seqs]
+        fires.append(Fire(start, end, events, new, expired))
+        self.prev = events
+
+    # -- eviction -------------------------------------------------------------------
+    def _evict_before(self, next_end: int) -> None:
+        """After a duration-slide fire: drop what no window ending at ``next_end`` or
+        later holds."""
+        if self._len_ms:
+            self._evict_below(next_end - self._len_ms)
+        elif len(self.buffer) > self._len_n:
+            self._evict_to(len(self.buffer) - self._len_n)
+
+    def _evict_below(self, ts: int) -> None:
+        buffer = self.buffer
+        while buffer and buffer[0].ts < ts:
+            buffer.popleft()
+
+    def _evict_to(self, n: int) -> None:
+        buffer = self.buffer
+        for _ in range(n):
+            buffer.popleft()
+
+    # -- the checkpoint ---------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Everything to restore this core (:meth:`restore`), in JSON's types: the
+        buffered and pending tuples, the last window's, the trigger state."""
+        in_buffer = {e.seq for e in self.buffer}
+        return {
+            "v": 1,
+            "seq": self.seq,
+            "watermark": self.watermark,
+            "since_fire": self.since_fire,
+            "next_end": self.next_end,
+            "late": self.late,
+            "buffer": [list(e) for e in self.buffer],
+            "pending": [list(e) for e in sorted(self.pending)],
+            "prev": [e.seq if e.seq in in_buffer else list(e) for e in self.prev],
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Become the core :meth:`snapshot` described."""
+        if snap.get("v") != 1:
+            raise ConfigError(f"a window's stored state has version {snap.get('v')!r}; expected 1")
+        self.seq = int(snap["seq"])
+        self.watermark = snap["watermark"]
+        self.since_fire = int(snap["since_fire"])
+        self.next_end = snap["next_end"]
+        self.late = int(snap.get("late", 0))
+        self.buffer = deque(Event(*e) for e in snap["buffer"])
+        self.pending = [Event(*e) for e in snap["pending"]]
+        heapq.heapify(self.pending)
+        by_seq = {e.seq: e for e in self.buffer}
+        self.prev = [by_seq[p] if isinstance(p, int) else Event(*p) for p in snap["prev"]]
+
+    def __len__(self) -> int:
+        """Tuples held (buffered and pending)."""
+        return len(self.buffer) + len(self.pending)
+
+
+class Watermarks:
+    """Storm's watermark: the least, over the input streams seen, of the latest
+    timestamp of each, minus the lag; it only moves forward."""
+
+    def __init__(self, lag_ms: int, streams: Iterable[Any] = ()) -> None:
+        self.lag_ms = lag_ms
+        self.latest: dict[Any, int] = dict.fromkeys(streams, _NEVER)
+        self.current: int | None = None
+
+    def track(self, stream: Any, ts: int) -> None:
+        """A tuple stamped ``ts`` came from ``stream``."""
+        if ts > self.latest.get(stream, _NEVER):
+            self.latest[stream] = ts
+
+    def next(self) -> int | None:
+        """The watermark now, if it moved forward (None if not, or no stream sent yet)."""
+        if not self.latest:
+            return None
+        least = min(self.latest.values())
+        if least == _NEVER:
+            return None
+        mark = least - self.lag_ms
+        if self.current is not None and mark <= self.current:
+            return None
+        self.current = mark
+        return mark
+
+
+#: Before any timestamp: a stream that has sent nothing holds the watermark back.
+_NEVER = -(1 << 62)
