@@ -81,11 +81,19 @@ from ._transactional import (
     TransactionAttempt,
 )
 from ._tuple import DEFAULT_STREAM, Fields, Tuple, Values
+from ._windowed import (
+    BaseWindowedBolt,
+    Count,
+    Duration,
+    StatefulWindowedBolt,
+    TupleWindow,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_STREAM",
+    "BaseWindowedBolt",
     "BasicBolt",
     "BasicBoltExecutor",
     "BasicOutputCollector",
@@ -98,8 +106,10 @@ __all__ = [
     "Committer",
     "Config",
     "ConfigError",
+    "Count",
     "DeadLetter",
     "DeadLetterFile",
+    "Duration",
     "ErrorReport",
     "FailedException",
     "FakeClock",
@@ -135,6 +145,7 @@ __all__ = [
     "StateProvider",
     "StatefulBolt",
     "StatefulBoltExecutor",
+    "StatefulWindowedBolt",
     "StatestreamError",
     "StoreOutageError",
     "StoreUnwritableError",
@@ -150,6 +161,7 @@ __all__ = [
     "TransactionalTopologyBuilder",
     "Tuple",
     "TupleError",
+    "TupleWindow",
     "Values",
     "load_config",
     "load_topology",

@@ -21,6 +21,10 @@ class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    def time(self) -> float:
+        """Seconds since the epoch (processing-time windows are aligned to it)."""
+        return time.time()
+
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
@@ -37,6 +41,10 @@ class FakeClock:
         self.now = start
 
     def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        """The same reading, as seconds since the epoch (a fake epoch: ``start``)."""
         return self.now
 
     def sleep(self, seconds: float) -> None:

@@ -21,6 +21,7 @@ from ._components import BasicBolt, Bolt, OutputFieldsDeclarer, Spout, StatefulB
 from ._errors import TopologyError
 from ._routing import Grouping
 from ._tuple import DEFAULT_STREAM, Fields
+from ._windowed import BaseWindowedBolt, WindowedBoltExecutor
 
 __all__ = ["BoltDeclarer", "ComponentSpec", "Subscription", "Topology", "TopologyBuilder"]
 
@@ -218,12 +219,18 @@ class TopologyBuilder:
             )
         return SpoutDeclarer(self._add("spout", cid, spout, parallelism))
 
-    def set_bolt(self, cid: str, bolt: Bolt | BasicBolt, parallelism: int = 1) -> BoltDeclarer:
+    def set_bolt(
+        self, cid: str, bolt: Bolt | BasicBolt | BaseWindowedBolt, parallelism: int = 1
+    ) -> BoltDeclarer:
+        if isinstance(bolt, BaseWindowedBolt):
+            bolt.window_spec(cid)  # configured with a window, or ConfigError naming the fix
+            # Checkpointed as a stateful bolt, its windows in its state (_windowed).
+            bolt = WindowedBoltExecutor(bolt)
         if not isinstance(bolt, (Bolt, BasicBolt)):
             hint = " (a spout? use set_spout)" if isinstance(bolt, Spout) else ""
             raise TopologyError(
-                f"bolt {cid!r} must be a statestream.Bolt, BasicBolt or StatefulBolt "
-                f"instance, got {type(bolt).__name__}{hint}"
+                f"bolt {cid!r} must be a statestream.Bolt, BasicBolt, StatefulBolt or "
+                f"BaseWindowedBolt instance, got {type(bolt).__name__}{hint}"
             )
         return BoltDeclarer(self._add("bolt", cid, bolt, parallelism))
 

@@ -213,7 +213,10 @@ class WindowCore:
             self._release(heapq.heappop(self.pending), fires)
         if self._slide_n:
             if self.since_fire:
-                self._fire_count(self.buffer[-1].ts, fires)
+                # The window the next slide would have fired, of the tuples there
+                # are: a tumbling count window's last, partial one holds only its own.
+                missing = self._slide_n - self.since_fire
+                self._fire_count(self.buffer[-1].ts, fires, max(1, self._len_n - missing))
         else:
             while self.buffer and self.next_end is not None:
                 self._fire_boundaries(self.next_end, fires)
@@ -263,11 +266,11 @@ class WindowCore:
             self._evict_before(end + slide)
             self.next_end = end + slide if buffer else None
 
-    def _fire_count(self, ref: int, fires: list[Fire]) -> None:
+    def _fire_count(self, ref: int, fires: list[Fire], last: int = 0) -> None:
         self.since_fire = 0
         buffer = self.buffer
         if self._len_n:
-            events = list(buffer)[-self._len_n :]
+            events = list(buffer)[-(last or self._len_n) :]
             start = events[0].ts
         else:
             start = ref - self._len_ms + 1

@@ -25,6 +25,8 @@ PROMISED = {
     "Committer", "BatchOutputCollector", "TransactionalSpout", "PartitionedTransactionalSpout",
     "OpaquePartitionedTransactionalSpout", "MemoryTransactionalSpout",
     "OpaqueMemoryTransactionalSpout", "FilePartitionedTransactionalSpout",
+    # windows (Storm's windowed bolts)
+    "BaseWindowedBolt", "StatefulWindowedBolt", "TupleWindow", "Count", "Duration",
     # the executors the builder adds
     "BasicBoltExecutor", "CheckpointTupleForwarder", "StatefulBoltExecutor",
     # state

@@ -180,11 +180,18 @@ def test_the_end_of_input_fires_every_open_window_once() -> None:
     assert core.finish() == [] and len(core) == 0
 
 
-def test_a_partial_count_window_fires_at_the_end_of_input() -> None:
-    core = WindowCore(WindowSpec(Count(3), Count(3)))
+@pytest.mark.parametrize(
+    ("length", "slide", "last"),
+    [(3, 3, [3, 4]), (5, 2, [1, 2, 3, 4]), (4, 3, [2, 3, 4])],
+)
+def test_a_partial_count_window_fires_at_the_end_of_input(
+    length: int, slide: int, last: list[int]
+) -> None:
+    """The window the next slide would have fired, of the tuples there are."""
+    core = WindowCore(WindowSpec(Count(length), Count(slide)))
     for i in range(5):
         core.add(i, i)
-    assert [payloads(f) for f in core.finish()] == [[2, 3, 4]]
+    assert [payloads(f) for f in core.finish()][-1:] == [last]
 
 
 # -- the watermark (Storm: WaterMarkEventGeneratorTest) -------------------------------

@@ -104,6 +104,9 @@ class RuntimeBase(TaskHost):
         self._past: dict[tuple[str, int], TaskMetrics] = {}
         self._past_counters: dict[str, int] = {}
         self._deadletters_loaded = False
+        # Windowed bolts sent the end-of-input tuple (LocalRuntime.end_of_input).
+        self._ended: set[str] = set()
+        self._end_txid = -1  # the checkpoint that commits what they fired
         # How many tuples of one message each bolt task gave up on (their ids).
         self._bolt_dead_seen: dict[tuple[int, str, str], int] = {}
         # --until-idle diagnosis (explain_wait): what moved, since when, last said

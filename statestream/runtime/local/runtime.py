@@ -13,7 +13,8 @@ from ..._exactly_once import CheckpointRecord, Standstill, StandstillStep, cut_p
 from ..._results import RunResult, TaskMetrics, WorkerInfo
 from ..._resume import SpoutRef, acked_positions, restore_spouts
 from ..._stateful import CHECKPOINT_SPOUT
-from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin
+from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple
+from ..._windowed import END_OF_INPUT_STREAM, WindowedBoltExecutor
 from ..metrics import MetricsSnapshot, SourceProgress, progress_of
 from .acking import TIMEOUT_BUCKETS
 from .base import RuntimeBase
@@ -167,6 +168,8 @@ class LocalRuntime(RuntimeBase):
                 self._past_counters[key] = self._past_counters.get(key, 0) + value
         self._timers = []
         self._states = {}
+        self._ended.clear()  # the windows come back as committed: they end again
+        self._end_txid = -1
         self.store.disconnect()  # the claim stays: open() below checks it was not lost
         self.standstill.on_rewind()
         self._build()
@@ -369,6 +372,39 @@ class LocalRuntime(RuntimeBase):
         n += sum(len(s.pending) + len(s.completions) for s in self.spouts)
         return n
 
+    def end_of_input(self) -> bool:
+        """The input is at its end (``until_idle``): send the end-of-input tuple to the
+        tasks of the next windowed bolt, in topological order, so that its open
+        windows fire (statestream._windowed); False once every one had it.
+
+        One component at a time: a windowed bolt downstream of another gets it
+        after the windows of the first were fired and delivered."""
+        for cid in self.plan.component_tasks:
+            spec = self.topology.components[cid]
+            if cid in self._ended or not isinstance(spec.user_obj, WindowedBoltExecutor):
+                continue
+            self._ended.add(cid)
+            cp = self.checkpoint_spout
+            # What the windows emit now is committed by a checkpoint that starts
+            # after it (one under way may have passed them): two from here.
+            self._end_txid = -1 if cp is None else cp.committed_txid + 2
+            origin = Origin(SYSTEM_COMPONENT, -1, 0, END_OF_INPUT_STREAM, Fields())
+            for task in self.tasks_of.get(cid, ()):
+                if isinstance(task, BoltTask):
+                    task.inbox.append(Tuple([], origin))
+            return True
+        return False
+
+    def ends_committed(self) -> bool:
+        """Whether what the windows fired at the end of input is committed (asking for
+        the checkpoint that commits it if not)."""
+        cp = self.checkpoint_spout
+        if cp is None or cp.committed_txid >= self._end_txid:
+            return True
+        if not cp.coordinator.pending:
+            cp.request_early()
+        return False
+
     def idle(self) -> bool:
         """Every spout is exhausted and nothing is in flight."""
         return all(s.idle() for s in self.data_spouts) and not any(
@@ -393,8 +429,11 @@ class LocalRuntime(RuntimeBase):
                     reason = "duration"
                     break
                 if until_idle and (not busy or self.checkpoints_nonstop) and self.idle():
-                    reason = "idle"
-                    break
+                    if self.end_of_input():
+                        continue  # the windows it fires run before the run ends
+                    if self.ends_committed():
+                        reason = "idle"
+                        break
                 if not busy:
                     if until_idle:
                         self.explain_wait()

@@ -1,0 +1,446 @@
+"""Storm's windowed bolts, exactly-once: :class:`BaseWindowedBolt`,
+:class:`StatefulWindowedBolt`, :class:`TupleWindow`.
+
+A windowed bolt is configured as Storm's (``with_window``,
+``with_tumbling_window``, ``with_timestamp_field``, ``with_lag``, ...) and
+gets whole windows in ``execute(window)``. :class:`TopologyBuilder.set_bolt
+<statestream.TopologyBuilder>` puts it inside a :class:`WindowedBoltExecutor`,
+a :class:`~statestream.StatefulBolt` that the runtime checkpoints as any other:
+
+* each input tuple is acked as soon as the window holds it (the checkpoint
+  that covers it releases the ack), so ``topology.message.timeout.secs`` does
+  not bound a window's length;
+* the window's tuples, its trigger state and the watermark
+  (:class:`~statestream._windowing.WindowCore`) are put in the task's state
+  before every PREPARE (:meth:`WindowedBoltExecutor.pre_prepare`), so a crash
+  anywhere, mid-window included, comes back to the last commit with the
+  windows as they were, and the sources rewind to the same point: every window
+  fires once, and what it emits is committed once into the sinks;
+* time moves on tick tuples (the executor asks for them at the slide's or the
+  watermark interval's period) and, in event time, on the tuples' timestamps;
+  at the end of a finite input the runtime sends the end-of-input tuple
+  (:data:`END_OF_INPUT_STREAM`) and every open window fires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ._components import StatefulBolt, TopologyContext, _Component
+from ._errors import ConfigError, TupleError
+from ._state import KeyValueState
+from ._tuple import Origin, Tuple
+from ._windowing import Count, Duration, Event, Fire, Watermarks, WindowCore, WindowSpec
+
+__all__ = [
+    "END_OF_INPUT_STREAM",
+    "BaseWindowedBolt",
+    "Count",
+    "Duration",
+    "StatefulWindowedBolt",
+    "TupleWindow",
+    "WindowedBoltExecutor",
+]
+
+#: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
+#: input (``--until-idle``, every spout exhausted): every open window fires.
+END_OF_INPUT_STREAM = "__end_of_input"
+#: The key of the window's own state in the task's state (hidden from the user's).
+WINDOW_KEY = "$window"
+#: Storm's default watermark interval and lag.
+_DEFAULT_WATERMARK_MS = 1000
+_DEFAULT_LAG_MS = 0
+
+
+class TupleWindow:
+    """The tuples of one window (Storm's ``TupleWindow``), in timestamp order.
+
+    ``start_timestamp`` (inclusive) and ``end_timestamp`` (exclusive) are
+    milliseconds since the epoch: event-time windows are aligned to multiples
+    of their slide; a count window's start is its first tuple's timestamp.
+    """
+
+    __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp")
+
+    def __init__(
+        self,
+        tuples: list[Tuple],
+        new: list[Tuple],
+        expired: list[Tuple],
+        start_timestamp: int,
+        end_timestamp: int,
+    ) -> None:
+        self._tuples = tuples
+        self._new = new
+        self._expired = expired
+        self.start_timestamp = start_timestamp
+        self.end_timestamp = end_timestamp
+
+    def get(self) -> list[Tuple]:
+        """Every tuple in the window."""
+        return list(self._tuples)
+
+    def get_new(self) -> list[Tuple]:
+        """The tuples not in the window this bolt task fired before this one."""
+        return list(self._new)
+
+    def get_expired(self) -> list[Tuple]:
+        """The tuples of the window fired before this one that are not in this one."""
+        return list(self._expired)
+
+    def __iter__(self) -> Iterator[Tuple]:
+        return iter(self._tuples)
+
+    def __len__(self) -> int:
+        return len(self._tuples)
+
+    def __repr__(self) -> str:
+        return (
+            f"TupleWindow([{self.start_timestamp}, {self.end_timestamp}), "
+            f"{len(self._tuples)} tuples)"
+        )
+
+
+class BaseWindowedBolt(_Component):
+    """A bolt that processes windows of tuples (Storm's ``BaseWindowedBolt``).
+
+    Configure it with the ``with_*`` methods (each returns the bolt), override
+    :meth:`execute`. ``self.collector`` is there from ``prepare`` on; emits
+    need no anchors (the window's tuples are acked when the window holds them).
+    """
+
+    conf: Mapping[str, Any]
+    context: TopologyContext
+    collector: Any
+
+    window_length: Count | Duration | None = None
+    sliding_interval: Count | Duration | None = None
+    timestamp_field: str | None = None
+    timestamp_extractor: Callable[[Tuple], int] | None = None
+    lag: Duration | None = None
+    watermark_interval: Duration | None = None
+    late_tuple_stream: str | None = None
+
+    # -- Storm's builder methods ------------------------------------------------------
+    def with_window(
+        self, length: Count | Duration, sliding: Count | Duration | None = None
+    ) -> BaseWindowedBolt:
+        """A window of ``length`` that slides by ``sliding`` (each a :class:`Count` or a
+        :class:`Duration`); no ``sliding``: a tumbling window."""
+        self.window_length = length
+        self.sliding_interval = length if sliding is None else sliding
+        WindowSpec(length, self.sliding_interval)  # checks them now, naming the fix
+        return self
+
+    def with_tumbling_window(self, length: Count | Duration) -> BaseWindowedBolt:
+        """Windows of ``length`` that do not overlap."""
+        return self.with_window(length, length)
+
+    def with_timestamp_field(self, name: str) -> BaseWindowedBolt:
+        """Event time: each tuple's timestamp (ms since the epoch, an int) is its field ``name``."""
+        self.timestamp_field = name
+        return self
+
+    def with_timestamp_extractor(self, extractor: Callable[[Tuple], int]) -> BaseWindowedBolt:
+        """Event time: ``extractor(tuple)`` gives each tuple's timestamp (ms, an int)."""
+        self.timestamp_extractor = extractor
+        return self
+
+    def with_lag(self, lag: Duration) -> BaseWindowedBolt:
+        """Event time: how far behind the latest timestamp a tuple may come and still count."""
+        self.lag = _duration("with_lag", lag)
+        return self
+
+    def with_watermark_interval(self, interval: Duration) -> BaseWindowedBolt:
+        """Event time: how often the watermark moves (on the runtime's clock)."""
+        self.watermark_interval = _duration("with_watermark_interval", interval)
+        return self
+
+    def with_late_tuple_stream(self, stream_id: str) -> BaseWindowedBolt:
+        """Event time: late tuples go out on ``stream_id`` as ``(tuple, timestamp)``:
+        the late tuple's values (a list) and its timestamp."""
+        self.late_tuple_stream = stream_id
+        return self
+
+    # -- what the user implements -------------------------------------------------------
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
+        self.conf = conf
+        self.context = context
+        self.collector = collector
+
+    def execute(self, window: TupleWindow) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(window)")
+
+    def cleanup(self) -> None:
+        """Called once at shutdown."""
+
+    # -- what the executor reads ----------------------------------------------------------
+    @property
+    def event_time(self) -> bool:
+        return self.timestamp_field is not None or self.timestamp_extractor is not None
+
+    def window_spec(self, component: str) -> WindowSpec:
+        """The window this bolt was configured with; ConfigError naming the fix if none."""
+        if self.window_length is None or self.sliding_interval is None:
+            raise ConfigError(
+                f"windowed bolt {component!r} has no window: configure it with "
+                "with_window(length, sliding) or with_tumbling_window(length)"
+            )
+        return WindowSpec(self.window_length, self.sliding_interval, event_time=self.event_time)
+
+
+class StatefulWindowedBolt(BaseWindowedBolt):
+    """A windowed bolt with its own checkpointed state (Storm's ``IStatefulWindowedBolt``):
+    ``init_state`` is called with it before the first window, as for
+    :class:`~statestream.StatefulBolt`."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement init_state(state)")
+
+    def pre_prepare(self, txid: int) -> None:
+        """Called just before this task's state is prepared for ``txid``."""
+
+    def pre_commit(self, txid: int) -> None:
+        """Called just before this task's state commits ``txid``."""
+
+    def pre_rollback(self) -> None:
+        """Called just before this task's prepared state is rolled back."""
+
+    def post_commit(self, txid: int, state: KeyValueState) -> None:
+        """Called just after this task's state committed ``txid``."""
+
+
+def _duration(method: str, value: Any) -> Duration:
+    if not isinstance(value, Duration):
+        raise ConfigError(f"{method}() takes a Duration (e.g. Duration.seconds(5)), not {value!r}")
+    return value
+
+
+class _UserState:
+    """The task's state as a :class:`StatefulWindowedBolt` sees it: without the
+    window's own key."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def _check(self, key: Any) -> None:
+        if key == WINDOW_KEY:
+            raise ConfigError(f"the state key {WINDOW_KEY!r} is the window's own: use another")
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._check(key)
+        return self._state.get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._check(key)
+        self._state.put(key, value)
+
+    def delete(self, key: Any) -> Any:
+        self._check(key)
+        return self._state.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key != WINDOW_KEY and key in self._state
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        return ((k, v) for k, v in self._state.items() if k != WINDOW_KEY)
+
+    def keys(self) -> Iterator[Any]:
+        return (k for k in self._state if k != WINDOW_KEY)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.keys()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+
+class WindowedBoltExecutor(StatefulBolt):
+    """Runs a :class:`BaseWindowedBolt` as a checkpointed bolt (see the module's docstring)."""
+
+    def __init__(self, bolt: BaseWindowedBolt) -> None:
+        self.bolt = bolt
+
+    def __repr__(self) -> str:
+        return f"WindowedBoltExecutor({self.bolt!r})"
+
+    # -- the component contract ---------------------------------------------------------
+    def declare_output_fields(self, declarer: Any) -> None:
+        self.bolt.declare_output_fields(declarer)
+        if self.bolt.late_tuple_stream is not None:
+            declarer.declare_stream(self.bolt.late_tuple_stream, ["tuple", "timestamp"])
+
+    def component_configuration(self) -> dict[str, Any] | None:
+        conf = dict(self.bolt.component_configuration() or {})
+        # Ticks move processing time and the watermark: at the slide's period,
+        # or the watermark interval's, whichever is shorter.
+        periods = []
+        if isinstance(self.bolt.sliding_interval, Duration):
+            periods.append(self.bolt.sliding_interval.ms)
+        if self.bolt.event_time:
+            periods.append(self._watermark_ms())
+        if periods:
+            tick = min(periods) / 1000
+            asked = conf.get("topology.tick.tuple.freq.secs")
+            conf["topology.tick.tuple.freq.secs"] = tick if asked is None else min(tick, asked)
+        return conf or None
+
+    def _watermark_ms(self) -> int:
+        wm = self.bolt.watermark_interval
+        return wm.ms if wm is not None else _DEFAULT_WATERMARK_MS
+
+    # -- the task's life ----------------------------------------------------------------
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
+        bolt = self.bolt
+        self.core = WindowCore(bolt.window_spec(context.component_id))
+        self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
+        self.context = context
+        self.collector = collector
+        clock = context.clock
+        self._now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
+        self._clock = clock
+        self._marked_at = clock.monotonic()
+        self._origins: dict[tuple[str, int, str], Origin] = {}
+        self.state: Any = None
+        # The tuple being executed and the windows it fires: a tuple the runtime
+        # executes again (exactly-once retries a failed tuple in place, its
+        # emits taken back) fires the same windows again, once taken in.
+        self._current: Tuple | None = None
+        self._fires: list[Fire] = []
+        bolt.prepare(conf, context, collector)
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.state = state
+        snap = state.get(WINDOW_KEY)
+        if snap is not None:
+            self.core.restore(snap["core"])
+            self.marks.latest = {(c, s): ts for c, s, ts in snap["marks"]}
+            self.marks.current = self.core.watermark
+        self._current = None
+        if isinstance(self.bolt, StatefulWindowedBolt):
+            self.bolt.init_state(_UserState(state))
+
+    def pre_prepare(self, txid: int) -> None:
+        if self.state is None:  # no INITSTATE yet: nothing held
+            self.state = self.context.state()
+        self.state.put(
+            WINDOW_KEY,
+            {
+                "core": self.core.snapshot(),
+                "marks": [[c, s, ts] for (c, s), ts in self.marks.latest.items()],
+            },
+        )
+        if isinstance(self.bolt, StatefulWindowedBolt):
+            self.bolt.pre_prepare(txid)
+
+    def pre_commit(self, txid: int) -> None:
+        if isinstance(self.bolt, StatefulWindowedBolt):
+            self.bolt.pre_commit(txid)
+
+    def pre_rollback(self) -> None:
+        if isinstance(self.bolt, StatefulWindowedBolt):
+            self.bolt.pre_rollback()
+
+    def post_commit(self, txid: int, state: KeyValueState) -> None:
+        if isinstance(self.bolt, StatefulWindowedBolt):
+            self.bolt.post_commit(txid, _UserState(state))
+
+    def cleanup(self) -> None:
+        self.bolt.cleanup()
+
+    # -- tuples ---------------------------------------------------------------------------
+    def execute(self, tuple: Tuple) -> None:
+        if tuple is self._current:  # executed again after a failure: the same windows
+            self._fire(self._fires)
+            return
+        stream = tuple.origin.stream
+        fires: list[Fire] | None
+        if stream == END_OF_INPUT_STREAM:
+            fires = self.core.finish()
+        elif tuple.is_tick:
+            fires = self._on_clock()
+        else:
+            fires = self._take(tuple)
+            if fires is None:
+                return
+        self._current, self._fires = tuple, fires
+        self._fire(fires)
+
+    def _take(self, tup: Tuple) -> list[Fire] | None:
+        core = self.core
+        origin = tup.origin
+        payload = [
+            origin.component,
+            origin.task,
+            origin.task_index,
+            origin.stream,
+            list(tup.values),
+        ]
+        if not core.spec.event_time:
+            fires = core.add(int(self._now() * 1000), payload)
+            self.collector.ack(tup)
+            return fires
+        ts = self._timestamp(tup)
+        self.marks.track((origin.component, origin.stream), ts)
+        if core.add(ts, payload) is None:  # late
+            late = self.bolt.late_tuple_stream
+            if late is not None:
+                self.collector.emit([list(tup.values), ts], stream=late)
+            self.collector.ack(tup)
+            return None
+        self.collector.ack(tup)
+        return self._on_clock()
+
+    def _on_clock(self) -> list[Fire]:
+        core = self.core
+        if not core.spec.event_time:
+            return core.advance(int(self._now() * 1000))
+        now = self._clock.monotonic()
+        if (now - self._marked_at) * 1000 < self._watermark_ms():
+            return []
+        self._marked_at = now
+        mark = self.marks.next()
+        return [] if mark is None else core.advance(mark)
+
+    def _timestamp(self, tup: Tuple) -> int:
+        bolt = self.bolt
+        try:
+            if bolt.timestamp_extractor is not None:
+                ts = bolt.timestamp_extractor(tup)
+            else:
+                ts = tup[bolt.timestamp_field]  # type: ignore[index]
+        except (KeyError, IndexError, TupleError) as exc:
+            raise TupleError(
+                f"windowed bolt {self.context.component_id!r}: the tuple from "
+                f"{tup.origin.component!r} has no timestamp field {bolt.timestamp_field!r} "
+                f"({exc}); declare it, or use with_timestamp_extractor"
+            ) from exc
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            raise TupleError(
+                f"windowed bolt {self.context.component_id!r}: a timestamp is an int of "
+                f"milliseconds since the epoch, got {ts!r} from {tup.origin.component!r}"
+            )
+        return ts
+
+    # -- windows ----------------------------------------------------------------------------
+    def _fire(self, fires: list[Fire]) -> None:
+        for fire in fires:
+            self.bolt.execute(
+                TupleWindow(
+                    [self._tuple(e) for e in fire.events],
+                    [self._tuple(e) for e in fire.new],
+                    [self._tuple(e) for e in fire.expired],
+                    fire.start,
+                    fire.end,
+                )
+            )
+
+    def _tuple(self, event: Event) -> Tuple:
+        component, task, index, stream, values = event.payload
+        key = (component, task, stream)
+        origin = self._origins.get(key)
+        if origin is None:
+            fields = self.context.output_fields(component, stream)
+            origin = self._origins[key] = Origin(component, task, index, stream, fields)
+        return Tuple(values, origin)

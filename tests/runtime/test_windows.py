@@ -1,0 +1,183 @@
+"""Windowed bolts on the local runtime, exactly-once (statestream._windowed).
+
+Page views per page per window, on event time with disorder within the lag:
+the committed results (a stateful bolt downstream sums each window's count, so
+a window fired twice would show twice) equal what the windows hold by their
+timestamps, with and without a crash in the middle of a window."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statestream import (
+    BaseWindowedBolt,
+    Count,
+    Duration,
+    StatefulBolt,
+    StatefulWindowedBolt,
+    TopologyBuilder,
+    TopologyError,
+    Tuple,
+    TupleWindow,
+)
+from statestream._clock import StepClock
+from statestream.runtime.local import LocalRuntime
+from statestream.testing import (
+    ListSpout,
+    RewindableListSpout,
+    SinkBolt,
+    committed_state,
+    crash_and_recover,
+    sink,
+)
+
+PAGES = [f"/p{i}" for i in range(5)]
+LAG_MS = 3_000
+WINDOW_MS = 10_000
+
+
+def views(n: int, seed: int = 3) -> list[tuple[str, int]]:
+    """``n`` page views, about 100 ms apart, each up to 2.9 s late (within the lag)."""
+    rnd = random.Random(seed)
+    return [(rnd.choice(PAGES), max(0, i * 100 - rnd.randrange(LAG_MS - 100))) for i in range(n)]
+
+
+def expected(events: list[tuple[str, int]], length: int, slide: int) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for page, ts in events:
+        end = ts - ts % slide + slide
+        while end - length <= ts:
+            out[f"{end}:{page}"] += 1
+            end += slide
+    return out
+
+
+class PageCounts(BaseWindowedBolt):
+    def execute(self, window: TupleWindow) -> None:
+        counts = Counter(t["page"] for t in window.get())
+        for page, n in sorted(counts.items()):
+            self.collector.emit([window.end_timestamp, page, n])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(["end", "page", "views"])
+
+
+class Totals(StatefulBolt):
+    """Sums what each window emitted: a window fired twice would count twice."""
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def execute(self, tuple: Tuple) -> None:
+        key = f"{tuple['end']}:{tuple['page']}"
+        self.state.put(key, self.state.get(key, 0) + tuple["views"])
+        self.collector.ack(tuple)
+
+
+def topology(events: list[tuple[str, int]], sliding_ms: int = WINDOW_MS, late: bool = False) -> Any:
+    b = TopologyBuilder("pageviews")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    bolt = (
+        PageCounts()
+        .with_window(Duration.milliseconds(WINDOW_MS), Duration.milliseconds(sliding_ms))
+        .with_timestamp_field("ts")
+        .with_lag(Duration.milliseconds(LAG_MS))
+        .with_watermark_interval(Duration.milliseconds(50))
+    )
+    if late:
+        bolt.with_late_tuple_stream("late")
+    b.set_bolt("windows", bolt).shuffle_grouping("views")
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    if late:
+        b.set_bolt("late", SinkBolt("late")).shuffle_grouping("windows", "late")
+    return b.build()
+
+
+def config(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        "topology.state.checkpoint.interval.ms": 20,
+        "topology.executor.receive.buffer.size": 64,
+    }
+
+
+@pytest.mark.parametrize("sliding_ms", [WINDOW_MS, 5_000])
+def test_event_time_windows_commit_each_window_once(tmp_path: Path, sliding_ms: int) -> None:
+    events = views(600)
+    topo = topology(events, sliding_ms)
+    result = LocalRuntime(topo, config(tmp_path), clock=StepClock(0.001)).run(until_idle=True)
+    assert result.errors == []
+    assert Counter(committed_state(topo, config(tmp_path), "totals")) == expected(
+        events, WINDOW_MS, sliding_ms
+    )
+
+
+@pytest.mark.parametrize("at", [270, 420])
+def test_a_crash_mid_window_commits_every_window_once(tmp_path: Path, at: int) -> None:
+    from statestream.testing import crash_at_tuple
+
+    events = views(600, seed=at)
+    topo = topology(events)
+    crash_and_recover(
+        topo, config(tmp_path), at=crash_at_tuple("windows", at), clock=StepClock(0.001)
+    )
+    assert Counter(committed_state(topo, config(tmp_path), "totals")) == expected(
+        events, WINDOW_MS, WINDOW_MS
+    )
+
+
+def test_late_tuples_go_out_on_the_late_stream_and_are_acked(tmp_path: Path) -> None:
+    events = views(300)
+    events.insert(250, ("/late", 100))  # 25 s behind: far past the lag
+    topo = topology(events, late=True)
+    result = LocalRuntime(topo, config(tmp_path), clock=StepClock(0.001)).run(until_idle=True)
+    assert sink("late") == [(["/late", 100], 100)]
+    on_time = [e for e in events if e[0] != "/late"]
+    assert Counter(committed_state(topo, config(tmp_path), "totals")) == expected(
+        on_time, WINDOW_MS, WINDOW_MS
+    )
+    assert result.components["views"].acked == len(events)
+
+
+class CountWindows(StatefulWindowedBolt):
+    """Count windows with a state of their own: how many windows fired."""
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def execute(self, window: TupleWindow) -> None:
+        self.state.put("windows", self.state.get("windows", 0) + 1)
+        self.collector.emit([window.end_timestamp, "all", len(window)])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(["end", "page", "views"])
+
+
+def test_count_windows_with_their_own_state_survive_a_crash(tmp_path: Path) -> None:
+    from statestream.testing import crash_at_tuple
+
+    b = TopologyBuilder("counted")
+    b.set_spout("views", RewindableListSpout(list(range(303)), fields=["n"]))
+    b.set_bolt("windows", CountWindows().with_tumbling_window(Count(10))).shuffle_grouping("views")
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    conf = {**config(tmp_path), "topology.state.checkpoint.interval.ms": 1}
+    crash_and_recover(topo, conf, at=crash_at_tuple("windows", 255), clock=StepClock(0.001))
+    totals = committed_state(topo, config(tmp_path), "totals")
+    assert sum(totals.values()) == 303  # 30 windows of 10, and the 3 at the end of input
+    state = committed_state(topo, config(tmp_path), "windows")
+    assert state["windows"] == 31
+    assert set(state) == {"windows", "$window"}  # the window's own key beside the user's
+
+
+def test_a_windowed_bolt_without_a_window_is_refused_naming_the_fix() -> None:
+    b = TopologyBuilder("bad")
+    b.set_spout("views", ListSpout([1]))
+    with pytest.raises((TopologyError, ValueError), match="with_tumbling_window"):
+        b.set_bolt("windows", PageCounts()).shuffle_grouping("views")
