@@ -26,6 +26,7 @@ from statestream import (
     TupleWindow,
 )
 from statestream._clock import StepClock
+from statestream.runtime.contract import make_runtime
 from statestream.runtime.local import LocalRuntime
 from statestream.testing import (
     ListSpout,
@@ -116,6 +117,29 @@ def test_event_time_windows_commit_each_window_once(tmp_path: Path, sliding_ms: 
     assert Counter(committed_state(topo, config(tmp_path), "totals")) == expected(
         events, WINDOW_MS, sliding_ms
     )
+
+
+def test_event_time_windows_on_worker_processes_end_with_every_window(tmp_path: Path) -> None:
+    """Two workers: the windowed bolt's two tasks each get the end of input, in the
+    same round, and the run ends once a checkpoint after it committed."""
+    events = views(600)
+    b = TopologyBuilder("pageviews")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    b.set_bolt(
+        "windows",
+        PageCounts()
+        .with_tumbling_window(Duration.seconds(10))
+        .with_timestamp_field("ts")
+        .with_lag(Duration.milliseconds(LAG_MS))
+        .with_watermark_interval(Duration.milliseconds(50)),
+        parallelism=2,
+    ).fields_grouping("views", ["page"])
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    conf = {**config(tmp_path), "topology.workers": 2}
+    result = make_runtime(topo, conf).run(until_idle=True)
+    assert result.errors == [] and result.reason == "idle"
+    assert Counter(committed_state(topo, conf, "totals")) == expected(events, WINDOW_MS, WINDOW_MS)
 
 
 @pytest.mark.parametrize("at", [270, 420])

@@ -141,6 +141,7 @@ class Worker:
             if worker_of_task(t, workers) == index
         ]
         self.rt = LocalRuntime(topology, config, clock, owned=owned, link=self.link)
+        self._end_txid = -1  # the checkpoint that commits what the windows fired at the end
         self.link.rt = self.rt
         self._local_roots()
         self.mesh = mesh
@@ -326,7 +327,18 @@ class Worker:
         moved = any(sent_before) or any(s.busy or s.sent for s in old)
         quiet = not moved or rt.checkpoints_nonstop  # (see LocalRuntime.checkpoints_nonstop)
         if until_idle and fresh and quiet and all(s.idle for s in old):
-            return "idle", decision
+            # The end of a bounded input: the windows fire first (every worker
+            # sends the end-of-input tuple to its tasks in the same round), and
+            # a checkpoint after that commits what they emitted.
+            committed = max(s.committed for s in old)
+            if rt.end_of_input():
+                self._end_txid = committed + 2
+                return None, decision
+            if committed >= self._end_txid:
+                return "idle", decision
+            cp = rt.checkpoint_spout
+            if cp is not None and not cp.coordinator.pending:
+                cp.request_early()
         if self.lockstep is not None and fresh:
             decided = self.lockstep.decide(old, not any(sent_before))
             if isinstance(decided, StandstillStep):
