@@ -377,7 +377,7 @@ class WindowedBoltExecutor(StatefulBolt):
             origin.stream,
             list(tup.values),
         ]
-        if not core.spec.event_time:
+        if not core.event_time:
             fires = core.add(int(self._now() * 1000), payload)
             self.collector.ack(tup)
             return fires
@@ -394,7 +394,7 @@ class WindowedBoltExecutor(StatefulBolt):
 
     def _on_clock(self) -> list[Fire]:
         core = self.core
-        if not core.spec.event_time:
+        if not core.event_time:
             return core.advance(int(self._now() * 1000))
         now = self._clock.monotonic()
         if (now - self._marked_at) * 1000 < self._watermark_ms():

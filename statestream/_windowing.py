@@ -38,7 +38,16 @@ from typing import Any, NamedTuple
 
 from ._errors import ConfigError
 
-__all__ = ["Count", "Duration", "Event", "Fire", "Watermarks", "WindowCore", "WindowSpec"]
+__all__ = [
+    "Count",
+    "Duration",
+    "Event",
+    "Fire",
+    "TimeOrder",
+    "Watermarks",
+    "WindowCore",
+    "WindowSpec",
+]
 
 
 class Duration:
@@ -145,41 +154,39 @@ class Event(NamedTuple):
 
 class Fire(NamedTuple):
     """One window to fire: ``[start, end)`` in ms, its tuples (timestamp order), those
-    new since the last window fired and those of the last window no longer in it."""
+    new since the last window fired and those of the last window no longer in it;
+    an aggregating window's result instead of tuples."""
 
     start: int
     end: int
     events: list[Event]
     new: list[Event]
     expired: list[Event]
+    value: Any = None
 
 
-class WindowCore:
-    """The tuples of one task's windows, and when they fire (see the module's docstring)."""
+class TimeOrder:
+    """What every kind of window shares: tuples released in timestamp order (event
+    time: once the watermark passes them, a heap holding the rest; processing
+    time: at once), late ones refused, the end of input. A subclass says what a
+    released tuple does (``_release``), what the watermark or clock reaching a
+    time fires (``_reach``) and what the end of input fires (``_close``)."""
 
-    def __init__(self, spec: WindowSpec) -> None:
-        self.spec = spec
-        self._slide_ms = spec.sliding.ms if isinstance(spec.sliding, Duration) else 0
-        self._slide_n = spec.sliding.n if isinstance(spec.sliding, Count) else 0
-        self._len_ms = spec.length.ms if isinstance(spec.length, Duration) else 0
-        self._len_n = spec.length.n if isinstance(spec.length, Count) else 0
+    def __init__(self, event_time: bool) -> None:
+        self.event_time = event_time
         self.pending: list[Event] = []  # event time: not yet released (a heap by ts, seq)
-        self.buffer: deque[Event] = deque()  # released, in timestamp order
         self.seq = 0
         self.watermark: int | None = None  # event time: tuples older are late
-        self.since_fire = 0  # tuples released since the last count-slide fire
-        self.next_end: int | None = None  # the next duration-slide boundary
-        self.prev: list[Event] = []  # the last fired window's tuples
         self.late = 0
+        self.last_ts: int | None = None  # the latest released timestamp
 
-    # -- input ----------------------------------------------------------------------
     def add(self, ts: int, payload: Any) -> list[Fire] | None:
         """Take a tuple stamped ``ts``; None if it is late (older than the watermark).
 
         In processing time the tuple is released at once (``ts`` is the clock
         now): the windows it closes or fills fire, and are returned.
         """
-        if self.spec.event_time:
+        if self.event_time:
             if self.watermark is not None and ts < self.watermark:
                 self.late += 1
                 return None
@@ -189,28 +196,86 @@ class WindowCore:
         event = Event(ts, self.seq, payload)
         self.seq += 1
         fires: list[Fire] = []
-        self._release(event, fires)
+        self._take(event, fires)
         return fires
 
     def advance(self, watermark: int) -> list[Fire]:
         """Move the watermark (event time) or the clock (processing time) to
         ``watermark``: release what it passed and fire the windows it closed."""
         fires: list[Fire] = []
-        if self.spec.event_time:
+        if self.event_time:
             if self.watermark is not None and watermark <= self.watermark:
                 return fires
             self.watermark = watermark
             pending = self.pending
             while pending and pending[0].ts < watermark:
-                self._release(heapq.heappop(pending), fires)
-        self._fire_boundaries(watermark, fires)
+                self._take(heapq.heappop(pending), fires)
+        self._reach(watermark, fires)
         return fires
 
     def finish(self) -> list[Fire]:
         """The end of the input: release everything, fire every window still open."""
         fires: list[Fire] = []
         while self.pending:
-            self._release(heapq.heappop(self.pending), fires)
+            self._take(heapq.heappop(self.pending), fires)
+        self._close(fires)
+        if self.event_time and self.last_ts is not None:
+            self.watermark = max(self.watermark or 0, self.last_ts + 1)
+        return fires
+
+    def _take(self, event: Event, fires: list[Fire]) -> None:
+        self.last_ts = event.ts
+        self._release(event, fires)
+
+    def _release(self, event: Event, fires: list[Fire]) -> None:
+        raise NotImplementedError
+
+    def _reach(self, upto: int, fires: list[Fire]) -> None:
+        raise NotImplementedError
+
+    def _close(self, fires: list[Fire]) -> None:
+        raise NotImplementedError
+
+    def _order_snapshot(self) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "seq": self.seq,
+            "watermark": self.watermark,
+            "late": self.late,
+            "last_ts": self.last_ts,
+            "pending": [list(e) for e in sorted(self.pending)],
+        }
+
+    def _order_restore(self, snap: dict[str, Any]) -> None:
+        if snap.get("v") != 1:
+            raise ConfigError(f"a window's stored state has version {snap.get('v')!r}; expected 1")
+        self.seq = int(snap["seq"])
+        self.watermark = snap["watermark"]
+        self.late = int(snap.get("late", 0))
+        self.last_ts = snap.get("last_ts")
+        self.pending = [Event(*e) for e in snap["pending"]]
+        heapq.heapify(self.pending)
+
+
+class WindowCore(TimeOrder):
+    """The tuples of one task's windows, and when they fire (see the module's docstring)."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        super().__init__(spec.event_time)
+        self.spec = spec
+        self._slide_ms = spec.sliding.ms if isinstance(spec.sliding, Duration) else 0
+        self._slide_n = spec.sliding.n if isinstance(spec.sliding, Count) else 0
+        self._len_ms = spec.length.ms if isinstance(spec.length, Duration) else 0
+        self._len_n = spec.length.n if isinstance(spec.length, Count) else 0
+        self.buffer: deque[Event] = deque()  # released, in timestamp order
+        self.since_fire = 0  # tuples released since the last count-slide fire
+        self.next_end: int | None = None  # the next duration-slide boundary
+        self.prev: list[Event] = []  # the last fired window's tuples
+
+    def _reach(self, upto: int, fires: list[Fire]) -> None:
+        self._fire_boundaries(upto, fires)
+
+    def _close(self, fires: list[Fire]) -> None:
         if self._slide_n:
             if self.since_fire:
                 # The window the next slide would have fired, of the tuples there
@@ -220,9 +285,6 @@ class WindowCore:
         else:
             while self.buffer and self.next_end is not None:
                 self._fire_boundaries(self.next_end, fires)
-        if self.spec.event_time and self.buffer:
-            self.watermark = max(self.watermark or 0, self.buffer[-1].ts + 1)
-        return fires
 
     # -- firing ---------------------------------------------------------------------
     def _release(self, event: Event, fires: list[Fire]) -> None:
@@ -314,29 +376,19 @@ class WindowCore:
         buffered and pending tuples, the last window's, the trigger state."""
         in_buffer = {e.seq for e in self.buffer}
         return {
-            "v": 1,
-            "seq": self.seq,
-            "watermark": self.watermark,
+            **self._order_snapshot(),
             "since_fire": self.since_fire,
             "next_end": self.next_end,
-            "late": self.late,
             "buffer": [list(e) for e in self.buffer],
-            "pending": [list(e) for e in sorted(self.pending)],
             "prev": [e.seq if e.seq in in_buffer else list(e) for e in self.prev],
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Become the core :meth:`snapshot` described."""
-        if snap.get("v") != 1:
-            raise ConfigError(f"a window's stored state has version {snap.get('v')!r}; expected 1")
-        self.seq = int(snap["seq"])
-        self.watermark = snap["watermark"]
+        self._order_restore(snap)
         self.since_fire = int(snap["since_fire"])
         self.next_end = snap["next_end"]
-        self.late = int(snap.get("late", 0))
         self.buffer = deque(Event(*e) for e in snap["buffer"])
-        self.pending = [Event(*e) for e in snap["pending"]]
-        heapq.heapify(self.pending)
         by_seq = {e.seq: e for e in self.buffer}
         self.prev = [by_seq[p] if isinstance(p, int) else Event(*p) for p in snap["prev"]]
 
