@@ -110,8 +110,8 @@ def _run(*args: str) -> tuple[int, str]:
             "run",
             WORDCOUNT,
             "--until-idle",
-            "--set",
-            f"topology.runner={NAME}",
+            "--runner",
+            NAME,
             "--set",
             memory,
             *args,
@@ -147,6 +147,12 @@ def test_the_toy_entry_refuses_worker_processes_with_its_own_advice(toy: None) -
         "itself: the toy runs in one process"
     ) in stderr
     assert MADE == []
+
+
+def test_an_unregistered_runner_is_a_usage_error_naming_the_registered(toy: None) -> None:
+    result = CliRunner().invoke(main, ["run", WORDCOUNT, "--until-idle", "--runner", "flink"])
+    assert result.exit_code == 2
+    assert f"registered: 'local', 'spark', '{NAME}'" in result.stderr
 
 
 def test_the_toy_entry_decides_the_run_mode(toy: None) -> None:
