@@ -94,8 +94,9 @@ class Capabilities:
     workers_advice: str = "remove topology.workers (or set it to 1)"
     """The fix the refusal of ``topology.workers`` suggests (what to set instead)."""
     transactional_on_workers: bool = False
-    """Whether a transactional topology runs on several worker processes (asked
-    only of a runner with :attr:`worker_processes`)."""
+    """Whether a transactional topology runs spread over several processes: its
+    worker processes (a runner with :attr:`worker_processes` without it refuses one
+    on several) or its own (Spark's executors; the refusal's fix names such runners)."""
     store_refusal: StoreRefusal | None = None
     """Which providers cannot hold its state (None: any can). The plan asks it
     for a stateful topology on several worker processes; a runtime that knows

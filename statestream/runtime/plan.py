@@ -63,7 +63,8 @@ def provider_refusal(
     """Why the provider ``spec``, shared as far as ``sharing`` (``process``, ``machine``
     or ``network``, :func:`~statestream._registry.provider_sharing`), cannot hold the
     state of a run on ``runner`` (a name or a registry entry; ``workers`` processes;
-    Spark's ``master``), as the runner's :attr:`~Capabilities.store_refusal` says;
+    Spark's ``master``), as the runner's
+    :attr:`~statestream._runners.Capabilities.store_refusal` says;
     None if it can.
     """
     refuse = runner_entry(runner).capabilities.store_refusal
@@ -76,7 +77,8 @@ def refusals(
     """Why ``topology`` cannot run with ``config`` on the runner it names, in the order
     the runtimes checked them; empty if nothing is refused.
 
-    What is refused follows the runner's :class:`Capabilities`: ``topology.workers``
+    What is refused follows the runner's :class:`~statestream._runners.Capabilities`:
+    ``topology.workers``
     where it starts no worker processes; on several worker processes, a store
     they cannot share and a transactional topology it cannot spread; a stateful
     topology without ackers where it acks per tuple; then its own refusals.
@@ -123,8 +125,7 @@ def _refusals_on_workers(
             spread = [
                 f"topology.runner: {name}"
                 for name in runners()
-                if not runner_entry(name).capabilities.worker_processes
-                and runner_entry(name).capabilities.transactional_on_workers
+                if runner_entry(name).capabilities.transactional_on_workers
             ]
             elsewhere = f", or run them on several with {' or '.join(spread)}" if spread else ""
             found.append(
