@@ -117,7 +117,13 @@ def main() -> None:
     metavar="SECONDS",
     help="Stop after this many seconds.",
 )
-@click.option("--runner", type=click.Choice(["local", "spark"]), help="Overrides topology.runner.")
+@click.option(
+    "--runner",
+    metavar="NAME",
+    # Any registered runner (local, spark, a third party's): topology.runner's
+    # validation checks it against the registry, after the topology registered its own.
+    help="Overrides topology.runner: local, spark or another registered runner.",
+)
 @click.option(
     "--progress/--no-progress",
     default=None,

@@ -54,6 +54,8 @@ import orjson
 
 from ._checkpoint import CheckpointState, next_state
 from ._errors import ConfigError, SerializationError
+from ._runners import Runner
+from ._runners import runner as runner_entry
 
 if TYPE_CHECKING:
     from ._state import KeyValueState
@@ -203,7 +205,7 @@ class RunMode:
 
 
 def run_mode(
-    runner: str,
+    runner: str | Runner,
     setting: bool | str,
     stateful: bool,
     spouts: Mapping[str, object],
@@ -211,21 +213,26 @@ def run_mode(
 ) -> RunMode:
     """Decide, once for every runtime, what a run keeps.
 
-    ``runner`` is ``topology.runner``, ``setting``
-    ``statestream.state.exactly.once``, ``stateful`` whether the topology is
-    checkpointed, ``spouts`` its data spouts that the runtime reads (id ->
-    object) and ``ackers`` ``topology.acker.executors``.
+    ``runner`` is ``topology.runner`` (a name, or its registry entry),
+    ``setting`` ``statestream.state.exactly.once``, ``stateful`` whether the
+    topology is checkpointed, ``spouts`` its data spouts that the runtime
+    reads (id -> object) and ``ackers`` ``topology.acker.executors``.
 
-    The local runtime (one process or workers) keeps exactly-once state as
-    :func:`resolve_exactly_once` decides, Storm's at-least-once otherwise.
-    The spark runtime replays a batch by seeking its spouts back, whether or
-    not a bolt is stateful, so every spout must rewind; it has no
-    at-least-once mode to fall back to. A spout that cannot is refused
-    (ConfigError naming it and the fix) unless the user opted into
-    at-most-once with ``topology.acker.executors: 0`` (and the setting
-    ``auto`` or false).
+    The answer follows the runner's :class:`~statestream._runners.Capabilities`.
+    A runtime that replays per tuple (local: one process or workers) keeps
+    exactly-once state as :func:`resolve_exactly_once` decides, Storm's
+    at-least-once otherwise; if it cannot rewind within a run, exactly-once
+    is off (``auto``, with a note) or refused (``true``). A runtime that
+    replays per batch (spark) seeks its spouts back whether or not a bolt is
+    stateful, so every spout must rewind; it has no at-least-once mode to
+    fall back to. A spout that cannot is refused (ConfigError naming it and
+    the fix) unless the user opted into at-most-once with
+    ``topology.acker.executors: 0`` (and the setting ``auto`` or false).
     """
-    if runner != "spark":
+    entry = runner_entry(runner)
+    if entry.capabilities.replay == "tuple":
+        if stateful and setting is not False and not entry.capabilities.rewinds_within_run:
+            return _without_rewind(entry.name, setting)
         on, note = resolve_exactly_once(setting, stateful, spouts)
         return RunMode(on, False, note)
     cannot = [cid for cid, obj in spouts.items() if not can_rewind(obj)]
@@ -245,15 +252,32 @@ def run_mode(
     else:
         why = (
             f"statestream.state.exactly.once is {str(setting).lower()}, which on the local "
-            "runtime gives Storm's at-least-once, but the spark runtime has no at-least-once "
-            "mode"
+            f"runtime gives Storm's at-least-once, but the {entry.name} runtime has no "
+            "at-least-once mode"
         )
     raise ConfigError(
-        f"spout {names} cannot rewind (no position()/seek()), and the spark runtime reads "
-        f"a failed or unfinished batch again by seeking its spouts back ({why}). Implement "
-        "statestream.Rewindable (position() and seek(position), see FileSpout), or accept "
-        "at-most-once processing with topology.acker.executors: 0 (and "
+        f"spout {names} cannot rewind (no position()/seek()), and the {entry.name} runtime "
+        f"reads a failed or unfinished batch again by seeking its spouts back ({why}). "
+        "Implement statestream.Rewindable (position() and seek(position), see FileSpout), "
+        "or accept at-most-once processing with topology.acker.executors: 0 (and "
         "statestream.state.exactly.once auto or false)"
+    )
+
+
+def _without_rewind(name: str, setting: bool | str) -> RunMode:
+    """The run mode of a stateful topology on a runner that cannot rewind within a run."""
+    if setting is True:
+        raise ConfigError(
+            f"statestream.state.exactly.once is true, but the {name} runtime cannot go back "
+            "to the last committed checkpoint within a run, which exactly-once state needs "
+            "after a failure; set statestream.state.exactly.once: auto (or false) for "
+            "Storm's at-least-once, or run on a runner that rewinds (topology.runner)"
+        )
+    return RunMode(
+        False,
+        False,
+        f"exactly-once state is off: the {name} runtime cannot rewind within a run; "
+        "stateful bolts are at-least-once (Storm's guarantee)",
     )
 
 

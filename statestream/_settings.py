@@ -23,6 +23,8 @@ from typing import Any, Final, Literal, cast, get_type_hints
 
 import yaml
 
+from ._runners import runners
+
 __all__ = ["ConfigKey", "Settings", "config_keys"]
 
 ENV_PREFIX: Final = "STATESTREAM_"
@@ -304,12 +306,8 @@ _ADDRESS_OR_NULL: Final = _Kind("a port, HOST:PORT or null", _address_or_null, _
 
 
 def _registered_runner(value: object) -> object:
-    if value == "local" or value == "spark":
-        return value  # built in: checked without the registry, which the defaults precede
-    # The registry lives with the runtime contract, imported only here: it
-    # imports the runtimes' plan, which reads this schema.
-    from .runtime.contract import runners
-
+    # The registry is a leaf (statestream._runners) that holds the built-in runners
+    # from its import on: asked here, never the runtimes.
     names = runners()
     if isinstance(value, str) and value in names:
         return value

@@ -2,12 +2,14 @@
 
 A runtime is anything that satisfies :class:`Runtime`; the CLI and
 ``statestream.run()`` see nothing else of it. Runtimes are picked by name
-(``topology.runner``) from a registry of runners: :func:`register_runner`
-binds a name to a factory ``(topology, config, clock) -> Runtime`` and
-:func:`make_runtime` calls the one the config names. The built-in runners,
-``local`` (one process, or the worker supervisor when ``topology.workers`` >
-1) and ``spark``, import their runtime only when asked for, so that a local
-run never imports PySpark.
+(``topology.runner``) from the registry of runners
+(:mod:`statestream._runners`, re-exported here): :func:`register_runner`
+binds a name to a factory ``(topology, config, clock) -> Runtime`` and the
+runner's :class:`Capabilities`, which the plan and the run mode ask;
+:func:`make_runtime` calls the factory the config names. The built-in
+runners, ``local`` (one process, or the worker supervisor when
+``topology.workers`` > 1) and ``spark``, import their runtime only when
+asked for, so that a local run never imports PySpark.
 
 Lifecycle, the same on every runtime::
 
@@ -19,13 +21,12 @@ Lifecycle, the same on every runtime::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from .._config import settings_of
-from .._errors import ConfigError
 from .._results import RunResult, TaskMetrics, WorkerInfo
+from .._runners import Capabilities, RunnerFactory, register_runner, runner, runners
 from .plan import check_refusals
 
 if TYPE_CHECKING:
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
     from .._topology import Topology
     from .metrics import MetricsSnapshot
 
-__all__ = ["RunnerFactory", "Runtime", "make_runtime", "register_runner", "runners"]
+__all__ = [
+    "Capabilities",
+    "RunnerFactory",
+    "Runtime",
+    "make_runtime",
+    "register_runner",
+    "runners",
+]
 
 
 class Runtime(Protocol):
@@ -115,28 +123,6 @@ class Runtime(Protocol):
         ...
 
 
-#: Makes the runtime of one run: ``(topology, config, clock)``; ``clock`` None
-#: means the system clock.
-RunnerFactory = Callable[["Topology", "Config", "Clock | None"], Runtime]
-
-_RUNNERS: dict[str, RunnerFactory] = {}
-
-
-def register_runner(name: str, factory: RunnerFactory) -> None:
-    """Make ``topology.runner: name`` run on the runtimes ``factory`` makes.
-
-    A later registration of the same name replaces the earlier one. The
-    factory is called once per run, with the validated config; it should
-    import heavy dependencies itself, so that registering costs nothing.
-    """
-    _RUNNERS[name] = factory
-
-
-def runners() -> tuple[str, ...]:
-    """The registered runner names, in registration order."""
-    return tuple(_RUNNERS)
-
-
 def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -> Runtime:
     """The runtime ``topology.runner`` names, ready to ``open`` and ``run``.
 
@@ -144,36 +130,4 @@ def make_runtime(topology: Topology, conf: Config, clock: Clock | None = None) -
     before it builds one.
     """
     check_refusals(topology, conf)
-    runner = settings_of(conf).topology_runner
-    factory = _RUNNERS.get(runner)
-    if factory is None:
-        raise ConfigError(
-            f"topology.runner is {runner!r}, which no runner is registered for "
-            f"(registered: {', '.join(map(repr, _RUNNERS))})"
-        )
-    return factory(topology, conf, clock)
-
-
-# -- the built-in runners ----------------------------------------------------------------
-
-
-def _local(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
-    if settings_of(conf).topology_workers > 1:
-        from .workers import WorkerSupervisor
-
-        return WorkerSupervisor(topology, conf, clock=clock)
-    from .local import LocalRuntime
-
-    return LocalRuntime(topology, conf, clock=clock)
-
-
-def _spark(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
-    from .spark import SparkRuntime
-
-    # The clock is not passed on: the spark runner has always run on the system
-    # clock from make_runtime (issue 31 changes no behaviour).
-    return SparkRuntime(topology, conf)
-
-
-register_runner("local", _local)
-register_runner("spark", _spark)
+    return runner(settings_of(conf).topology_runner).make(topology, conf, clock)

@@ -19,11 +19,16 @@ from .._clock import Clock
 from .._components import TopologyContext, task_namespace
 from .._config import Config, settings_of
 from .._errors import ConfigError
+from .._registry import provider_sharing
+from .._runners import Runner, runners
+from .._runners import runner as runner_entry
 from .._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM
 from .._topology import ComponentSpec, Topology
+from .._transactional.components import TransactionalCoordinatorSpout
 from .._tuple import Fields
 
 if TYPE_CHECKING:
+    from .._settings import Settings
     from .._state import KeyValueState
 
 __all__ = [
@@ -53,38 +58,17 @@ def as_config(config: Mapping[str, Any] | None, topology_prefixes: Collection[st
 
 
 def provider_refusal(
-    spec: str, sharing: str, *, runner: str, workers: int = 1, master: str = ""
+    spec: str, sharing: str, *, runner: str | Runner, workers: int = 1, master: str = ""
 ) -> str | None:
     """Why the provider ``spec``, shared as far as ``sharing`` (``process``, ``machine``
     or ``network``, :func:`~statestream._registry.provider_sharing`), cannot hold the
-    state of a run on ``runner`` (``workers`` processes; Spark's ``master``); None if it can.
+    state of a run on ``runner`` (a name or a registry entry; ``workers`` processes;
+    Spark's ``master``), as the runner's
+    :attr:`~statestream._runners.Capabilities.store_refusal` says;
+    None if it can.
     """
-    if runner == "spark":
-        local_master = master == "local" or master.startswith("local[")
-        if sharing == "process":
-            return (
-                f"topology.state.provider is {spec!r}, which keeps state inside one Python "
-                "process; on Spark every bolt task runs in a Python worker process apart from "
-                f"the driver (even with spark.master {master!r}), so the state a task prepares "
-                "would be invisible to the driver and lost. Use a shared store: "
-                "topology.state.provider: redis (or sqlite with a local[...] master)"
-            )
-        if sharing == "machine" and not local_master:
-            return (
-                f"topology.state.provider is {spec!r}, a store on one machine, but spark.master "
-                f"{master!r} runs executors in several processes or hosts that cannot share it "
-                "safely; use topology.state.provider: redis, or a local[...] master"
-            )
-        return None
-    if workers > 1 and sharing == "process":
-        return (
-            f"topology.state.provider is {spec!r}, which keeps state inside one process; "
-            f"with topology.workers: {workers} every worker is a process of its own, "
-            "so their checkpoints and the spouts' stored positions could not meet, and a "
-            "restarted worker would find nothing. Use a store the workers share: "
-            "topology.state.provider: sqlite (or redis), or topology.workers: 1"
-        )
-    return None
+    refuse = runner_entry(runner).capabilities.store_refusal
+    return refuse(spec, sharing, workers=workers, master=master) if refuse else None
 
 
 def refusals(
@@ -93,45 +77,63 @@ def refusals(
     """Why ``topology`` cannot run with ``config`` on the runner it names, in the order
     the runtimes checked them; empty if nothing is refused.
 
+    What is refused follows the runner's :class:`~statestream._runners.Capabilities`:
+    ``topology.workers``
+    where it starts no worker processes; on several worker processes, a store
+    they cannot share and a transactional topology it cannot spread; a stateful
+    topology without ackers where it acks per tuple; then its own refusals.
     ``sharing`` resolves a provider spec to its sharing scope (default:
-    :func:`~statestream._registry.provider_sharing`, asked only when a
-    topology with stateful bolts runs on several worker processes). Spark's
-    provider check waits for the session's master (:func:`provider_refusal`).
+    :func:`~statestream._registry.provider_sharing`, asked only when a topology
+    with stateful bolts runs on several worker processes). A runner that knows
+    more at open (Spark's master) asks :func:`provider_refusal` then.
     """
     settings = settings_of(config)
-    runner, workers = settings.topology_runner, settings.topology_workers
+    entry = runner_entry(settings.topology_runner)
+    can, workers = entry.capabilities, settings.topology_workers
     found: list[str] = []
-    if runner == "spark":
-        if workers != 1:
-            found.append(
-                f"topology.workers is {workers}, but the spark runner does not start worker "
-                "processes itself: Spark spreads the tasks over its executors. Remove "
-                "topology.workers and set spark.executor.instances (spark.executor.cores for "
-                "the cores of each) instead"
-            )
+    if workers != 1 and not can.worker_processes:
+        found.append(
+            f"topology.workers is {workers}, but the {entry.name} runner does not start "
+            f"worker processes itself: {can.workers_advice}"
+        )
+    elif workers > 1:
+        found += _refusals_on_workers(topology, settings, entry, sharing)
+    if can.acks_per_tuple:
+        refusal = acking_refusal(topology, settings.topology_acker_executors)
+        if refusal:
+            found.append(refusal)
+    found += [r for r in (refuse(topology, settings) for refuse in can.refusals) if r]
+    return found
+
+
+def _refusals_on_workers(
+    topology: Topology, settings: Settings, entry: Runner, sharing: Callable[[str], str] | None
+) -> list[str]:
+    """What a runner refuses of ``topology`` on ``settings.topology_workers`` > 1 processes."""
+    found: list[str] = []
+    if topology.has_stateful_bolts:
+        spec = settings.topology_state_provider
+        scope = (sharing or provider_sharing)(spec)
+        refusal = provider_refusal(spec, scope, runner=entry, workers=settings.topology_workers)
+        if refusal:
+            found.append(refusal)
+    if entry.capabilities.transactional_on_workers:
         return found
-    if workers > 1:
-        if topology.has_stateful_bolts:
-            from .._registry import provider_sharing
-
-            spec = settings.topology_state_provider
-            scope = (sharing or provider_sharing)(spec)
-            refusal = provider_refusal(spec, scope, runner=runner, workers=workers)
-            if refusal:
-                found.append(refusal)
-        from .._transactional.components import TransactionalCoordinatorSpout
-
-        for cid, spec_ in topology.components.items():
-            if isinstance(spec_.obj, TransactionalCoordinatorSpout):
-                found.append(
-                    f"topology {topology.name!r} is transactional (its coordinator is "
-                    f"{cid!r}); transactional topologies run on one process here: set "
-                    "topology.workers: 1, or run them on several with topology.runner: spark"
-                )
-                break
-    refusal = acking_refusal(topology, settings.topology_acker_executors)
-    if refusal:
-        found.append(refusal)
+    for cid, spec_ in topology.components.items():
+        if isinstance(spec_.obj, TransactionalCoordinatorSpout):
+            # The fix names the runners that do spread one (the built-in spark).
+            spread = [
+                f"topology.runner: {name}"
+                for name in runners()
+                if runner_entry(name).capabilities.transactional_on_workers
+            ]
+            elsewhere = f", or run them on several with {' or '.join(spread)}" if spread else ""
+            found.append(
+                f"topology {topology.name!r} is transactional (its coordinator is "
+                f"{cid!r}); transactional topologies run on one process here: set "
+                f"topology.workers: 1{elsewhere}"
+            )
+            break
     return found
 
 

@@ -1,13 +1,17 @@
-"""No import circle anywhere in the package (issue 31).
+"""No import circle anywhere in the package, function-level imports included (issues 31, 45).
 
-Static: each module of ``statestream`` is parsed with :mod:`ast`, its
-module-level imports (those that run when it is imported: not inside a
-function, nor under ``if TYPE_CHECKING:``) become edges between
-``statestream.*`` modules, and a cycle of that graph fails the test,
-printed as ``a -> b -> a``. ``from .pkg import name`` is an edge to the
-submodule ``pkg.name`` when there is one, else to the package ``pkg``.
-A function-level import (how optional parts are imported lazily) is not an
-edge: it runs after every module-level import is done.
+Static: each module of ``statestream`` is parsed with :mod:`ast`, every
+import statement in it (module level, and inside functions and classes,
+wherever it sits: a deferred import is still a dependency of the module)
+becomes an edge between ``statestream.*`` modules, and a cycle of that graph
+fails the test, printed as ``a -> b -> a``. ``from .pkg import name`` is an
+edge to the submodule ``pkg.name`` when there is one, else to the package
+``pkg``.
+
+Left out: the imports under ``if TYPE_CHECKING:``. They never run (mypy
+alone reads them), and a type named in an annotation does not make one
+module need the other: with ``from __future__ import annotations`` the
+annotation is a string. There is no other exception.
 """
 
 from __future__ import annotations
@@ -38,30 +42,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements that run when the module is imported."""
-    for node in body:
+def _all_imports(nodes: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under ``nodes``, at any depth, but those that only a
+    type checker reads (the body of ``if TYPE_CHECKING:``; its ``else`` runs)."""
+    for node in nodes:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        elif isinstance(node, ast.If):
-            if not _is_type_checking(node.test):
-                yield from _module_level(node.body)
-            yield from _module_level(node.orelse)
-        elif isinstance(node, ast.Try):
-            for block in (node.body, node.orelse, node.finalbody):
-                yield from _module_level(block)
-            for handler in node.handlers:
-                yield from _module_level(handler.body)
-        elif isinstance(node, ast.With):
-            yield from _module_level(node.body)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _all_imports(node.orelse)
+        else:
+            yield from _all_imports(
+                [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+            )
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The ``statestream.*`` modules that module ``name`` imports at module level."""
+    """The ``statestream.*`` modules that module ``name`` imports, anywhere in it."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in _module_level(ast.parse(path.read_text(), str(path)).body):
+    for node in _all_imports(ast.parse(path.read_text(), str(path)).body):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in modules)
             continue
@@ -150,8 +150,43 @@ def test_the_walk_sees_the_package() -> None:
     assert "statestream.runtime.plan" in graph
     assert "statestream._config" in graph["statestream.runtime.plan"]
     assert "statestream.runtime.contract" in graph["statestream._run"]
-    # a lazy (function-level) import is no edge: the runtimes are imported on demand
-    assert not {m for m in graph["statestream.runtime.contract"] if "local" in m}
+    # a function-level import is an edge: the built-in factories import their runtimes
+    assert "statestream.runtime.local" in graph["statestream.runtime.builtin"]
+    assert "statestream.runtime.spark" in graph["statestream.runtime.builtin"]
+    # an import only a type checker reads is none: the registry is a leaf
+    assert "statestream.runtime.contract" not in graph["statestream._runners"]
+
+
+def test_the_registry_of_runners_is_a_leaf() -> None:
+    """The schema asks the registry for the runner names, and the runtimes read the
+    schema: the registry imports neither (issue 45)."""
+    assert import_graph()["statestream._runners"] <= {"statestream._errors"}
+
+
+def test_the_walk_counts_imports_inside_functions_and_not_for_type_checking() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "import a\n"
+        "if TYPE_CHECKING:\n"
+        "    import b\n"
+        "else:\n"
+        "    import c\n"
+        "def f():\n"
+        "    import d\n"
+        "    class K:\n"
+        "        def g(self):\n"
+        "            from e import x\n"
+        "try:\n"
+        "    import f\n"
+        "except ImportError:\n"
+        "    pass\n"
+    )
+    found = [
+        alias.name if isinstance(node, ast.Import) else node.module
+        for node in _all_imports(tree.body)
+        for alias in node.names[:1]
+    ]
+    assert found == ["typing", "a", "c", "d", "e", "f"]
 
 
 def test_a_circle_is_found_and_printed() -> None:

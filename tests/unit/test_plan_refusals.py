@@ -2,7 +2,9 @@
 
 Tables of (topology, config) -> the refusal, and of (provider sharing, runner,
 workers, master) -> the provider refusal; :func:`make_runtime` raises the
-first refusal before it builds a runtime.
+first refusal before it builds a runtime. What is refused follows the
+runner's capabilities, not its name: runners registered here with other
+capabilities get other refusals.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from statestream import (
     TopologyBuilder,
     TransactionalTopologyBuilder,
     Tuple,
+    _runners,
 )
+from statestream._runners import Capabilities, Runner, register_runner, runner
 from statestream.runtime.contract import make_runtime
 from statestream.runtime.plan import check_refusals, provider_refusal, refusals
 from statestream.testing import ListSpout
@@ -112,25 +116,29 @@ def test_the_refusals_quote_the_topology_and_suggest_the_fix() -> None:
     assert "topology.runner: spark" in message
 
 
+LOCAL, SPARK = runner("local"), runner("spark")
+
 # spec, sharing, runner, workers, master, a fragment of the refusal (None: accepted)
-PROVIDERS = [
-    ("memory", "process", "local", 1, "", None),
-    ("memory", "process", "local", 2, "", "topology.workers: 2 every worker"),
-    ("sqlite", "machine", "local", 2, "", None),
-    ("redis", "network", "local", 3, "", None),
-    ("memory", "process", "spark", 1, "local[2]", "inside one Python process"),
-    ("memory", "process", "spark", 1, "spark://h:7077", "inside one Python process"),
-    ("sqlite", "machine", "spark", 1, "local[2,2]", None),
-    ("sqlite", "machine", "spark", 1, "local", None),
-    ("sqlite", "machine", "spark", 1, "spark://h:7077", "a store on one machine"),
-    ("sqlite", "machine", "spark", 1, "yarn", "a store on one machine"),
-    ("redis", "network", "spark", 1, "spark://h:7077", None),
+PROVIDERS: list[tuple[str, str, Runner, int, str, str | None]] = [
+    ("memory", "process", LOCAL, 1, "", None),
+    ("memory", "process", LOCAL, 2, "", "topology.workers: 2 every worker"),
+    ("sqlite", "machine", LOCAL, 2, "", None),
+    ("redis", "network", LOCAL, 3, "", None),
+    ("memory", "process", SPARK, 1, "local[2]", "inside one Python process"),
+    ("memory", "process", SPARK, 1, "spark://h:7077", "inside one Python process"),
+    ("sqlite", "machine", SPARK, 1, "local[2,2]", None),
+    ("sqlite", "machine", SPARK, 1, "local", None),
+    ("sqlite", "machine", SPARK, 1, "spark://h:7077", "a store on one machine"),
+    ("sqlite", "machine", SPARK, 1, "yarn", "a store on one machine"),
+    ("redis", "network", SPARK, 1, "spark://h:7077", None),
+    # a runner that declares no store refusal takes any provider
+    ("memory", "process", Runner("any", "nowhere:make", Capabilities()), 3, "", None),
 ]
 
 
 @pytest.mark.parametrize(("spec", "sharing", "runner", "workers", "master", "fragment"), PROVIDERS)
 def test_provider_refusal(
-    spec: str, sharing: str, runner: str, workers: int, master: str, fragment: str | None
+    spec: str, sharing: str, runner: Runner, workers: int, master: str, fragment: str | None
 ) -> None:
     refusal = provider_refusal(spec, sharing, runner=runner, workers=workers, master=master)
     if fragment is None:
@@ -156,3 +164,77 @@ def test_check_refusals_raises_the_first() -> None:
 def test_make_runtime_refuses_before_it_builds_a_runtime() -> None:
     with pytest.raises(ConfigError, match="need acking"):
         make_runtime(_stateful(), Config({"topology.acker.executors": 0}))
+
+
+def test_the_provider_refusal_looks_a_runner_name_up() -> None:
+    assert provider_refusal("memory", "process", runner="spark") == provider_refusal(
+        "memory", "process", runner=SPARK
+    )
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry of runners as it is, restored after the test."""
+    monkeypatch.setattr(_runners, "_RUNNERS", dict(_runners._RUNNERS))
+
+
+def _own_refusal(topology: Topology, settings: Any) -> str | None:
+    return f"no {topology.name!r} here" if topology.has_stateful_bolts else None
+
+
+# capabilities of a runner named "other", topology, config, the refusals (fragments, in order)
+CAPABILITIES = [
+    # one process, per-tuple acks (the defaults): workers refused with the default advice
+    (Capabilities(), _plain, {"topology.workers": 2}, ["remove topology.workers"]),
+    (Capabilities(), _stateful, {"topology.acker.executors": 0}, [ACKERS]),
+    # no per-tuple acking: a stateful topology without ackers is its business
+    (Capabilities(acks_per_tuple=False), _stateful, {"topology.acker.executors": 0}, []),
+    # worker processes without a store refusal: any provider, transactional refused
+    (Capabilities(worker_processes=True), _stateful, {"topology.workers": 2}, []),
+    (
+        Capabilities(worker_processes=True),
+        _transactional,
+        {"topology.workers": 2},
+        [TRANSACTIONAL_ON_WORKERS],
+    ),
+    (
+        Capabilities(worker_processes=True, transactional_on_workers=True),
+        _transactional,
+        {"topology.workers": 2},
+        [],
+    ),
+    # its own refusals come after the shared ones
+    (
+        Capabilities(refusals=(_own_refusal,)),
+        _stateful,
+        {"topology.acker.executors": 0},
+        [ACKERS, "no 'counts' here"],
+    ),
+    (Capabilities(refusals=(_own_refusal,)), _plain, {}, []),
+]
+
+
+@pytest.mark.parametrize(("capabilities", "topology", "config", "expected"), CAPABILITIES)
+def test_the_refusals_follow_the_capabilities(
+    registry: None,
+    capabilities: Capabilities,
+    topology: Any,
+    config: dict[str, Any],
+    expected: list[str],
+) -> None:
+    register_runner("other", "nowhere:make", capabilities)
+    found = refusals(topology(), Config({**config, "topology.runner": "other"}))
+    assert len(found) == len(expected), found
+    for message, fragment in zip(found, expected, strict=True):
+        assert fragment in message
+    if "topology.workers" in config and not capabilities.worker_processes:
+        assert found[0].startswith("topology.workers is 2, but the other runner does not")
+
+
+def test_a_runner_registered_as_local_with_other_capabilities_is_refused_as_they_say(
+    registry: None,
+) -> None:
+    register_runner("local", "nowhere:make", Capabilities(acks_per_tuple=False))
+    assert refusals(_stateful(), Config({"topology.acker.executors": 0})) == []
+    [message] = refusals(_plain(), Config({"topology.workers": 2}))
+    assert "the local runner does not start worker processes" in message

@@ -15,10 +15,17 @@ from typing import Any
 
 import pytest
 
-from statestream import Config, ConfigError, TopologyBuilder
+from statestream import Config, ConfigError, TopologyBuilder, _runners
+from statestream._clock import FakeClock
 from statestream._results import RunResult, TaskMetrics, WorkerInfo
-from statestream.runtime import contract
-from statestream.runtime.contract import Runtime, make_runtime, register_runner, runners
+from statestream.runtime import builtin
+from statestream.runtime.contract import (
+    Capabilities,
+    Runtime,
+    make_runtime,
+    register_runner,
+    runners,
+)
 from statestream.testing import ListSpout
 
 _METHODS = ("open", "run", "stop", "close", "metrics", "counters", "worker_rows")
@@ -123,11 +130,52 @@ def _topology() -> Any:
     return builder.build()
 
 
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry of runners as it is, restored after the test."""
+    monkeypatch.setattr(_runners, "_RUNNERS", dict(_runners._RUNNERS))
+
+
 def test_the_built_in_runners_are_registered() -> None:
     assert runners()[:2] == ("local", "spark")
+    assert _runners.runner("local").capabilities == _runners.LOCAL
+    assert _runners.runner("spark").capabilities == _runners.SPARK
 
 
-def test_a_registered_runner_makes_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_third_party_runner_gets_the_capabilities_of_one_process(registry: None) -> None:
+    entry = register_runner("flink", "flink_runner:make")
+    assert entry.capabilities == Capabilities()
+    assert entry.capabilities.replay == "tuple" and entry.capabilities.acks_per_tuple
+    assert not entry.capabilities.worker_processes
+    assert entry.capabilities.store_refusal is None
+
+
+def test_a_batch_replay_that_cannot_rewind_is_no_capability() -> None:
+    with pytest.raises(ValueError, match="rewinds within a run"):
+        Capabilities(replay="batch", rewinds_within_run=False)
+
+
+def test_an_unregistered_runner_is_a_config_error_naming_the_registered() -> None:
+    with pytest.raises(ConfigError, match=r"'flink'.*registered: 'local', 'spark'"):
+        _runners.runner("flink")
+
+
+def test_a_factory_named_by_dotted_path_is_imported_at_the_first_run(registry: None) -> None:
+    register_runner("local", "statestream.runtime.builtin:local")
+    assert make_runtime(_topology(), Config({})).worker_rows() == []
+
+
+def test_the_spark_factory_passes_the_clock_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import statestream.runtime.spark as spark
+
+    made: list[Any] = []
+    monkeypatch.setattr(spark, "SparkRuntime", lambda t, c, clock: made.append(clock))
+    clock = FakeClock()
+    builtin.spark(_topology(), Config({"topology.runner": "spark"}), clock)
+    assert made == [clock]
+
+
+def test_a_registered_runner_makes_the_runtime(registry: None) -> None:
     made: list[tuple[Any, Config, Any]] = []
     sentinel: Any = object()
 
@@ -135,14 +183,13 @@ def test_a_registered_runner_makes_the_runtime(monkeypatch: pytest.MonkeyPatch) 
         made.append((topology, config, clock))
         return sentinel  # type: ignore[no-any-return]
 
-    monkeypatch.setitem(contract._RUNNERS, "local", factory)
+    register_runner("local", factory, _runners.LOCAL)
     topo, conf, clock = _topology(), Config({}), object()
     assert make_runtime(topo, conf, clock=clock) is sentinel  # type: ignore[arg-type]
     assert made == [(topo, conf, clock)]
 
 
-def test_a_runner_registered_later_replaces_the_earlier(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(contract, "_RUNNERS", dict(contract._RUNNERS))
+def test_a_runner_registered_later_replaces_the_earlier(registry: None) -> None:
     first: Any = object()
     second: Any = object()
     register_runner("local", lambda t, c, k: first)
@@ -166,11 +213,8 @@ def test_the_local_runner_picks_one_process_or_the_supervisor() -> None:
     assert isinstance(several, WorkerSupervisor)
 
 
-def test_a_registered_runner_passes_the_config_validation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_registered_runner_passes_the_config_validation(registry: None) -> None:
     with pytest.raises(ConfigError, match="registered: 'local', 'spark'"):
         Config({"topology.runner": "flink"})
-    monkeypatch.setattr(contract, "_RUNNERS", dict(contract._RUNNERS))
     register_runner("flink", lambda t, c, k: None)  # type: ignore[arg-type,return-value]
     assert Config({"topology.runner": "flink"}).settings.topology_runner == "flink"

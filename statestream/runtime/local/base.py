@@ -44,7 +44,9 @@ def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimeP
     if refusal:
         raise ConfigError(refusal)
     mode = run_mode(
-        "local",
+        # The configured runner's entry: "local", or a third party's runner that runs
+        # these tasks with capabilities of its own.
+        settings.topology_runner,
         settings.statestream_state_exactly_once,
         plan.checkpointed,
         {spec.id: spec.obj for spec in plan.data_spouts},
