@@ -31,7 +31,17 @@ from ._components import StatefulBolt, TopologyContext, _Component
 from ._errors import ConfigError, TupleError
 from ._state import KeyValueState
 from ._tuple import Origin, Tuple
-from ._windowing import Count, Duration, Event, Fire, Watermarks, WindowCore, WindowSpec
+from ._window_kinds import Aggregate, AggregateCore, SessionCore
+from ._windowing import (
+    Count,
+    Duration,
+    Event,
+    Fire,
+    TimeOrder,
+    Watermarks,
+    WindowCore,
+    WindowSpec,
+)
 
 __all__ = [
     "END_OF_INPUT_STREAM",
@@ -61,7 +71,7 @@ class TupleWindow:
     of their slide; a count window's start is its first tuple's timestamp.
     """
 
-    __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp")
+    __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp", "value")
 
     def __init__(
         self,
@@ -70,12 +80,15 @@ class TupleWindow:
         expired: list[Tuple],
         start_timestamp: int,
         end_timestamp: int,
+        value: Any = None,
     ) -> None:
         self._tuples = tuples
         self._new = new
         self._expired = expired
         self.start_timestamp = start_timestamp
         self.end_timestamp = end_timestamp
+        #: An aggregating window's result (``with_aggregate``); None otherwise.
+        self.value = value
 
     def get(self) -> list[Tuple]:
         """Every tuple in the window."""
@@ -121,6 +134,9 @@ class BaseWindowedBolt(_Component):
     lag: Duration | None = None
     watermark_interval: Duration | None = None
     late_tuple_stream: str | None = None
+    session_gap: Duration | None = None
+    session_key: str | None = None
+    aggregate: Aggregate | None = None
 
     # -- Storm's builder methods ------------------------------------------------------
     def with_window(
@@ -163,6 +179,31 @@ class BaseWindowedBolt(_Component):
         self.late_tuple_stream = stream_id
         return self
 
+    # -- beyond Storm ---------------------------------------------------------------------
+    def with_session_window(self, gap: Duration, key: str | None = None) -> BaseWindowedBolt:
+        """Session windows: a window is a run of tuples (of one value of the field
+        ``key``, if given) with less than ``gap`` between one and the next; it
+        fires ``gap`` after its last tuple (by event time with a timestamp field)."""
+        self.session_gap = _duration("with_session_window", gap)
+        self.session_key = key
+        return self
+
+    def with_aggregate(
+        self,
+        init: Callable[[], Any],
+        add: Callable[[Any, Tuple], Any],
+        merge: Callable[[Any, Any], Any],
+        result: Callable[[Any], Any],
+    ) -> BaseWindowedBolt:
+        """Keep one accumulator per window instead of its tuples (Flink's
+        AggregateFunction): ``init() -> acc``, ``add(acc, tuple) -> acc``,
+        ``merge(acc, acc) -> acc``, ``result(acc)``. ``execute`` then gets windows
+        whose ``value`` is the result and whose ``get()`` is empty. For duration
+        windows (a length that is a multiple of the slide) and session windows;
+        the accumulator must be a JSON value (it is checkpointed)."""
+        self.aggregate = Aggregate(init, add, merge, result)
+        return self
+
     # -- what the user implements -------------------------------------------------------
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
         self.conf = conf
@@ -182,12 +223,30 @@ class BaseWindowedBolt(_Component):
 
     def window_spec(self, component: str) -> WindowSpec:
         """The window this bolt was configured with; ConfigError naming the fix if none."""
+        if self.session_gap is not None:
+            gap = self.session_gap
+            return WindowSpec(gap, gap, event_time=self.event_time)
         if self.window_length is None or self.sliding_interval is None:
             raise ConfigError(
                 f"windowed bolt {component!r} has no window: configure it with "
-                "with_window(length, sliding) or with_tumbling_window(length)"
+                "with_window(length, sliding), with_tumbling_window(length) or "
+                "with_session_window(gap)"
             )
         return WindowSpec(self.window_length, self.sliding_interval, event_time=self.event_time)
+
+    def window_core(
+        self,
+        component: str,
+        key_of: Callable[[Any], Any],
+        value_of: Callable[[Any], Any],
+    ) -> TimeOrder:
+        """The pure model of this bolt's windows (statestream._windowing, _window_kinds)."""
+        spec = self.window_spec(component)
+        if self.session_gap is not None:
+            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, value_of)
+        if self.aggregate is not None:
+            return AggregateCore(spec, self.aggregate, value_of)
+        return WindowCore(spec)
 
 
 class StatefulWindowedBolt(BaseWindowedBolt):
@@ -293,7 +352,9 @@ class WindowedBoltExecutor(StatefulBolt):
     # -- the task's life ----------------------------------------------------------------
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
         bolt = self.bolt
-        self.core = WindowCore(bolt.window_spec(context.component_id))
+        self.core = bolt.window_core(
+            context.component_id, lambda payload: payload[5], self._payload_tuple
+        )
         self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
         self.context = context
         self.collector = collector
@@ -376,6 +437,7 @@ class WindowedBoltExecutor(StatefulBolt):
             origin.task_index,
             origin.stream,
             list(tup.values),
+            None if self.bolt.session_key is None else tup[self.bolt.session_key],
         ]
         if not core.event_time:
             fires = core.add(int(self._now() * 1000), payload)
@@ -433,11 +495,15 @@ class WindowedBoltExecutor(StatefulBolt):
                     [self._tuple(e) for e in fire.expired],
                     fire.start,
                     fire.end,
+                    fire.value,
                 )
             )
 
     def _tuple(self, event: Event) -> Tuple:
-        component, task, index, stream, values = event.payload
+        return self._payload_tuple(event.payload)
+
+    def _payload_tuple(self, payload: list[Any]) -> Tuple:
+        component, task, index, stream, values = payload[:5]
         key = (component, task, stream)
         origin = self._origins.get(key)
         if origin is None:

@@ -236,6 +236,18 @@ class TimeOrder:
     def _close(self, fires: list[Fire]) -> None:
         raise NotImplementedError
 
+    def snapshot(self) -> dict[str, Any]:
+        """Everything to restore this core (:meth:`restore`), in JSON's types."""
+        raise NotImplementedError
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Become the core :meth:`snapshot` described."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        """Tuples held."""
+        return len(self.pending)
+
     def _order_snapshot(self) -> dict[str, Any]:
         return {
             "v": 1,

@@ -205,3 +205,103 @@ def test_a_windowed_bolt_without_a_window_is_refused_naming_the_fix() -> None:
     b.set_spout("views", ListSpout([1]))
     with pytest.raises((TopologyError, ValueError), match="with_tumbling_window"):
         b.set_bolt("windows", PageCounts()).shuffle_grouping("views")
+
+
+class PageCountsAggregated(BaseWindowedBolt):
+    """Views per page per window, one accumulator per window (no tuples kept)."""
+
+    def execute(self, window: TupleWindow) -> None:
+        assert window.get() == []
+        for page, n in sorted(window.value.items()):
+            self.collector.emit([window.end_timestamp, page, n])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(["end", "page", "views"])
+
+
+def _count(acc: dict[str, int], t: Tuple) -> dict[str, int]:
+    acc[t["page"]] = acc.get(t["page"], 0) + 1
+    return acc
+
+
+def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
+
+
+@pytest.mark.parametrize("sliding_ms", [WINDOW_MS, 5_000])
+def test_aggregating_windows_survive_a_crash_exactly(tmp_path: Path, sliding_ms: int) -> None:
+    from statestream.testing import crash_at_tuple
+
+    events = views(600, seed=sliding_ms)
+    b = TopologyBuilder("aggregated")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    b.set_bolt(
+        "windows",
+        PageCountsAggregated()
+        .with_window(Duration.milliseconds(WINDOW_MS), Duration.milliseconds(sliding_ms))
+        .with_timestamp_field("ts")
+        .with_lag(Duration.milliseconds(LAG_MS))
+        .with_watermark_interval(Duration.milliseconds(50))
+        .with_aggregate(dict, _count, _merge, lambda acc: acc),
+    ).shuffle_grouping("views")
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    crash_and_recover(
+        topo, config(tmp_path), at=crash_at_tuple("windows", 333), clock=StepClock(0.001)
+    )
+    assert Counter(committed_state(topo, config(tmp_path), "totals")) == expected(
+        events, WINDOW_MS, sliding_ms
+    )
+
+
+class Sessions(BaseWindowedBolt):
+    def execute(self, window: TupleWindow) -> None:
+        users = {t["page"] for t in window.get()}
+        assert len(users) == 1
+        self.collector.emit([window.end_timestamp, users.pop(), len(window)])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(["end", "page", "views"])
+
+
+def session_oracle(events: list[tuple[str, int]], gap: int) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for user in {u for u, _ in events}:
+        times = sorted(ts for u, ts in events if u == user)
+        run = [times[0]]
+        nexts: list[int | None] = [*times[1:], None]
+        for ts in nexts:
+            if ts is not None and ts - run[-1] < gap:
+                run.append(ts)
+                continue
+            out[f"{run[-1] + gap}:{user}"] += len(run)
+            if ts is not None:
+                run = [ts]
+    return out
+
+
+def test_session_windows_per_key_survive_a_crash_exactly(tmp_path: Path) -> None:
+    from statestream.testing import crash_at_tuple
+
+    rnd = random.Random(11)
+    t = 0
+    events = []
+    for _ in range(500):  # bursts with pauses: sessions of a few seconds per user
+        t += rnd.choice([50, 100, 200, 4_000])
+        events.append((rnd.choice(PAGES), t))
+    gap = 3_000
+    b = TopologyBuilder("sessions")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    b.set_bolt(
+        "windows",
+        Sessions()
+        .with_session_window(Duration.milliseconds(gap), key="page")
+        .with_timestamp_field("ts")
+        .with_watermark_interval(Duration.milliseconds(50)),
+    ).shuffle_grouping("views")
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    crash_and_recover(
+        topo, config(tmp_path), at=crash_at_tuple("windows", 260), clock=StepClock(0.001)
+    )
+    assert Counter(committed_state(topo, config(tmp_path), "totals")) == session_oracle(events, gap)
