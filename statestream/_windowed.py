@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ._components import StatefulBolt, TopologyContext, _Component
+from ._config import settings_of
 from ._errors import ConfigError, TupleError
 from ._state import KeyValueState
 from ._tuple import Origin, Tuple
@@ -364,11 +365,15 @@ class WindowedBoltExecutor(StatefulBolt):
         self._marked_at = clock.monotonic()
         self._origins: dict[tuple[str, int, str], Origin] = {}
         self.state: Any = None
-        # The tuple being executed and the windows it fires: a tuple the runtime
-        # executes again (exactly-once retries a failed tuple in place, its
-        # emits taken back) fires the same windows again, once taken in.
-        self._current: Tuple | None = None
-        self._fires: list[Fire] = []
+        # Windows due and not fired yet: those whose execute raised stay, and fire
+        # (again) with the next tuple the task executes. Exactly-once retries the
+        # failed tuple where it failed (its emits taken back, its state writes
+        # undone), so that retry, or whichever tuple comes first, fires them
+        # once; a tuple taken in whose windows failed is not taken in again.
+        self._unfired: list[Fire] = []
+        self._retrying: dict[int, Tuple] = {}
+        self._fire_failures = 0
+        self._max_attempts = settings_of(conf).statestream_retry_max_attempts
         bolt.prepare(conf, context, collector)
 
     def init_state(self, state: KeyValueState) -> None:
@@ -376,9 +381,9 @@ class WindowedBoltExecutor(StatefulBolt):
         snap = state.get(WINDOW_KEY)
         if snap is not None:
             self.core.restore(snap["core"])
-            self.marks.latest = {(c, s): ts for c, s, ts in snap["marks"]}
+            self.marks.latest = {(c, t, s): ts for c, t, s, ts in snap["marks"]}
             self.marks.current = self.core.watermark
-        self._current = None
+        self._unfired, self._retrying = [], {}
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.init_state(_UserState(state))
 
@@ -389,7 +394,7 @@ class WindowedBoltExecutor(StatefulBolt):
             WINDOW_KEY,
             {
                 "core": self.core.snapshot(),
-                "marks": [[c, s, ts] for (c, s), ts in self.marks.latest.items()],
+                "marks": [[c, t, s, ts] for (c, t, s), ts in self.marks.latest.items()],
             },
         )
         if isinstance(self.bolt, StatefulWindowedBolt):
@@ -412,21 +417,34 @@ class WindowedBoltExecutor(StatefulBolt):
 
     # -- tuples ---------------------------------------------------------------------------
     def execute(self, tuple: Tuple) -> None:
-        if tuple is self._current:  # executed again after a failure: the same windows
-            self._fire(self._fires)
-            return
         stream = tuple.origin.stream
-        fires: list[Fire] | None
-        if stream == END_OF_INPUT_STREAM:
-            fires = self.core.finish()
-        elif tuple.is_tick:
-            fires = self._on_clock()
-        else:
-            fires = self._take(tuple)
-            if fires is None:
-                return
-        self._current, self._fires = tuple, fires
-        self._fire(fires)
+        data = stream != END_OF_INPUT_STREAM and not tuple.is_tick
+        if self._retrying.pop(id(tuple), None) is None:
+            fires: list[Fire] | None
+            if not data:
+                fires = self.core.finish() if stream == END_OF_INPUT_STREAM else self._on_clock()
+            else:
+                fires = self._take(tuple)
+                if fires is None:
+                    return  # late: acked (and on the late stream)
+            self._unfired.extend(fires)
+        if self._unfired:
+            try:
+                self._fire(self._unfired)
+            except Exception:
+                self._fire_failures += 1
+                if self._fire_failures < self._max_attempts:
+                    self._retrying[id(tuple)] = tuple
+                else:
+                    # As a tuple failing its last attempt: reported, and its windows
+                    # given up on, so that they do not fail every tuple after them.
+                    self._unfired, self._fire_failures = [], 0
+                raise
+            self._unfired, self._fire_failures = [], 0
+        # Acked once in the window and its windows fired: a failure before takes
+        # back what they emitted (exactly-once retries the tuple in place).
+        if data:
+            self.collector.ack(tuple)
 
     def _take(self, tup: Tuple) -> list[Fire] | None:
         core = self.core
@@ -440,18 +458,17 @@ class WindowedBoltExecutor(StatefulBolt):
             None if self.bolt.session_key is None else tup[self.bolt.session_key],
         ]
         if not core.event_time:
-            fires = core.add(int(self._now() * 1000), payload)
-            self.collector.ack(tup)
-            return fires
+            return core.add(int(self._now() * 1000), payload)
         ts = self._timestamp(tup)
-        self.marks.track((origin.component, origin.stream), ts)
+        # Per input channel (upstream task and stream), as Flink's: tuples of one
+        # task come in its order, those of two tasks interleave as their queues go.
+        self.marks.track((origin.component, origin.task, origin.stream), ts)
         if core.add(ts, payload) is None:  # late
             late = self.bolt.late_tuple_stream
             if late is not None:
                 self.collector.emit([list(tup.values), ts], stream=late)
             self.collector.ack(tup)
             return None
-        self.collector.ack(tup)
         return self._on_clock()
 
     def _on_clock(self) -> list[Fire]:

@@ -411,7 +411,10 @@ class WindowCore(TimeOrder):
 
 class Watermarks:
     """Storm's watermark: the least, over the input streams seen, of the latest
-    timestamp of each, minus the lag; it only moves forward."""
+    timestamp of each, minus the lag; it only moves forward. The executor's
+    streams are input channels (upstream task and stream, as Flink's): the
+    tuples of two upstream tasks interleave as their queues go, so a stream of
+    several tasks is not in any order the lag could bound."""
 
     def __init__(self, lag_ms: int, streams: Iterable[Any] = ()) -> None:
         self.lag_ms = lag_ms

@@ -305,3 +305,40 @@ def test_session_windows_per_key_survive_a_crash_exactly(tmp_path: Path) -> None
         topo, config(tmp_path), at=crash_at_tuple("windows", 260), clock=StepClock(0.001)
     )
     assert Counter(committed_state(topo, config(tmp_path), "totals")) == session_oracle(events, gap)
+
+
+class FlakyPageCounts(PageCounts):
+    """Raises the first time it sees each third window: retried where it failed."""
+
+    failed: set[int] = set()
+
+    def execute(self, window: TupleWindow) -> None:
+        end = window.end_timestamp
+        if end % (3 * WINDOW_MS) == 0 and end not in FlakyPageCounts.failed:
+            FlakyPageCounts.failed.add(end)
+            self.collector.emit([end, "/partial", 1])  # taken back with the failure
+            raise RuntimeError(f"window {end} failed once")
+        super().execute(window)
+
+
+def test_a_window_function_that_fails_once_is_fired_again_and_counted_once(
+    tmp_path: Path,
+) -> None:
+    FlakyPageCounts.failed = set()
+    events = views(600)
+    b = TopologyBuilder("flaky")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    b.set_bolt(
+        "windows",
+        FlakyPageCounts()
+        .with_tumbling_window(Duration.milliseconds(WINDOW_MS))
+        .with_timestamp_field("ts")
+        .with_lag(Duration.milliseconds(LAG_MS))
+        .with_watermark_interval(Duration.milliseconds(50)),
+    ).shuffle_grouping("views")
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    conf = {**config(tmp_path), "statestream.retry.initial.ms": 1}
+    result = LocalRuntime(topo, conf, clock=StepClock(0.001)).run(until_idle=True)
+    assert FlakyPageCounts.failed and len(result.errors) == len(FlakyPageCounts.failed)
+    assert Counter(committed_state(topo, conf, "totals")) == expected(events, WINDOW_MS, WINDOW_MS)
