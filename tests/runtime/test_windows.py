@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -80,16 +80,20 @@ class Totals(StatefulBolt):
         self.collector.ack(tuple)
 
 
-def topology(events: list[tuple[str, int]], sliding_ms: int = WINDOW_MS, late: bool = False) -> Any:
-    b = TopologyBuilder("pageviews")
-    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
-    bolt = (
-        PageCounts()
-        .with_window(Duration.milliseconds(WINDOW_MS), Duration.milliseconds(sliding_ms))
+def on_event_time(bolt: Any, sliding_ms: int = WINDOW_MS) -> Any:
+    """``bolt`` with the tests' event-time window: 10 s, the lag, a 50 ms watermark."""
+    return (
+        bolt.with_window(Duration.milliseconds(WINDOW_MS), Duration.milliseconds(sliding_ms))
         .with_timestamp_field("ts")
         .with_lag(Duration.milliseconds(LAG_MS))
         .with_watermark_interval(Duration.milliseconds(50))
     )
+
+
+def topology(events: list[tuple[str, int]], sliding_ms: int = WINDOW_MS, late: bool = False) -> Any:
+    b = TopologyBuilder("pageviews")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    bolt = on_event_time(PageCounts(), sliding_ms)
     if late:
         bolt.with_late_tuple_stream("late")
     b.set_bolt("windows", bolt).shuffle_grouping("views")
@@ -125,15 +129,9 @@ def test_event_time_windows_on_worker_processes_end_with_every_window(tmp_path: 
     events = views(600)
     b = TopologyBuilder("pageviews")
     b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
-    b.set_bolt(
-        "windows",
-        PageCounts()
-        .with_tumbling_window(Duration.seconds(10))
-        .with_timestamp_field("ts")
-        .with_lag(Duration.milliseconds(LAG_MS))
-        .with_watermark_interval(Duration.milliseconds(50)),
-        parallelism=2,
-    ).fields_grouping("views", ["page"])
+    b.set_bolt("windows", on_event_time(PageCounts()), parallelism=2).fields_grouping(
+        "views", ["page"]
+    )
     b.set_bolt("totals", Totals()).shuffle_grouping("windows")
     topo = b.build()
     conf = {**config(tmp_path), "topology.workers": 2}
@@ -235,14 +233,9 @@ def test_aggregating_windows_survive_a_crash_exactly(tmp_path: Path, sliding_ms:
     events = views(600, seed=sliding_ms)
     b = TopologyBuilder("aggregated")
     b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    bolt = on_event_time(PageCountsAggregated(), sliding_ms)
     b.set_bolt(
-        "windows",
-        PageCountsAggregated()
-        .with_window(Duration.milliseconds(WINDOW_MS), Duration.milliseconds(sliding_ms))
-        .with_timestamp_field("ts")
-        .with_lag(Duration.milliseconds(LAG_MS))
-        .with_watermark_interval(Duration.milliseconds(50))
-        .with_aggregate(dict, _count, _merge, lambda acc: acc),
+        "windows", bolt.with_aggregate(dict, _count, _merge, lambda acc: acc)
     ).shuffle_grouping("views")
     b.set_bolt("totals", Totals()).shuffle_grouping("windows")
     topo = b.build()
@@ -310,7 +303,7 @@ def test_session_windows_per_key_survive_a_crash_exactly(tmp_path: Path) -> None
 class FlakyPageCounts(PageCounts):
     """Raises the first time it sees each third window: retried where it failed."""
 
-    failed: set[int] = set()
+    failed: ClassVar[set[int]] = set()
 
     def execute(self, window: TupleWindow) -> None:
         end = window.end_timestamp
@@ -328,14 +321,7 @@ def test_a_window_function_that_fails_once_is_fired_again_and_counted_once(
     events = views(600)
     b = TopologyBuilder("flaky")
     b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
-    b.set_bolt(
-        "windows",
-        FlakyPageCounts()
-        .with_tumbling_window(Duration.milliseconds(WINDOW_MS))
-        .with_timestamp_field("ts")
-        .with_lag(Duration.milliseconds(LAG_MS))
-        .with_watermark_interval(Duration.milliseconds(50)),
-    ).shuffle_grouping("views")
+    b.set_bolt("windows", on_event_time(FlakyPageCounts())).shuffle_grouping("views")
     b.set_bolt("totals", Totals()).shuffle_grouping("windows")
     topo = b.build()
     conf = {**config(tmp_path), "statestream.retry.initial.ms": 1}
