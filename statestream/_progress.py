@@ -167,6 +167,9 @@ def print_summary(result: RunResult, deadletters: object = None) -> None:
     if dead:
         where = f" in {deadletters}" if deadletters is not None else ""
         first += f"; {count(dead, 'dead letter')}{where} (statestream deadletter show)"
+    late = result.counters.get("late_tuples", 0)
+    if late:
+        first += f"; {count(late, 'late tuple')} (older than the watermark: the late stream)"
     click.echo(
         f"statestream: {result.reason} after {result.elapsed:.2f} s, {count(errors, 'error')}{first}",
         err=True,

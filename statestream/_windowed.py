@@ -370,6 +370,7 @@ class WindowedBoltExecutor(StatefulBolt):
         # failed tuple where it failed (its emits taken back, its state writes
         # undone), so that retry, or whichever tuple comes first, fires them
         # once; a tuple taken in whose windows failed is not taken in again.
+        self.late_tuples = 0  # taken as late in this process (the run's counter)
         self._unfired: list[Fire] = []
         self._retrying: dict[int, Tuple] = {}
         self._fire_failures = 0
@@ -464,6 +465,7 @@ class WindowedBoltExecutor(StatefulBolt):
         # task come in its order, those of two tasks interleave as their queues go.
         self.marks.track((origin.component, origin.task, origin.stream), ts)
         if core.add(ts, payload) is None:  # late
+            self.late_tuples += 1
             late = self.bolt.late_tuple_stream
             if late is not None:
                 self.collector.emit([list(tup.values), ts], stream=late)

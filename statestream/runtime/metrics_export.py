@@ -71,6 +71,7 @@ _RUN_COUNTERS = (
     ("batches", "batches", "Batches committed (Spark)."),
     ("worker_restarts", "worker_restarts", "Restarts of the worker processes."),
     ("timed_out", "tuples_timed_out", "Tuple trees that timed out."),
+    ("late_tuples", "late_tuples", "Tuples windowed bolts took as late (older than the watermark)."),
 )
 
 

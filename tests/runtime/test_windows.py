@@ -165,6 +165,7 @@ def test_late_tuples_go_out_on_the_late_stream_and_are_acked(tmp_path: Path) -> 
         on_time, WINDOW_MS, WINDOW_MS
     )
     assert result.components["views"].acked == len(events)
+    assert result.counters["late_tuples"] == 1
 
 
 class CountWindows(StatefulWindowedBolt):

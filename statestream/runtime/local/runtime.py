@@ -164,7 +164,7 @@ class LocalRuntime(RuntimeBase):
                 m.queued = m.retrying = 0
                 past.add(m)
         for key, value in self._live_counters().items():
-            if key in ("timed_out", "acker_expired", "late_acks"):
+            if key in ("timed_out", "acker_expired", "late_acks", "late_tuples"):
                 self._past_counters[key] = self._past_counters.get(key, 0) + value
         self._timers = []
         self._states = {}
@@ -579,6 +579,12 @@ class LocalRuntime(RuntimeBase):
             "pending": sum(len(s.pending) for s in self.spouts),
             "retrying": sum(s.retries.waiting for s in self.data_spouts),
             "skipped_dead_letters": self.skipped_settled,
+            # Windowed bolts (statestream._windowed) count the late tuples they took.
+            "late_tuples": sum(
+                w.late_tuples
+                for w in (getattr(b.executor, "bolt", None) for b in self.bolts)
+                if isinstance(w, WindowedBoltExecutor)
+            ),
         }
         if self.acking is not None:
             c["acker_pending"] = self.acking.pending()
