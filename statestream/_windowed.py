@@ -218,6 +218,10 @@ class BaseWindowedBolt(_Component):
         """Called once at shutdown."""
 
     # -- what the executor reads ----------------------------------------------------------
+    def window_name(self) -> str:
+        """The bolt's class name, for messages that have no component id at hand."""
+        return type(self).__name__
+
     @property
     def event_time(self) -> bool:
         return self.timestamp_field is not None or self.timestamp_extractor is not None
@@ -345,6 +349,17 @@ class WindowedBoltExecutor(StatefulBolt):
             asked = conf.get("topology.tick.tuple.freq.secs")
             conf["topology.tick.tuple.freq.secs"] = tick if asked is None else min(tick, asked)
         return conf or None
+
+    def rescale_task(self, key: Any, n_tasks: int) -> int:
+        """Refuse a change of parallelism (statestream._rescale asks this hook): a
+        task's windows hold the tuples of every key it was sent, in one stored
+        snapshot, and a count window counts per task, as Storm's."""
+        raise ConfigError(
+            f"windowed bolt {self.bolt.window_name()!r} changed parallelism: its windows "
+            "(their tuples and the watermark) are stored per task and do not move to "
+            f"{n_tasks} tasks; keep its previous parallelism, or clear its state "
+            "(statestream state clear) and start its windows afresh"
+        )
 
     def _watermark_ms(self) -> int:
         wm = self.bolt.watermark_interval

@@ -16,6 +16,7 @@ import pytest
 
 from statestream import (
     BaseWindowedBolt,
+    ConfigError,
     Count,
     Duration,
     StatefulBolt,
@@ -329,3 +330,14 @@ def test_a_window_function_that_fails_once_is_fired_again_and_counted_once(
     result = LocalRuntime(topo, conf, clock=StepClock(0.001)).run(until_idle=True)
     assert FlakyPageCounts.failed and len(result.errors) == len(FlakyPageCounts.failed)
     assert Counter(committed_state(topo, conf, "totals")) == expected(events, WINDOW_MS, WINDOW_MS)
+
+
+def test_a_windowed_bolt_refuses_a_change_of_parallelism_naming_the_fix(tmp_path: Path) -> None:
+    events = views(200)
+    LocalRuntime(topology(events), config(tmp_path), clock=StepClock(0.001)).run(until_idle=True)
+    b = TopologyBuilder("pageviews")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    b.set_bolt("windows", on_event_time(PageCounts()), 2).fields_grouping("views", ["page"])
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    with pytest.raises(ConfigError, match="keep its previous parallelism"):
+        LocalRuntime(b.build(), config(tmp_path)).run(until_idle=True)
