@@ -438,7 +438,8 @@ class WindowedBoltExecutor(StatefulBolt):
         if self._retrying.pop(id(tuple), None) is None:
             fires: list[Fire] | None
             if not data:
-                fires = self.core.finish() if stream == END_OF_INPUT_STREAM else self._on_clock()
+                end = stream == END_OF_INPUT_STREAM
+                fires = self.core.finish() if end else self._on_clock(tick=True)
             else:
                 fires = self._take(tuple)
                 if fires is None:
@@ -488,12 +489,16 @@ class WindowedBoltExecutor(StatefulBolt):
             return None
         return self._on_clock()
 
-    def _on_clock(self) -> list[Fire]:
+    def _on_clock(self, tick: bool = False) -> list[Fire]:
+        """Time moved: the clock (processing time), or the watermark once per
+        watermark interval (event time). A tick moves it at once: ticks come at
+        that interval, and on Spark once a batch (whose bolt instances do not
+        outlive it)."""
         core = self.core
         if not core.event_time:
             return core.advance(int(self._now() * 1000))
         now = self._clock.monotonic()
-        if (now - self._marked_at) * 1000 < self._watermark_ms():
+        if not tick and (now - self._marked_at) * 1000 < self._watermark_ms():
             return []
         self._marked_at = now
         mark = self.marks.next()

@@ -53,7 +53,7 @@ from ..._picklable import check_first
 from ..._retry import RetryPolicy, retry_cannot_fix
 from ..._routing import RouteChoice
 from ..._stateful import CHECKPOINT_STREAM, apply_action
-from ..._tuple import Origin, Tuple, check_emit
+from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple, check_emit
 from ..errorlog import TRACEBACK_LIMIT, error_parts
 from ..metrics import TaskTiming, sampling
 from ..plan import RuntimePlan
@@ -362,6 +362,7 @@ def run_bolt(
     forwarded = [rec[2] for rec in records[:n_acks]]
     task = BoltTask(shipped, cid, index, txid, valid)
     task.execute_all(records[n_acks:])
+    task.tick()
     yield from task.finish(forwarded)
 
 
@@ -371,6 +372,10 @@ def _cause(exc: BaseException) -> tuple[str, str]:
 
 def _reported(tup: Tuple, exc: BaseException) -> ReportedError:
     return error_parts(exc, repr(tup), TRACEBACK_LIMIT)
+
+
+#: The failure-count key of a batch's tick tuple (no record's sequence number).
+_TICK_KEY = -(1 << 62)
 
 
 class BoltTask:
@@ -470,6 +475,19 @@ class BoltTask:
             queue = retry
         shipped.countdown[key] = sample_in
         self.producer.current, self.producer.roots = None, ()
+
+    def tick(self) -> None:
+        """Spark has no timers: a bolt that asks for tick tuples
+        (``topology.tick.tuple.freq.secs``) gets one at the end of each batch's
+        input, so that time moves at batch boundaries (a windowed bolt's
+        processing-time windows and watermark, statestream._windowed)."""
+        freq = settings_of(self.plan.conf_for(self.cid)).topology_tick_tuple_freq_secs
+        if not freq:
+            return
+        origin = Origin(SYSTEM_COMPONENT, -1, 0, TICK_STREAM, Fields("freq"))
+        rec = (_TICK_KEY, TICK_STREAM, [freq], ())
+        while self._execute(rec, origin):  # a failed tick runs again, as a tuple would
+            pass
 
     def _execute(self, rec: tuple[Any, ...], origin: Origin) -> bool:
         """Execute one record; True if it failed and is to be executed again."""
