@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from ._exactly_once import CheckpointRecord, can_resume, check_position
+from ._partitioned import PARTITIONS_KEY
 
 __all__ = [
     "ResumePlan",
@@ -162,6 +163,19 @@ def describe_position(where: Any) -> str:
             text = f"{name}at byte offset {offset:,}" if offset else f"{name}from the start"
         else:
             text = ""
+        parts = where.get(PARTITIONS_KEY) or where.get("queues")
+        if not text and isinstance(parts, Mapping) and parts:
+            # A broker's streams or queues, or a folder's files: each one's place.
+            unit = "byte " if path else ""
+            items = sorted(parts.items())
+            text = ", ".join(
+                f"{k} at {unit}{v:,}" if isinstance(v, int) else f"{k} after {v}"
+                for k, v in items[:3]
+            )
+            if len(items) > 3:
+                text += f" and {len(items) - 3:,} more"
+            if path:
+                text = f"in {os.path.basename(str(path).rstrip('/'))}/: {text}"
         if text:
             again = where.get("replay") or where.get("retry")
             if isinstance(again, list) and again:

@@ -116,6 +116,18 @@ def test_a_spout_of_several_tasks_is_named_with_its_task() -> None:
         ({"path": "/data/input.txt", "line": 0, "replay": []}, "input.txt from the start"),
         ({"line": 5, "replay": [[3, "x"], [4, "y"]]}, "after line 5, 2 failed message(s) first"),
         ({"offset": 81_920, "retry": []}, "at byte offset 81,920"),
+        # a broker's streams (Redis entry ids, JetStream sequences) or queues (offsets)
+        ({"partitions": {"lines": "1764-0"}, "replay": []}, "lines after 1764-0"),
+        (
+            {"partitions": {"a": 5001, "b": 3}, "replay": [[1, "x"]]},
+            "a at 5,001, b at 3, 1 failed message(s) first",
+        ),
+        ({"queues": {"q": 2000}, "replay": []}, "q at 2,000"),
+        # a folder's files, each at its byte
+        (
+            {"path": "/data/in/", "partitions": {f"f{i}": i * 1000 for i in range(5)}},
+            "in in/: f0 at byte 0, f1 at byte 1,000, f2 at byte 2,000 and 2 more",
+        ),
         ([1, 2], "at [1,2]"),
         ({"id": "x" * 200}, 'at {"id":"' + "x" * 70 + "..."),
     ],
