@@ -196,6 +196,9 @@ class Progress:
         self._thread: threading.Thread | None = None
         self._screen: Any = None
         self._last: dict[str, tuple[float, int]] = {}
+        # The first rate of a component counts from here (the run starts with the
+        # progress), not 0/s until a second reading.
+        self._began = time.monotonic()
 
     def _rates(
         self, snap: MetricsSnapshot, error_cell: int | None = _ERROR_CELL
@@ -205,7 +208,7 @@ class Progress:
         rows = []
         for cid, m in snap.components.items():
             done = m.executed if m.executed else m.emitted
-            t0, n0 = self._last.get(cid, (now, done))
+            t0, n0 = self._last.get(cid, (self._began, 0))
             rate = (done - n0) / (now - t0) if now > t0 else 0.0
             self._last[cid] = (now, done)
             capacity = f"{m.capacity:.0%}" if m.kind == "bolt" else "-"

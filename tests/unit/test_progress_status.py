@@ -60,3 +60,21 @@ def test_status_line(
     expected: str,
 ) -> None:
     assert status_line(_snap(elapsed, sources, checkpoints)) == expected
+
+
+def test_the_first_status_line_gives_a_rate_not_zero() -> None:
+    """A component's first rate counts from the progress's start, not 0/s until a
+    second reading (issue 48 item 6)."""
+    from statestream import Config, TopologyBuilder
+    from statestream._progress import Progress
+    from statestream.runtime.local import LocalRuntime
+    from statestream.testing import ListSpout, SinkBolt
+
+    b = TopologyBuilder("rates")
+    b.set_spout("src", ListSpout(list(range(500))))
+    b.set_bolt("out", SinkBolt("rates")).shuffle_grouping("src")
+    rt = LocalRuntime(b.build(), Config({}))
+    progress = Progress(rt, Config({}), {}, live=False)
+    rt.run(until_idle=True)
+    rows = {r[0]: r[10] for r in progress._rates(rt.metrics_snapshot(), error_cell=None)}
+    assert rows["out"] != "0/s" and rows["src"] != "0/s"
