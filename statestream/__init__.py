@@ -2,17 +2,22 @@
 
 Layers, top to bottom::
 
-    user code    Spout, Bolt, BasicBolt, StatefulBolt           (_components)
+    user code    Spout, Bolt, BasicBolt, StatefulBolt,          (_components, _windowed)
+                 BaseWindowedBolt
     topology     TopologyBuilder -> Topology, groupings         (_topology, _routing, _tuple)
     protocols    acker ledger, checkpoint state machine,        (_acker, _rotating, _checkpoint,
                  bolt executors, exactly-once,                   _executors, _stateful, _exactly_once,
-                 retry policy, dead letters                      _retry, _deadletter)
+                 retry policy, message book, dead letters,       _retry, _messages, _deadletter,
+                 windows and watermarks                          _windowing, _window_kinds)
     transactions TransactionalTopologyBuilder -> Topology,      (_transactional: api, spouts,
                  batch bolts, coordinator protocol               builder, components, coordinator)
-    state        State / KeyValueState / StateProvider          (_state, _serde, _registry;
+    state        State / KeyValueState / StateProvider          (_state, _kvstate, _serde, _registry;
                                                                  provider SDK: statestream.provider)
-    runtimes     RuntimePlan; local (embedded) | spark          (runtime/plan, runtime/local, runtime/spark)
-    config, cli                                                 (_config, _cli)
+    runtimes     the contract and the runners' registry;        (runtime/contract, _runners,
+                 RuntimePlan; local (embedded) | workers |       runtime/plan, runtime/local,
+                 spark                                           runtime/workers, runtime/spark)
+    connectors   broker spouts, two-phase sinks                 (connectors)
+    config, cli                                                 (_settings, _config, _cli)
 
 Everything a user needs is re-exported here, and everything a state provider needs in
 statestream.provider; the underscored modules are private.
