@@ -170,9 +170,7 @@ def _local(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
 def _spark(topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
     from .spark import SparkRuntime
 
-    # The clock is not passed on: the spark runner has always run on the system
-    # clock from make_runtime (issue 31 changes no behaviour).
-    return SparkRuntime(topology, conf)
+    return SparkRuntime(topology, conf, clock=clock)
 
 
 register_runner("local", _local)
