@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..._checkpoint_driver import CheckpointDriver
 from ..._clock import Clock, SystemClock
 from ..._config import Config, settings_of
 from ..._deadletter import DeadLetterFile, configured_path
@@ -53,6 +54,7 @@ from ..._retry import RetryPolicy
 from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
+from ..errorlog import ErrorLog
 from ..metrics import MetricsBank, MetricsSnapshot, kinds_of, progress_of
 from ..plan import RuntimePlan, as_config
 from ..session import StoreSession
@@ -122,6 +124,11 @@ class SparkRuntime:
         if self.batch_size < 1:
             raise ConfigError(f"{BATCH_SIZE_KEY} must be a positive integer, got {self.batch_size}")
         self.attempts = settings.statestream_spark_batch_attempts
+        # What the plan says, under the names the runtime has always had.
+        self.component_tasks = plan.component_tasks
+        self.spouts = plan.data_spouts
+        self.bolts = [b for b in plan.bolts if not b.id.startswith("$")]
+        self.namespaces = plan.stateful_namespaces
         self.fed = [s.id for s in plan.data_spouts if isinstance(s.obj, DataFrameSpout)]
         #: The shape of a transactional topology (None for any other): the
         #: driver plays its coordinator (:class:`~.transactional.TransactionalDriver`).
@@ -130,7 +137,8 @@ class SparkRuntime:
         #: What bolts are told through ``context.exactly_once``.
         self.exactly_once = not self.at_most_once and plan.checkpointed
         self.deadletter_path = configured_path(self.config)
-        deadletters = DeadLetterFile(self.deadletter_path)
+        self.deadletters = deadletters = DeadLetterFile(self.deadletter_path)
+        self.retry_policy = RetryPolicy.from_config(self.config)
         self._modules = ShippedModules(topology)
         self._sessions = SparkSessions(f"statestream-{topology.name}", self.config, spark)
         self._control = RunControl(self.clock)
@@ -164,7 +172,7 @@ class SparkRuntime:
             batch_size=self.batch_size,
             at_most_once=self.at_most_once,
             context=self._checkpoints.context,
-            retry_policy=RetryPolicy.from_config(self.config),
+            retry_policy=self.retry_policy,
             tally=self._tally,
             clock=self.clock,
             deadletters=deadletters,
@@ -244,9 +252,24 @@ class SparkRuntime:
         return self._tally.errors
 
     @property
+    def error_log(self) -> ErrorLog:
+        """Where the run's errors are recorded (into :attr:`errors`)."""
+        return self._tally.error_log
+
+    @property
     def bank(self) -> MetricsBank:
         """The run's metrics bank."""
         return self._tally.bank
+
+    @property
+    def provider(self) -> Any:
+        """The topology's scoped provider while a run holds the store, else None."""
+        return self._checkpoints.provider
+
+    @property
+    def checkpoints(self) -> CheckpointDriver:
+        """The checkpoint coordinator over its stored record (from a run's start on)."""
+        return self._checkpoints.driver
 
     # -- the Runtime contract ---------------------------------------------------------
     def stop(self) -> None:
