@@ -276,8 +276,8 @@ def partitioned_run(corpus: str, kind: str, master: str) -> dict[str, Any]:
         import wordcount
 
         from statestream.runtime.spark import SparkRuntime
-        from statestream.runtime.spark.batches import BatchDriver
-        from statestream.runtime.spark.spouts import SpoutDriver
+        from statestream.runtime.spark.batches import BatchRunner
+        from statestream.runtime.spark.spouts import SpoutReader
 
         # Where the driver's time goes per batch: reading or planning the next batch
         # (what overlapping batches could hide) and committing the last one.
@@ -293,8 +293,8 @@ def partitioned_run(corpus: str, kind: str, master: str) -> dict[str, Any]:
 
             return wrapped
 
-        SpoutDriver._read_batch = timer("read", SpoutDriver._read_batch)  # type: ignore[method-assign]
-        BatchDriver._commit = timer("commit", BatchDriver._commit)  # type: ignore[method-assign]
+        SpoutReader.read = timer("read", SpoutReader.read)  # type: ignore[method-assign]
+        BatchRunner._commit = timer("commit", BatchRunner._commit)  # type: ignore[method-assign]
         conf: dict[str, Any] = {**provider_conf("redis")}
         if kind == "file":
             conf["wordcount.input"] = corpus

@@ -6,11 +6,13 @@ dependency: ``pip install 'statestream[spark]'``). What a user needs to know
 is in docs/guides/spark.md; the implementer's half is in the modules:
 
 * the driver (one process): :mod:`.driver` (:class:`SparkRuntime`, the run
-  loop), :mod:`.base` (session, store, checkpoint record, recovery),
-  :mod:`.spouts` (data spouts read into batches), :mod:`.batches` (one
-  batch's transaction and Spark job, the retry policy), :mod:`.feed`
-  (:class:`DataFrameSpout`, Spark as a source), :mod:`.transactional`
-  (transactional topologies);
+  loop, a coordinator holding the parts below as fields), :mod:`.sessions`
+  (the SparkSession, what ships to executors), :mod:`.checkpoints` (store,
+  checkpoint record, recovery), :mod:`.spouts` (data spouts read into
+  batches), :mod:`.batches` (one batch's transaction, the retry policy),
+  :mod:`.jobs` (a batch's Spark job), :mod:`.feed` (:class:`DataFrameSpout`,
+  Spark as a source), :mod:`.transactional` (transactional topologies),
+  :mod:`.tally` (the counters, errors and metrics the parts share);
 * the executors (Spark's Python workers): :mod:`.executor` (bolt tasks and
   read stages), :mod:`.executor_tx` (transactional tasks);
 * both: :mod:`.shared` (the records a job moves, picklable helpers),

@@ -1,13 +1,7 @@
 """One batch through the checkpoint protocol: PREPARE, the job, COMMIT.
 
-The job of batch ``t`` (:meth:`BatchDriver._job`) is a read stage and one
-stage per bolt (``partitionBy`` the bolt's task count, one partition = one
-bolt task). The driver collects no tuples: each task puts its
-acknowledgement in front of the tuples it sends to task 0 of its first
-downstream bolt, which forwards it; the last bolts' tasks output
-acknowledgements only, and the driver collects those. An output that several
-bolts read is cached for the batch, so no task runs twice.
-
+The job itself (a read stage, one stage per bolt) is :mod:`.jobs`'; the
+:class:`BatchRunner` runs it as one transaction of the checkpoint record.
 A job in which tasks gave up on tuples is one failed attempt of the spout
 messages those tuples belong to, under the retry policy of the local runtime
 (:mod:`statestream._retry`)::
@@ -23,28 +17,23 @@ and read again, up to ``statestream.spark.batch.attempts`` times.
 
 What follows what (commit, roll back and wait, read again, give up, stop) is
 decided by :class:`~statestream._batch_transaction.BatchTransaction` from
-the events of the batch; :meth:`BatchDriver._transaction` carries out its
-actions.
+the events of the batch; :meth:`BatchRunner.run` carries out its actions.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..._batch_transaction import BatchTransaction, Do, Event
-from ..._components import (
-    task_namespace,
-)
-from ..._deadletter import DeadLetter, Replay
+from ..._components import task_namespace
+from ..._config import Config
+from ..._deadletter import DeadLetter, DeadLetterFile, Replay
 from ..._errors import RuntimeFailure, StateLockedError
-from ..._messages import Cause
-from ..._partitioned import Range, range_size, split_range
+from ..._messages import Cause, MessageBook
 from ..._picklable import run_ending
 from ..._results import ErrorReport
 from ..._retry import (
@@ -54,9 +43,12 @@ from ..._retry import (
 )
 from ..._text import count, cut_message
 from ..errorlog import TRACEBACK_LIMIT, error_report
-from .executor import read_partition, read_ranges, run_bolt
-from .shared import Ack, addressed_to, identity, only_acks
-from .spouts import Batch, SpoutDriver
+from ..plan import RuntimePlan
+from .checkpoints import DriverCheckpoints, FaultHook
+from .jobs import Job
+from .shared import Ack
+from .spouts import Batch
+from .tally import RunControl, RunTally
 
 log = logging.getLogger("statestream")
 
@@ -105,19 +97,52 @@ class BatchRun:
     """When the current attempt started (the metrics bank's checkpoint of the batch)."""
 
 
-class BatchDriver(SpoutDriver):
-    """The driver's batch transaction and its job (see the module docstring)."""
+class BatchRunner:
+    """The driver's batch transaction (see the module docstring).
 
-    def _transaction(
+    Built with what a transaction touches: the run's checkpoints (prepare,
+    commit, abort), the spout tasks' message books (the retry policy's
+    bookkeeping), the tally and the run's control (a stop ends a wait), the
+    dead-letter file, ``attempts`` (``statestream.spark.batch.attempts``),
+    ``at_most_once`` (a failed message is not retried: its spout cannot
+    rewind), ``fed`` (the spouts Spark feeds, whose read stage acks per
+    DataFrame partition), the config (each bolt task's error-rate limit) and
+    the ``fault`` hook (``"prepared"``, ``"committed"``).
+    """
+
+    def __init__(
         self,
-        sc: Any,
-        token: str,
-        payload: Any,
-        batch: Batch,
-        read_again: Callable[[Batch], Batch],
+        plan: RuntimePlan,
+        checkpoints: DriverCheckpoints,
+        books: Mapping[str, MessageBook],
+        tally: RunTally,
+        control: RunControl,
+        deadletters: DeadLetterFile,
+        *,
+        attempts: int,
+        at_most_once: bool,
+        fed: Iterable[str] = (),
+        fault: FaultHook,
     ) -> None:
+        self._plan = plan
+        self._checkpoints = checkpoints
+        self._books = books
+        self._tally = tally
+        self._control = control
+        self._clock = control.clock
+        self._deadletters = deadletters
+        self._attempts = attempts
+        self._at_most_once = at_most_once
+        self._fed = frozenset(fed)
+        self._config: Config = plan.config
+        self._fault = fault
+        # The error-rate limit per bolt task, and what each has executed so far.
+        self._failure_rates: dict[tuple[str, int], tuple[FailureRate, int]] = {}
+
+    def run(self, batch: Batch, read_again: Callable[[Batch], Batch], job: Job) -> None:
         """One batch through the coordinator: PREPARE (stored with the batch's end
-        positions), the job, COMMIT; a failed job rolls back and runs again.
+        positions), the ``job``, COMMIT; a failed job rolls back, and the batch
+        ``read_again`` runs again.
 
         What comes next is decided by the pure
         :class:`~statestream._batch_transaction.BatchTransaction` from what
@@ -129,9 +154,8 @@ class BatchDriver(SpoutDriver):
         had their last attempt. Returns without a commit if the run is stopped
         (or its duration ends) while it waits.
         """
-        decide = BatchTransaction(self.attempts)
+        decide = BatchTransaction(self._attempts)
         run = BatchRun(batch, read_again)
-        job = partial(self._job, sc, token, payload)
         todo = deque(decide.on(Event.READ))
         while todo:
             do = todo.popleft()
@@ -142,7 +166,7 @@ class BatchDriver(SpoutDriver):
                 todo = deque(decide.on(event))
                 run.failures = decide.failures
 
-    def _run_job(self, run: BatchRun, job: Callable[[int, Batch], list[Ack]]) -> Event:
+    def _run_job(self, run: BatchRun, job: Job) -> Event:
         """Every bolt task executes its tuples and prepares the txid: how it went."""
         try:
             run.acks = job(run.txid, run.batch)
@@ -151,8 +175,8 @@ class BatchDriver(SpoutDriver):
                 # retry or dead-letter: a tuple given up on fails the batch.
                 refuse_lost(run.acks, run.txid)
         except Exception as exc:
-            now = self.clock.monotonic()
-            self.bank.checkpoint_done(run.txid, run.started, run.started, now, ok=False)
+            now = self._clock.monotonic()
+            self._tally.bank.checkpoint_done(run.txid, run.started, run.started, now, ok=False)
             stop = cannot_fix_in(exc)  # e.g. the store stayed away: a new attempt would too
             if stop is not None:
                 run.error, run.cause = stop, exc
@@ -173,13 +197,13 @@ class BatchDriver(SpoutDriver):
     def _prepare(self, run: BatchRun) -> Event | None:
         """Store ``PREPARING(t)`` with the batch's end positions (its txid in ``run``),
         unless the run's claim on the store was lost."""
-        run.started = self.clock.monotonic()
+        run.started = self._clock.monotonic()
         try:
-            self._store.check()  # a lost lease: another run may own the state now
+            self._checkpoints.check_claim()  # a lost lease: another run may own the state now
         except StateLockedError as exc:
             run.error = exc
             return Event.CLAIM_LOST
-        run.txid = self.checkpoints.prepare(run.batch.positions)
+        run.txid = self._checkpoints.prepare(run.batch.positions)
         return None
 
     def _record_failure(self, run: BatchRun) -> None:
@@ -188,21 +212,20 @@ class BatchDriver(SpoutDriver):
         exc = run.error
         assert exc is not None
         what = f"batch {run.txid} attempt {run.failures}"
-        self.errors.append(error_report("$batch", -1, exc, what, TRACEBACK_LIMIT))
+        self._tally.errors.append(error_report("$batch", -1, exc, what, TRACEBACK_LIMIT))
         for book in self._books.values():
             book.rewound()
 
     def _rollback(self, run: BatchRun) -> None:
         """ROLLBACK(t) (pre_rollback first), then INITSTATE, on every namespace."""
-        self._counters["replays"] += 1
-        self.checkpoints.abort(run.txid)
-        self._recover()
+        self._tally.count("replays")
+        self._checkpoints.abort(run.txid)
 
     def _warn_retry(self, run: BatchRun) -> None:
         log.warning("batch %d failed (%r); rolled back, reading it again", run.txid, run.error)
 
     def _wait(self, run: BatchRun) -> Event:
-        return Event.WAITED if self._wait_until(run.resume_at) else Event.STOPPED
+        return Event.WAITED if self._control.wait_until(run.resume_at) else Event.STOPPED
 
     def _reread(self, run: BatchRun) -> None:
         run.batch = run.read_again(run.batch)
@@ -228,14 +251,14 @@ class BatchDriver(SpoutDriver):
         raise run.error
 
     def _commit_run(self, run: BatchRun) -> None:
-        prepared = self.clock.monotonic()
+        prepared = self._clock.monotonic()
         self._commit(run.txid, run.batch, run.acks)
         prepares = {task_namespace(a[0], a[1]): a[9] for a in run.acks if a[9] is not None}
-        self.bank.checkpoint_done(
+        self._tally.bank.checkpoint_done(
             run.txid,
             run.started,
             prepared,
-            self.clock.monotonic(),
+            self._clock.monotonic(),
             keys_changed={ns: keys for ns, (keys, _) in prepares.items()},
             state_size={ns: size for ns, (_, size) in prepares.items()},
         )
@@ -244,7 +267,7 @@ class BatchDriver(SpoutDriver):
         self._count_errors(run.acks)
 
     #: How each action but RUN_JOB is carried out (an event, or None to go on).
-    _actions: ClassVar[dict[Do, Callable[[BatchDriver, BatchRun], Event | None]]] = {
+    _actions: ClassVar[dict[Do, Callable[[BatchRunner, BatchRun], Event | None]]] = {
         Do.PREPARE: _prepare,
         Do.COMMIT: _commit_run,
         Do.RECORD_FAILURE: _record_failure,
@@ -260,60 +283,56 @@ class BatchDriver(SpoutDriver):
 
     def _commit(self, txid: int, batch: Batch, acks: list[Ack]) -> None:
         """Every task prepared ``txid``: COMMIT it, ack the batch's messages, count it."""
-        if self.fault_hook is not None:
-            self.fault_hook("prepared", txid)
-        # COMMITTING(txid) stored, every namespace commits, COMMITTED(txid) stored.
-        self.checkpoints.commit(txid, self._act)
-        if self.fault_hook is not None:
-            self.fault_hook("committed", txid)
+        self._fault("prepared", txid)
+        # COMMITTING(txid) stored, every namespace commits, COMMITTED(txid) stored;
+        # the prepares just committed: executors may keep using those state objects.
+        tokens = {task_namespace(ack[0], ack[1]): ack[5] for ack in acks if ack[5] is not None}
+        self._checkpoints.commit(txid, tokens)
+        self._fault("committed", txid)
         replayed = []
         for task, msg_ids in batch.msg_ids:
             for msg_id in msg_ids:
                 if type(msg_id) is Replay:
                     replayed.append(msg_id.record)
                 elif msg_id is not None:
-                    self._task(task.cid, task.index).acked += 1  # as a spout counts on local
+                    self._tally.task(task.cid, task.index).acked += 1  # as a spout counts on local
                     task.spout.ack(msg_id)
         if replayed:
             # After the commit, as the local runtime marks one once its tree is
             # acked: a crash in between feeds it back to the next run again.
-            self.deadletters.replayed(replayed)
+            self._deadletters.replayed(replayed)
         for book in self._books.values():
             book.passed_cut()  # what went through in the batch is forgotten
-        self._counters["batches"] += 1
-        # The prepares just committed: executors may keep using those state objects.
-        self._tokens = {
-            task_namespace(ack[0], ack[1]): ack[5] for ack in acks if ack[5] is not None
-        }
-        bank = self.bank
+        self._tally.count("batches")
+        bank = self._tally.bank
         for cid, index, executed, emitted, failed, _p, _e, _l, timing, _k, _d in acks:
             # A fed batch's read stage acks per DataFrame partition: its one task's.
-            m = self._task(cid, 0 if cid in self.fed else index)
+            m = self._tally.task(cid, 0 if cid in self._fed else index)
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
             m.failed += failed
             if timing is not None:  # the task's sampled execute latency
                 bank.timing(cid, index).add(timing)
-        batch.completed(bank, self.clock.monotonic())
+        batch.completed(bank, self._clock.monotonic())
         self._count_errors(acks)
 
     def _count_errors(self, acks: list[Ack]) -> None:
         """Record the errors the tasks of a job reported (a job that committed, or
         one run again for its failed messages), and stop the run if a task's
         error-rate limit tripped (statestream._retry.FailureRate)."""
-        now = self.clock.monotonic()
+        now = self._clock.monotonic()
         for cid, index, executed, _e, failed, _p, errors, lost, _t, _k, _d in acks:
-            m = self._task(cid, index)
+            m = self._tally.task(cid, index)
             m.errors += len(errors)
-            self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
+            self._tally.errors.extend(ErrorReport(cid, index, *error) for error in errors)
             for _, _, error_type, error in lost[-1:]:
                 m.last_error = cut_message(f"{error_type}: {error}")
                 m.last_error_at = now
             if not lost:
                 continue
             rate, before = self._failure_rates.get((cid, index)) or (
-                FailureRate.from_config(self.config),
+                FailureRate.from_config(self._config),
                 0,
             )
             # A tuple is executed up to MAX_TUPLE_FAILURES times within a job
@@ -324,7 +343,7 @@ class BatchDriver(SpoutDriver):
                 rate.failed(root, now)
             reason = rate.judge(now, before, after)
             if reason is not None:
-                raise too_many_failures(cid, index, reason, self.errors)
+                raise too_many_failures(cid, index, reason, self._tally.errors)
 
     def _failed_messages(self, batch: Batch, acks: list[Ack]) -> float | None:
         """Apply the retry policy to the messages the job's tasks gave up on.
@@ -344,10 +363,10 @@ class BatchDriver(SpoutDriver):
                 lost.setdefault(root, (component, error_type, error))
         if not lost:
             return None
-        now = self.clock.monotonic()
+        now = self._clock.monotonic()
         resume_at: float | None = None
         for root, (component, error_type, error) in lost.items():
-            found = None if self.at_most_once else batch.message(self.plan, root)
+            found = None if self._at_most_once else batch.message(self._plan, root)
             if found is None or found[2] is None:
                 log.warning(
                     "%s gave up on an untracked tuple (%s: %s); it is not replayed",
@@ -361,10 +380,10 @@ class BatchDriver(SpoutDriver):
             outcome = book.failed(
                 msg_id, values, stream, Cause(component, None, error, error_type), now, rewinds=True
             )
-            m = self._task(task.cid, task.index)
+            m = self._tally.task(task.cid, task.index)
             m.failed += 1
             resume_at = now if resume_at is None else resume_at
-            if book.carry_out(outcome, self.deadletters):
+            if book.carry_out(outcome, self._deadletters):
                 m.dead_lettered += 1  # the batch read again skips it
             elif outcome.verdict.at is not None:
                 resume_at = max(resume_at, outcome.verdict.at)
@@ -378,7 +397,7 @@ class BatchDriver(SpoutDriver):
         ``statestream.retry.max.attempts`` times where they failed), durably, before
         the batch commits: a batch run again after a crash writes the same records,
         which the file does not take twice (their ids are the batch's)."""
-        topology = self.plan.topology.name
+        topology = self._plan.topology.name
         for cid, index, *_, dead in acks:
             for msg_id, source, stream, values, error_type, error, attempts in dead:
                 record = DeadLetter.of(
@@ -396,110 +415,5 @@ class BatchDriver(SpoutDriver):
                     at=cid,
                     source=source,
                 )
-                self.deadletters.give_up(record)
-                self._task(cid, index).dead_lettered += 1
-
-    def _wait_until(self, when: float) -> bool:
-        """Wait on the runtime's clock until ``when``; False if the run was stopped
-        or its duration is over meanwhile."""
-        while not self._stop:
-            if self._deadline is not None and time.monotonic() >= self._deadline:
-                return False
-            left = when - self.clock.monotonic()
-            if left <= 0:
-                return True
-            self.clock.sleep(min(left, 0.1))
-        return False
-
-    def _read_stage(self, sc: Any, token: str, payload: Any, items: list[Any], batch: Batch) -> Any:
-        """The records of the batch: those the driver read, and the ranges of its
-        partitioned sources read on the executors (each cut into pieces so that
-        every core reads a share; one Spark task per piece)."""
-        stages = []
-        if items or not batch.ranges:
-            stages.append(
-                sc.parallelize(items, max(1, len(items))).mapPartitions(
-                    partial(read_partition, token, payload)
-                )
-            )
-        if batch.ranges:
-            total = sum(range_size(r) for _, _, r in batch.ranges) or 1
-            cores = max(1, int(sc.defaultParallelism))
-            pieces: list[tuple[str, int, int, Range]] = []
-            k: dict[tuple[str, int], int] = {}
-            for cid, index, r in batch.ranges:
-                for piece in split_range(r, max(1, round(cores * range_size(r) / total))):
-                    k[cid, index] = k.get((cid, index), 0) + 1
-                    pieces.append((cid, index, k[cid, index], piece))
-            stages.append(
-                sc.parallelize(pieces, len(pieces)).mapPartitions(
-                    partial(read_ranges, token, payload)
-                )
-            )
-        return stages[0] if len(stages) == 1 else sc.union(stages)
-
-    def _job(self, sc: Any, token: str, payload: Any, txid: int, batch: Batch) -> list[Ack]:
-        """Run batch ``txid``: every bolt task executes its tuples and prepares ``txid``."""
-        source = batch.source
-        items = [
-            (cid, index, records) for (cid, index), records in batch.records.items() if records
-        ]
-        persisted = []
-        outs: dict[str, Any] = {}
-        leaves: dict[int, Any] = {}
-        consumers = {
-            cid: {d for d in self.topology.downstream(cid) if not d.startswith("$")}
-            for cid in self.topology.components
-        }
-
-        def keep(cids: list[str], rdd: Any) -> None:
-            # An output read by several bolts is cached, else each would run
-            # its tasks again; one read by none goes to the driver (acks only).
-            if len(set().union(*(consumers[c] for c in cids))) > 1:
-                rdd.persist()
-                persisted.append(rdd)
-            if any(not consumers[c] for c in cids):
-                leaves[id(rdd)] = rdd
-
-        try:
-            if source is None:
-                source = self._read_stage(sc, token, payload, items, batch)
-            keep([spec.id for spec in self.spouts], source)
-            for spec in self.spouts:
-                outs[spec.id] = source
-            for bolt in self.bolts:
-                parents = list(
-                    {
-                        id(outs[up]): outs[up]
-                        for up in self.topology.upstream(bolt.id)
-                        if up in outs
-                    }.values()
-                )
-                inputs = parents[0] if len(parents) == 1 else sc.union(parents)
-                out = (
-                    inputs.mapPartitions(partial(addressed_to, bolt.id))
-                    .partitionBy(bolt.parallelism, identity)
-                    .mapPartitionsWithIndex(
-                        partial(run_bolt, token, payload, bolt.id, txid, self._tokens)
-                    )
-                )
-                keep([bolt.id], out)
-                outs[bolt.id] = out
-            ends = list(leaves.values())
-            with self._watch.batch(sc, txid):  # its jobs' figures into the bank
-                acks: list[Ack] = (
-                    (ends[0] if len(ends) == 1 else sc.union(ends))
-                    .mapPartitions(only_acks)
-                    .collect()
-                )
-        finally:
-            for rdd in persisted:
-                rdd.unpersist()
-        seen = {(cid, index) for cid, index, *_ in acks}
-        for bolt in self.bolts:
-            for i in range(bolt.parallelism):
-                if (bolt.id, i) not in seen:
-                    raise RuntimeFailure(
-                        f"bolt {bolt.id!r} task {i} did not acknowledge batch {txid}"
-                    )
-        return acks
+                self._deadletters.give_up(record)
+                self._tally.task(cid, index).dead_lettered += 1

@@ -22,68 +22,55 @@ How a run goes::
     a failed job: on_fail, the coordinator's recovery (ROLLBACK, INITSTATE),
       seek the spouts back to the restored positions, read the batch again
 
-The parts: :mod:`.base` (session, store, checkpoint record, recovery),
-:mod:`.spouts` (the data spouts on the driver), :mod:`.batches` (one batch's
-transaction and job, the retry policy), :mod:`.feed` (Spark as a source),
-:mod:`.transactional` (transactional topologies); what runs in Spark tasks
-is in :mod:`.executor` and :mod:`.executor_tx`.
+:class:`SparkRuntime` is a coordinator: it runs that loop and holds the
+parts that do the work as fields, each built with what it needs (none holds
+the runtime): :class:`~.sessions.SparkSessions` (the SparkSession),
+:class:`~.checkpoints.DriverCheckpoints` (store, checkpoint record, recovery,
+the stateful hooks), :class:`~.spouts.SpoutReader` (the data spouts on the
+driver), :class:`~.batches.BatchRunner` (one batch's transaction, the retry
+policy) and :class:`~.jobs.BatchJobs` (its Spark job), :class:`~.feed.Feed`
+(Spark as a source), :class:`~.transactional.TransactionalDriver`
+(transactional topologies). What they share, the counters, errors and
+metrics, is one :class:`~.tally.RunTally`; when a run ends, one
+:class:`~.tally.RunControl`. What runs in Spark tasks is in :mod:`.executor`
+and :mod:`.executor_tx`.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-import time
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
-
-import cloudpickle
 
 from ..._checkpoint_driver import CheckpointDriver
 from ..._clock import Clock, SystemClock
-from ..._components import (
-    BasicBolt,
-    Bolt,
-    StatefulBolt,
-    task_namespace,
-)
 from ..._config import Config, settings_of
-from ..._deadletter import (
-    DeadLetterFile,
-    configured_path,
-)
+from ..._deadletter import DeadLetterFile, configured_path
 from ..._errors import ConfigError
 from ..._exactly_once import run_mode
-from ..._messages import MessageBook
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
-from ..._retry import (
-    FailureRate,
-    RetryPolicy,
-)
+from ..._retry import RetryPolicy
 from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
-from ..errorlog import ErrorLog, error_report
+from ..errorlog import ErrorLog
 from ..metrics import MetricsBank, MetricsSnapshot, kinds_of, progress_of
 from ..plan import RuntimePlan, as_config
 from ..session import StoreSession
-from .base import NullCollector
-from .config import (
-    BATCH_SIZE_KEY,
-    check_provider,
-    check_spark_conf,
-    ship_user_modules,
-)
-from .feed import DataFrameSpout, FeedDriver
-from .shared import fresh_state, user_bolt
-from .spouts import SpoutTask, idle
+from .batches import BatchRunner
+from .checkpoints import DriverCheckpoints
+from .config import BATCH_SIZE_KEY, check_provider, check_spark_conf
+from .feed import DataFrameSpout, Feed
+from .jobs import BatchJobs, Job
+from .sessions import ShippedModules, SparkSessions, broadcast_plan
+from .spouts import Batch, SpoutReader
 from .stages import JobWatch
-from .transactional import TransactionalDriver, TxJob
+from .tally import RunControl, RunTally
+from .transactional import TransactionalDriver
 
 
-class SparkRuntime(FeedDriver, TransactionalDriver):
+class SparkRuntime:
     """Run a topology on Spark: one transaction (one Spark job) per batch.
 
     >>> rt = SparkRuntime(topology, {"topology.state.provider": "redis"})
@@ -92,7 +79,9 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     ``spark`` is a SparkSession to use; without one the active session is
     used, or one is built from the config's ``spark.*`` keys (and stopped at
     the end of the run). ``batch_size`` overrides
-    ``statestream.spark.batch.size``.
+    ``statestream.spark.batch.size``. ``clock`` is what the driver reads time
+    on (a run's duration, the retry policy's delays, the idle wait, the
+    metrics); the system clock by default.
 
     Every data spout must be :class:`~statestream.Rewindable` (``position()``
     and ``seek()``, see :class:`statestream.FileSpout`): a failed or
@@ -110,6 +99,9 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     #: and ``"committed"``; raise (or kill the process) to simulate a crash.
     fault_hook: Callable[[str, int], None] | None = None
 
+    #: The file the run's dead letters go to (the Runtime contract).
+    deadletter_path: Path
+
     def __init__(
         self,
         topology: Topology,
@@ -121,11 +113,9 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     ) -> None:
         self.topology = topology
         self.config: Config = as_config(config, topology_prefixes=(topology.name,))
-        self.plan = RuntimePlan(topology, self.config)
-        #: What the retry policy's delays are measured and waited on.
+        self.plan = plan = RuntimePlan(topology, self.config)
+        #: What the driver reads time on (see the class docstring).
         self.clock: Clock = clock or SystemClock()
-        self._spark = spark
-        self._own_session = False
         settings = settings_of(self.config)
         # The argument is the caller's (a test's) and unchecked; the key's value is validated.
         self.batch_size = (
@@ -134,74 +124,105 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         if self.batch_size < 1:
             raise ConfigError(f"{BATCH_SIZE_KEY} must be a positive integer, got {self.batch_size}")
         self.attempts = settings.statestream_spark_batch_attempts
-        self._stop = False
-        self._deadline: float | None = None  # run(duration=...) ends then (time.monotonic)
-        self.errors: list[ErrorReport] = []
-        # Reports into self.errors; the driver logs none of them itself.
-        self.error_log = ErrorLog(logging.getLogger("statestream"), self.errors)
-        self._counters: dict[str, int] = {"batches": 0, "replays": 0, "recovered": 0}
-        self._store = StoreSession(topology, self.config, self.clock)  # provider, claim, rescale
-        self._tokens: dict[str, str] = {}
-        self.component_tasks = self.plan.component_tasks
-        self.spouts = self.plan.data_spouts
-        self.bolts = [b for b in self.plan.bolts if not b.id.startswith("$")]
-        self.namespaces = self.plan.stateful_namespaces
-        self._sources: dict[str, tuple[str, str]] = {}
-        already = set(cloudpickle.list_registry_pickle_by_value())
-        shipped = ship_user_modules(topology)
-        #: Modules this runtime made travel by value, to be let go after the run.
-        self._by_value = [name for name in shipped if name not in already]
-        for name in shipped:
-            path = getattr(sys.modules.get(name), "__file__", None)
-            if path and path.endswith(".py") and os.path.isfile(path):
-                with open(path, encoding="utf-8") as f:
-                    self._sources[name] = (path, f.read())
-        self.fed = [s.id for s in self.spouts if isinstance(s.obj, DataFrameSpout)]
+        # What the plan says, under the names the runtime has always had.
+        self.component_tasks = plan.component_tasks
+        self.spouts = plan.data_spouts
+        self.bolts = [b for b in plan.bolts if not b.id.startswith("$")]
+        self.namespaces = plan.stateful_namespaces
+        self.fed = [s.id for s in plan.data_spouts if isinstance(s.obj, DataFrameSpout)]
         #: The shape of a transactional topology (None for any other): the
-        #: driver plays its coordinator (see :meth:`_run_transactional`).
+        #: driver plays its coordinator (:class:`~.transactional.TransactionalDriver`).
         self.transactional: TransactionalLayout | None = transactional_layout(topology)
         self.at_most_once = False if self.transactional else self._at_most_once()
         #: What bolts are told through ``context.exactly_once``.
-        self.exactly_once = not self.at_most_once and self.plan.checkpointed
-        # Per task (component, index): the counts of the committed batches.
-        self._metrics = {
-            (cid, i): TaskMetrics(cid, i)
-            for cid, tasks in self.component_tasks.items()
+        self.exactly_once = not self.at_most_once and plan.checkpointed
+        self.deadletter_path = configured_path(self.config)
+        self.deadletters = deadletters = DeadLetterFile(self.deadletter_path)
+        self.retry_policy = RetryPolicy.from_config(self.config)
+        self._modules = ShippedModules(topology)
+        self._sessions = SparkSessions(f"statestream-{topology.name}", self.config, spark)
+        self._control = RunControl(self.clock)
+        # Per task (component, index) of the user's components, the counts of the
+        # committed batches. The run's metrics bank (runtime.metrics) is fed per
+        # batch: the executors' timings with their acks, the spouts' on the driver
+        # (PollCollector), the jobs' figures from Spark's status tracker (JobWatch).
+        tasks = [
+            (cid, i)
+            for cid, ids in plan.component_tasks.items()
             if not cid.startswith("$")
-            for i in range(len(tasks))
-        }
-        # The run's metrics bank (runtime.metrics), fed per batch: the executors'
-        # timings with their acks, the spouts' on the driver (PollCollector), the
-        # jobs' figures from Spark's status tracker (JobWatch).
-        self.bank = MetricsBank(
+            for i in range(len(ids))
+        ]
+        reported = {cid for cid, _ in tasks}
+        bank = MetricsBank(
             topology.name,
             "spark",
-            {cid: kind for cid, kind in kinds_of(topology).items() if (cid, 0) in self._metrics},
+            {cid: kind for cid, kind in kinds_of(topology).items() if cid in reported},
             settings.topology_stats_sample_rate,
         )
-        self._watch = JobWatch(self.bank, self.clock)
-        self._checkpoints: CheckpointDriver | None = None
-        self._spout_tasks: list[SpoutTask] = []
-        self._driver_bolts: dict[str, StatefulBolt] = {}
-        self._tx_jobs: list[TxJob] = []
-        self._tx_failures: dict[int, int] = {}
+        self._tally = RunTally(bank, tasks)
+        self._watch = JobWatch(bank, self.clock)
+        store = StoreSession(topology, self.config, self.clock)  # provider, claim, rescale
+        self._checkpoints = DriverCheckpoints(
+            plan, store, self.clock, self._tally, exactly_once=self.exactly_once, fault=self._fault
+        )
         # Poison tuples (statestream._messages), as on the local runtime: per
-        # spout task namespace, its message book (kept for the run, in memory
-        # only: failed messages, settled ones, dead letters fed back by
-        # `statestream deadletter replay`) and where the given-up ones go.
-        self.retry_policy = RetryPolicy.from_config(self.config)
-        self._books: dict[str, MessageBook] = {}
-        # The error-rate limit per bolt task, and what each has executed so far.
-        self._failure_rates: dict[tuple[str, int], tuple[FailureRate, int]] = {}
-        self.deadletter_path = configured_path(self.config)
-        self.deadletters = DeadLetterFile(self.deadletter_path)
+        # spout task, its message book, kept by the reader for the runtime's life.
+        self._spouts = SpoutReader(
+            plan,
+            batch_size=self.batch_size,
+            at_most_once=self.at_most_once,
+            context=self._checkpoints.context,
+            retry_policy=self.retry_policy,
+            tally=self._tally,
+            clock=self.clock,
+            deadletters=deadletters,
+        )
+        self._batches = BatchRunner(
+            plan,
+            self._checkpoints,
+            self._spouts.books,
+            self._tally,
+            self._control,
+            deadletters,
+            attempts=self.attempts,
+            at_most_once=self.at_most_once,
+            fed=self.fed,
+            fault=self._fault,
+        )
+        self._jobs = BatchJobs(plan, self._watch, lambda: self._checkpoints.tokens)
+        self._feed = Feed(
+            plan,
+            self._sessions,
+            self._checkpoints,
+            self._batches,
+            self._jobs,
+            self._tally,
+            self._control,
+            lambda sc: self._payload(sc, self.exactly_once),
+        )
+        self._transactions = (
+            None
+            if self.transactional is None
+            else TransactionalDriver(
+                self.transactional,
+                plan,
+                store,
+                self._tally,
+                self._control,
+                self._watch,
+                attempts=self.attempts,
+                fault=self._fault,
+            )
+        )
 
     def _at_most_once(self) -> bool:
         """Whether batches are read at-most-once (a spout cannot rewind and the
         user accepted it); refuses a spout that cannot rewind otherwise
         (:func:`statestream._exactly_once.run_mode`)."""
         settings = settings_of(self.config)
-        readers = {s.id: s.obj for s in self.spouts if not isinstance(s.obj, DataFrameSpout)}
+        readers = {
+            s.id: s.obj for s in self.plan.data_spouts if not isinstance(s.obj, DataFrameSpout)
+        }
         mode = run_mode(
             "spark",
             settings.statestream_state_exactly_once,
@@ -211,10 +232,49 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         )
         return mode.at_most_once
 
-    # -- the loop -----------------------------------------------------------------
+    def _fault(self, point: str, txid: int) -> None:
+        """The parts' way to :attr:`fault_hook`, read when called (a test sets it late)."""
+        hook = self.fault_hook
+        if hook is not None:
+            hook(point, txid)
+
+    def _payload(self, sc: Any, exactly_once: bool) -> Any:
+        return broadcast_plan(sc, self.plan, self._modules.sources, exactly_once)
+
+    @property
+    def master(self) -> str:
+        """The Spark master of the run (the session's, else ``spark.master``)."""
+        return self._sessions.master
+
+    @property
+    def errors(self) -> list[ErrorReport]:
+        """The run's errors so far (the live list)."""
+        return self._tally.errors
+
+    @property
+    def error_log(self) -> ErrorLog:
+        """Where the run's errors are recorded (into :attr:`errors`)."""
+        return self._tally.error_log
+
+    @property
+    def bank(self) -> MetricsBank:
+        """The run's metrics bank."""
+        return self._tally.bank
+
+    @property
+    def provider(self) -> Any:
+        """The topology's scoped provider while a run holds the store, else None."""
+        return self._checkpoints.provider
+
+    @property
+    def checkpoints(self) -> CheckpointDriver:
+        """The checkpoint coordinator over its stored record (from a run's start on)."""
+        return self._checkpoints.driver
+
+    # -- the Runtime contract ---------------------------------------------------------
     def stop(self) -> None:
         """Stop after the current batch (safe from a signal handler)."""
-        self._stop = True
+        self._control.stop()
 
     def close(self) -> None:
         """Nothing to release: :meth:`run` and :meth:`feed` stop the session they
@@ -225,7 +285,7 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         (batches rolled back and run again), ``recovered`` (a start that rolled
         back or finished a stored transaction), and when they happen ``skipped``
         (fed batches committed already) and ``skipped_dead_letters``."""
-        return dict(self._counters)
+        return dict(self._tally.counters)
 
     def worker_rows(self) -> list[WorkerInfo]:
         """``[]``: a Spark run has no worker processes of its own (Spark's are its executors)."""
@@ -234,10 +294,11 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
     def metrics_snapshot(self) -> MetricsSnapshot:
         """The bank's view of the run: the counts of the committed batches, the
         batches' checkpoints (the Runtime contract)."""
-        sources = self.bank.sources(
-            progress_of(t.cid, t.index, t.spout) for t in list(self._spout_tasks)
+        bank = self._tally.bank
+        sources = bank.sources(
+            progress_of(t.cid, t.index, t.spout) for t in list(self._spouts.tasks)
         )
-        return self.bank.snapshot(
+        return bank.snapshot(
             self.clock.monotonic(), self.task_metrics(), self.counters(), sources=sources
         )
 
@@ -245,36 +306,11 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         """Per task, the counts over the committed batches of this run (copies); a
         spout task's ``retrying`` counts its messages that failed and are to be run
         again."""
-        out = []
-        for (cid, index), m in list(self._metrics.items()):
-            copy = TaskMetrics(**vars(m))
-            book = self._books.get(task_namespace(cid, index)) if index >= 0 else None
-            if book is not None:
-                copy.retrying = len(book.failures)
-            out.append(copy)
-        return out
+        return self._tally.task_metrics(self._spouts.books)
 
     def metrics(self) -> dict[str, TaskMetrics]:
         """Per-component totals over the committed batches of this run."""
-        out = {cid: TaskMetrics(cid, -1) for cid, _ in self._metrics}
-        for m in self.task_metrics():
-            out[m.component].add(m)
-        return out
-
-    def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
-        """Run batches until stopped, ``duration`` seconds, or (``until_idle``) every
-        spout is exhausted. Recovers first from the stored checkpoint record."""
-        try:
-            return self._run(until_idle, duration)
-        finally:
-            # Shipping by value is process-wide in cloudpickle: left on, it would
-            # make every later copy of these classes in this process (a local
-            # runtime's per-task copies, say) copy their module's globals too.
-            for name in self._by_value:
-                module = sys.modules.get(name)
-                if module is not None:
-                    cloudpickle.unregister_pickle_by_value(module)
-            self._by_value = []
+        return self._tally.metrics(self._spouts.books)
 
     def open(self) -> None:
         """Refuse now what :meth:`run` would refuse before it starts (a fed spout, a
@@ -289,70 +325,113 @@ class SparkRuntime(FeedDriver, TransactionalDriver):
         check_provider(self.config, self.master)
         check_spark_conf(self.config.spark_conf)
 
-    def _run(self, until_idle: bool, duration: float | None) -> RunResult:
-        self.open()
-        if self.transactional is not None:
-            return self._run_transactional(self.transactional, until_idle, duration)
-        start_time = time.monotonic()
-        self.bank.begin(self.clock.monotonic())
-        self._deadline = None if duration is None else start_time + duration
-        spark = self._session()
-        check_provider(self.config, self.master)  # the session's master may differ
-        sc = spark.sparkContext
-        token = uuid.uuid4().hex
-        payload = self._payload(sc, self.exactly_once)
+    # -- the runs ---------------------------------------------------------------------
+    def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
+        """Run batches until stopped, ``duration`` seconds (on the runtime's clock), or
+        (``until_idle``) every spout is exhausted. Recovers first from the stored
+        checkpoint record."""
+        try:
+            self.open()
+            start = self._control.start(duration)
+            self._tally.bank.begin(self.clock.monotonic())
+            spark = self._sessions.session()
+            try:
+                check_provider(self.config, self.master)  # the session's master may differ
+                sc = spark.sparkContext
+                token = uuid.uuid4().hex
+                if self._transactions is not None:
+                    payload = self._payload(sc, False)
+                    try:
+                        reason = self._transactions.run(sc, token, payload, until_idle)
+                    finally:
+                        self._watch.refresh(sc)  # the last jobs' figures, as Spark ends them
+                        payload.unpersist()
+                else:
+                    payload = self._payload(sc, self.exactly_once)
+                    try:
+                        reason = self._run_batches(
+                            self._jobs.for_run(sc, token, payload), until_idle
+                        )
+                    finally:
+                        self._watch.refresh(sc)  # the last batches' figures, as Spark ends them
+                        payload.unpersist()
+            finally:
+                try:
+                    self._sessions.release()
+                finally:
+                    self._checkpoints.close()
+            return self._result(start, reason)
+        finally:
+            self._modules.release()
+
+    def _run_batches(self, job: Job, until_idle: bool) -> str:
+        """The loop of a run of batches (the module docstring): why it ended."""
         reason = "stopped"
         clean = False
+        spouts = self._spouts
         try:
-            self._start_checkpoints(positions_needed=not self.at_most_once)
-            self._open_spouts()
-            self._seek(start=True)
+            self._checkpoints.start(positions_needed=not self.at_most_once)
+            spouts.open()
+            spouts.seek(self._checkpoints.record, start=True)
             interval = settings_of(self.config).topology_state_checkpoint_interval_ms / 1000.0
-            while not self._stop:
-                if duration is not None and time.monotonic() - start_time >= duration:
+            while not self._control.stopped:
+                if self._control.over():
                     reason = "duration"
                     break
-                batch = self._read_batch()
+                batch = spouts.read()
                 if not batch.size:
-                    if until_idle and all(map(idle, self._spout_tasks)):
+                    if until_idle and spouts.idle():
                         reason = "idle"
                         break
-                    time.sleep(interval)
+                    self.clock.sleep(interval)
                     continue
-                self._transaction(sc, token, payload, batch, self._read_again)
+                self._batches.run(batch, self._read_again, job)
             clean = True
         finally:
-            try:
-                if clean:
-                    self._cleanup()
-                self._close_spouts()
-                self._watch.refresh(sc)  # the last batches' figures, as Spark ends them
-                payload.unpersist()
-            finally:
-                self._release(spark)
-        return self._result(start_time, reason)
+            if clean:
+                self._checkpoints.cleanup()
+            spouts.close()
+        return reason
 
-    def _cleanup(self) -> None:
-        """``cleanup`` once per bolt task, on the driver, with the committed state.
+    def _read_again(self, batch: Batch) -> Batch:
+        return self._spouts.read_again(batch, self._checkpoints.record)
 
-        A stateful task's driver instance (the one its hooks ran on) is given
-        the committed state again first; other bolts get a fresh instance.
+    def feed(
+        self,
+        df: Any,
+        *,
+        checkpoint: str,
+        available_now: bool = True,
+        timeout: float | None = None,
+    ) -> RunResult:
+        """Run the topology over a streaming DataFrame: one micro-batch, one transaction.
+
+        The topology's one spout must be a :class:`DataFrameSpout` whose fields
+        are columns of ``df``. The transaction id is Spark's batch id, and
+        ``checkpoint`` is the query's checkpoint location (a local path), whose
+        offset log makes Spark replay an unfinished batch with the same id and
+        data. A batch whose id is at or below the provider's committed txid
+        was applied already (the driver died after committing it, before
+        Spark logged it) and is skipped. Refuses to start (ConfigError) when
+        the provider's txid is ahead of what the checkpoint has planned, e.g.
+        a lost or foreign checkpoint: every batch would be skipped.
+
+        ``available_now``: process what is available, then stop; otherwise run
+        until :meth:`stop` or ``timeout`` seconds (Spark's, in real time).
         """
-        provider = self._open_provider() if self.namespaces else None
-        for spec in self.bolts:
-            for i in range(spec.parallelism):
-                try:
-                    namespace = task_namespace(spec.id, i)
-                    bolt: Bolt | BasicBolt | None = self._driver_bolts.get(namespace)
-                    if bolt is None:
-                        bolt = user_bolt(self.topology, spec.id)
-                        context = self._context(spec.id, i)
-                        if isinstance(bolt, BasicBolt):
-                            bolt.prepare(self.plan.conf_for(spec.id), context)
-                        else:
-                            bolt.prepare(self.plan.conf_for(spec.id), context, NullCollector())
-                    if isinstance(bolt, StatefulBolt):
-                        bolt.init_state(fresh_state(provider, namespace))
-                    bolt.cleanup()
-                except Exception as exc:
-                    self.errors.append(error_report(spec.id, i, exc, "cleanup()"))
+        start = self._control.start(None)
+        self._feed.run(
+            df,
+            checkpoint=checkpoint,
+            available_now=available_now,
+            timeout=timeout,
+            transactional=self.transactional is not None,
+        )
+        return self._result(start, "fed")
+
+    def _result(self, start: float, reason: str) -> RunResult:
+        now = self.clock.monotonic()
+        self._tally.bank.end(now)
+        return RunResult(
+            self.metrics(), list(self._tally.errors), now - start, reason, self._tally.counters
+        )

@@ -1,4 +1,4 @@
-"""Spark as a source: a topology fed by a streaming DataFrame (:meth:`FeedDriver.feed`).
+"""Spark as a source: a topology fed by a streaming DataFrame (:meth:`Feed.run`).
 
 The topology's spout is a :class:`DataFrameSpout`; ``foreachBatch`` makes
 each micro-batch one transaction, txid = Spark's batch id (Spark's offset log
@@ -14,20 +14,22 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ..._components import (
-    Spout,
-)
+from ..._components import Spout
 from ..._errors import ConfigError, RuntimeFailure
-from ..._results import RunResult
-from .batches import BatchDriver
+from ..plan import RuntimePlan
+from .batches import BatchRunner
+from .checkpoints import DriverCheckpoints
 from .config import check_provider
 from .executor import rows_partition
+from .jobs import BatchJobs
+from .sessions import SparkSessions
 from .shared import root_cause
 from .spouts import Batch
+from .tally import RunControl, RunTally
 
 log = logging.getLogger("statestream")
 
@@ -72,58 +74,81 @@ def same_batch(batch: Batch) -> Batch:
     return batch
 
 
-class FeedDriver(BatchDriver):
-    """The driver's ``feed()``: one transaction per micro-batch of a streaming DataFrame."""
+class Feed:
+    """The driver's ``feed()``: one transaction per micro-batch of a streaming DataFrame.
 
-    def feed(
+    Built with the plan, the run's Spark sessions (the DataFrame's is adopted),
+    checkpoints, batch runner and jobs, the tally (``skipped``), the control (a
+    stop ends a query that is not ``available_now``), and ``payload(sc)``, the
+    broadcast of a run.
+    """
+
+    def __init__(
         self,
-        df: Any,
-        *,
-        checkpoint: str,
-        available_now: bool = True,
-        timeout: float | None = None,
-    ) -> RunResult:
-        """Run the topology over a streaming DataFrame: one micro-batch, one transaction.
+        plan: RuntimePlan,
+        sessions: SparkSessions,
+        checkpoints: DriverCheckpoints,
+        runner: BatchRunner,
+        jobs: BatchJobs,
+        tally: RunTally,
+        control: RunControl,
+        payload: Callable[[Any], Any],
+    ) -> None:
+        self._plan = plan
+        self._sessions = sessions
+        self._checkpoints = checkpoints
+        self._runner = runner
+        self._jobs = jobs
+        self._tally = tally
+        self._control = control
+        self._payload = payload
 
-        The topology's one spout must be a :class:`DataFrameSpout` whose fields
-        are columns of ``df``. The transaction id is Spark's batch id, and
-        ``checkpoint`` is the query's checkpoint location (a local path), whose
-        offset log makes Spark replay an unfinished batch with the same id and
-        data. A batch whose id is at or below the provider's committed txid
-        was applied already (the driver died after committing it, before
-        Spark logged it) and is skipped. Refuses to start (ConfigError) when
-        the provider's txid is ahead of what the checkpoint has planned, e.g.
-        a lost or foreign checkpoint: every batch would be skipped.
-
-        ``available_now``: process what is available, then stop; otherwise run
-        until :meth:`stop` or ``timeout`` seconds.
-        """
-        if self.transactional is not None:
+    def columns(self, df: Any, *, transactional: bool) -> tuple[str, list[str]]:
+        """The fed spout and its fields, all columns of ``df``; ConfigError for a
+        topology ``feed()`` cannot run (transactional, or another spout than one
+        :class:`DataFrameSpout`) or a column ``df`` lacks."""
+        topology = self._plan.topology
+        spouts = self._plan.data_spouts
+        if transactional:
             raise ConfigError(
-                f"topology {self.topology.name!r} is transactional: its coordinator decides the "
+                f"topology {topology.name!r} is transactional: its coordinator decides the "
                 "batches, so it runs with run(), not feed()"
             )
-        if len(self.spouts) != 1 or self.fed != [self.spouts[0].id]:
+        if len(spouts) != 1 or not isinstance(spouts[0].obj, DataFrameSpout):
             raise ConfigError(
                 "feed() needs a topology whose only spout is a DataFrameSpout (found: "
-                + ", ".join(f"{s.id!r} ({type(s.obj).__name__})" for s in self.spouts)
+                + ", ".join(f"{s.id!r} ({type(s.obj).__name__})" for s in spouts)
                 + ")"
             )
-        cid = self.spouts[0].id
-        columns = self.spouts[0].obj.fields  # type: ignore[union-attr]
+        cid = spouts[0].id
+        columns = spouts[0].obj.fields
         missing = [c for c in columns if c not in df.columns]
         if missing:
             raise ConfigError(
                 f"DataFrameSpout {cid!r} declares the fields {columns}, but the DataFrame has "
                 f"no column {missing[0]!r} (columns: {df.columns})"
             )
-        self._spark = df.sparkSession
-        check_provider(self.config, self.master)
-        start_time = time.monotonic()
+        return cid, columns
+
+    def run(
+        self,
+        df: Any,
+        *,
+        checkpoint: str,
+        available_now: bool = True,
+        timeout: float | None = None,
+        transactional: bool = False,
+    ) -> None:
+        """Run the topology over a streaming DataFrame: one micro-batch, one transaction
+        (see :meth:`SparkRuntime.feed`). ``timeout`` is the streaming query's, in
+        seconds that Spark waits (the query runs in Spark's own threads)."""
+        cid, columns = self.columns(df, transactional=transactional)
+        self._sessions.adopt(df.sparkSession)
+        check_provider(self._plan.config, self._sessions.master)
         planned, _ = spark_checkpoint_batches(checkpoint)
-        self._claim_store()
+        self._checkpoints.claim()
         try:
-            stored = self._load().state
+            stored = self._checkpoints.load().state
             if stored.txid > planned:
                 raise ConfigError(
                     f"the state provider has transaction {stored} but the Spark checkpoint "
@@ -131,22 +156,23 @@ class FeedDriver(BatchDriver):
                     "was lost or belongs to another query, and its batches would be skipped as "
                     "already applied; restore the checkpoint, or start over with a fresh store"
                 )
-            sc = self._spark.sparkContext
+            sc = df.sparkSession.sparkContext
             token = uuid.uuid4().hex
-            payload = self._payload(sc, self.exactly_once)
+            payload = self._payload(sc)
         except BaseException:
-            self._close_provider()
+            self._checkpoints.close()
             raise
         query = None
         try:
             # Spark's offset log replays batches: no spout positions are stored.
-            self._start_checkpoints(positions_needed=False)
+            self._checkpoints.start(positions_needed=False)
+            job = self._jobs.for_run(sc, token, payload)
 
             def on_batch(batch_df: Any, batch_id: int) -> None:
-                state = self.checkpoints.state
+                state = self._checkpoints.driver.state
                 if batch_id <= state.txid:
                     log.warning("batch %d was committed already; skipping its replay", batch_id)
-                    self._counters["skipped"] = self._counters.get("skipped", 0) + 1
+                    self._tally.count("skipped")
                     return
                 if batch_id != state.txid + 1:
                     raise RuntimeFailure(
@@ -156,20 +182,21 @@ class FeedDriver(BatchDriver):
                     )
                 rows = batch_df.select(*columns).rdd
                 source = rows.mapPartitionsWithIndex(partial(rows_partition, token, payload, cid))
-                self._transaction(sc, token, payload, Batch(source=source), same_batch)
+                self._runner.run(Batch(source=source), same_batch, job)
 
             writer = (
                 df.writeStream.foreachBatch(on_batch)
                 .option("checkpointLocation", checkpoint)
-                .queryName(f"statestream-{self.topology.name}-{token[:8]}")
+                .queryName(f"statestream-{self._plan.topology.name}-{token[:8]}")
             )
             writer = writer.trigger(availableNow=True) if available_now else writer
             query = writer.start()
             if available_now:
                 query.awaitTermination(timeout)
             else:
+                # Spark's time: the query's threads are Spark's, not on the runtime's clock.
                 deadline = None if timeout is None else time.monotonic() + timeout
-                while not self._stop and query.isActive:
+                while not self._control.stopped and query.isActive:
                     if deadline is not None and time.monotonic() >= deadline:
                         break
                     query.awaitTermination(0.2)
@@ -186,5 +213,4 @@ class FeedDriver(BatchDriver):
                     query.stop()
                 payload.unpersist()
             finally:
-                self._close_provider()
-        return self._result(start_time, "fed")
+                self._checkpoints.close()

@@ -24,25 +24,24 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..._components import (
-    Spout,
-    task_namespace,
-)
-from ..._deadletter import REPLAY, fits_stream
+from ..._clock import Clock
+from ..._components import Spout, TopologyContext, task_namespace
+from ..._deadletter import REPLAY, DeadLetterFile, fits_stream
 from ..._errors import RuntimeFailure
-from ..._exactly_once import cut_positions
+from ..._exactly_once import CheckpointRecord, cut_positions
 from ..._messages import MessageBook
 from ..._partitioned import PARTITIONS_KEY, Range, is_partitioned, plan_ranges
 from ..._picklable import check_first
 from ..._resume import SpoutRef, restore_spouts
+from ..._retry import RetryPolicy
 from ..._stateful import CHECKPOINT_STREAM
 from ..._text import count
 from ..._tuple import Fields, check_emit
 from ..errorlog import error_report
 from ..metrics import NEVER, MetricsBank, progress_of
 from ..plan import RuntimePlan
-from .base import DriverBase
 from .shared import SEQ_BITS
+from .tally import RunTally
 
 log = logging.getLogger("statestream")
 
@@ -201,52 +200,99 @@ class Batch:
         return None
 
 
-class SpoutDriver(DriverBase):
-    """The driver's data spout tasks: open, seek, read a batch, settle, close."""
+class SpoutReader:
+    """The driver's data spout tasks: open, seek, read a batch, settle, close.
 
-    def _open_spouts(self) -> None:
-        for spec in self.spouts:
+    Built from the plan and what reading needs: ``batch_size`` (tuples per
+    spout task and batch), ``at_most_once`` (the spouts cannot rewind: none is
+    sought, a batch run again keeps its records), ``context`` (a driver task's
+    context), the retry policy of the tasks' message books, the run's tally
+    (a spout's errors, ``skipped_dead_letters``) and clock, and the dead-letter
+    file (the letters marked for replay). Call order: :meth:`open`,
+    :meth:`seek` (``start=True``), then :meth:`read` / :meth:`read_again` per
+    batch, then :meth:`close`; a closed reader may be opened again (the
+    message books are kept across runs).
+    """
+
+    def __init__(
+        self,
+        plan: RuntimePlan,
+        *,
+        batch_size: int,
+        at_most_once: bool,
+        context: Callable[[str, int], TopologyContext],
+        retry_policy: RetryPolicy,
+        tally: RunTally,
+        clock: Clock,
+        deadletters: DeadLetterFile,
+    ) -> None:
+        self._plan = plan
+        self._topology = plan.topology
+        self._spouts = plan.data_spouts
+        self._batch_size = batch_size
+        self._at_most_once = at_most_once
+        self._context = context
+        self._retry_policy = retry_policy
+        self._tally = tally
+        self._clock = clock
+        self._deadletters = deadletters
+        self.books: dict[str, MessageBook] = {}
+        """Per spout task namespace, its message book, kept for the runtime's life
+        (in memory only: failed messages, settled ones, dead letters fed back by
+        ``statestream deadletter replay``)."""
+        self.tasks: list[SpoutTask] = []
+        """The open spout tasks (none before :meth:`open` and after :meth:`close`)."""
+
+    def open(self) -> None:
+        """Open each data spout task once, and feed the dead letters marked for replay."""
+        bank = self._tally.bank
+        for spec in self._spouts:
             for i in range(spec.parallelism):
-                spout: Spout = self.topology.instantiate(spec.id)
+                spout: Spout = self._topology.instantiate(spec.id)
                 outputs = {s: o for s, o in spec.outputs.items() if s != CHECKPOINT_STREAM}
                 namespace = task_namespace(spec.id, i)
-                book = self._books.setdefault(
-                    namespace, MessageBook(self.topology.name, spec.id, i, self.retry_policy)
+                book = self.books.setdefault(
+                    namespace, MessageBook(self._topology.name, spec.id, i, self._retry_policy)
                 )
                 collector = PollCollector(
                     spec.id,
                     i,
                     outputs,
-                    partial(self._report, spec.id, i),
+                    partial(self._tally.report, spec.id, i),
                     book,
-                    (self.bank.every, self.bank.first_sample),
-                    self.clock.monotonic,
+                    (bank.every, bank.first_sample),
+                    self._clock.monotonic,
                 )
-                spout.open(self.plan.conf_for(spec.id), self._context(spec.id, i), collector)
-                self._spout_tasks.append(
+                spout.open(self._plan.conf_for(spec.id), self._context(spec.id, i), collector)
+                self.tasks.append(
                     SpoutTask(spec.id, i, namespace, spout, collector, is_partitioned(spout))
                 )
         self._load_replays()
+
+    def idle(self) -> bool:
+        """Whether no spout task has anything left to give a batch."""
+        return all(map(idle, self.tasks))
 
     def _load_replays(self) -> None:
         """The dead letters of this topology marked for replay, fed back as on the local
         runtime: each goes into a batch of its spout task (the spout never hears of
         it), is tracked as any message, and is marked ``replayed`` once its batch
         committed, or ``dead`` again once it failed to its last attempt."""
+        name = self._topology.name
         outputs = {
             task_namespace(spec.id, i): spec.outputs
-            for spec in self.spouts
+            for spec in self._spouts
             for i in range(spec.parallelism)
         }
-        for record in self.deadletters.marked_for_replay(self.topology.name, outputs):
+        for record in self._deadletters.marked_for_replay(name, outputs):
             declared = outputs[record.namespace].get(record.stream)
             fields = None if declared is None else len(declared[0])
             if fits_stream(record, fields, declared is not None and declared[1]):
-                self._books[record.namespace].feed(record)
+                self.books[record.namespace].feed(record)
         at_bolts = [
             r
-            for r in self.deadletters.records()
-            if r.topology == self.topology.name and r.at is not None and r.status == REPLAY
+            for r in self._deadletters.records()
+            if r.topology == name and r.at is not None and r.status == REPLAY
         ]
         if at_bolts:
             # A bolt's own dead letter goes to that bolt alone (DeadLetter.at): the
@@ -258,76 +304,83 @@ class SpoutDriver(DriverBase):
                 count(len(at_bolts), "dead letter"),
             )
 
-    def _seek(self, *, start: bool = False) -> None:
-        """Rewind every data spout to the positions of the checkpoint recovery restored
-        (from the beginning on a fresh store); at ``start`` say where each resumes."""
+    def seek(self, record: CheckpointRecord, *, start: bool = False) -> None:
+        """Rewind every data spout to the positions of the checkpoint ``record``
+        restores (from the beginning on a fresh store); at ``start`` say where
+        each resumes."""
         refs = [
-            SpoutRef(t.namespace, t.cid, t.index, len(self.component_tasks[t.cid]), t.spout)
-            for t in self._spout_tasks
+            SpoutRef(t.namespace, t.cid, t.index, len(self._plan.component_tasks[t.cid]), t.spout)
+            for t in self.tasks
         ]
         # At-most-once: a spout cannot rewind, none is sought (the plan is only said).
-        exact = not self.at_most_once
-        plan = restore_spouts(self.checkpoints.record, exact, refs, seek=exact)
+        exact = not self._at_most_once
+        plan = restore_spouts(record, exact, refs, seek=exact)
         if start:
             for line in ([plan.warning] if plan.warning else []) + plan.lines:
                 log.warning("%s", line)
 
-    def _read_batch(self) -> Batch:
+    def read(self) -> Batch:
         """Fill a batch: ``next_tuple`` on each spout task until it has emitted
         ``batch_size`` tuples or emits nothing more; then its ``position()``."""
         batch = Batch()
-        for task in self._spout_tasks:
-            collector = task.collector
-            collector.items = []
-            collector.msg_ids = []
-            collector.timed = []
-            next_tuple = task.spout.next_tuple
-            items = collector.items
-            book = task.book
-            replays = book.replays
-            while replays and len(items) < self.batch_size:
-                rid = replays.popleft()  # dead letters fed back first, then the spout's
-                items.append((rid.record.stream, list(rid.record.values), None))
-                collector.msg_ids.append(rid)
-            skipped = 0
-            if task.partitioned:
-                # Records a restored position holds for replay (they failed before the
-                # cut, on any runtime) the spout emits itself, through the driver,
-                # before the ranges are planned: a range never holds them again.
-                while len(items) < self.batch_size and replay_pending(task.spout):
-                    before = len(items)
-                    next_tuple()
-                    if len(items) == before:
-                        break
-                batch.ranges.extend(self._plan(task))
-                skipped = self.batch_size  # the executors read it: next_tuple is not called
-            while len(items) < self.batch_size and skipped < self.batch_size:
-                before = len(items)
-                try:
-                    next_tuple()
-                except RuntimeFailure:
-                    raise  # the run's end, as on local
-                except Exception as exc:  # reported; the spout keeps going (as on local)
-                    self._report(task.cid, task.index, exc, "next_tuple()")
-                    break
-                if book.settles:
-                    skipped += len(book.settles)
-                    self._settle(task)  # it emitted a dead letter: skipped, told
-                elif len(items) == before:
-                    break
-            batch.records[task.cid, task.index] = items
-            batch.msg_ids.append((task, collector.msg_ids))
-            batch.timed.append((task.cid, task.index, collector.timed))
-            retries = book.retries
-            if retries.failures:
-                for msg_id in collector.msg_ids:
-                    if msg_id is not None:
-                        retries.emitted_again(msg_id)
-        if not self.at_most_once:
-            batch.positions = cut_positions(self._spout_tasks)
+        for task in self.tasks:
+            self._read_task(task, batch)
+        if not self._at_most_once:
+            batch.positions = cut_positions(self.tasks)
         return batch
 
-    def _plan(self, task: SpoutTask) -> list[tuple[str, int, Range]]:
+    def _read_task(self, task: SpoutTask, batch: Batch) -> None:
+        """Task ``task``'s share of ``batch``: the dead letters fed back first, then
+        what its spout emits (a partitioned task: the ranges its executors read)."""
+        size = self._batch_size
+        collector = task.collector
+        collector.items = []
+        collector.msg_ids = []
+        collector.timed = []
+        next_tuple = task.spout.next_tuple
+        items = collector.items
+        book = task.book
+        replays = book.replays
+        while replays and len(items) < size:
+            rid = replays.popleft()  # dead letters fed back first, then the spout's
+            items.append((rid.record.stream, list(rid.record.values), None))
+            collector.msg_ids.append(rid)
+        skipped = 0
+        if task.partitioned:
+            # Records a restored position holds for replay (they failed before the
+            # cut, on any runtime) the spout emits itself, through the driver,
+            # before the ranges are planned: a range never holds them again.
+            while len(items) < size and replay_pending(task.spout):
+                before = len(items)
+                next_tuple()
+                if len(items) == before:
+                    break
+            batch.ranges.extend(self._plan_ranges(task))
+            skipped = size  # the executors read it: next_tuple is not called
+        while len(items) < size and skipped < size:
+            before = len(items)
+            try:
+                next_tuple()
+            except RuntimeFailure:
+                raise  # the run's end, as on local
+            except Exception as exc:  # reported; the spout keeps going (as on local)
+                self._tally.report(task.cid, task.index, exc, "next_tuple()")
+                break
+            if book.settles:
+                skipped += len(book.settles)
+                self._settle(task)  # it emitted a dead letter: skipped, told
+            elif len(items) == before:
+                break
+        batch.records[task.cid, task.index] = items
+        batch.msg_ids.append((task, collector.msg_ids))
+        batch.timed.append((task.cid, task.index, collector.timed))
+        retries = book.retries
+        if retries.failures:
+            for msg_id in collector.msg_ids:
+                if msg_id is not None:
+                    retries.emitted_again(msg_id)
+
+    def _plan_ranges(self, task: SpoutTask) -> list[tuple[str, int, Range]]:
         """The ranges of a partitioned spout task's next batch, from where it stands to
         each partition's end (capped at its ``batch_limit``); the task is sought to
         their ends, so its ``position()`` is where the batch ends."""
@@ -346,36 +399,33 @@ class SpoutDriver(DriverBase):
     def _settle(self, task: SpoutTask) -> None:
         """Tell ``task``'s spout that the dead letters it just emitted again are settled."""
         settles = task.book.take_settles()
-        self._counters["skipped_dead_letters"] = self._counters.get(
-            "skipped_dead_letters", 0
-        ) + len(settles)
+        self._tally.count("skipped_dead_letters", len(settles))
         for msg_id in settles:
             try:
                 task.spout.dead_lettered(msg_id)
             except Exception as exc:
-                self._report(task.cid, task.index, exc, f"dead_lettered({msg_id!r})")
+                self._tally.report(task.cid, task.index, exc, f"dead_lettered({msg_id!r})")
 
-    def _read_again(self, batch: Batch) -> Batch:
-        """The batch after a rollback: read again from the restored positions, with
-        the dead letters fed back it held (but those given up on again)."""
-        if self.at_most_once:
-            return batch  # the spouts cannot rewind: run the same records again
-        self._requeue_replays(batch)
-        self._seek()
-        return self._read_batch()
-
-    def _requeue_replays(self, batch: Batch) -> None:
-        """Put the dead letters fed back in ``batch`` that are still to replay back in
-        front of their task's queue, in their order."""
+    def read_again(self, batch: Batch, record: CheckpointRecord) -> Batch:
+        """The batch after a rollback: read again from the positions ``record``
+        restores, with the dead letters fed back it held (but those given up on
+        again). At-most-once, the same batch (the spouts cannot rewind)."""
+        if self._at_most_once:
+            return batch
+        # The dead letters fed back in it still to replay go back in front of
+        # their task's queue, in their order.
         for task, msg_ids in batch.msg_ids:
             task.book.requeue(msg_ids)
+        self.seek(record)
+        return self.read()
 
-    def _close_spouts(self) -> None:
-        tasks, self._spout_tasks = self._spout_tasks, []
+    def close(self) -> None:
+        """Close every spout task (an error is reported, the others still close)."""
+        tasks, self.tasks = self.tasks, []
         # The bank keeps each spout's last progress: a closed spout cannot say.
-        self.bank.sources(progress_of(t.cid, t.index, t.spout) for t in tasks)
+        self._tally.bank.sources(progress_of(t.cid, t.index, t.spout) for t in tasks)
         for task in tasks:
             try:
                 task.spout.close()
             except Exception as exc:
-                self.errors.append(error_report(task.cid, task.index, exc, "close()"))
+                self._tally.errors.append(error_report(task.cid, task.index, exc, "close()"))

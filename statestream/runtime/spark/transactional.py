@@ -30,17 +30,14 @@ transaction and every later active one, which are emitted again.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..._clock import SystemClock
 from ..._config import settings_of
 from ..._errors import RuntimeFailure
-from ..._results import ErrorReport, RunResult
+from ..._results import ErrorReport
 from ..._text import count
 from ..._transactional.components import (
     BATCH_STREAM,
@@ -53,10 +50,13 @@ from ..._transactional.coordinator import Emission as TxEmission
 from ..._transactional.coordinator import TransactionAttempt, TransactionCoordinator, TxPhase
 from ..._transactional.driver import TransactionalLayout, settle
 from ..errorlog import TRACEBACK_LIMIT, error_report
-from .base import DriverBase
-from .config import check_provider
+from ..plan import RuntimePlan
+from ..session import StoreSession
+from .checkpoints import FaultHook
 from .executor_tx import run_tx_task, tx_commit_input, tx_source
 from .shared import ReadThrough, addressed_to, fresh_state, identity, only_acks, root_cause
+from .stages import JobWatch
+from .tally import RunControl, RunTally
 
 log = logging.getLogger("statestream")
 
@@ -74,13 +74,43 @@ class TxJob:
         self.stages = []
 
 
-class TransactionalDriver(DriverBase):
-    """The driver of a transactional topology (see the module docstring)."""
+class TransactionalDriver:
+    """The driver of a transactional topology (see the module docstring).
 
-    def _run_transactional(
-        self, tx: TransactionalLayout, until_idle: bool, duration: float | None
-    ) -> RunResult:
-        """Run a transactional topology: the driver plays the coordinator.
+    Built with the topology's ``layout``, the plan, the topology's store (claimed
+    by :meth:`run`, closed by the caller), the run's tally and control, the
+    ``watch`` of its jobs, ``attempts`` (``statestream.spark.batch.attempts``)
+    and the ``fault`` hook (``"recovered"``, ``"prepared"``, ``"committed"``).
+    """
+
+    def __init__(
+        self,
+        layout: TransactionalLayout,
+        plan: RuntimePlan,
+        store: StoreSession,
+        tally: RunTally,
+        control: RunControl,
+        watch: JobWatch,
+        *,
+        attempts: int,
+        fault: FaultHook,
+    ) -> None:
+        self._tx = layout
+        self._plan = plan
+        self._topology = plan.topology
+        self._store = store
+        self._tally = tally
+        self._control = control
+        self._clock = control.clock
+        self._watch = watch
+        self._attempts = attempts
+        self._fault = fault
+        self._jobs: list[TxJob] = []
+        self._failures: dict[int, int] = {}  # per txid, its failed attempts in this run
+
+    def run(self, sc: Any, token: str, payload: Any, until_idle: bool) -> str:
+        """Run a transactional topology until stopped, the run's duration is over or
+        (``until_idle``) the spout has nothing more: why it ended.
 
         The loop polls the pure :class:`TransactionCoordinator` (whose state
         is stored, before every emission, where the ``$coordinator`` spout of
@@ -92,37 +122,30 @@ class TransactionalDriver(DriverBase):
         waits for its commit, so the batches of one processing job commit
         back to back.
         """
-        start_time = time.monotonic()
-        self.bank.begin(self.clock.monotonic())
-        spark = self._session()
-        check_provider(self.config, self.master)  # the session's master may differ
-        sc = spark.sparkContext
-        token = uuid.uuid4().hex
-        payload = self._payload(sc, False)
+        tx = self._tx
         reason = "stopped"
         spout_coordinator: Any = None
         clean = False
         try:
             protocol, spout_coordinator = self._tx_open(tx)
-            if self.fault_hook is not None:
-                self.fault_hook("recovered", protocol.committed)
+            self._fault("recovered", protocol.committed)
 
             def ready() -> bool:
                 if any(p is TxPhase.PROCESSED for p in protocol.active.values()):
                     return False  # commit what is processed first
                 return bool(spout_coordinator.is_ready())
 
-            interval = settings_of(self.config).topology_state_checkpoint_interval_ms / 1000.0
+            interval = settings_of(self._plan.config).topology_state_checkpoint_interval_ms / 1000.0
             batches: list[TxEmission] = []
-            while not self._stop:
-                if duration is not None and time.monotonic() - start_time >= duration:
+            while not self._control.stopped:
+                if self._control.over():
                     reason = "duration"
                     break
                 # A lost lease: another run may own the state now; before the poll,
                 # which may store a new transaction's metadata.
                 self._store.check()
                 emissions = protocol.poll(
-                    self._now_ms(),
+                    self._clock.monotonic() * 1000.0,
                     ready=ready,
                     initialize=spout_coordinator.initialize_transaction,
                 )
@@ -150,57 +173,52 @@ class TransactionalDriver(DriverBase):
                 if until_idle:
                     reason = "idle"
                     break
-                time.sleep(interval)
+                self._clock.sleep(interval)
             clean = True
         finally:
-            try:
-                self._tx_close(tx, spout_coordinator, clean)
-                self._watch.refresh(sc)  # the last jobs' figures, as Spark ends them
-                payload.unpersist()
-            finally:
-                self._release(spark)
-        return self._result(start_time, reason)
+            self._tx_close(tx, spout_coordinator, clean)
+        return reason
 
     def _tx_open(self, tx: TransactionalLayout) -> tuple[TransactionCoordinator, Any]:
         """Claim the store, load the coordinator's stored state, and open the spout's
         coordinator part: the protocol and that part."""
-        self._claim_store()
-        provider = self._open_provider()
-        store = CoordinatorStore(fresh_state(provider, coordinator_namespace(self.topology.name)))
+        provider = self._store.open(rescale=False)
+        self._store.check()  # the claim, before the coordinator's state is read
+        store = CoordinatorStore(fresh_state(provider, coordinator_namespace(self._topology.name)))
         protocol = TransactionCoordinator(
             store.load(),
-            settings_of(self.config).topology_max_spout_pending or 1,
+            settings_of(self._plan.config).topology_max_spout_pending or 1,
             None,  # a job returns or fails; nothing of it can time out unheard
             store.save,
         )
         if protocol.active:
-            self._counters["recovered"] += 1
+            self._tally.count("recovered")
             log.warning(
                 "spark runtime: transactions %s were active when the last run ended; "
                 "emitting them again",
                 list(protocol.active),
             )
-        context = self.plan.context(
+        context = self._plan.context(
             COORDINATOR,
             0,
             state_opener=partial(ReadThrough, provider),
-            clock=SystemClock(),
+            clock=self._clock,
         )
-        spout_coordinator = tx.spout.get_coordinator(self.plan.conf_for(COORDINATOR), context)
+        spout_coordinator = tx.spout.get_coordinator(self._plan.conf_for(COORDINATOR), context)
         return protocol, spout_coordinator
 
     def _tx_close(self, tx: TransactionalLayout, spout_coordinator: Any, clean: bool) -> None:
         """The end of a transactional run: the kept jobs released, the spout's
         coordinator part closed (its error reported after a clean run only)."""
-        for job in self._tx_jobs:
+        for job in self._jobs:
             job.release()
-        self._tx_jobs = []
+        self._jobs = []
         if spout_coordinator is not None:
             try:
                 spout_coordinator.close()
             except Exception as exc:
                 if clean:
-                    self._report(tx.emitter, -1, exc, "coordinator close()")
+                    self._tally.report(tx.emitter, -1, exc, "coordinator close()")
 
     def _tx_stages(
         self, sc: Any, token: str, payload: Any, cids: Sequence[str], outs: dict[str, Any]
@@ -215,13 +233,13 @@ class TransactionalDriver(DriverBase):
         for cid in cids:
             parents = list(
                 {
-                    id(outs[up]): outs[up] for up in self.topology.upstream(cid) if up in outs
+                    id(outs[up]): outs[up] for up in self._topology.upstream(cid) if up in outs
                 }.values()
             )
             inputs = parents[0] if len(parents) == 1 else sc.union(parents)
             out = (
                 inputs.mapPartitions(partial(addressed_to, cid))
-                .partitionBy(self.topology.components[cid].parallelism, identity)
+                .partitionBy(self._topology.components[cid].parallelism, identity)
                 .mapPartitionsWithIndex(partial(run_tx_task, token, payload, cid))
             )
             out.persist(StorageLevel.MEMORY_AND_DISK)
@@ -243,18 +261,18 @@ class TransactionalDriver(DriverBase):
         for cid, index, finished, executed, emitted, failed, errors, timing in reports:
             out[cid, index] = finished
             if timing is not None:
-                self.bank.timing(cid, index).add(timing)
-            m = self._task(cid, index)
+                self._tally.bank.timing(cid, index).add(timing)
+            m = self._tally.task(cid, index)
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
             m.failed += failed
             m.errors += len(errors)
-            self.errors.extend(ErrorReport(cid, index, *error) for error in errors)
+            self._tally.errors.extend(ErrorReport(cid, index, *error) for error in errors)
         missing = [
             f"{cid}[{i}]"
             for cid in cids
-            for i in range(self.topology.components[cid].parallelism)
+            for i in range(self._topology.components[cid].parallelism)
             if (cid, i) not in out
         ]
         if missing:
@@ -262,10 +280,10 @@ class TransactionalDriver(DriverBase):
         return out
 
     def _tasks(self, cids: Sequence[str]) -> list[tuple[str, int]]:
-        return [(c, i) for c in cids for i in range(self.topology.components[c].parallelism)]
+        return [(c, i) for c in cids for i in range(self._topology.components[c].parallelism)]
 
     def _tx_job_failed(self, what: str, exc: BaseException) -> None:
-        self.errors.append(error_report("$batch", -1, exc, what, TRACEBACK_LIMIT))
+        self._tally.errors.append(error_report("$batch", -1, exc, what, TRACEBACK_LIMIT))
         log.warning("spark runtime: %s failed (%s)", what, root_cause(exc))
 
     def _tx_process(
@@ -294,13 +312,12 @@ class TransactionalDriver(DriverBase):
             self._tx_job_failed(f"processing job of transactions {txids}", exc)
             processed = {a.transaction_id: False for a in attempts}
         job = TxJob(stages, attempts)
-        self._tx_jobs.append(job)
+        self._jobs.append(job)
         for e in sorted(batches, key=lambda e: e.attempt):
             txid = e.attempt.transaction_id
             if processed[txid]:
                 protocol.on_ack(e.msg_id)
-                if self.fault_hook is not None:
-                    self.fault_hook("prepared", txid)
+                self._fault("prepared", txid)
             else:
                 # Every later one goes back to PENDING with it: emitted again after it.
                 self._tx_failed(txid, "processing")
@@ -320,7 +337,7 @@ class TransactionalDriver(DriverBase):
         get what the processing job sent them and the commit tuple (committers)."""
         attempt = emission.attempt
         txid = attempt.transaction_id
-        job = next((j for j in self._tx_jobs if attempt in j.attempts), None)
+        job = next((j for j in self._jobs if attempt in j.attempts), None)
         if job is None:
             raise RuntimeFailure(f"no processing job holds {attempt!r}, whose commit is due")
         ok = True
@@ -331,7 +348,7 @@ class TransactionalDriver(DriverBase):
                 partial(tx_commit_input, frozenset(tx.commit), attempt)
             )
             base = sc.union([kept, source])
-            outs = {cid: base for cid in self.topology.components if cid not in tx.commit}
+            outs = {cid: base for cid in self._topology.components if cid not in tx.commit}
             stages: list[Any] = []
             try:
                 stages = self._tx_stages(sc, token, payload, tx.commit, outs)
@@ -345,10 +362,9 @@ class TransactionalDriver(DriverBase):
                     rdd.unpersist()
         if ok:
             protocol.on_ack(emission.msg_id)  # stores txid as the last committed one
-            self._tx_failures.pop(txid, None)
-            self._counters["batches"] += 1
-            if self.fault_hook is not None:
-                self.fault_hook("committed", txid)
+            self._failures.pop(txid, None)
+            self._tally.count("batches")
+            self._fault("committed", txid)
         else:
             self._tx_failed(txid, "commit")
             protocol.on_fail(emission.msg_id)
@@ -356,9 +372,9 @@ class TransactionalDriver(DriverBase):
 
     def _tx_failed(self, txid: int, phase: str) -> None:
         """Count a failure of ``txid``; give up after ``statestream.spark.batch.attempts``."""
-        self._counters["replays"] += 1
-        n = self._tx_failures[txid] = self._tx_failures.get(txid, 0) + 1
-        if n >= self.attempts:
+        self._tally.count("replays")
+        n = self._failures[txid] = self._failures.get(txid, 0) + 1
+        if n >= self._attempts:
             raise RuntimeFailure(
                 f"transaction {txid} failed {count(n, 'time')} (the last time in its {phase} phase); "
                 "the next run emits it again from its stored metadata"
@@ -373,9 +389,9 @@ class TransactionalDriver(DriverBase):
             if phase in (TxPhase.PROCESSED, TxPhase.COMMITTING)
         }
         keep = []
-        for job in self._tx_jobs:
+        for job in self._jobs:
             if live.intersection(job.attempts):
                 keep.append(job)
             else:
                 job.release()
-        self._tx_jobs = keep
+        self._jobs = keep
