@@ -54,6 +54,7 @@ from ..._retry import RetryPolicy
 from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
+from ..._windowed import WindowedBoltExecutor
 from ..errorlog import ErrorLog
 from ..metrics import MetricsBank, MetricsSnapshot, kinds_of, progress_of
 from ..plan import RuntimePlan, as_config
@@ -128,6 +129,8 @@ class SparkRuntime:
         self.component_tasks = plan.component_tasks
         self.spouts = plan.data_spouts
         self.bolts = [b for b in plan.bolts if not b.id.startswith("$")]
+        # Windowed bolts get the end of input in a batch of its own (_run_batches).
+        self._windowed = any(isinstance(b.user_obj, WindowedBoltExecutor) for b in self.bolts)
         self.namespaces = plan.stateful_namespaces
         self.fed = [s.id for s in plan.data_spouts if isinstance(s.obj, DataFrameSpout)]
         #: The shape of a transactional topology (None for any other): the
@@ -368,6 +371,7 @@ class SparkRuntime:
         """The loop of a run of batches (the module docstring): why it ended."""
         reason = "stopped"
         clean = False
+        ended = False  # the end-of-input batch ran
         spouts = self._spouts
         try:
             self._checkpoints.start(positions_needed=not self.at_most_once)
@@ -381,6 +385,12 @@ class SparkRuntime:
                 batch = spouts.read()
                 if not batch.size:
                     if until_idle and spouts.idle():
+                        if self._windowed and not ended:
+                            # One more batch, empty: its windowed bolts' tasks get the
+                            # end of input, and what their windows emit commits with it.
+                            ended = batch.end_of_input = True
+                            self._batches.run(batch, self._read_again, job)
+                            continue
                         reason = "idle"
                         break
                     self.clock.sleep(interval)
@@ -394,7 +404,9 @@ class SparkRuntime:
         return reason
 
     def _read_again(self, batch: Batch) -> Batch:
-        return self._spouts.read_again(batch, self._checkpoints.record)
+        again = self._spouts.read_again(batch, self._checkpoints.record)
+        again.end_of_input = batch.end_of_input
+        return again
 
     def feed(
         self,

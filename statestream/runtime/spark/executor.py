@@ -54,6 +54,7 @@ from ..._retry import RetryPolicy, retry_cannot_fix
 from ..._routing import RouteChoice
 from ..._stateful import CHECKPOINT_STREAM, apply_action
 from ..._tuple import SYSTEM_COMPONENT, TICK_STREAM, Fields, Origin, Tuple, check_emit
+from ..._windowed import END_OF_INPUT_STREAM, WindowedBoltExecutor
 from ..errorlog import TRACEBACK_LIMIT, error_parts
 from ..metrics import TaskTiming, sampling
 from ..plan import RuntimePlan
@@ -350,8 +351,10 @@ def run_bolt(
     valid: Mapping[str, str],
     index: int,
     items: Iterable[tuple[int, Any]],
+    end_of_input: bool = False,
 ) -> Iterator[tuple[Any, Any, Any]]:
-    """One bolt task for one batch attempt (a Spark partition)."""
+    """One bolt task for one batch attempt (a Spark partition); ``end_of_input``: the
+    batch after the last of a bounded run (a windowed bolt's windows all fire)."""
     shipped = shipped_plan(token, payload)
     records = [rec for _, rec in items]
     records.sort(key=sort_key)
@@ -363,6 +366,8 @@ def run_bolt(
     task = BoltTask(shipped, cid, index, txid, valid)
     task.execute_all(records[n_acks:])
     task.tick()
+    if end_of_input and isinstance(task.bolt, WindowedBoltExecutor):
+        task.system_tuple(END_OF_INPUT_STREAM, [])
     yield from task.finish(forwarded)
 
 
@@ -482,11 +487,15 @@ class BoltTask:
         input, so that time moves at batch boundaries (a windowed bolt's
         processing-time windows and watermark, statestream._windowed)."""
         freq = settings_of(self.plan.conf_for(self.cid)).topology_tick_tuple_freq_secs
-        if not freq:
-            return
-        origin = Origin(SYSTEM_COMPONENT, -1, 0, TICK_STREAM, Fields("freq"))
-        rec = (_TICK_KEY, TICK_STREAM, [freq], ())
-        while self._execute(rec, origin):  # a failed tick runs again, as a tuple would
+        if freq:
+            self.system_tuple(TICK_STREAM, [freq], Fields("freq"))
+
+    def system_tuple(self, stream: str, values: list[Any], fields: Fields | None = None) -> None:
+        """Execute a tuple of the runtime's own (a tick, the end of input); a failed
+        one runs again, as a tuple would."""
+        origin = Origin(SYSTEM_COMPONENT, -1, 0, stream, fields or Fields())
+        rec = (_TICK_KEY, stream, values, ())
+        while self._execute(rec, origin):
             pass
 
     def _execute(self, rec: tuple[Any, ...], origin: Origin) -> bool:

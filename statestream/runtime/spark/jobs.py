@@ -117,7 +117,15 @@ class BatchJobs:
                     inputs.mapPartitions(partial(addressed_to, bolt.id))
                     .partitionBy(bolt.parallelism, identity)
                     .mapPartitionsWithIndex(
-                        partial(run_bolt, token, payload, bolt.id, txid, tokens)
+                        partial(
+                            run_bolt,
+                            token,
+                            payload,
+                            bolt.id,
+                            txid,
+                            tokens,
+                            end_of_input=batch.end_of_input,
+                        )
                     )
                 )
                 keep([bolt.id], out)

@@ -169,6 +169,9 @@ class Batch:
     """Per partitioned spout task ``(cid, index)``, the ranges its executors read."""
     timed: list[tuple[str, int, list[float]]] = field(default_factory=list)
     """Per spout task, when its sampled messages were emitted (PollCollector.timed)."""
+    end_of_input: bool = False
+    """The batch after the last, of a bounded run: the windowed bolts' tasks get the
+    end-of-input tuple after their input (statestream._windowed)."""
 
     def completed(self, bank: MetricsBank, now: float) -> None:
         """The batch committed at ``now``: each sampled message's tree is complete
