@@ -19,7 +19,8 @@ its exact count. At the end of a bounded input every open window fires.
   ``redis://HOST:PORT/DB`` (default ``file://clicks.jsonl``)
 * ``CLICKS_STREAM``: the Redis stream's name (default ``clicks``)
 * ``POSTGRES_DSN``: the database holding ``page_views`` (default
-  ``postgresql://postgres@127.0.0.1:5432/test``)
+  ``postgresql://postgres@127.0.0.1:5432/test``); ``PAGEVIEWS_TABLE`` another
+  table of the same columns
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ def source(url: str) -> Spout:
 
 def topology() -> Topology:
     dsn = os.environ.get("POSTGRES_DSN", DEFAULT_DSN)
+    table = os.environ.get("PAGEVIEWS_TABLE", "page_views")
     views = connectors.PostgresSink(
-        "page_views", ["minute", "page", "views"], dsn=dsn, mode="upsert", key=["minute", "page"]
+        table, ["minute", "page", "views"], dsn=dsn, mode="upsert", key=["minute", "page"]
     )
     return build(views)
 

@@ -102,3 +102,38 @@ def test_the_example_runs_as_its_docstring_says(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert rows("page_views") == expected
+
+
+@pytest.mark.slow
+def test_worker_sigkills_mid_minute_leave_every_minutes_exact_count(
+    tmp_path: Path, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``statestream run examples/pageviews.py`` on two worker processes, one of them
+    SIGKILLed twice while the windows fill: the run restarts its workers from the last
+    committed checkpoint, ends by itself, and every minute's row is exact."""
+    sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+    from kill_loop import seeded_rng
+    from test_workers_kill import RESTARTED, _kill_workers, _Run
+
+    clicks = tmp_path / "clicks.jsonl"
+    expected = write_clicks(clicks, 60_000, seed=8)
+    # The run's environment (the subprocess inherits it).
+    monkeypatch.setenv("CLICKS_URL", f"file://{clicks}")
+    monkeypatch.setenv("POSTGRES_DSN", DSN)
+    monkeypatch.setenv("PAGEVIEWS_TABLE", table)
+    run = _Run(
+        [
+            str(ROOT / "examples" / "pageviews.py"), "--until-idle",
+            "--set", "topology.state.provider=sqlite",
+            "--set", f"topology.state.provider.config={{path: {tmp_path / 'state.db'}}}",
+            "--set", "topology.workers=2",
+            "--set", "topology.state.checkpoint.interval.ms=100",
+        ]
+    )  # fmt: skip
+    try:
+        _kill_workers(run, 2, seeded_rng())
+        assert run.wait(180) == 0, run.log()
+        assert run.log().count(RESTARTED) == 2, run.log()
+    finally:
+        run.cleanup()
+    assert rows(table) == expected
