@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from .._backoff import Backoff
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
@@ -264,7 +265,8 @@ class _Reader:
 
     async def _fetch(self, generation: int, stream: str, seq: int) -> None:
         reading: _StreamReader | None = None
-        wait = 0.05
+        # Unbounded here: the spout's Reconnect, told of each error, bounds the outage.
+        backoff = Backoff(first_s=0.05)
         try:
             while True:
                 try:
@@ -275,7 +277,7 @@ class _Reader:
                         )
                         await reading.subscribe()
                     batch = await reading.fetch()
-                    wait = 0.05
+                    backoff.ok()
                     if batch:
                         pass
                     elif (generation, stream) in self.idle_queued or not await reading.at_end():
@@ -289,8 +291,9 @@ class _Reader:
                     if reading is not None:
                         seq, reading = reading.seq, None  # a new consumer goes on from there
                     await self._put((generation, stream, exc))
-                    await asyncio.sleep(wait)
-                    wait = min(wait * 2, 2.0)
+                    now = self.loop.time()
+                    at = backoff.failed(now)  # never None: unbounded
+                    await asyncio.sleep(0.0 if at is None else at - now)
         finally:
             if reading is not None:
                 await reading.close()
