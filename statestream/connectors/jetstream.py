@@ -24,7 +24,7 @@ from .._backoff import Backoff
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
-from ._broker import Reconnect, redact, require, unreachable
+from ._broker import redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
 __all__ = ["JetStreamSpout"]
@@ -431,7 +431,7 @@ class JetStreamSpout(BrokerSpout):
             except Exception as exc:
                 self.close()
                 raise unreachable(self._name(), self.url, exc) from exc
-        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        self._reconnect_to(self.url)
 
     def _start(self, seqs: Mapping[str, int], replay: Sequence[Any]) -> None:
         assert self._reader is not None

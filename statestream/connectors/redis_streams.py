@@ -9,7 +9,7 @@ from typing import Any
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
-from ._broker import Reconnect, redact, require, unreachable
+from ._broker import redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
 __all__ = ["RedisStreamSpout"]
@@ -168,7 +168,7 @@ class RedisStreamSpout(BrokerSpout):
                     "fix the stream's name, or create it first (XADD, or XGROUP CREATE "
                     f"{s} <group> $ MKSTREAM)"
                 )
-        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        self._reconnect_to(self.url)
         # acked_position() is asked only with at-least-once state (statestream._resume):
         # an exactly-once run restarts from position() and need not keep each
         # entry's predecessor.

@@ -26,7 +26,7 @@ def _gated(log: list[str], name: str) -> tuple[Callable[[], None], threading.Eve
 
 
 def test_submit_returns_before_the_write_and_settle_waits_for_it() -> None:
-    writes, log = OverlappedWrites(), []
+    writes, log = OverlappedWrites(), list[str]()
     writes.start(("t", "sink", 0), "writer-a")
     write, gate = _gated(log, "w1")
     writes.submit(write)
@@ -106,7 +106,7 @@ def test_another_task_does_not_wait() -> None:
 
 
 def test_close_without_a_write_runs_here_and_travels_without_its_thread() -> None:
-    writes, log = OverlappedWrites(), []
+    writes, log = OverlappedWrites(), list[str]()
     writes.start(("t", "sink", 6), "writer-f")
     writes.submit(lambda: None)
     writes.settle()
