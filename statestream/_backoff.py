@@ -113,7 +113,9 @@ class Backoff:
         return self.since is None or now >= self.next_try
 
 
-def call_retrying(operation: Callable[[], T], clock: Clock, failed: Callable[[Exception], float]) -> T:
+def call_retrying(
+    operation: Callable[[], T], clock: Clock, failed: Callable[[Exception], float]
+) -> T:
     """``operation()``, tried again while it fails, waiting on ``clock``.
 
     ``failed(error)`` is told each failure and answers when to try next (the

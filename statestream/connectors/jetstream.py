@@ -137,9 +137,7 @@ class _StreamReader:
                 raise ConnectionError("the connection to the server closed") from None
             return []
         # A refetch after a new consumer may overlap what was handed over already.
-        batch = [
-            (n, m.data) for m in msgs if (n := int(m.metadata.sequence.stream)) >= self.seq
-        ]
+        batch = [(n, m.data) for m in msgs if (n := int(m.metadata.sequence.stream)) >= self.seq]
         if msgs:
             self.left = int(msgs[-1].metadata.num_pending)
         if batch:
@@ -159,9 +157,7 @@ class _StreamReader:
         try:
             if await self.pending():
                 return False
-            info = await asyncio.wait_for(
-                self.nc.jetstream().stream_info(self.stream), self._ask_s
-            )
+            info = await asyncio.wait_for(self.nc.jetstream().stream_info(self.stream), self._ask_s)
         except TimeoutError:
             return False
         if int(info.state.last_seq) < self.seq or self._resubscribed_at == self.seq:

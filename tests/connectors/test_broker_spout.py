@@ -82,7 +82,9 @@ class Collector:
         self.emitted.append((values[0], msg_id))
 
 
-def opened(spout: ListLogSpout, clock: FakeClock, conf: Mapping[str, Any] | None = None) -> Collector:
+def opened(
+    spout: ListLogSpout, clock: FakeClock, conf: Mapping[str, Any] | None = None
+) -> Collector:
     collector = Collector()
     spout.open(dict(conf or {}), mock_context("lines", clock=clock), collector)
     return collector
