@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ._backoff import FIRST_S, MOST_S, MULTIPLIER, Backoff, call_retrying
 from ._config import settings_of
 from ._errors import ProviderUnavailableError, StoreOutageError, StoreUnwritableError
 
@@ -57,11 +58,9 @@ __all__ = [
 log = logging.getLogger("statestream")
 
 OUTAGE_KEY: Final = "statestream.state.outage.secs"
-_FIRST_S: Final = 0.1  # the first wait: a blip is over before a person notices
-_MULTIPLIER: Final = 2.0
-_MOST_S: Final = 2.0  # a store back is used within this, however long it was away
 
 T = TypeVar("T")
+_END: Any = object()  # a scan's end, told from its items
 
 
 def is_outage(error: BaseException) -> bool:
@@ -93,9 +92,9 @@ class StoreOutage:
     write for one that could not be written (a full disk still answers
     reads, which must not start the bound again). Within it, each failure answers
     :class:`RetryAt` (waits of ``first_s``, doubling, at most ``most_s``,
-    the last one ending at the bound); the first failure at or past
-    ``bound_s`` after the outage began answers :class:`Stop`, and so does
-    every failure after it until a success.
+    the last one ending at the bound: a :class:`~statestream._backoff.Backoff`);
+    the first failure at or past ``bound_s`` after the outage began answers
+    :class:`Stop`, and so does every failure after it until a success.
     """
 
     def __init__(
@@ -103,44 +102,40 @@ class StoreOutage:
         store: str,
         bound_s: float,
         *,
-        first_s: float = _FIRST_S,
-        multiplier: float = _MULTIPLIER,
-        most_s: float = _MOST_S,
+        first_s: float = FIRST_S,
+        multiplier: float = MULTIPLIER,
+        most_s: float = MOST_S,
     ) -> None:
         self.store = store
         self.bound_s = bound_s
-        self.first_s = first_s
-        self.multiplier = multiplier
-        self.most_s = most_s
-        self.since: float | None = None
-        """When the outage under way began (None: the store works)."""
-        self.failures = 0
+        self.backoff = Backoff(bound_s, first_s=first_s, multiplier=multiplier, most_s=most_s)
         self.unwritable = False
         """Whether a write failed in the outage under way (only a write ends it then)."""
-        self._wait = first_s
+
+    @property
+    def since(self) -> float | None:
+        """When the outage under way began (None: the store works)."""
+        return self.backoff.since
+
+    @property
+    def failures(self) -> int:
+        return self.backoff.failures
 
     def failed(self, now: float, error: BaseException) -> RetryAt | Stop:
         """An operation failed at ``now`` with ``error`` (an outage: :func:`is_outage`)."""
         if self.since is None:
-            self.since, self.failures, self._wait = now, 0, self.first_s
             self.unwritable = False
-        self.failures += 1
         if isinstance(error, StoreUnwritableError):
             self.unwritable = True
-        end = self.since + self.bound_s
-        if now >= end:
-            return Stop(self.message(now, error))
-        at = min(now + self._wait, end)
-        self._wait = min(self._wait * self.multiplier, self.most_s)
-        return RetryAt(at)
+        at = self.backoff.failed(now)
+        return Stop(self.message(now, error)) if at is None else RetryAt(at)
 
     def ok(self, write: bool = True) -> float | None:
         """An operation succeeded (``write``: one that writes); returns when the outage
         it ends began, if it ends one (a read does not end an unwritable store's)."""
         if self.since is None or (self.unwritable and not write):
             return None
-        since, self.since = self.since, None
-        return since
+        return self.backoff.ok()
 
     def message(self, now: float, error: BaseException) -> str:
         """The line that stops the run: the store, how long, the cause, what to do."""
@@ -169,14 +164,9 @@ class OutageGuard:
         """``operation()`` (``write``: it writes), repeated while the store is away;
         raises StoreOutageError once the policy stops (the last error attached as
         its cause)."""
-        while True:
-            try:
-                result = operation()
-            except Exception as exc:
-                self._wait(exc)
-                continue
-            self._ok(write)
-            return result
+        result = call_retrying(operation, self.clock, self._failed)
+        self._ok(write)
+        return result
 
     def scan(self, scan: Callable[[], Iterator[T]]) -> Iterator[T]:
         """Iterate ``scan()``, starting it again while it fails before its first item.
@@ -184,29 +174,24 @@ class OutageGuard:
         A failure after the first item is raised as it is: a scan restarted
         halfway would yield those items twice.
         """
-        while True:
-            it = scan()
-            try:
-                first = next(it)
-            except StopIteration:
-                self._ok(write=False)
-                return
-            except Exception as exc:
-                self._wait(exc)
-                continue
-            self._ok(write=False)
-            yield first
-            yield from it
-            return
 
-    def _wait(self, exc: Exception) -> None:
-        """Wait to retry after ``exc``; raise it if it is no outage, StoreOutageError
+        def start() -> tuple[Iterator[T], list[T]]:
+            it = scan()
+            return it, [first] if (first := next(it, _END)) is not _END else []
+
+        it, first = call_retrying(start, self.clock, self._failed)
+        self._ok(write=False)
+        yield from first
+        if first:
+            yield from it
+
+    def _failed(self, exc: Exception) -> float:
+        """When to retry after ``exc``; raise it if it is no outage, StoreOutageError
         once the policy stops."""
         if not is_outage(exc):
             raise exc
-        now = self.clock.monotonic()
         first = self.policy.since is None
-        verdict = self.policy.failed(now, exc)
+        verdict = self.policy.failed(self.clock.monotonic(), exc)
         if isinstance(verdict, Stop):
             raise StoreOutageError(verdict.message) from exc
         if first:
@@ -217,7 +202,7 @@ class OutageGuard:
                 self.policy.bound_s,
                 OUTAGE_KEY,
             )
-        self.clock.sleep(max(0.0, verdict.at - now))
+        return verdict.at
 
     def _ok(self, write: bool) -> None:
         if self.policy.since is not None:

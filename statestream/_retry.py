@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
+from ._backoff import delay
 from ._config import settings_of
 from ._errors import (
     RuntimeFailure,
@@ -114,13 +115,7 @@ class RetryPolicy:
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failure before the next attempt."""
-        if failures < 1:
-            raise ValueError(f"delay() is asked after a failure (failures >= 1), got {failures}")
-        try:
-            ms = self.initial_ms * self.multiplier ** (failures - 1)
-        except OverflowError:  # a message retried forever: the cap holds long before
-            ms = self.max_ms
-        return min(ms, self.max_ms) / 1000.0
+        return delay(failures, self.initial_ms, self.multiplier, self.max_ms) / 1000.0
 
     def gives_up(self, failures: int) -> bool:
         """True once a message that failed ``failures`` times has had its last attempt."""

@@ -17,12 +17,17 @@ PostgresSink        exactly-once (two-phase)      guard row (topology, sink@line
 RedisSink           exactly-once (two-phase)      guard hash field, checked under WATCH
 FileSink            exactly-once (two-phase)      guard file: txid and the committed length
 TwoPhaseSink        the base of the three above   stage at PREPARE, write at COMMIT with the guard
+BrokerSpout         the base of the three spouts  the subclass's (its position/seek)
 ==================  ============================  ==========================================
 
 The sinks are exactly-once with exactly-once state (the default); under
 at-least-once a replayed tuple is written again. A guard names the lineage
 of the state it belongs to, so exactly-once holds across ``statestream state
 clear`` and a new store: nothing is taken as written that this state did not write.
+
+A third party's source for a broker's log subclasses :class:`BrokerSpout`
+(its docstring says what a subclass supplies); a third party's sink,
+:class:`TwoPhaseSink`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads them
+    from ._source import BrokerSpout, Lost
     from .files import FileSink
     from .jetstream import JetStreamSpout
     from .postgres import PostgresSink
@@ -40,8 +46,10 @@ if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads them
     from .sink import TwoPhaseSink
 
 __all__ = [
+    "BrokerSpout",
     "FileSink",
     "JetStreamSpout",
+    "Lost",
     "PostgresSink",
     "RabbitMQSpout",
     "RedisSink",
@@ -51,6 +59,8 @@ __all__ = [
 
 # public name -> the module of this package that defines it.
 _LAZY: dict[str, str] = {
+    "BrokerSpout": "_source",
+    "Lost": "_source",
     "JetStreamSpout": "jetstream",
     "RabbitMQSpout": "rabbitmq",
     "RedisStreamSpout": "redis_streams",

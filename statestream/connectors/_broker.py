@@ -24,10 +24,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from .._backoff import Backoff, call_retrying
 from .._clock import Clock
 from .._config import settings_of
 from .._errors import ConfigError, RuntimeFailure, SinkError, SourceError
-from .._outage import RetryAt, StoreOutage
 
 if TYPE_CHECKING:
     from .._components import TopologyContext
@@ -139,8 +139,8 @@ class Reconnect:
     a state store's outage is waited out (statestream._outage): nothing can
     commit meanwhile anyway, and a checkpoint failed instead would be
     reported as an error and, in exactly-once mode, rewind the run. The
-    waits between attempts are the store's outage policy
-    (:class:`~statestream._outage.StoreOutage`: doubling, at most 2 s). Once
+    waits between attempts are a :class:`~statestream._backoff.Backoff`
+    (the store's outage waits: doubling, at most 2 s). Once
     the server has been away for ``limit`` seconds, :meth:`failed` raises
     ``error`` (a :class:`SourceError` by default) naming the connector and
     the server, which stops the run (exit 1): what was committed stays, and
@@ -160,8 +160,7 @@ class Reconnect:
         self.url = url
         self.clock = clock
         self.error = error
-        self.policy = StoreOutage(redact(url), limit)
-        self._next_try = 0.0
+        self.backoff = Backoff(limit)
 
     @classmethod
     def from_conf(
@@ -178,35 +177,35 @@ class Reconnect:
 
     @property
     def down(self) -> bool:
-        return self.policy.since is not None
+        return self.backoff.down
 
     def due(self) -> bool:
         """Whether to talk to the server now (always, unless it was lost and the
-        next attempt's time has not come)."""
-        return self.policy.since is None or self.clock.monotonic() >= self._next_try
+        next attempt's time has not come). The clock is read only while the server
+        is away: a spout asks before every read, and a StepClock moves at each reading."""
+        return not self.backoff.down or self.backoff.due(self.clock.monotonic())
 
-    def failed(self, exc: BaseException) -> None:
-        """A call failed with a connection error: schedule the next attempt, or
-        raise once the server has been away for the limit."""
-        first = self.policy.since is None
-        verdict = self.policy.failed(self.clock.monotonic(), exc)
-        if isinstance(verdict, RetryAt):
-            self._next_try = verdict.at
+    def failed(self, exc: BaseException) -> float:
+        """A call failed with a connection error: schedule the next attempt (returns
+        its time, the clock's), or raise once the server has been away for the limit."""
+        first = not self.backoff.down
+        at = self.backoff.failed(self.clock.monotonic())
+        if at is not None:
             if first:
                 log.warning(
                     "%s lost %s: %s; reconnecting for up to %g s (%s)",
-                    self.connector, redact(self.url), _reason(exc), self.policy.bound_s, LIMIT_KEY,
+                    self.connector, redact(self.url), _reason(exc), self.backoff.bound_s, LIMIT_KEY,
                 )  # fmt: skip
-            return
+            return at
         raise self.error(
             f"{self.connector} lost {redact(self.url)} and could not reconnect within "
-            f"{self.policy.bound_s:g} s ({LIMIT_KEY}): "
+            f"{self.backoff.bound_s:g} s ({LIMIT_KEY}): "
             f"{_reason(exc)}; what was committed stays, run again once the server is back"
         ) from exc
 
     def ok(self) -> None:
         """A call succeeded: the server is back (or was never away)."""
-        since = self.policy.ok()
+        since = self.backoff.ok()
         if since is not None:
             log.warning(
                 "%s reached %s again after %.1f s; the run goes on",
@@ -217,14 +216,12 @@ class Reconnect:
         """``operation()``, repeated while it fails with an error ``lost`` says is a lost
         server, waiting on the clock for each next attempt; raises ``error`` once
         past the limit (the last failure attached), and any other error as it is."""
-        while True:
-            try:
-                result = operation()
-            except Exception as exc:
-                if not lost(exc):
-                    raise
-                self.failed(exc)
-                self.clock.sleep(max(0.0, self._next_try - self.clock.monotonic()))
-                continue
-            self.ok()
-            return result
+
+        def failed(exc: Exception) -> float:
+            if not lost(exc):
+                raise exc
+            return self.failed(exc)
+
+        result = call_retrying(operation, self.clock, failed)
+        self.ok()
+        return result

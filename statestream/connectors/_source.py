@@ -18,7 +18,9 @@ JetStream stream, a RabbitMQ queue):
 A subclass supplies only what differs per broker: reading a batch into the
 buffer (:meth:`BrokerSpout._read`), its position and seek, how far it has
 read and where the stream ends (:meth:`BrokerSpout._done`,
-:meth:`BrokerSpout._stream_end`), connecting and closing.
+:meth:`BrokerSpout._stream_end`), connecting and closing. It is public
+(exported from :mod:`statestream.connectors`, as is :class:`Lost`): the
+base of a third party's source; this module's path stays importable.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ _PROGRESS_EVERY_S = 1.0  # how often a spout asks the broker where the stream en
 
 
 class Lost(Exception):  # a signal from _read to _fill, not an error to report
-    """Raised by :meth:`BrokerSpout._read` for a connection error: the server was
-    lost, and :class:`Reconnect` decides whether to try again or stop the run."""
+    """Raised by :meth:`BrokerSpout._read` for a connection error (``Lost(error)``):
+    the server was lost, and :class:`Reconnect` decides whether to try again or
+    stop the run."""
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
@@ -59,13 +62,38 @@ def spread(connector: str, names: Sequence[str], task: int, tasks: int, what: st
 
 
 class BrokerSpout(Spout):
-    """The base of the broker spouts (private): see the module docstring.
+    """The base of a spout reading a log from a broker: ours (Redis streams, JetStream,
+    RabbitMQ) and a third party's (``from statestream.connectors import BrokerSpout``).
 
-    Lifecycle, for the subclass: ``open`` connects, sets :attr:`_reconnect`
-    (``Reconnect.from_conf``) and may call :meth:`_restart`; ``seek`` calls
-    :meth:`_restart` with the failed entries its position carried; ``close``
-    is the subclass's. ``next_tuple``, ``ack``, ``fail``, ``exhausted`` and
-    ``progress`` are the base's.
+    The base keeps the bookkeeping between a broker and the runtime (the
+    module docstring: buffer, in-flight, replay, caught up, reconnect,
+    progress) and implements ``next_tuple``, ``ack``, ``fail``, ``exhausted``
+    and ``progress``. What a subclass supplies (the hooks start with ``_``: they
+    are for subclasses, not callers):
+
+    * ``connector``: its public name, for messages;
+      ``super().__init__(count, block_ms)`` from its ``__init__``;
+    * ``open``: call ``super().open(...)``, take its share of the streams with
+      :meth:`_take_share` (sets ``_mine``), connect (a server that does not
+      answer: raise a :class:`~statestream.SourceError` naming it), and call
+      :meth:`_reconnect_to` with the server's URL;
+    * :meth:`_read`: read the next batch into :attr:`_buffer` as ``(message id,
+      values)`` pairs, the message id hashable and unique in the task; return
+      whether the broker had nothing more (True), or None when nothing was
+      learnt; raise :class:`Lost` for a connection error (the reconnect policy
+      then decides: try again later, or stop the run once past its bound).
+      Called from the runtime's thread: it waits at most ``block_ms``;
+    * optionally :meth:`_emitted` (a message left the buffer: move the
+      position on), :meth:`_done` and :meth:`_stream_end` (progress);
+    * to be rewindable (exactly-once), ``position()`` and ``seek(position)``:
+      build the position with :meth:`_where` (with :meth:`_failed`'s entries
+      to emit again), and at ``seek`` check it with :meth:`_check_spread` and
+      call :meth:`_restart` with the failed entries it carried;
+    * ``close``, idempotent, and ``__getstate__`` leaving out connections (a
+      spout is pickled to Spark's executors and to worker processes).
+
+    Lifecycle: ``open``, then ``seek`` (a rewindable spout, at every restore),
+    ``next_tuple``/``ack``/``fail`` from the runtime's thread, ``close``.
     """
 
     connector = "BrokerSpout"  # the public class's name, for messages
@@ -108,6 +136,12 @@ class BrokerSpout(Spout):
         return None
 
     # -- the base's -------------------------------------------------------------------
+    def _reconnect_to(self, url: str) -> None:
+        """At ``open``, once connected: a server at ``url`` lost mid-run is tried again
+        for ``statestream.connectors.reconnect.secs``, then the run stops (sets
+        :attr:`_reconnect`; ``url`` is shown with its password hidden)."""
+        self._reconnect = Reconnect.from_conf(self._name(), url, self.conf, self.context.clock)
+
     def next_tuple(self) -> None:
         if self._replay:
             msg_id = self._replay.popleft()

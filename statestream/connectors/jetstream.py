@@ -4,7 +4,9 @@ nats-py is asyncio only, and a spout is called from the runtime's thread:
 each spout task runs one event loop in a daemon thread of its own
 (:class:`_Reader`), which fetches batches from an ephemeral pull consumer
 and hands them over through a bounded queue (its backpressure: the loop
-waits while the queue is full).
+waits while the queue is full). The reading of one stream itself
+(:class:`_StreamReader`: fetch, and whether an empty fetch is the end) is
+written once, for that loop and for a Spark partition's ``read``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any, TypeVar
 
 import orjson
 
+from .._backoff import Backoff
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
-from ._broker import Reconnect, redact, require, unreachable
+from ._broker import redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
 __all__ = ["JetStreamSpout"]
@@ -81,6 +84,98 @@ def _finish(loop: asyncio.AbstractEventLoop) -> None:
         with contextlib.suppress(Exception):
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
     loop.close()
+
+
+class _StreamReader:
+    """One stream read from a sequence on, up to ``count`` messages a fetch, through an
+    ephemeral pull consumer on a connection the caller owns (and on its event loop):
+    the reading that both the spout's loop thread (:class:`_Reader`) and a Spark
+    partition's :meth:`JetStreamSpout.read` do, written once.
+
+    Lifecycle: :meth:`subscribe`, then :meth:`fetch` as often as wanted (asking
+    :meth:`at_end` after one that found nothing), then :meth:`close` (idempotent;
+    the connection stays the caller's). :attr:`seq` is the sequence of the next
+    message to hand over; :attr:`left` the consumer's count of what it has still
+    to deliver, as the last message fetched said (None: not known).
+
+    **A fetch that gives up is no proof of the stream's end.** The server may
+    deliver a fetch's messages after the client stopped waiting for them: with
+    no acks they count as delivered (the consumer's pending count leaves them
+    out), yet they only wait in the client's queue for a fetch that may not come.
+    Taken as the end, that ended an --until-idle run short of it (a 1 ms fetch
+    on a loaded machine). So :meth:`at_end` also compares the stream's last
+    sequence (stream info) with :attr:`seq`: entries at or after it that were
+    not handed over mean a new consumer from :attr:`seq`, at most once per gap
+    (with a subject filter the stream's later entries may all be other
+    subjects', which no consumer of ours delivers: the second time it is the end).
+    """
+
+    def __init__(
+        self, nc: Any, stream: str, subject: str | None, seq: int, count: int, timeout_s: float
+    ) -> None:
+        self.nc, self.stream, self.subject = nc, stream, subject
+        self.seq, self.count, self.timeout_s = seq, count, timeout_s
+        self.left: int | None = None
+        self._sub: Any = None
+        self._resubscribed_at: int | None = None  # the gap a new consumer was made for
+
+    async def subscribe(self) -> None:
+        """A consumer delivering from :attr:`seq` on (the one before it, if any, closed)."""
+        await self.close()
+        self._sub = await _subscribe(self.nc, self.stream, self.subject, self.seq)
+        self.left = None
+
+    async def fetch(self, most: int | None = None) -> list[tuple[int, bytes]]:
+        """The next messages (at most ``most`` or ``count``) as ``(sequence, payload)``;
+        none if none came within the timeout."""
+        try:
+            msgs = await self._sub.fetch(
+                batch=min(self.count, most or self.count), timeout=self.timeout_s
+            )
+        except TimeoutError:  # nats' own (a subclass) or, past the deadline, the bare one
+            if not self.nc.is_connected:
+                raise ConnectionError("the connection to the server closed") from None
+            return []
+        # A refetch after a new consumer may overlap what was handed over already.
+        batch = [(n, m.data) for m in msgs if (n := int(m.metadata.sequence.stream)) >= self.seq]
+        if msgs:
+            self.left = int(msgs[-1].metadata.num_pending)
+        if batch:
+            self.seq = batch[-1][0] + 1
+        return batch
+
+    async def pending(self) -> int:
+        """The consumer's count of what it has left to deliver (a round trip)."""
+        info = await asyncio.wait_for(self._sub.consumer_info(), self._ask_s)
+        self.left = int(info.num_pending)
+        return self.left
+
+    async def at_end(self) -> bool:
+        """After a fetch that found nothing: whether the stream has nothing more for
+        us (see the class docstring). A server slow to answer counts as entries
+        left: the next fetch finds out, and notices a server that went away."""
+        try:
+            if await self.pending():
+                return False
+            info = await asyncio.wait_for(self.nc.jetstream().stream_info(self.stream), self._ask_s)
+        except TimeoutError:
+            return False
+        if int(info.state.last_seq) < self.seq or self._resubscribed_at == self.seq:
+            return True
+        # Entries from seq on that no fetch handed over: delivered to one that gave up.
+        self._resubscribed_at = self.seq
+        await self.subscribe()
+        return False
+
+    @property
+    def _ask_s(self) -> float:
+        return max(self.timeout_s, 0.25)
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(Exception):  # a connection gone takes the consumer too
+                await sub.unsubscribe()
 
 
 class _Reader:
@@ -165,49 +260,39 @@ class _Reader:
         self.loop.call_soon_threadsafe(begin)
 
     async def _fetch(self, generation: int, stream: str, seq: int) -> None:
-        sub: Any = None
-        wait = 0.05
-        while True:
-            try:
-                if sub is None:
-                    await self._connect()
-                    sub = await _subscribe(self._nc, stream, self.subject, seq)
-                try:
-                    msgs = await sub.fetch(batch=self.count, timeout=self.block_s)
-                except TimeoutError:  # nats' own (a subclass) or, past the deadline, the bare one
-                    if not self._nc.is_connected:
-                        raise ConnectionError("the connection to the server closed") from None
-                    msgs = []
-                batch = [(m.metadata.sequence.stream, m.data) for m in msgs]
-                wait = 0.05
-                if batch:
-                    seq = batch[-1][0] + 1
-                elif (generation, stream) in self.idle_queued or await self._entries_left(sub):
-                    continue
-                else:
-                    self.idle_queued.add((generation, stream))
-                await self._put((generation, stream, batch))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                sub = None
-                await self._put((generation, stream, exc))
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 2.0)
-
-    async def _entries_left(self, sub: Any) -> bool:
-        """Whether ``sub``'s consumer has entries left to deliver after a fetch that
-        found none. A fetch that timed out is no proof of the stream's end: a loaded
-        server or client can take longer than block_ms to deliver what is there,
-        and taken as caught up it would end an --until-idle run short of the
-        stream's end. The consumer's own count of what it has left (the filter's)
-        says; a count that does not come soon counts as entries left (the next
-        fetch finds out, and notices a server that went away)."""
+        reading: _StreamReader | None = None
+        # Unbounded here: the spout's Reconnect, told of each error, bounds the outage.
+        backoff = Backoff(first_s=0.05)
         try:
-            info = await asyncio.wait_for(sub.consumer_info(), timeout=max(self.block_s, 0.25))
-        except TimeoutError:
-            return True
-        return bool(info.num_pending)
+            while True:
+                try:
+                    if reading is None:
+                        await self._connect()
+                        reading = _StreamReader(
+                            self._nc, stream, self.subject, seq, self.count, self.block_s
+                        )
+                        await reading.subscribe()
+                    batch = await reading.fetch()
+                    backoff.ok()
+                    if batch:
+                        pass
+                    elif (generation, stream) in self.idle_queued or not await reading.at_end():
+                        continue
+                    else:
+                        self.idle_queued.add((generation, stream))
+                    await self._put((generation, stream, batch))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if reading is not None:
+                        seq, reading = reading.seq, None  # a new consumer goes on from there
+                    await self._put((generation, stream, exc))
+                    now = self.loop.time()
+                    at = backoff.failed(now)  # never None: unbounded
+                    await asyncio.sleep(0.0 if at is None else at - now)
+        finally:
+            if reading is not None:
+                await reading.close()
 
     async def _put(self, item: _Item) -> None:
         while True:
@@ -342,7 +427,7 @@ class JetStreamSpout(BrokerSpout):
             except Exception as exc:
                 self.close()
                 raise unreachable(self._name(), self.url, exc) from exc
-        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        self._reconnect_to(self.url)
 
     def _start(self, seqs: Mapping[str, int], replay: Sequence[Any]) -> None:
         assert self._reader is not None
@@ -463,34 +548,31 @@ class JetStreamSpout(BrokerSpout):
         if start >= end:
             return
         loop = asyncio.new_event_loop()
+        run = loop.run_until_complete
         nc: Any = None
         try:
-            nc = loop.run_until_complete(_open(self.url))
-            sub = loop.run_until_complete(_subscribe(nc, partition, self.subject, start))
-            pending = int(loop.run_until_complete(sub.consumer_info()).num_pending)
+            nc = run(_open(self.url))
+            reading = _StreamReader(nc, partition, self.subject, start, self.count, 1.0)
+            run(reading.subscribe())
+            run(reading.pending())
             empty = 0
-            while pending:  # the messages left that the consumer delivers (the filter's)
-                try:
-                    msgs = loop.run_until_complete(
-                        sub.fetch(batch=min(self.count, end - start), timeout=1.0)
-                    )
-                except TimeoutError:
-                    msgs = []
-                if not msgs:
+            # Up to end, while the consumer has messages left (the filter's; None
+            # after a new consumer: not known until its first fetch).
+            while reading.seq < end and reading.left != 0:
+                batch = run(reading.fetch(end - reading.seq))
+                if not batch:
+                    if run(reading.at_end()):
+                        return
                     empty += 1
                     if empty > 30:
-                        raise TimeoutError(f"no message in 30 fetches, {pending} pending")
+                        raise TimeoutError(f"no message in 30 fetches, {reading.left} pending")
                     continue
                 empty = 0
-                for m in msgs:
-                    n = int(m.metadata.sequence.stream)
+                for n, data in batch:
                     if n >= end:
                         return
-                    yield self._decode(partition, n, m.data)
-                    start = n + 1
-                if start >= end:
-                    return
-                pending = int(msgs[-1].metadata.num_pending)
+                    yield self._decode(partition, n, data)
+                start = reading.seq
         except SourceError:
             raise
         except Exception as exc:

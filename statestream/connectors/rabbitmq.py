@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
-from ._broker import Reconnect, client_name, redact, require, unreachable
+from ._broker import client_name, redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
 __all__ = ["RabbitMQSpout"]
@@ -108,7 +108,7 @@ class RabbitMQSpout(BrokerSpout):
         super().open(conf, context, collector)
         require("pika", "rabbitmq", "RabbitMQSpout")
         self._take_share(context, self.queues, "queue")
-        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        self._reconnect_to(self.url)
         try:
             self._connect()
         except ConfigError:

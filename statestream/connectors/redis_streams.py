@@ -9,7 +9,7 @@ from typing import Any
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
-from ._broker import Reconnect, redact, require, unreachable
+from ._broker import redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
 __all__ = ["RedisStreamSpout"]
@@ -37,6 +37,70 @@ def _id_before(entry: str) -> str:
 def _raw(response: Any, **_: Any) -> Any:
     """redis-py's response callback that leaves a reply as it came."""
     return response
+
+
+class _StreamReader:
+    """One stream read after an entry id: the reading that both the spout (its
+    XREAD replies, one per stream) and a Spark partition's
+    :meth:`RedisStreamSpout.read` (XRANGE pages) do, written once: where it is
+    (:attr:`after`, the last id read) and what an entry becomes (the named
+    fields' values as text, or a :class:`~statestream.SourceError` naming the
+    stream, the entry and what is wrong). Replies come raw (``[id, [field,
+    value, ...]]`` per entry: the client's own parse builds a dict per entry).
+    """
+
+    def __init__(self, what: str, stream: str, fields: Sequence[str], after: str) -> None:
+        self.what, self.stream, self.fields = what, stream, list(fields)
+        self.keys = [f.encode() for f in self.fields]
+        self.after = after
+
+    def take(self, entries: Sequence[Any]) -> list[tuple[tuple[str, str], list[str]]]:
+        """``entries`` (a raw reply's, in order, after :attr:`after`) as ``((stream,
+        id), values)``; :attr:`after` moves to the last."""
+        if not entries:
+            return []
+        items = self._decode(entries)
+        self.after = items[-1][0][1]
+        return items
+
+    def page(self, client: Any, end: str, count: int) -> list[tuple[tuple[str, str], list[str]]]:
+        """The next ``count`` entries after :attr:`after` up to and including ``end``
+        (XRANGE); fewer than ``count``: none is left up to ``end``."""
+        return self.take(client.xrange(self.stream, f"({self.after}", end, count=count))
+
+    def _decode(self, entries: Sequence[Any]) -> list[tuple[tuple[str, str], list[str]]]:
+        s = self.stream
+        if len(self.keys) == 1:
+            # One field, the entry holding only it (what a producer of lines sends):
+            # one comprehension, no call an entry. Anything else, or a value that
+            # is not UTF-8, takes the general path, which names what is wrong.
+            key = self.keys[0]
+            try:
+                if all(len(data) == 2 and data[0] == key for _, data in entries):
+                    return [((s, i.decode()), [data[1].decode()]) for i, data in entries]
+            except UnicodeDecodeError:
+                pass
+        return [((s, e := i.decode()), self.values(e, data)) for i, data in entries]
+
+    def values(self, entry: str, data: Mapping[bytes, bytes] | Sequence[bytes]) -> list[str]:
+        """The fields' values of entry ``entry`` (``data``: a mapping, or a raw reply's
+        ``[field, value, ...]``)."""
+        if not isinstance(data, Mapping):
+            data = dict(zip(data[::2], data[1::2], strict=True))
+        try:
+            return [data[k].decode() for k in self.keys]
+        except KeyError as exc:
+            have = sorted(k.decode(errors="replace") for k in data)
+            raise SourceError(
+                f"{self.what}: entry {entry} of stream {self.stream!r} has no field "
+                f"{exc.args[0].decode()!r} (it has {have}); produce it with every field "
+                f"of {self.fields}, or read fewer fields"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise SourceError(
+                f"{self.what}: entry {entry} of stream {self.stream!r} has a value that is "
+                f"not UTF-8 ({exc.reason}); produce UTF-8 text"
+            ) from None
 
 
 class RedisStreamSpout(BrokerSpout):
@@ -114,9 +178,8 @@ class RedisStreamSpout(BrokerSpout):
             )
         super().__init__(count, block_ms)
         self.url = url
-        self._keys = [f.encode() for f in self.fields]
         self._client: Any = None
-        self._read_ids: dict[str, str] = {}  # stream -> the last id read (into the buffer)
+        self._readers: dict[str, _StreamReader] = {}  # stream -> where it was read to
         self._last: dict[str, str] = {}  # stream -> the last id emitted
         self._counts: dict[str, int] | None = {}  # stream -> entries emitted (None: unknown)
         # (stream, entry id) in flight -> the id emitted before it in its stream, in
@@ -152,6 +215,7 @@ class RedisStreamSpout(BrokerSpout):
         # redis-py's own parse builds a dict per entry, about half the reader
         # thread's work, and that thread holds the interpreter lock the tasks need.
         self._client.set_response_callback("XREAD", _raw)
+        self._client.set_response_callback("XRANGE", _raw)
         try:
             types = [self._client.type(s) for s in self._mine]
         except redis.RedisError as exc:
@@ -168,7 +232,7 @@ class RedisStreamSpout(BrokerSpout):
                     "fix the stream's name, or create it first (XADD, or XGROUP CREATE "
                     f"{s} <group> $ MKSTREAM)"
                 )
-        self._reconnect = Reconnect.from_conf(self._name(), self.url, conf, context.clock)
+        self._reconnect_to(self.url)
         # acked_position() is asked only with at-least-once state (statestream._resume):
         # an exactly-once run restarts from position() and need not keep each
         # entry's predecessor.
@@ -180,7 +244,8 @@ class RedisStreamSpout(BrokerSpout):
     ) -> None:
         self._drop_ahead()  # read after ids that are not where the spout goes on from
         self._last = dict(emitted)
-        self._read_ids = dict(emitted)
+        name = self._name()
+        self._readers = {s: _StreamReader(name, s, self.fields, e) for s, e in emitted.items()}
         self._counts = dict(counts) if counts is not None else None
         self._restart(((s, entry), values) for s, entry, values in replay)
         # A failed entry's predecessor is not known any more: the greatest id below
@@ -223,34 +288,19 @@ class RedisStreamSpout(BrokerSpout):
             raise SourceError(f"{self._name()}: XREAD failed on {redact(self.url)}: {exc}") from exc
         for key, entries in reply.items() if isinstance(reply, dict) else reply or ():
             s = key.decode() if isinstance(key, bytes) else str(key)
-            if entries:
-                items = self._entries(s, entries)
-                self._buffer += items
-                self._read_ids[s] = items[-1][0][1]
+            self._buffer += self._readers[s].take(entries)
         self._send()
         return not reply
-
-    def _entries(self, s: str, entries: Sequence[Any]) -> list[tuple[tuple[str, str], list[str]]]:
-        """The buffer's items for one stream's entries of a raw reply (``[id, [field,
-        value, ...]]`` each), in order."""
-        if len(self._keys) == 1:
-            # One field, the entry holding only it (what a producer of lines sends):
-            # one comprehension, no call an entry. Anything else, or a value that
-            # is not UTF-8, takes the general path, which names what is wrong.
-            key = self._keys[0]
-            try:
-                if all(len(data) == 2 and data[0] == key for _, data in entries):
-                    return [((s, i.decode()), [data[1].decode()]) for i, data in entries]
-            except UnicodeDecodeError:
-                pass
-        return [((s, e := i.decode()), self._values(s, e, data)) for i, data in entries]
 
     def _send(self) -> Future[Any]:
         """Send the next read (after the last ids read) on the reader thread."""
         if self._reader is None:
             self._reader = ThreadPoolExecutor(1, f"statestream-read-{self.context.task_id}")
         ahead = self._ahead = self._reader.submit(
-            self._client.xread, dict(self._read_ids), count=self.count, block=self.block_ms or None
+            self._client.xread,
+            {s: r.after for s, r in self._readers.items()},
+            count=self.count,
+            block=self.block_ms or None,
         )
         return ahead
 
@@ -272,26 +322,6 @@ class RedisStreamSpout(BrokerSpout):
         for s in self._mine:
             pipe.xinfo_stream(s)
         return sum(int(info["entries-added"]) for info in pipe.execute())
-
-    def _values(
-        self, stream: str, entry: str, data: Mapping[bytes, bytes] | Sequence[bytes]
-    ) -> list[str]:
-        if not isinstance(data, Mapping):  # a raw reply's [field, value, ...]
-            data = dict(zip(data[::2], data[1::2], strict=True))
-        try:
-            return [data[k].decode() for k in self._keys]
-        except KeyError as exc:
-            have = sorted(k.decode(errors="replace") for k in data)
-            raise SourceError(
-                f"{self._name()}: entry {entry} of stream {stream!r} has no field "
-                f"{exc.args[0].decode()!r} (it has {have}); produce it with every field "
-                f"of {self.fields}, or read fewer fields"
-            ) from None
-        except UnicodeDecodeError as exc:
-            raise SourceError(
-                f"{self._name()}: entry {entry} of stream {stream!r} has a value that is "
-                f"not UTF-8 ({exc.reason}); produce UTF-8 text"
-            ) from None
 
     # -- positions (statestream.Rewindable) ------------------------------------------
     def _position_extra(self) -> dict[str, Any]:
@@ -351,17 +381,16 @@ class RedisStreamSpout(BrokerSpout):
         are the last id read), ``count`` a page."""
         import redis
 
-        after = start
+        reading = _StreamReader(self._name(), partition, self.fields, start)
         while True:
             try:
-                page = self._client.xrange(partition, f"({after}", end, count=self.count)
+                page = reading.page(self._client, end, self.count)
             except redis.RedisError as exc:
                 raise SourceError(
                     f"{self._name()}: XRANGE {partition} failed on {redact(self.url)}: {exc}"
                 ) from exc
-            for raw_id, data in page:
-                after = raw_id.decode()
-                yield self._values(partition, after, data)
+            for _, values in page:
+                yield values
             if len(page) < self.count:
                 return
 

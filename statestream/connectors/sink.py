@@ -122,7 +122,6 @@ import operator
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import orjson
@@ -132,6 +131,7 @@ from .._errors import SinkError, TopologyError
 from .._state import KeyValueState
 from .._tuple import Tuple
 from ._broker import Reconnect, TargetUnreachable
+from ._overlap import OverlappedWrites
 
 __all__ = ["LINEAGE_KEY", "STAGE_KEY", "TwoPhaseSink", "input_fields", "last_of_each"]
 
@@ -146,25 +146,9 @@ STAGE_KEY = "$sink.stage"
 LINEAGE_KEY = "$sink.lineage"
 _VALUES = operator.attrgetter("values")
 
-# The write in flight of each sink task of this process, by guard key. A rewind
-# drops a task's instance without cleanup while its writer thread may still be
-# writing; the instance that replaces it waits for that write before it opens
-# the target (a FileSink's open cuts the file back to its guard: it must not
-# race an append), so one guard never has two writers at once.
-_IN_FLIGHT: dict[tuple[str, str, int], Future[None]] = {}
-_IN_FLIGHT_LOCK = threading.Lock()
-
-
-def _wait_for_writes(key: tuple[str, str, int]) -> None:
-    """Until the write in flight under ``key`` (a dropped instance's) has ended, however."""
-    with _IN_FLIGHT_LOCK:
-        future = _IN_FLIGHT.get(key)
-    if future is not None:
-        wait([future])  # its outcome is the dropped instance's: recovery writes what it did not
-
-
 # The instance of each sink task of this process that prepared last, by guard key.
 _LIVE: dict[tuple[str, str, int], TwoPhaseSink] = {}
+_LIVE_LOCK = threading.Lock()
 
 
 def _release_dropped(sink: TwoPhaseSink) -> None:
@@ -173,14 +157,12 @@ def _release_dropped(sink: TwoPhaseSink) -> None:
     connection still open until the garbage collector finds it, so connections
     would pile up on the server over rewinds. Its write in flight ends first."""
     key = sink.task_key
-    with _IN_FLIGHT_LOCK:
+    with _LIVE_LOCK:
         dropped, _LIVE[key] = _LIVE.get(key), sink
     if dropped is not None and dropped is not sink:
         # Its write's outcome is the dropped instance's (recovery writes what it
         # did not): waited for, never raised here.
-        future, dropped._writing = dropped._writing, None
-        if future is not None:
-            wait([future])
+        dropped.writes.abandon()
         try:
             dropped.cleanup()  # closes its connection (on its writer thread, if any)
         except Exception:  # a connection already broken: dropping it is all we want
@@ -251,11 +233,11 @@ class TwoPhaseSink(StatefulBolt):
         self._open = False
         #: The lineage of this task's state (None until init_state or a commit reads it).
         self.lineage: str | None = None
-        # The local runtime's overlap (overlap_commits): the writes run on
-        # _writer, one thread, and _writing is the one in flight.
+        # The local runtime's overlap (overlap_commits): the writes run on the
+        # writer thread of `writes`, one in flight at most.
         self._overlap = False
-        self._writer: ThreadPoolExecutor | None = None
-        self._writing: Future[None] | None = None
+        #: The overlapped target writes (used only once overlap_commits was called).
+        self.writes = OverlappedWrites()
 
     # -- what a subclass implements -------------------------------------------------
     def open_target(self) -> None:
@@ -338,9 +320,8 @@ class TwoPhaseSink(StatefulBolt):
         self._open = False
         self.lineage = None
         self._reconnect = Reconnect.from_conf(self.what, self.url, conf, context.clock, SinkError)
-        self._writing = None
         _release_dropped(self)
-        _wait_for_writes(self.task_key)
+        self.writes.start(self.task_key, f"statestream-sink-{context.task_id}")
         self.check_target()
 
     def init_state(self, state: KeyValueState) -> None:
@@ -419,20 +400,13 @@ class TwoPhaseSink(StatefulBolt):
         self._write_committed(state, wait=not self._overlap)
 
     def cleanup(self) -> None:
-        with _IN_FLIGHT_LOCK:  # (by identity: an instance never prepared has no key)
+        with _LIVE_LOCK:  # (by identity: an instance never prepared has no key)
             for key in [k for k, live in _LIVE.items() if live is self]:
                 del _LIVE[key]
         try:
             self._settle()  # the write in flight ends before the run does
         finally:
-            writer, self._writer = self._writer, None
-            if writer is None:
-                self._close()
-            else:
-                try:
-                    writer.submit(self._close).result()
-                finally:
-                    writer.shutdown()
+            self.writes.close(self._close)
 
     # -- the target write ---------------------------------------------------------------
     def _lineage_of(self, state: KeyValueState, begin: bool = False) -> None:
@@ -482,26 +456,13 @@ class TwoPhaseSink(StatefulBolt):
         if not self._overlap:
             self._write_stage(stage)
             return
-        if self._writer is None:
-            # One thread a task: the target's client is only ever used from it.
-            self._writer = ThreadPoolExecutor(1, f"statestream-sink-{self.context.task_id}")
-        future = self._writing = self._writer.submit(self._write_stage, stage)
-        with _IN_FLIGHT_LOCK:
-            _IN_FLIGHT[self.task_key] = future
+        self.writes.submit(lambda: self._write_stage(stage))
         if wait:
             self._settle()
 
     def _settle(self) -> None:
         """Wait for the write in flight, if any; raise what it raised."""
-        future, self._writing = self._writing, None
-        if future is None:
-            return
-        try:
-            future.result()
-        finally:
-            with _IN_FLIGHT_LOCK:
-                if _IN_FLIGHT.get(self.task_key) is future:
-                    del _IN_FLIGHT[self.task_key]
+        self.writes.settle()
 
     def _write_stage(self, stage: Mapping[str, Any]) -> None:
         """The stage to the target in one transaction with the guard (on the writer
