@@ -41,6 +41,7 @@ _MIN_CLAIM_TTL_MS: Final = 100
 _BACKOFF_BASE_S: Final = 0.05
 _BACKOFF_CAP_S: Final = 1.0
 
+
 def claim_key(scope: str, key_prefix: str = "") -> str:
     """The Redis key of the claim of topology ``scope`` (a string, never a namespace's
     hash: ``namespaces()`` lists hashes only)."""

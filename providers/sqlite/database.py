@@ -63,7 +63,6 @@ _LOG_INDEX: Final = (
 _INHERITED: list[sqlite3.Connection] = []
 
 
-
 class SQLiteDatabase:
     """One provider's use of its sqlite file in this process: one connection, opened
     (and checked) on first use and again in a forked child, serialised by
