@@ -1,4 +1,4 @@
-"""Builds the compiled per-tuple core (see statestream/_core.py) beside its sources.
+"""Builds the compiled per-tuple core (see statestream/_core.py).
 
 Everything else about the package is in pyproject.toml. The modules listed
 in ``statestream._core.COMPILED_MODULES`` are compiled with mypyc into C
@@ -7,10 +7,17 @@ install goes on without them and statestream runs its pure-Python core,
 saying so in one line at start. ``_build_info.json`` records the digests of
 the sources the extensions were built from, so that a checkout edited after
 the build runs its sources rather than stale machine code.
+
+The extensions and their record go where the package is installed from: the
+build tree (``build_lib``, which a wheel packs) for ``python -m build`` and
+``pip install`` of a sdist or a folder, the source tree as well for
+``pip install -e .`` (and ``setup.py build_ext --inplace``), whose package
+is the source tree.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -45,28 +52,57 @@ def _core_module() -> Any:
 
 
 CORE = _core_module()
-BUILD_INFO = HERE / "statestream" / CORE.BUILD_INFO
+BUILD_INFO_NAME: Final[str] = CORE.BUILD_INFO
 
 
 def _warn(message: str) -> None:
     print(f"statestream: {message}; the pure-Python core will run", file=sys.stderr)
 
 
+def _clear(package: Path) -> None:
+    """Drop the extensions and the build record under ``package`` (a statestream
+    package folder), so that a module no longer compiled, or a failed build,
+    leaves no machine code to load."""
+    (package / BUILD_INFO_NAME).unlink(missing_ok=True)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for old in package.rglob(f"*{suffix}"):
+            old.unlink()
+
+
 class OptionalBuildExt(build_ext):
-    """build_ext that records what it built and never fails the install."""
+    """build_ext that records what it built, where the package is installed from,
+    and never fails the install."""
+
+    def _targets(self) -> list[Path]:
+        """The package folders that get the extensions: the build tree's, and the
+        source tree's too when the package is the source tree (editable)."""
+        targets = [Path(self.build_lib).resolve() / "statestream"]
+        if self.inplace:  # setuptools sets it for an editable install too (editable_mode)
+            targets.append(HERE / "statestream")
+        return targets
 
     def run(self) -> None:
-        BUILD_INFO.unlink(missing_ok=True)
-        # An editable build leaves its extensions in the source tree: drop the
-        # old ones first, or a module no longer compiled would still load one.
-        for old in (HERE / "statestream").rglob("*.so"):
-            old.unlink()
+        targets = self._targets()
+        for package in targets:
+            _clear(package)
         try:
             super().run()
         except Exception as exc:  # a missing compiler surfaces here
-            _warn(f"the compiled core could not be built ({exc})")
+            for package in targets:  # what did build would be a partial core
+                _clear(package)
+            _warn(f"the compiled core could not be built ({_first_line(exc)})")
             return
-        BUILD_INFO.write_text(json.dumps({"sources": CORE.source_digests()}, indent=1) + "\n")
+        # The digests of the sources the extensions were built from: build_py
+        # copies them unchanged, so they are the installed .py files' too.
+        record = json.dumps({"sources": CORE.source_digests()}, indent=1) + "\n"
+        for package in targets:
+            if package.is_dir():
+                (package / BUILD_INFO_NAME).write_text(record)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # The commands that only read the package's metadata. pip runs setup.py three

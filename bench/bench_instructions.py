@@ -1,7 +1,7 @@
 """Instructions per word of the word count, counted by valgrind: a figure noise cannot move.
 
     python bench/bench_instructions.py [--sentences 5000]
-        [--topology plain|lines|words|stateful]
+        [--topology plain|lines|words|stateful] [--python PATH]
         [--exactly-once auto|true|false]
         [--metrics default|off|on|served[,...]]
 
@@ -36,6 +36,15 @@ more checkpoints per word; with a fixed N every build takes the same
 checkpoints at the same lines, so counts compare across builds. 23,000 is
 the measured rate of the stateful SQLite count on this machine kind
 (200,000 lines in 8.7 s, bench/RESULTS-wallclock.md).
+
+``--python PATH`` runs the measured word count under another interpreter
+(this one by default), e.g. a venv's into which a wheel was installed, so
+that an installed package counts against the editable checkout
+(bench/RESULTS-core.md). valgrind runs ``PATH`` itself: give the real
+interpreter or a venv's ``bin/python``, never a pyenv shim (a bash script).
+The run imports statestream as that interpreter finds it (mind
+``PYTHONPATH``); the table's heading says which package and which core it
+measured.
 
 ``--metrics`` says what the metrics bank collects (issue 33: collection on,
 with the page served and polled once a second, costs at most 3% more
@@ -284,8 +293,8 @@ def one_run(
     return result, conf
 
 
-def callgrind_count(*script_args: str) -> int:
-    """Instructions callgrind counts inside functools.reduce while this interpreter runs
+def callgrind_count(*script_args: str, python: str = sys.executable) -> int:
+    """Instructions callgrind counts inside functools.reduce while ``python`` runs
     ``script_args`` (a script and its arguments): the measured part of a bench."""
     proc = subprocess.run(
         [
@@ -294,7 +303,7 @@ def callgrind_count(*script_args: str) -> int:
             "--toggle-collect=functools_reduce",
             "--callgrind-out-file=/dev/null",
             # The interpreter itself, not a wrapper script (pyenv shims are bash).
-            sys.executable,
+            python,
             *script_args,
         ],
         capture_output=True,
@@ -307,6 +316,9 @@ def callgrind_count(*script_args: str) -> int:
     found = re.search(r"Collected : (\d+)", proc.stderr)
     if found is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+    measured = re.search(r"^measured: (.*)$", proc.stdout, re.M)
+    if measured is not None and measured.group(1) not in _MEASURED:
+        _MEASURED.append(measured.group(1))
     polls = re.search(r"^polls: (\d+)", proc.stdout, re.M)
     if polls is not None:
         print(f"({script_args[script_args.index('--metrics') + 1]}: {polls.group(1)} polls)")
@@ -314,6 +326,15 @@ def callgrind_count(*script_args: str) -> int:
 
 
 METRICS = ("default", "off", "on", "served")
+_MEASURED: list[str] = []  # the package and core each measured run imported
+
+
+def say_measured() -> None:
+    """Print (for callgrind_count) which statestream this interpreter runs, and its core."""
+    import statestream
+    from statestream import _core
+
+    print(f"measured: statestream from {Path(statestream.__file__).parent}, {_core.describe()}")
 
 
 def main() -> None:
@@ -331,12 +352,18 @@ def main() -> None:
         help=f"comma-separated, each of {', '.join(METRICS)} (see the module docstring)",
     )
     ap.add_argument("--poll-lines", type=int, default=0, help="served: poll every N lines")
+    ap.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter to measure under (default: this one); not a pyenv shim",
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     modes = args.metrics.split(",")
     if unknown := [m for m in modes if m not in METRICS]:
         ap.error(f"--metrics {unknown[0]!r}: pick from {', '.join(METRICS)}")
     if args.one:
+        say_measured()
         one_run(
             args.topology,
             args.sentences,
@@ -369,7 +396,12 @@ def main() -> None:
         *(["--lines-per-second", str(args.lines_per_second)] if args.lines_per_second else []),
         *(["--poll-lines", str(args.poll_lines)] if args.poll_lines else []),
     ]
-    totals = [callgrind_count(__file__, "--one", *common, "--metrics", m) for m in modes]
+    python = shutil.which(args.python) or args.python
+    if Path(python).read_bytes()[:2] == b"#!":
+        raise SystemExit(f"--python {args.python}: a script, not an interpreter (a pyenv shim?)")
+    totals = [
+        callgrind_count(__file__, "--one", *common, "--metrics", m, python=python) for m in modes
+    ]
     words = args.sentences * 10
     cmd = "python bench/bench_instructions.py"
     if args.sentences != 5000:
@@ -390,7 +422,12 @@ def main() -> None:
         cmd += f" --metrics {args.metrics}"
     if args.poll_lines:
         cmd += f" --poll-lines {args.poll_lines}"
-    print(f"command: {cmd}\n")
+    if args.python != sys.executable:
+        cmd += f" --python {args.python}"
+    print(f"command: {cmd}")
+    for measured in _MEASURED:
+        print(f"measured: {measured}")
+    print()
     print("| topology | metrics | words | instructions in LocalRuntime.run | per word | ratio |")
     print("|---|---|---:|---:|---:|---:|")
     for mode, total in zip(modes, totals, strict=True):

@@ -207,7 +207,7 @@ class AckerLedger:
         # going through RotatingMap methods: an ack must update the value in
         # whichever bucket holds it, without moving it, in one lookup. The
         # RotatingMap mutates this list in place, so the reference stays valid.
-        self._buckets = self._pending._buckets
+        self._buckets = self._pending.buckets
         self.late_acks: int = 0
         """Entries created by ack/fail messages that expired with no init (see class doc)."""
 

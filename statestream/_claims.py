@@ -81,10 +81,12 @@ class ClaimHandle(Generic[H]):
     """One claim of a scope (a :class:`~statestream._state.ScopeClaim`), as
     :meth:`ProcessClaims.add` and :meth:`ProcessClaims.join` hand them out."""
 
-    __slots__ = ("_entry", "_registry")
+    __slots__ = ("_entry", "_released")
 
-    def __init__(self, registry: ProcessClaims[H], entry: _Entry[H]) -> None:
-        self._registry = registry
+    def __init__(self, released: Callable[[_Entry[H]], bool], entry: _Entry[H]) -> None:
+        # What the registry gives a handle: a way to count one claim of its
+        # entry released (True: it was the last), never the registry itself.
+        self._released = released
         self._entry: _Entry[H] | None = entry
 
     @property
@@ -112,7 +114,7 @@ class ClaimHandle(Generic[H]):
             # A forked child (a worker) shares its parent's hold through this
             # claim; letting it go here would end the parent's.
             return
-        if self._registry._release(entry):
+        if self._released(entry):
             entry.hold.end()
 
     def __repr__(self) -> str:
@@ -144,14 +146,14 @@ class ProcessClaims(Generic[H]):
             if entry is None:
                 return None
             entry.claims += 1
-            return ClaimHandle(self, entry)
+            return ClaimHandle(self._release, entry)
 
     def add(self, ident: Hashable, hold: H) -> ClaimHandle[H]:
         """Record ``hold``, just taken by this process, on ``ident``; its first claim."""
         entry = _Entry(hold)
         with self._lock:
             self._entries[ident] = entry
-        return ClaimHandle(self, entry)
+        return ClaimHandle(self._release, entry)
 
     def holds(self) -> list[H]:
         """The holds of this process, now."""

@@ -505,11 +505,37 @@ class Config(Mapping[str, Any]):
         self._set(values, sources, prefixes)
 
     @classmethod
-    def _create(
-        cls, values: dict[str, object], sources: dict[str, str], prefixes: frozenset[str]
+    def load(
+        cls,
+        files: Sequence[str | Path] | str | Path = (),
+        sets: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        topology_prefixes: Collection[str] = (),
     ) -> Config:
+        """Build the Config from its layers: :func:`load_config`, which says how."""
+        prefixes = _check_prefixes(topology_prefixes)
+        if isinstance(files, str | Path):
+            files = (files,)
+        if isinstance(sets, str):
+            sets = (sets,)
+        default_values, default_sources = _defaults()
+        values, sources = dict(default_values), dict(default_sources)
+        for path in files:
+            _apply(values, sources, _file_settings(Path(path)), prefixes)
+        environment = os.environ if env is None else env
+        _apply(values, sources, _env_settings(environment, prefixes), prefixes)
+        set_settings = [_Setting(*_split_set(item), SET_SOURCE, True) for item in sets]
+        _apply(values, sources, set_settings, prefixes)
+        _check_cross_keys(values, sources)
+        return cls._create(values, sources, prefixes)
+
+    @classmethod
+    def _create(
+        cls, values: dict[str, object], sources: dict[str, str], prefixes: Collection[str]
+    ) -> Config:
+        """A Config of ``values`` as they are (validated already), for this class."""
         self = cls.__new__(cls)
-        self._set(values, sources, prefixes)
+        self._set(values, sources, frozenset(prefixes))
         return self
 
     def _set(
@@ -527,7 +553,7 @@ class Config(Mapping[str, Any]):
         raise AttributeError("Config is immutable")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore_config, (self._values, self._sources, tuple(sorted(self._prefixes))))
+        return (Config._create, (self._values, self._sources, tuple(sorted(self._prefixes))))
 
     # -- Mapping
 
@@ -657,6 +683,21 @@ class Config(Mapping[str, Any]):
         return Settings(**{entry.attribute: self[name] for name, entry in _SCHEMA.items()})
 
     @property
+    def shared_settings(self) -> Settings:
+        """The one :class:`Settings` every reader of this Config shares, computed at the
+        first read: what statestream's own code reads (through :func:`settings_of`).
+
+        Unlike :attr:`settings`, its mapping values are not copies: do not
+        change them (copy one before handing it to code that may).
+        """
+        cached = self._settings
+        if cached is None:
+            # Two threads may both compute it: equal values, the later one stays.
+            cached = self.settings
+            object.__setattr__(self, "_settings", cached)
+        return cached
+
+    @property
     def spark_conf(self) -> dict[str, Any]:
         """Every ``spark.*`` key (``spark.master`` included) with its value, for SparkConf."""
         return self.topology_keys("spark")
@@ -673,18 +714,7 @@ def settings_of(config: Mapping[str, Any]) -> Settings:
     """
     if not isinstance(config, Config):
         return Config({k: v for k, v in config.items() if k in _SCHEMA}).settings
-    cached = config._settings
-    if cached is None:
-        # Two threads may both compute it: equal values, the later one stays.
-        cached = config.settings
-        object.__setattr__(config, "_settings", cached)
-    return cached
-
-
-def _restore_config(
-    values: dict[str, object], sources: dict[str, str], prefixes: tuple[str, ...]
-) -> Config:
-    return Config._create(values, sources, frozenset(prefixes))
+    return config.shared_settings
 
 
 def load_config(
@@ -699,20 +729,8 @@ def load_config(
     the process environment out, as tests should. ``topology_prefixes`` are
     the first segments whose keys pass through untyped (``"wordcount"``, with
     or without a trailing dot); ``topology``, ``statestream`` and ``spark``
-    are ignored, since their keys are statestream's own. A single path or ``--set`` string is taken as a one-item
-    sequence. Raises ConfigError for the first problem found, in layer order.
+    are ignored, since their keys are statestream's own. A single path or
+    ``--set`` string is taken as a one-item sequence. Raises ConfigError for
+    the first problem found, in layer order. (:meth:`Config.load` is the same.)
     """
-    prefixes = _check_prefixes(topology_prefixes)
-    if isinstance(files, str | Path):
-        files = (files,)
-    if isinstance(sets, str):
-        sets = (sets,)
-    default_values, default_sources = _defaults()
-    values, sources = dict(default_values), dict(default_sources)
-    for path in files:
-        _apply(values, sources, _file_settings(Path(path)), prefixes)
-    _apply(values, sources, _env_settings(os.environ if env is None else env, prefixes), prefixes)
-    set_settings = [_Setting(*_split_set(item), SET_SOURCE, True) for item in sets]
-    _apply(values, sources, set_settings, prefixes)
-    _check_cross_keys(values, sources)
-    return Config._create(values, sources, prefixes)
+    return Config.load(files, sets, env, topology_prefixes)

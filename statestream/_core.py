@@ -1,17 +1,25 @@
 """Which implementation of the per-tuple core runs: compiled (mypyc) or pure Python.
 
-The modules in :data:`COMPILED_MODULES` are plain, typed Python that
-``pip install -e .`` also compiles with mypyc into C extensions beside them
-(``setup.py``). Python prefers an extension to a ``.py`` of the same name,
-so the compiled core is used whenever it was built and imports. The pure
-Python source runs instead, for every one of these modules at once, when:
+The modules in :data:`COMPILED_MODULES` are plain, typed Python that every
+build of the package (``pip install -e .``, ``python -m build``, ``pip
+install`` of a sdist or a folder) also compiles with mypyc into C extensions
+beside them (``setup.py``), with ``_build_info.json``, the digests of the
+sources they were built from. Python prefers an extension to a ``.py`` of
+the same name, so the compiled core is used whenever it was built and
+imports. The pure Python source runs instead, for every one of these
+modules at once, when:
 
 * ``STATESTREAM_CORE=python`` is set (CI runs the behaviour tests this way);
 * the extensions were not built (no compiler, or the build failed: the
   install goes on without them);
-* the sources changed since the extensions were built (``_build_info.json``
-  records their digests), so an edited checkout never runs stale machine
-  code; ``pip install -e .`` rebuilds them.
+* the sources differ from those the extensions were built from (the digests
+  in ``_build_info.json``, next to the installed ``.py`` files: a wheel
+  carries it), so an edited checkout never runs stale machine code; ``pip
+  install -e .`` rebuilds them.
+
+What :func:`describe` says to do about it depends on where the package is:
+a checkout (``setup.py`` beside the package) rebuilds with ``pip install -e
+.``; an installed package is reinstalled.
 
 This module must be imported before any of those modules (the package's
 ``__init__`` does it first). :func:`describe` is the one line the runtimes
@@ -91,6 +99,12 @@ def source_digests(modules: Sequence[str] = COMPILED_MODULES) -> dict[str, str]:
     return {m: hashlib.sha256(source_path(m).read_bytes()).hexdigest() for m in modules}
 
 
+def in_checkout() -> bool:
+    """Whether the package is a source checkout's (``setup.py`` beside it: an editable
+    install or a PYTHONPATH), not an installed copy (a wheel's, a sdist's)."""
+    return (_PACKAGE_DIR.parent / "setup.py").is_file()
+
+
 class _SourceFirst(importlib.abc.MetaPathFinder):
     """Imports the listed modules from their ``.py`` source, never from an extension."""
 
@@ -130,16 +144,32 @@ def _why_pure() -> str | None:
     if choice == "python":
         return f"{ENV_VAR}=python"
     why: str | None = None
+    checkout = in_checkout()
     missing = [m for m in COMPILED_MODULES if not _extension_built(m)]
     if missing:
-        why = "the compiled core is not built (pip install -e . builds it with gcc)"
+        why = (
+            "the compiled core is not built (pip install -e . builds it with gcc)"
+            if checkout
+            else "the compiled core is not built in this install (it was built without a C "
+            "compiler: reinstall it where gcc is installed, or from a wheel that carries it)"
+        )
     else:
         try:
             recorded = json.loads((_PACKAGE_DIR / BUILD_INFO).read_text())["sources"]
         except (OSError, ValueError, KeyError, TypeError):
             recorded = None
-        if recorded != source_digests():
-            why = "the sources changed since it was built (pip install -e . rebuilds it)"
+        if recorded is None and not checkout:
+            why = (
+                f"this install has the compiled core but no {BUILD_INFO} to check it against "
+                "(a wheel of an older statestream): reinstall the package"
+            )
+        elif recorded != source_digests():
+            why = (
+                "the sources changed since it was built (pip install -e . rebuilds it)"
+                if checkout
+                else f"the sources changed since it was built (the installed .py files differ "
+                f"from those {BUILD_INFO} records): reinstall the package"
+            )
     if why is not None and choice == "compiled":
         raise ImportError(f"{ENV_VAR}=compiled, but {why}")
     return why

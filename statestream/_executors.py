@@ -131,28 +131,41 @@ class NativeCollector:
 
 
 class _BasicCollector:
-    """What a BasicBolt emits through: anchored to the input it is executing."""
+    """What a BasicBolt emits through: anchored to the input it is executing.
 
-    __slots__ = ("_emit", "_exec", "_input", "_native")
+    Built by its :class:`BasicBoltExecutor` with what it emits through (the
+    runtime's collector, its one-anchor emit, the compiled core's collector
+    if it is one); :attr:`anchor` is the input being executed, which the
+    executor points at each input in turn (Storm's
+    ``BasicOutputCollector.setContext``) rather than making one per input.
+    """
 
-    def __init__(self, executor: BasicBoltExecutor, input_tuple: Tuple) -> None:
-        self._exec = executor
-        self._emit = executor._emit_anchored
-        self._native = executor._native
-        self._input = input_tuple
+    __slots__ = ("_collector", "_emit", "_native", "anchor")
+
+    def __init__(
+        self,
+        collector: OutputCollector,
+        emit: Callable[..., None],
+        native: NativeCollector | None,
+        anchor: Tuple,
+    ) -> None:
+        self._collector = collector
+        self._emit = emit
+        self._native = native
+        self.anchor = anchor
 
     def emit(self, values: Sequence[Any], stream: str = "default") -> None:
         native = self._native
         if native is not None:
-            native.emit_anchored(values, self._input, stream)
+            native.emit_anchored(values, self.anchor, stream)
         else:
-            self._emit(values, self._input, stream)
+            self._emit(values, self.anchor, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = "default") -> None:
-        self._exec.collector.emit_direct(task, values, self._input, stream)
+        self._collector.emit_direct(task, values, self.anchor, stream)
 
     def report_error(self, error: BaseException) -> None:
-        self._exec.collector.report_error(error)
+        self._collector.report_error(error)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -189,9 +202,11 @@ class BasicBoltExecutor(_Wrapper):
         # BasicOutputCollector.setContext): no object made per input.
         basic = self._basic
         if basic is None:
-            basic = self._basic = _BasicCollector(self, tuple)
+            basic = self._basic = _BasicCollector(
+                self.collector, self._emit_anchored, self._native, tuple
+            )
         else:
-            basic._input = tuple
+            basic.anchor = tuple
         try:
             self.bolt.execute(tuple, basic)
         except FailedException:

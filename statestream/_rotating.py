@@ -67,6 +67,14 @@ class RotatingMap(Generic[K, V]):
         """The number of buckets given at construction."""
         return len(self._buckets)
 
+    @property
+    def buckets(self) -> list[dict[K, V]]:
+        """The buckets themselves, newest first, for a hot path that must update a
+        value where it is, without moving it, in one lookup (the acker's ledger).
+        The list is mutated in place by :meth:`rotate`, so a reference taken once
+        stays valid; a caller must not add or remove buckets."""
+        return self._buckets
+
     def put(self, key: K, value: V) -> None:
         """Store ``value`` under ``key`` in the newest bucket, restarting its expiry.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import itertools
 import os
 import random
 from collections import deque
@@ -383,7 +384,7 @@ class SinkBolt(Bolt):
 
 _ARMED: dict[int, CrashPoint] = {}
 _HITS: collections.Counter[int] = collections.Counter()
-_TRIP_CLASSES: dict[type, type] = {}
+_ARMINGS = itertools.count(1)  # the key of each armed point
 _CHECKPOINT_ACTIONS = ("prepare", "commit", "rollback", "initstate")
 
 
@@ -445,69 +446,89 @@ def crash_at_checkpoint(
     return CrashPoint(component, when, n, action.lower(), txid, task)
 
 
-def _trip(obj: Any, when: str, action: str | None = None, txid: int | None = None) -> None:
-    key: int = obj._crash_key
-    point = _ARMED.get(key)
-    if point is None or point.when != when:
-        return
-    if point.task is not None and obj.context.task_index != point.task:
-        return
-    if action is not None and (action.lower() != point.action):
-        return
-    if point.txid is not None and txid != point.txid:
-        return
-    _HITS[key] += 1
-    if _HITS[key] == point.n:
-        del _ARMED[key]
-        raise SimulatedCrash(f"crash point reached: {point}")
+class _Tripwire:
+    """What a tripwired class (:func:`_tripwire_class`) adds to a component: the
+    check of its armed point. ``_crash_key`` is a class attribute of the class
+    made for one arming, so every task's copy of the component shares it; the
+    component's own methods are the ones after the tripwires in the MRO
+    (:meth:`_component`).
 
-
-def _trip_execute(self: Any, tuple: Tuple) -> None:
-    if tuple.origin.stream != "$checkpoint":
-        _trip(self, "tuple")
-    type(self)._crash_base.execute(self, tuple)
-
-
-def _trip_data_entry(self: Any) -> Callable[[Tuple], None]:
-    inner = type(self)._crash_base.data_entry(self)
-
-    def execute(tuple: Tuple) -> None:
-        _trip(self, "tuple")
-        inner(tuple)
-
-    return execute
-
-
-def _trip_handle_checkpoint(self: Any, action: Any, txid: int) -> None:
-    _trip(self, "before", str(action), txid)
-    type(self)._crash_base.handle_checkpoint(self, action, txid)
-    _trip(self, "after", str(action), txid)
-
-
-def _trip_next_tuple(self: Any) -> None:
-    _trip(self, "tuple")
-    type(self)._crash_base.next_tuple(self)
-
-
-def _tripwire_class(base: type) -> type:
-    """``base`` with its tuple and checkpoint entry points checking the armed point.
-
-    The methods are module functions, so the class (copied per task with
-    cloudpickle, by value) reaches the one process-wide ``_ARMED`` registry.
+    The tripwires are classes of this module (pickled by reference, where the
+    tripwired class is copied per task with cloudpickle, by value), so every
+    copy reaches the one process-wide ``_ARMED`` registry.
     """
-    cls = _TRIP_CLASSES.get(base)
-    if cls is None:
-        attrs: dict[str, Any] = {"_crash_base": base, "__module__": __name__}
-        if isinstance(base, type) and issubclass(base, Spout):
-            attrs["next_tuple"] = _trip_next_tuple
-        else:
-            attrs["execute"] = _trip_execute
-            if hasattr(base, "handle_checkpoint"):
-                attrs["handle_checkpoint"] = _trip_handle_checkpoint
-            if hasattr(base, "data_entry"):
-                attrs["data_entry"] = _trip_data_entry
-        cls = _TRIP_CLASSES[base] = type(f"CrashAt{base.__name__}", (base,), attrs)
-    return cls
+
+    # No __slots__ (not even empty): on 3.11 an empty one makes the tripwired
+    # class's layout differ from the component's, so __class__ cannot be set.
+    _crash_key: int
+    context: Any  # the component's TopologyContext, set by its prepare/open
+
+    def _component(self) -> Any:
+        """The component's own methods (what the tripwires wrap)."""
+        return super()
+
+    def _trip(self, when: str, action: str | None = None, txid: int | None = None) -> None:
+        key = self._crash_key
+        point = _ARMED.get(key)
+        if point is None or point.when != when:
+            return
+        if point.task is not None and self.context.task_index != point.task:
+            return
+        if action is not None and (action.lower() != point.action):
+            return
+        if point.txid is not None and txid != point.txid:
+            return
+        _HITS[key] += 1
+        if _HITS[key] == point.n:
+            del _ARMED[key]
+            raise SimulatedCrash(f"crash point reached: {point}")
+
+
+class _TripExecute(_Tripwire):
+    def execute(self, tuple: Tuple) -> None:
+        if tuple.origin.stream != "$checkpoint":
+            self._trip("tuple")
+        self._component().execute(tuple)
+
+
+class _TripDataEntry(_Tripwire):
+    def data_entry(self) -> Callable[[Tuple], None]:
+        inner = self._component().data_entry()
+
+        def execute(tuple: Tuple) -> None:
+            self._trip("tuple")
+            inner(tuple)
+
+        return execute
+
+
+class _TripCheckpoint(_Tripwire):
+    def handle_checkpoint(self, action: Any, txid: int) -> None:
+        self._trip("before", str(action), txid)
+        self._component().handle_checkpoint(action, txid)
+        self._trip("after", str(action), txid)
+
+
+class _TripNextTuple(_Tripwire):
+    def next_tuple(self) -> None:
+        self._trip("tuple")
+        self._component().next_tuple()
+
+
+def _tripwire_class(base: type, key: int) -> type:
+    """``base`` with its tuple and checkpoint entry points checking the point armed
+    under ``key`` (a class per arming: the key is the class's)."""
+    wires: list[type] = []
+    if isinstance(base, type) and issubclass(base, Spout):
+        wires.append(_TripNextTuple)
+    else:
+        wires.append(_TripExecute)
+        if hasattr(base, "handle_checkpoint"):
+            wires.append(_TripCheckpoint)
+        if hasattr(base, "data_entry"):
+            wires.append(_TripDataEntry)
+    attrs = {"_crash_key": key, "__module__": __name__}
+    return type(f"CrashAt{base.__name__}", (*wires, base), attrs)
 
 
 def _armed(topology: Topology, point: CrashPoint) -> tuple[Topology, int]:
@@ -525,14 +546,13 @@ def _armed(topology: Topology, point: CrashPoint) -> tuple[Topology, int]:
             f"crash point {point}: {point.component!r} has tasks 0..{spec.parallelism - 1}"
         )
     obj = topology.instantiate(point.component)
-    tripwired = _tripwire_class(type(obj))
+    key = next(_ARMINGS)
+    tripwired = _tripwire_class(type(obj), key)
     if isinstance(obj, _Wrapper):
         # An executor of the compiled core takes no __class__ assignment.
         obj = tripwired(obj.bolt)
     else:
         obj.__class__ = tripwired
-    key = id(obj)
-    obj._crash_key = key
     _ARMED[key] = point
     _HITS[key] = 0
     components = {cid: copy.copy(s) for cid, s in topology.components.items()}

@@ -89,8 +89,8 @@ a connection lost at any moment leaves it whole.
 
 from __future__ import annotations
 
+from .connection import _INHERITED as _INHERITED
 from .lease import _TAKE_OVER_LUA as _TAKE_OVER_LUA
-from .provider import _INHERITED as _INHERITED
 from .provider import RedisStateProvider, claim_key, index_name, key_names
 from .provider import _glob_escape as _glob_escape
 

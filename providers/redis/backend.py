@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.commands.core import Script
 
-    from .provider import RedisStateProvider
+    from .connection import RedisConnection
 
 
 _CHUNK: Final = 10_000  # fields per HSET/HDEL command in a pipeline
@@ -57,21 +57,22 @@ return {keys, values}
 class _RedisBackend:
     """:class:`~statestream.provider.StateBackend` of one namespace: three hashes."""
 
-    __slots__ = ("_data", "_index", "_namespace", "_page", "_prepare", "_provider", "_txid")
+    __slots__ = ("_connection", "_data", "_index", "_namespace", "_page", "_prepare", "_txid")
 
-    def __init__(self, provider: RedisStateProvider, namespace: str) -> None:
-        self._provider = provider
+    def __init__(self, connection: RedisConnection, namespace: str, key_prefix: str) -> None:
+        # The client and its errors' translation, not the provider: all a backend uses.
+        self._connection = connection
         self._namespace = namespace
-        data, prepare, txid = key_names(namespace, provider.key_prefix)
+        data, prepare, txid = key_names(namespace, key_prefix)
         self._data = data.encode()
         self._prepare = prepare.encode()
         self._txid = txid.encode()
-        self._index = index_name(namespace, provider.key_prefix).encode()
+        self._index = index_name(namespace, key_prefix).encode()
         self._page: tuple[object, Script] | None = None  # (client, its page script)
 
     def load(self, key: bytes) -> bytes | None:
-        client, _ = self._provider._client()
-        with self._provider._errors(f"read state {self._namespace!r}"):
+        client, _ = self._connection.client()
+        with self._connection.errors(f"read state {self._namespace!r}"):
             value = client.hget(self._data, key)
         return cast("bytes | None", value)
 
@@ -81,8 +82,8 @@ class _RedisBackend:
         seen: set[bytes] = set()
         cursor = 0
         while True:
-            client, _ = self._provider._client()
-            with self._provider._errors(f"scan state {self._namespace!r}"):
+            client, _ = self._connection.client()
+            with self._connection.errors(f"scan state {self._namespace!r}"):
                 cursor, page = client.hscan(self._data, cursor, count=1000)
             for key, value in cast("dict[bytes, bytes]", page).items():
                 if key not in seen:
@@ -97,13 +98,13 @@ class _RedisBackend:
         """Up to ``limit`` committed entries by key above ``after``, in key order,
         read through the namespace's index (see index_name): one round trip a
         page, whatever the state's size."""
-        client, _ = self._provider._client()
+        client, _ = self._connection.client()
         if self._page is None or self._page[0] is not client:
             self._page = (client, client.register_script(_PAGE_LUA))
         script = self._page[1]
         if after is None:
             self._check_index(client)
-        with self._provider._errors(f"scan state {self._namespace!r}"):
+        with self._connection.errors(f"scan state {self._namespace!r}"):
             keys, values = script(
                 keys=[self._index, self._data],
                 args=[b"-" if after is None else b"(" + after, limit],
@@ -115,7 +116,7 @@ class _RedisBackend:
         """Build the index if it misses keys (a store a version without it wrote):
         every commit keeps it, so it never holds more keys than the hash, and
         equal counts mean it is whole."""
-        with self._provider._errors(f"check the key index of state {self._namespace!r}"):
+        with self._connection.errors(f"check the key index of state {self._namespace!r}"):
             pipe = client.pipeline(transaction=False)
             pipe.zcard(self._index)
             pipe.hlen(self._data)
@@ -133,13 +134,13 @@ class _RedisBackend:
 
     def key_count(self) -> int:
         """The committed keys (HLEN: O(1), one round trip)."""
-        client, _ = self._provider._client()
-        with self._provider._errors(f"count the keys of state {self._namespace!r}"):
+        client, _ = self._connection.client()
+        with self._connection.errors(f"count the keys of state {self._namespace!r}"):
             return int(client.hlen(self._data))
 
     def load_txids(self) -> tuple[int, int | None]:
-        client, _ = self._provider._client()
-        with self._provider._errors(f"read the txids of state {self._namespace!r}"):
+        client, _ = self._connection.client()
+        with self._connection.errors(f"read the txids of state {self._namespace!r}"):
             committed, prepared = client.hmget(self._txid, ["commit", "prepare"])
         return (
             -1 if committed is None else int(committed),
@@ -147,8 +148,8 @@ class _RedisBackend:
         )
 
     def write_prepared(self, txid: int, delta: Delta) -> None:
-        client, _ = self._provider._client()
-        with self._provider._errors(f"prepare txid {txid} of state {self._namespace!r}"):
+        client, _ = self._connection.client()
+        with self._connection.errors(f"prepare txid {txid} of state {self._namespace!r}"):
             pipe = client.pipeline(transaction=True)
             for start in range(0, len(delta), _CHUNK):
                 chunk = delta[start : start + _CHUNK]
@@ -157,14 +158,14 @@ class _RedisBackend:
             pipe.execute()
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
-        _, script = self._provider._client()
-        with self._provider._errors(f"commit txid {txid} of state {self._namespace!r}"):
+        _, script = self._connection.client()
+        with self._connection.errors(f"commit txid {txid} of state {self._namespace!r}"):
             status = script(keys=[self._data, self._prepare, self._txid, self._index], args=[txid])
         return _OUTCOMES[int(status)]
 
     def commit_direct(self, delta: Delta) -> None:
-        client, _ = self._provider._client()
-        with self._provider._errors(f"commit state {self._namespace!r}"):
+        client, _ = self._connection.client()
+        with self._connection.errors(f"commit state {self._namespace!r}"):
             pipe = client.pipeline(transaction=True)
             values = [(k, v) for k, v in delta if v is not None]
             tombstones = [k for k, v in delta if v is None]
@@ -178,8 +179,8 @@ class _RedisBackend:
             pipe.execute()
 
     def discard_prepared(self) -> None:
-        client, _ = self._provider._client()
-        with self._provider._errors(f"roll back state {self._namespace!r}"):
+        client, _ = self._connection.client()
+        with self._connection.errors(f"roll back state {self._namespace!r}"):
             pipe = client.pipeline(transaction=True)
             pipe.delete(self._prepare)
             pipe.hdel(self._txid, "prepare")

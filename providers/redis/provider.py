@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import secrets
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from statestream.provider import (
@@ -20,22 +16,17 @@ from statestream.provider import (
     ClaimHandle,
     ClaimWait,
     ConfigError,
-    ProviderUnavailableError,
-    StateCorruptError,
-    StateError,
     check_config_keys,
     config_option,
     get_serializer,
 )
 
-from .._redis_password import warn_if_password_unchecked
-
 if TYPE_CHECKING:
     import redis as redis_module
-    from redis.commands.core import Script
 
 
 from .backend import _RedisBackend, index_name, key_names
+from .connection import RedisConnection, import_redis
 from .lease import _CLAIMS, _TAKE_OVER_LUA, _TAKING, _has_value, _Holder, _Ident, _Lease, _locked
 
 __all__ = ["RedisStateProvider", "claim_key", "index_name", "key_names"]
@@ -50,76 +41,11 @@ _MIN_CLAIM_TTL_MS: Final = 100
 _BACKOFF_BASE_S: Final = 0.05
 _BACKOFF_CAP_S: Final = 1.0
 
-# Runs atomically on the server. KEYS: data, prepare, txid hashes of one
-# namespace (one slot, thanks to the hash tag); ARGV[1]: the txid.
-# Returns 0 applied, 1 already committed (no-op), 2 that txid is not prepared.
-_COMMIT_LUA: Final = """
-local txid = tonumber(ARGV[1])
-local committed = tonumber(redis.call('HGET', KEYS[3], 'commit') or '-1')
-local prepared = redis.call('HGET', KEYS[3], 'prepare')
-if txid <= committed then
-  -- A repeated commit. Drop the delta only if it is stale (<= committed):
-  -- a delta of a later txid is live and must survive a late duplicate.
-  if prepared and tonumber(prepared) <= committed then
-    redis.call('DEL', KEYS[2])
-    redis.call('HDEL', KEYS[3], 'prepare')
-  end
-  return 1
-end
-if (not prepared) or tonumber(prepared) ~= txid then
-  return 2
-end
-local delta = redis.call('HGETALL', KEYS[2])
-local sets, dels, adds = {}, {}, {}
--- unpack() is bounded by Lua's C stack, so write in chunks. KEYS[4], the
--- sorted set of the committed keys (score 0: byte order), follows the hash.
-local function del()
-  redis.call('HDEL', KEYS[1], unpack(dels)); redis.call('ZREM', KEYS[4], unpack(dels)); dels = {}
-end
-local function set()
-  redis.call('HSET', KEYS[1], unpack(sets)); redis.call('ZADD', KEYS[4], unpack(adds))
-  sets = {}; adds = {}
-end
-for i = 1, #delta, 2 do
-  if delta[i + 1] == '' then
-    dels[#dels + 1] = delta[i]
-    if #dels >= 4000 then del() end
-  else
-    sets[#sets + 1] = delta[i]
-    sets[#sets + 1] = delta[i + 1]
-    adds[#adds + 1] = 0
-    adds[#adds + 1] = delta[i]
-    if #sets >= 4000 then set() end
-  end
-end
-if #sets > 0 then set() end
-if #dels > 0 then del() end
-redis.call('HSET', KEYS[3], 'commit', ARGV[1])
-redis.call('HDEL', KEYS[3], 'prepare')
-redis.call('DEL', KEYS[2])
-return 0
-"""
-
-
-# Clients inherited through fork() are parked, never closed: closing would
-# shut down sockets that the parent is still using.
-_INHERITED: list[Any] = []
-
 
 def claim_key(scope: str, key_prefix: str = "") -> str:
     """The Redis key of the claim of topology ``scope`` (a string, never a namespace's
     hash: ``namespaces()`` lists hashes only)."""
     return f"{key_prefix}{{{scope}}}$claim"
-
-
-def _import_redis() -> ModuleType:
-    try:
-        import redis
-    except ImportError as exc:
-        raise ConfigError(
-            "the redis state provider needs redis-py: pip install 'statestream[redis]'"
-        ) from exc
-    return redis
 
 
 def _glob_escape(text: str) -> str:
@@ -214,10 +140,9 @@ class RedisStateProvider(BackendStateProvider):
         else:
             self.address = f"{host}:{port}"
             self._store_id = f"{self.address}/{db}"
-        self._lock = threading.Lock()
-        self._client_obj: redis_module.Redis | None = None
-        self._script: Script | None = None
-        self._pid = 0
+        #: This process's client and the translation of its errors: all the
+        #: backends are given.
+        self.connection = self._new_connection()
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -295,38 +220,29 @@ class RedisStateProvider(BackendStateProvider):
         return f"RedisStateProvider(address={self.address!r}, key_prefix={self.key_prefix!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        # Ship the configuration only: clients, scripts and locks stay behind.
+        # Ship the configuration only: the connection (client, script, lock) stays behind.
         state = self.__dict__.copy()
-        state.update(_client_obj=None, _script=None, _pid=0, _lock=None, _states={})
+        del state["connection"]
+        state.update(_states={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self.connection = self._new_connection()
 
     # ------------------------------------------------------------------ connection
 
-    def _client(self) -> tuple[redis_module.Redis, Script]:
-        """This process's client and commit script, created on first use (no I/O)."""
-        self.check_open()
-        client, script = self._client_obj, self._script
-        if client is not None and script is not None and self._pid == os.getpid():
-            return client, script
-        with self._lock:
-            if self._client_obj is not None and self._pid != os.getpid():
-                _INHERITED.append(self._client_obj)  # forked: leave the parent's sockets alone
-                self._client_obj = None
-            if self._client_obj is None:
-                self._client_obj = self._make_client()
-                self._script = self._client_obj.register_script(_COMMIT_LUA)
-                self._pid = os.getpid()
-                warn_if_password_unchecked(self._client_obj, self.address)
-            assert self._script is not None
-            return self._client_obj, self._script
+    def _new_connection(self) -> RedisConnection:
+        return RedisConnection(
+            self._make_client,
+            address=self.address,
+            retries=self._retries,
+            timeout_s=self._timeout_s,
+        )
 
     def _make_client(self) -> redis_module.Redis:
         """A new client (no I/O yet). Tests override this to substitute fakeredis."""
-        redis = _import_redis()
+        redis = import_redis()
         from redis.backoff import ExponentialBackoff
         from redis.retry import Retry
 
@@ -343,47 +259,17 @@ class RedisStateProvider(BackendStateProvider):
             client = redis.Redis(**self._connect, **options)
         return client  # type: ignore[no-any-return]
 
-    @contextmanager
-    def _errors(self, action: str) -> Iterator[None]:
-        """Translate redis-py's exceptions into statestream's at the boundary."""
-        redis = _import_redis()
-        exceptions = redis.exceptions
-        try:
-            yield
-        except exceptions.AuthenticationError as exc:
-            raise ConfigError(
-                f"redis at {self.address} refused the credentials while trying to {action}: "
-                f"{exc}; check password/username in the redis state provider config"
-            ) from exc
-        except (exceptions.ConnectionError, exceptions.TimeoutError) as exc:
-            raise ProviderUnavailableError(
-                f"cannot reach redis at {self.address} to {action} "
-                f"({self._retries} retries, timeout {self._timeout_s:g}s): {exc}; check that "
-                "the server is running and that the redis state provider config "
-                "(url or host/port) points at it"
-            ) from exc
-        except exceptions.ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                raise StateCorruptError(
-                    f"redis at {self.address}: a key of the state store holds a non-hash value "
-                    f"while trying to {action} ({exc}); another application may use the same "
-                    "keys: set a `key_prefix`, or move the keys aside"
-                ) from exc
-            raise StateError(f"redis at {self.address} failed to {action}: {exc}") from exc
-        except exceptions.RedisError as exc:
-            raise StateError(f"redis at {self.address} failed to {action}: {exc}") from exc
-
     # ------------------------------------------------------------------ provider
 
     def _open_backend(self, namespace: str) -> _RedisBackend:
-        return _RedisBackend(self, namespace)
+        return _RedisBackend(self.connection, namespace, self.key_prefix)
 
     def _hashes(self) -> Iterator[bytes]:
         """The names of the store's hashes, without the key prefix: ``{N}``,
         ``{N}$prepare``, ``{N}$txid`` (a claim is a string: never one)."""
         start = len(self.key_prefix.encode())
-        client, _ = self._client()
-        with self._errors("list namespaces"):
+        client, _ = self.connection.client()
+        with self.connection.errors("list namespaces"):
             pattern = _glob_escape(self.key_prefix) + "{*"
             for key in client.scan_iter(match=pattern, count=1000, _type="hash"):
                 yield key[start:]
@@ -402,8 +288,8 @@ class RedisStateProvider(BackendStateProvider):
         return sorted(found)
 
     def _drop(self, namespaces: list[str]) -> None:
-        client, _ = self._client()
-        with self._errors(f"delete {len(namespaces)} namespaces"):
+        client, _ = self.connection.client()
+        with self.connection.errors(f"delete {len(namespaces)} namespaces"):
             pipe = client.pipeline(transaction=True)
             for ns in namespaces:
                 pipe.delete(*key_names(ns, self.key_prefix), index_name(ns, self.key_prefix))
@@ -430,7 +316,7 @@ class RedisStateProvider(BackendStateProvider):
             return joined
         client = self._make_client()
         try:
-            with self._errors(f"claim topology {scope!r}"):
+            with self.connection.errors(f"claim topology {scope!r}"):
                 return self._take(client, scope, key, ident, wait)
         except BaseException:
             client.close()
@@ -488,7 +374,4 @@ class RedisStateProvider(BackendStateProvider):
             _TAKING.discard(value)
 
     def _close(self) -> None:
-        with self._lock:
-            client, self._client_obj, self._script = self._client_obj, None, None
-            if client is not None and self._pid == os.getpid():
-                client.close()
+        self.connection.close()

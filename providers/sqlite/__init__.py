@@ -101,14 +101,16 @@ from __future__ import annotations
 from .backend import _FOLD_BYTES as _FOLD_BYTES
 from .backend import _FOLD_RECORDS as _FOLD_RECORDS
 from .backend import _SQLiteBackend as _SQLiteBackend
-from .provider import _INHERITED as _INHERITED
-from .provider import APPLICATION_ID, DEFAULT_PATH, SCHEMA_VERSION, SQLiteStateProvider
+from .database import _INHERITED as _INHERITED
+from .database import APPLICATION_ID, SCHEMA_VERSION, SQLiteDatabase
+from .provider import DEFAULT_PATH, SQLiteStateProvider
 from .records import decode_delta, encode_delta, encode_plain_delta, merge_records
 
 __all__ = [
     "APPLICATION_ID",
     "DEFAULT_PATH",
     "SCHEMA_VERSION",
+    "SQLiteDatabase",
     "SQLiteStateProvider",
     "decode_delta",
     "encode_delta",

@@ -18,7 +18,7 @@ from statestream.provider import (
 from .records import encode_delta, encode_plain_delta, merge_records
 
 if TYPE_CHECKING:
-    from .provider import SQLiteStateProvider
+    from .database import SQLiteDatabase
 
 _MIB: Final = 1024 * 1024
 _SCAN_PAGE: Final = 1024
@@ -113,10 +113,12 @@ class _SQLiteBackend:
     use), and this merge is what that writer committed.
     """
 
-    __slots__ = ("_mark", "_ns", "_ordered", "_overlay", "_provider", "_seen", "_unmerged")
+    __slots__ = ("_db", "_mark", "_ns", "_ordered", "_overlay", "_seen", "_unmerged")
 
-    def __init__(self, provider: SQLiteStateProvider, namespace: str) -> None:
-        self._provider = provider
+    def __init__(self, db: SQLiteDatabase, namespace: str) -> None:
+        # The file, not the provider: the connection, its lock, transactions
+        # and the count of writes are all a backend uses.
+        self._db = db
         self._ns = namespace
         # The committed log records applied (key -> value, None: deleted),
         # for point reads, the records still to apply over it, and what they
@@ -163,7 +165,7 @@ class _SQLiteBackend:
         """
         if self._trusted(conn):
             return
-        writes = self._provider._writes.get(self._ns, 0)
+        writes = self._db.writes.get(self._ns, 0)
         old = self._seen
         (version,) = conn.execute("PRAGMA data_version").fetchone()
         seen = (conn, version, writes)
@@ -194,7 +196,7 @@ class _SQLiteBackend:
             seen is not None
             and seen[0] is conn
             and seen[1] is None
-            and seen[2] == self._provider._writes.get(self._ns, 0)
+            and seen[2] == self._db.writes.get(self._ns, 0)
         )
 
     def _mark_now(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
@@ -221,7 +223,7 @@ class _SQLiteBackend:
         and trust it while the namespace's count of writes is the one that
         transaction made (``writes``: the count before it, plus one). Nothing
         if ``kept`` is None (not known)."""
-        if kept is not None and self._provider._writes.get(self._ns, 0) == writes:
+        if kept is not None and self._db.writes.get(self._ns, 0) == writes:
             self._overlay, self._unmerged, self._mark = kept
             self._seen, self._ordered = (conn, None, writes), None
 
@@ -235,19 +237,19 @@ class _SQLiteBackend:
             return merge_records(records)
         except ValueError as exc:
             raise StateCorruptError(
-                f"sqlite state database {str(self._provider.path)!r}: a log record of "
+                f"sqlite state database {str(self._db.path)!r}: a log record of "
                 f"namespace {self._ns!r} cannot be read ({exc}); restore the file from a "
                 "backup or move it aside"
             ) from exc
 
     def load(self, key: bytes) -> bytes | None:
-        provider = self._provider
-        with provider._lock:
+        db = self._db
+        with db.lock:
             # The path of a miss in a run (issue 34: ~850,000 a run of the
             # large word count): a merge this backend keeps current, the
-            # provider's cursor, no context manager.
-            reader = provider._ready()
-            if reader is not None and self._trusted(provider._conn):
+            # connection's cursor, no context manager.
+            reader = db.reader()
+            if reader is not None and self._trusted(db.conn):
                 if self._unmerged:
                     self._merge_waiting()
                 overlay = self._overlay
@@ -256,9 +258,9 @@ class _SQLiteBackend:
                 try:
                     row = reader.execute(_SELECT, (self._ns, key)).fetchone()
                 except sqlite3.DatabaseError as exc:
-                    raise provider._error(exc) from exc
+                    raise db.error(exc) from exc
                 return None if row is None else bytes(row[0])
-        with provider._use() as conn:
+        with db.use() as conn:
             overlay = self._committed_log(conn)
             if key in overlay:
                 return overlay[key]
@@ -268,7 +270,7 @@ class _SQLiteBackend:
     def has_entries(self) -> bool:
         """Whether anything is committed, the log applied; the merge is kept
         for the reads that follow, and no key is sorted."""
-        with self._provider._use() as conn:
+        with self._db.use() as conn:
             overlay = self._committed_log(conn)
             if any(value is not None for value in overlay.values()):
                 return True
@@ -293,7 +295,7 @@ class _SQLiteBackend:
         see _committed_log, so a state read in pages merges the log once).
         Each page is its own short read, so the lock is not held while the
         caller iterates and memory stays bounded."""
-        with self._provider._use() as conn:
+        with self._db.use() as conn:
             overlay = self._committed_log(conn)
             rows = conn.execute(
                 "SELECT key, value FROM statestream_entries"
@@ -326,7 +328,7 @@ class _SQLiteBackend:
         return self._ordered[1]
 
     def load_txids(self) -> tuple[int, int | None]:
-        with self._provider._use() as conn:
+        with self._db.use() as conn:
             row = conn.execute(
                 "SELECT committed, prepared FROM statestream_txids WHERE namespace = ?",
                 (self._ns,),
@@ -338,8 +340,8 @@ class _SQLiteBackend:
 
     def _write_record(self, txid: int, record: bytes | None) -> None:
         ns = self._ns
-        before = self._provider._writes.get(ns, 0)
-        with self._provider._transaction(ns) as conn:
+        before = self._db.writes.get(ns, 0)
+        with self._db.transaction(ns) as conn:
             if record is not None:
                 conn.execute(
                     "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
@@ -360,7 +362,7 @@ class _SQLiteBackend:
         if (
             seen is not None
             and seen[2] == before
-            and self._provider._writes.get(self._ns, 0) == before + 1
+            and self._db.writes.get(self._ns, 0) == before + 1
         ):
             self._seen = (seen[0], seen[1], before + 1)
 
@@ -371,8 +373,8 @@ class _SQLiteBackend:
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
         ns = self._ns
-        before = self._provider._writes.get(ns, 0)
-        with self._provider._transaction(ns) as conn:
+        before = self._db.writes.get(ns, 0)
+        with self._db.transaction(ns) as conn:
             row = conn.execute(
                 "SELECT committed, prepared FROM statestream_txids WHERE namespace = ?", (ns,)
             ).fetchone()
@@ -404,9 +406,9 @@ class _SQLiteBackend:
         ns = self._ns
         if not delta:
             return
-        before = self._provider._writes.get(ns, 0)
+        before = self._db.writes.get(ns, 0)
         record = encode_delta(delta)
-        with self._provider._transaction(ns) as conn:
+        with self._db.transaction(ns) as conn:
             overlay, unmerged, (committed, count, _) = self._current(conn)
             # Logged as committed at the current txid, so that it applies
             # after every record committed before it.
@@ -479,15 +481,15 @@ class _SQLiteBackend:
     def fold(self) -> None:
         """Fold every committed log record of the namespace into its entries now."""
         ns = self._ns
-        before = self._provider._writes.get(ns, 0)
-        with self._provider._transaction(ns) as conn:
+        before = self._db.writes.get(ns, 0)
+        with self._db.transaction(ns) as conn:
             kept = self._current(conn)
             folded = self._fold(conn, kept[2][0], kept, force=True)
         self._keep(conn, folded, before + 1)
 
     def discard_prepared(self) -> None:
-        before = self._provider._writes.get(self._ns, 0)
-        with self._provider._transaction(self._ns) as conn:
+        before = self._db.writes.get(self._ns, 0)
+        with self._db.transaction(self._ns) as conn:
             conn.execute(
                 f"DELETE FROM statestream_log WHERE namespace = ?1 AND txid > {_COMMITTED}",
                 (self._ns,),

@@ -1,14 +1,12 @@
-"""The sqlite state provider: the connection, the schema and the namespaces (see the package doc)."""
+"""The sqlite state provider: config, namespaces and claims (see the package doc); the
+file itself is :class:`~.database.SQLiteDatabase`."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-import sqlite3
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
 
@@ -19,24 +17,19 @@ from statestream.provider import (
     ClaimWait,
     ConfigError,
     ProviderUnavailableError,
-    StateCorruptError,
     StateLockedError,
-    StoreUnwritableError,
     check_config_keys,
     config_option,
     get_serializer,
 )
 
 from .backend import _SQLiteBackend
-from .claims import _CLAIMS, _IN_MEMORY, _cannot_write, _Claim, _holder, _lock_path
-from .records import encode_delta
+from .claims import _CLAIMS, _IN_MEMORY, _Claim, _holder, _lock_path
+from .database import SQLiteDatabase
 
 __all__ = ["SQLiteStateProvider"]
 
 DEFAULT_PATH: Final = "./statestream-data/state.db"
-APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
-SCHEMA_VERSION: Final = 2
-_MIB: Final = 1024 * 1024
 _MAX_MB: Final = 1 << 20  # 1 TiB: a typo guard, not a recommendation
 _PAGE_SIZES: Final = tuple(1 << n for n in range(9, 17))  # sqlite's: 512 .. 65536
 # 8, not 32: the page cache is part of the process's memory, which issue 34
@@ -45,36 +38,6 @@ _PAGE_SIZES: Final = tuple(1 << n for n in range(9, 17))  # sqlite's: 512 .. 655
 DEFAULT_CACHE_MB: Final = 8
 DEFAULT_CHECKPOINT_MB: Final = 16
 DEFAULT_PAGE_SIZE: Final = 2048
-
-_SCHEMA: Final = {
-    "statestream_entries": (
-        "CREATE TABLE statestream_entries ("
-        " namespace TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,"
-        " PRIMARY KEY (namespace, key)) WITHOUT ROWID",
-        ("namespace", "key", "value"),
-    ),
-    "statestream_log": (
-        "CREATE TABLE statestream_log ("
-        " seq INTEGER PRIMARY KEY, namespace TEXT NOT NULL, txid INTEGER NOT NULL,"
-        " delta BLOB NOT NULL)",
-        ("seq", "namespace", "txid", "delta"),
-    ),
-    "statestream_txids": (
-        "CREATE TABLE statestream_txids ("
-        " namespace TEXT NOT NULL PRIMARY KEY, committed INTEGER NOT NULL DEFAULT -1,"
-        " prepared INTEGER) WITHOUT ROWID",
-        ("namespace", "committed", "prepared"),
-    ),
-}
-_LOG_INDEX: Final = (
-    "CREATE INDEX IF NOT EXISTS statestream_log_namespace ON statestream_log (namespace, txid)"
-)
-
-# Connections inherited through fork() are parked here, never closed nor
-# collected: closing the parent's connection from the child can release
-# locks and corrupt state that the parent still relies on (sqlite's "how to
-# corrupt" guide, section 2.6).
-_INHERITED: list[sqlite3.Connection] = []
 
 _SYNCHRONOUS: Final = ("off", "normal", "full", "extra")
 
@@ -123,24 +86,16 @@ class SQLiteStateProvider(BackendStateProvider):
         # One backend per namespace, so the committed log merged once (for
         # namespaces() at a restart's rescale check) serves the first get too.
         self._backends: dict[str, _SQLiteBackend] = {}
-        self._synchronous = synchronous.upper()
-        self._timeout_s = timeout_ms / 1000
-        self._cache_mb = cache_mb
-        self._checkpoint_mb = checkpoint_mb
-        self._page_size = page_size
-        # One connection per provider per process; the lock serialises its use
-        # because the local runtime may drive several tasks from threads.
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
-        # The connection's cursor for point reads (one cursor reused: a miss
-        # makes no cursor object), and the process that opened the connection.
-        self._reader: sqlite3.Cursor | None = None
-        self._pid = 0
-        # Write transactions of this provider so far, per namespace written:
-        # sqlite's data_version counts only other connections' commits, so a
-        # backend's kept merge of the committed log checks both (see
-        # _SQLiteBackend._committed_log).
-        self._writes: dict[str, int] = {}
+        #: The file as this process uses it (connection, schema, transactions):
+        #: all the backends are given.
+        self.database = SQLiteDatabase(
+            self.path,
+            synchronous=synchronous.upper(),
+            timeout_s=timeout_ms / 1000,
+            cache_mb=cache_mb,
+            checkpoint_mb=checkpoint_mb,
+            page_size=page_size,
+        )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -165,239 +120,23 @@ class SQLiteStateProvider(BackendStateProvider):
         return None if self.path.exists() else str(self.path)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Ship the configuration, never the connection or the lock.
+        # Ship the configuration (the database pickles as its own), no states.
         state = self.__dict__.copy()
-        state.update(_conn=None, _reader=None, _pid=0, _lock=None, _states={}, _backends={})
-        state.update(_writes={})
+        state.update(_states={}, _backends={})
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
-
-    # ------------------------------------------------------------------ connection
-
-    def _connection(self) -> sqlite3.Connection:
-        """The connection of this process, opened (and checked) on first use. Lock held."""
-        self.check_open()
-        if self._conn is not None:
-            if self._pid == os.getpid():
-                return self._conn
-            _INHERITED.append(self._conn)  # forked: leave the parent's alone
-            self._conn = self._reader = None
-        self._conn = self._open()
-        self._reader = self._conn.cursor()
-        self._pid = os.getpid()
-        return self._conn
-
-    def _open(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise ProviderUnavailableError(
-                f"cannot open the sqlite state database {str(self.path)!r}: {exc}; "
-                "check that the directory exists and is writable, or set `path`"
-            ) from exc
-        try:
-            # Only a file without pages takes the page size: set it before
-            # anything can write the first page. An existing file keeps its own.
-            conn.execute(f"PRAGMA page_size={self._page_size}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._ensure_schema(conn)
-            self._tune(conn)
-        except sqlite3.OperationalError as exc:
-            conn.close()
-            raise ProviderUnavailableError(
-                f"cannot use the sqlite state database {str(self.path)!r}: {exc}"
-            ) from exc
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise self._corrupt(f"sqlite cannot read it: {exc}") from exc
-        except StateCorruptError:
-            conn.close()
-            raise
-        return conn
-
-    def _tune(self, conn: sqlite3.Connection) -> None:
-        """Size the page cache and the WAL for commits of scattered keys (see the module doc)."""
-        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        conn.execute(f"PRAGMA cache_size={-self._cache_mb * 1024}")  # negative: KiB
-        conn.execute(f"PRAGMA wal_autocheckpoint={self._checkpoint_mb * _MIB // page_size}")
-        # A WAL that one big transaction grew past the limit is cut back to
-        # it when the next checkpoint restarts it.
-        conn.execute(f"PRAGMA journal_size_limit={self._checkpoint_mb * _MIB}")
-        # Statement journals (kept by the multi-row upsert of a commit, one
-        # page image per page it changes) in memory, not in a temporary file.
-        conn.execute("PRAGMA temp_store=MEMORY")
-
-    def _corrupt(self, reason: str) -> StateCorruptError:
-        path = str(self.path)
-        return StateCorruptError(
-            f"{path!r} is not a statestream state database ({reason}); it was left untouched: "
-            f"move it aside (mv {path} {path}.bad) or point the sqlite provider's `path` elsewhere"
-        )
-
-    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        def tables() -> set[str]:
-            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            return {row[0] for row in rows}
-
-        def pragma(name: str) -> int:
-            row = conn.execute(f"PRAGMA {name}").fetchone()
-            return int(row[0])
-
-        if not tables() and pragma("application_id") == 0:
-            # A new (or empty) file. Another process may be creating it too:
-            # decide again under the write lock.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if not tables():
-                    for create, _ in _SCHEMA.values():
-                        conn.execute(create)
-                    conn.execute(_LOG_INDEX)
-                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        application_id = pragma("application_id")
-        if application_id != APPLICATION_ID:
-            raise self._corrupt(
-                f"a sqlite database of another application (application_id {application_id:#x})"
-            )
-        version = pragma("user_version")
-        if version == 1:
-            self._upgrade_from_1(conn)
-            version = pragma("user_version")
-        if version != SCHEMA_VERSION:
-            raise self._corrupt(
-                f"schema version {version}, this statestream reads version {SCHEMA_VERSION}"
-            )
-        present = tables()
-        for table, (_, columns) in _SCHEMA.items():
-            if table not in present:
-                raise self._corrupt(f"table {table} is missing")
-            found = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
-            if found != columns:
-                raise self._corrupt(f"table {table} has columns {found}, expected {columns}")
-
-    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
-        """Turn a file of schema 1 (prepared deltas as rows) into schema 2, in place.
-
-        Each namespace's prepared rows become one log record of its prepared
-        txid; committed entries are where they were. One transaction, under
-        the write lock, so a crash leaves the file as it was and a second
-        process upgrading at the same moment finds it done.
-        """
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version == 1:
-                found = tuple(
-                    row[1] for row in conn.execute("PRAGMA table_info(statestream_prepared)")
-                )
-                if found != ("namespace", "key", "value"):
-                    raise self._corrupt(
-                        f"schema version 1 with table statestream_prepared of columns {found}"
-                    )
-                conn.execute(_SCHEMA["statestream_log"][0])
-                conn.execute(_LOG_INDEX)
-                prepared = conn.execute(
-                    "SELECT namespace, prepared FROM statestream_txids WHERE prepared IS NOT NULL"
-                ).fetchall()
-                for ns, txid in prepared:
-                    rows = conn.execute(
-                        "SELECT key, value FROM statestream_prepared WHERE namespace = ?"
-                        " ORDER BY key",
-                        (ns,),
-                    ).fetchall()
-                    if rows:
-                        delta = [(bytes(k), None if v is None else bytes(v)) for k, v in rows]
-                        conn.execute(
-                            "INSERT INTO statestream_log (namespace, txid, delta) VALUES (?, ?, ?)",
-                            (ns, txid, encode_delta(delta)),
-                        )
-                conn.execute("DROP TABLE statestream_prepared")
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    @contextmanager
-    def _use(self) -> Iterator[sqlite3.Connection]:
-        """The connection, with sqlite errors translated at the boundary."""
-        with self._lock:
-            try:
-                yield self._connection()
-            except sqlite3.DatabaseError as exc:  # OperationalError among them
-                raise self._error(exc) from exc
-
-    def _error(self, exc: sqlite3.DatabaseError) -> Exception:
-        """What a sqlite error means to the runtime (raised ``from`` it)."""
-        if isinstance(exc, sqlite3.OperationalError):
-            if _cannot_write(exc):
-                return StoreUnwritableError(
-                    f"sqlite state database {str(self.path)!r} cannot be written: {exc}; "
-                    "free space on its disk (or fix the disk), or set `path` elsewhere"
-                )
-            # Locked past the timeout: the store is there but cannot be
-            # used now; the runtime retries (statestream._outage).
-            return ProviderUnavailableError(
-                f"sqlite state database {str(self.path)!r} is unavailable: {exc}"
-            )
-        return StateCorruptError(
-            f"sqlite state database {str(self.path)!r} cannot be read: {exc}; "
-            "restore it from a backup or move it aside"
-        )
-
-    def _ready(self) -> sqlite3.Cursor | None:
-        """The point-read cursor when the connection is open in this process and the
-        provider is not closed, else None (then :meth:`_use` opens it). Lock held."""
-        if self._pid == os.getpid() and not self._closed:
-            return self._reader
-        return None
-
-    @contextmanager
-    def _transaction(self, *namespaces: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction: everything in the block commits, or nothing.
-
-        ``namespaces``: those it may write; their count of write transactions
-        goes up whatever the outcome (see ``_writes``).
-        """
-        with self._use() as conn:
-            # IMMEDIATE takes the write lock up front, so the txid checks made
-            # inside the block hold until COMMIT.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            finally:
-                writes = self._writes
-                for ns in namespaces:
-                    writes[ns] = writes.get(ns, 0) + 1
-            conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ provider
 
     def _open_backend(self, namespace: str) -> _SQLiteBackend:
         backend = self._backends.get(namespace)
         if backend is None:
-            backend = self._backends[namespace] = _SQLiteBackend(self, namespace)
+            backend = self._backends[namespace] = _SQLiteBackend(self.database, namespace)
         return backend
 
     def namespaces(self) -> list[str]:
         # Walks the primary key from one namespace to the next instead of
         # reading every entry, as a plain SELECT DISTINCT would.
-        with self._use() as conn:
+        with self.database.use() as conn:
             rows = conn.execute(
                 "WITH RECURSIVE ns(name) AS ("
                 " SELECT min(namespace) FROM statestream_entries"
@@ -422,7 +161,7 @@ class SQLiteStateProvider(BackendStateProvider):
         return sorted(names)
 
     def stored_namespaces(self) -> list[str]:
-        with self._use() as conn:
+        with self.database.use() as conn:
             rows = conn.execute(
                 "SELECT namespace FROM statestream_entries UNION SELECT namespace FROM"
                 " statestream_log UNION SELECT namespace FROM statestream_txids"
@@ -430,7 +169,7 @@ class SQLiteStateProvider(BackendStateProvider):
         return sorted(row[0] for row in rows)
 
     def _drop(self, namespaces: list[str]) -> None:
-        with self._transaction(*namespaces) as conn:
+        with self.database.transaction(*namespaces) as conn:
             for table in ("statestream_entries", "statestream_log", "statestream_txids"):
                 conn.executemany(
                     f"DELETE FROM {table} WHERE namespace = ?", [(ns,) for ns in namespaces]
@@ -457,7 +196,7 @@ class SQLiteStateProvider(BackendStateProvider):
         ``statestream_entries``, for tools that read that table themselves.
         """
         if namespace is None:
-            with self._use() as conn:
+            with self.database.use() as conn:
                 names = [
                     row[0] for row in conn.execute("SELECT DISTINCT namespace FROM statestream_log")
                 ]
@@ -519,7 +258,4 @@ class SQLiteStateProvider(BackendStateProvider):
         return _CLAIMS.add(path, _Claim(path, fd))
 
     def _close(self) -> None:
-        with self._lock:
-            conn, self._conn, self._reader = self._conn, None, None
-            if conn is not None and self._pid == os.getpid():
-                conn.close()
+        self.database.close()

@@ -24,7 +24,7 @@ from statestream_providers.redis import RedisStateProvider, index_name, key_name
 
 def _raw(provider: Any) -> Any:
     """The provider's own redis client (real or fake)."""
-    return provider._client()[0]
+    return provider.connection.client()[0]
 
 
 def _stored(state: Any) -> StoredKeyValueState:

@@ -124,7 +124,7 @@ def test_each_commit_is_one_transaction(tmp_path: Path) -> None:
         for i in range(100):
             state.put(i, i)
         state.prepare_commit(0)
-        conn = provider._connection()
+        conn = provider.database.connection()
         changes_before = conn.total_changes
         statements: list[str] = []
         conn.set_trace_callback(statements.append)
@@ -138,10 +138,10 @@ def test_each_commit_is_one_transaction(tmp_path: Path) -> None:
 def test_reconnects_after_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with _open(tmp_path / "state.db") as provider:
         _commit_one(provider)
-        parent_conn = provider._connection()
+        parent_conn = provider.database.connection()
         monkeypatch.setattr(os, "getpid", lambda: -1)  # as seen from a forked child
         assert provider.get_state("count-0").get("other") is None
-        assert provider._connection() is not parent_conn
+        assert provider.database.connection() is not parent_conn
         parent_conn.execute("SELECT 1")  # the parent's connection was left open
     sqlite_provider._INHERITED.remove(parent_conn)
     parent_conn.close()
@@ -187,7 +187,7 @@ def test_config_errors_name_the_key(config: dict[str, object], match: str) -> No
 
 
 def _pragmas(provider: SQLiteStateProvider) -> dict[str, int]:
-    conn = provider._connection()
+    conn = provider.database.connection()
     names = ("page_size", "cache_size", "wal_autocheckpoint", "journal_size_limit", "temp_store")
     return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
 
@@ -299,7 +299,7 @@ def test_a_commit_writes_the_delta_as_one_log_record(tmp_path: Path) -> None:
         for i in range(1000):
             state.put(f"k{i}", i)
         state.prepare_commit(0)
-        conn = provider._connection()
+        conn = provider.database.connection()
         before = conn.total_changes
         state.commit(0)
         # The txid row alone: the delta became committed where it was.
@@ -360,7 +360,7 @@ def test_point_reads_see_the_log_and_other_writers(tmp_path: Path) -> None:
         r = reader.get_state("count-0")
         r.preload_limit = 10  # type: ignore[attr-defined]
         assert (r.get(6), r.get(7), r.get(8, "gone"), r.get(9)) == ("old", "new", "gone", "old")
-        backend = sqlite_provider._SQLiteBackend(reader, "count-0")
+        backend = sqlite_provider._SQLiteBackend(reader.database, "count-0")
         assert backend.load(b"9") == b'"old"'  # the merged log is cached now
         w.commit(1)  # by another connection: the cache is stale
         assert backend.load(b"9") == b'"prepared only"'
@@ -374,7 +374,7 @@ def test_a_kept_merge_follows_this_process_writes(tmp_path: Path) -> None:
         kept = provider._open_backend("count-0")
         kept.commit_direct([(b"1", b"1")])
         assert kept.load(b"1") == b"1"  # the merged log is kept now
-        sqlite_provider._SQLiteBackend(provider, "count-0").commit_direct([(b"1", b"2")])
+        sqlite_provider._SQLiteBackend(provider.database, "count-0").commit_direct([(b"1", b"2")])
         assert kept.load(b"1") == b"2"
         provider._drop(["count-0"])
         assert kept.load(b"1") is None

@@ -149,7 +149,7 @@ def test_a_redis_store_without_its_key_index_is_indexed_on_the_first_iteration(
     for key, value in model.items():
         state.put(key, value)
     state.commit()
-    client, _ = backend._provider._client()
+    client, _ = backend._connection.client()
     client.zrem(backend._index, b'"k7"', b'"k250"')  # as if written without the index
     _items_in_order(state, model)
     assert client.zcard(backend._index) == N

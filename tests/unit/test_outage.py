@@ -224,20 +224,20 @@ def test_a_guarded_provider_rides_out_a_store_that_cannot_be_written(tmp_path: P
     state.put("a", 1)
     state.prepare_commit(0)
     state.commit(0)
-    inner = provider.provider  # type: ignore[attr-defined]
+    db = provider.provider.database  # type: ignore[attr-defined]
     full = sqlite3.OperationalError("database or disk is full")
     full.sqlite_errorcode = 13  # type: ignore[attr-defined]
-    real = inner._connection
+    real = db.connection
 
     def no_space() -> sqlite3.Connection:
         raise full
 
-    inner._connection = no_space
+    db.connection = no_space
     state.put("b", 2)
     with pytest.raises(StoreOutageError, match=r"could not be written for 2\.0 s.*disk is full"):
         state.prepare_commit(1)
     assert clock.now == pytest.approx(2.0)
-    inner._connection = real
+    db.connection = real
     state.prepare_commit(1)  # the same txid again, now that there is space
     state.commit(1)
     provider.close()

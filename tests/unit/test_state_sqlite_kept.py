@@ -25,7 +25,7 @@ def _open(path: Path) -> SQLiteStateProvider:
 
 def _statements(provider: SQLiteStateProvider) -> list[str]:
     seen: list[str] = []
-    provider._connection().set_trace_callback(seen.append)
+    provider.database.connection().set_trace_callback(seen.append)
     return seen
 
 
@@ -136,7 +136,7 @@ def test_kept_merges_stay_exact_through_commits_folds_rollbacks_and_other_writer
                 target = (
                     writer
                     if rng.random() < 0.7
-                    else sqlite_provider._SQLiteBackend(provider, "count-0")
+                    else sqlite_provider._SQLiteBackend(provider.database, "count-0")
                 )
                 target.commit_direct(delta)
                 for k, v in dict(delta).items():
