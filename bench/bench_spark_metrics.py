@@ -113,8 +113,12 @@ def tracker(lines: int, batch: int) -> None:
     jobs = [b.duration or 0.0 for b in snap.spark[1:]]  # the first batch starts the workers
     reads = reads[1:]
     print(f"batches {len(snap.spark)} (of which the first left out), reads {len(reads)}")
-    print(f"status reads: mean {1000 * sum(reads) / len(reads):.2f} ms, max {1000 * max(reads):.2f} ms")
-    print(f"jobs: mean {1000 * sum(jobs) / len(jobs):.0f} ms; reads / jobs {sum(reads) / sum(jobs):.4f}")
+    print(
+        f"status reads: mean {1000 * sum(reads) / len(reads):.2f} ms, max {1000 * max(reads):.2f} ms"
+    )
+    print(
+        f"jobs: mean {1000 * sum(jobs) / len(jobs):.0f} ms; reads / jobs {sum(reads) / sum(jobs):.4f}"
+    )
     print(f"load: {os.getloadavg()}")
 
 

@@ -89,7 +89,11 @@ def child(mode: str, sentences: int) -> None:
         else:
             print("ADDR - 0", flush=True)
         sys.stdin.readline()  # the clients are in place
-        cpu0, served0, thread0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), time.thread_time()
+        cpu0, served0, thread0 = (
+            _cpu(resource.RUSAGE_SELF),
+            _cpu(resource.RUSAGE_CHILDREN),
+            time.thread_time(),
+        )
         queued0 = _queued()
         t0 = time.perf_counter()
         rt.run(until_idle=True)
@@ -101,9 +105,13 @@ def child(mode: str, sentences: int) -> None:
             view.close()
         rt.close()
     served = _cpu(resource.RUSAGE_CHILDREN) - served0
-    print("RESULT", json.dumps(
-        {"wall": wall, "unqueued": unqueued, "cpu": cpu, "thread": thread, "served": served}
-    ), flush=True)
+    print(
+        "RESULT",
+        json.dumps(
+            {"wall": wall, "unqueued": unqueued, "cpu": cpu, "thread": thread, "served": served}
+        ),
+        flush=True,
+    )
 
 
 def _get(address: tuple[str, int]) -> None:
@@ -140,7 +148,9 @@ def one_run(mode: str, sentences: int) -> dict[str, float]:
     """Run ``mode`` in a fresh process with its clients; its figures and the requests answered."""
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", mode, "--sentences", str(sentences)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdin is not None and proc.stdout is not None
     line = proc.stdout.readline().split()
@@ -161,7 +171,7 @@ def one_run(mode: str, sentences: int) -> dict[str, float]:
     result: dict[str, float] = {}
     for out in proc.stdout:
         if out.startswith("RESULT "):
-            result = json.loads(out[len("RESULT "):])
+            result = json.loads(out[len("RESULT ") :])
     stop.set()
     proc.wait()
     if client is not None:
@@ -194,7 +204,10 @@ def main() -> None:
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     ratios: dict[str, dict[str, list[float]]] = {
         m: {
-            "words/s": [], "wall - queued": [], "run CPU": [], "run thread CPU": [],
+            "words/s": [],
+            "wall - queued": [],
+            "run CPU": [],
+            "run thread CPU": [],
             "other threads CPU / off run CPU": [],
         }
         for m in MODES[1:]
@@ -202,7 +215,7 @@ def main() -> None:
     served: dict[str, list[float]] = {m: [] for m in MODES[1:]}
     requests: list[int] = []
     for r in range(args.rounds):
-        order = MODES[r % 3:] + MODES[:r % 3]
+        order = MODES[r % 3 :] + MODES[: r % 3]
         got = {m: one_run(m, args.sentences) for m in order}
         for m in order:
             g = got[m]

@@ -220,9 +220,7 @@ class FileSpout(Spout):
 
     def _opened_folder(self) -> Folder:
         if self._folder is None:
-            raise ConfigError(
-                "FileSpout reads by partition only a folder, once open() found one"
-            )
+            raise ConfigError("FileSpout reads by partition only a folder, once open() found one")
         return self._folder
 
     def next_tuple(self) -> None:

@@ -130,7 +130,9 @@ class Pacer:
     ``clock`` is an input so the pacing is tested without sleeping.
     """
 
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._rate = rate
         self._burst = burst
         self._clock = clock
@@ -215,8 +217,13 @@ class _Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _not_allowed(self) -> None:
-        self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"405 method not allowed: GET or HEAD only\n",
-                   "text/plain; charset=utf-8", body=True, extra={"Allow": "GET, HEAD"})
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            b"405 method not allowed: GET or HEAD only\n",
+            "text/plain; charset=utf-8",
+            body=True,
+            extra={"Allow": "GET, HEAD"},
+        )
 
     def _answer(self, *, body: bool) -> None:
         server = self.server
@@ -232,12 +239,19 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             found = server.assets.get(path)
         if found is None:
-            self._send(HTTPStatus.NOT_FOUND, b"404 not found\n", "text/plain; charset=utf-8", body=body)
+            self._send(
+                HTTPStatus.NOT_FOUND, b"404 not found\n", "text/plain; charset=utf-8", body=body
+            )
         else:
             self._send(HTTPStatus.OK, found[0], found[1], body=body)
 
     def _send(
-        self, status: HTTPStatus, payload: bytes, ctype: str, *, body: bool,
+        self,
+        status: HTTPStatus,
+        payload: bytes,
+        ctype: str,
+        *,
+        body: bool,
         extra: dict[str, str] | None = None,
     ) -> None:
         self.send_response(status)

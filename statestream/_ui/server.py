@@ -83,7 +83,11 @@ class LiveView:
     """
 
     def __init__(
-        self, address: tuple[str, int], render: Renderer, *, interval: float = 1.0,
+        self,
+        address: tuple[str, int],
+        render: Renderer,
+        *,
+        interval: float = 1.0,
         requests_per_sec: float = REQUESTS_PER_SEC,
     ) -> None:
         self._render = render
@@ -93,13 +97,17 @@ class LiveView:
         self._writing = threading.Lock()  # the publisher and close() both write frames
         self._closed = False
         options = {
-            "host": address[0], "port": address[1], "rate": requests_per_sec, "parent": os.getpid(),
+            "host": address[0],
+            "port": address[1],
+            "rate": requests_per_sec,
+            "parent": os.getpid(),
         }
         # -I -S: the server imports the standard library only, nothing of the
         # user's environment or site-packages, and starts in milliseconds.
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(Path(httpd.__file__)), json.dumps(options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._frames = self._proc.stdin

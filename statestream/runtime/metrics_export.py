@@ -71,7 +71,11 @@ _RUN_COUNTERS = (
     ("batches", "batches", "Batches committed (Spark)."),
     ("worker_restarts", "worker_restarts", "Restarts of the worker processes."),
     ("timed_out", "tuples_timed_out", "Tuple trees that timed out."),
-    ("late_tuples", "late_tuples", "Tuples windowed bolts took as late (older than the watermark)."),
+    (
+        "late_tuples",
+        "late_tuples",
+        "Tuples windowed bolts took as late (older than the watermark).",
+    ),
 )
 
 

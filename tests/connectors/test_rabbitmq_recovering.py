@@ -15,8 +15,12 @@ from statestream.connectors.rabbitmq import _recovering
 @pytest.mark.parametrize(
     ("code", "text", "recovering"),
     [
-        (404, "NOT_FOUND - home node 'rabbit@h' of durable queue 'lines' in vhost '/' "
-              "is down or inaccessible", True),
+        (
+            404,
+            "NOT_FOUND - home node 'rabbit@h' of durable queue 'lines' in vhost '/' "
+            "is down or inaccessible",
+            True,
+        ),
         (404, "NOT_FOUND - no queue 'lines' in vhost '/'", False),  # really missing
         (406, "PRECONDITION_FAILED - inequivalent arg 'x-queue-type'", False),
     ],

@@ -51,8 +51,11 @@ def test_the_reference_documents_every_public_name_and_config_key(site: Path) ->
     connectors = _ids(site / "reference" / "connectors.html")
     assert {f"statestream.connectors.{n}" for n in statestream.connectors.__all__} <= connectors
     provider = _ids(site / "reference" / "provider.html") | api
-    missing = [n for n in statestream.provider.__all__
-               if f"statestream.provider.{n}" not in provider and f"statestream.{n}" not in api]
+    missing = [
+        n
+        for n in statestream.provider.__all__
+        if f"statestream.provider.{n}" not in provider and f"statestream.{n}" not in api
+    ]
     assert missing == []
     keys = yaml.safe_load((ROOT / "statestream" / "defaults.yaml").read_text())
     config = _ids(site / "reference" / "config.html")
@@ -103,13 +106,18 @@ def test_a_page_in_chromium_shows_its_pictures_and_has_no_broken_link(
     try:
         driver.get(served + page)
         WebDriverWait(driver, 30).until(
-            lambda d: d.execute_script("return document.readyState") == "complete")
+            lambda d: d.execute_script("return document.readyState") == "complete"
+        )
         widths = WebDriverWait(driver, 30).until(
-            lambda d: (w := d.execute_script(_PICTURES)) and all(x > 0 for x in w) and w)
+            lambda d: (w := d.execute_script(_PICTURES)) and all(x > 0 for x in w) and w
+        )
         hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a[href]")]
         # The browser asks for /favicon.ico on its own; the site has none.
-        errors = [e for e in driver.get_log("browser")
-                  if e["level"] == "SEVERE" and "/favicon.ico " not in e["message"]]
+        errors = [
+            e
+            for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and "/favicon.ico " not in e["message"]
+        ]
     finally:
         driver.quit()
     assert len(widths) >= pictures, widths

@@ -102,9 +102,7 @@ def test_poison_below_the_limit_is_dead_lettered_and_the_run_goes_on(
     runner: Runner, tmp_path: Path, exactly_once: bool
 ) -> None:
     lines = [f"w{i % 5}" if i % 40 else f"bad {i}" for i in range(800)]
-    conf = runner.config(
-        _conf(tmp_path, exactly_once, **{"statestream.retry.max.attempts": 2})
-    )
+    conf = runner.config(_conf(tmp_path, exactly_once, **{"statestream.retry.max.attempts": 2}))
     result = runner.run(_topology(lines), conf)
     assert result.reason == "idle"
     dead = tmp_path / "dead.jsonl"

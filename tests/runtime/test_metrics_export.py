@@ -97,9 +97,11 @@ def test_metrics_agree_with_the_run_result(runner: Runner, tmp_path: Path) -> No
         assert all(s.completed == s.tasks and s.failed == 0 for b in snap.spark for s in b.stages)
         totals = {name: value for name, rows in fams.items() for _, value, _ in rows}
         assert totals["statestream_spark_jobs"] == batches
-        assert totals["statestream_spark_tasks_completed"] == sum(
-            s.completed for b in snap.spark for s in b.stages
-        ) > 0
+        assert (
+            totals["statestream_spark_tasks_completed"]
+            == sum(s.completed for b in snap.spark for s in b.stages)
+            > 0
+        )
     # Every word's key is in some committed checkpoint's delta of its count task, on
     # every runtime (Spark's executors send theirs with their acks).
     if len(snap.checkpoints) < 50:  # (the snapshot keeps the last 50)

@@ -33,13 +33,32 @@ class LiveRun:
     ``args``: more options (``--set topology.workers=2``)."""
 
     def __init__(self, cwd: Path, args: tuple[str, ...] = ()) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
-            p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        }
         self.args = args
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "statestream", "run", str(TESTS / "ui" / "slow_words.py"),
-             "--until-idle", "--ui", "0", "--no-progress", *args],
-            cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "statestream",
+                "run",
+                str(TESTS / "ui" / "slow_words.py"),
+                "--until-idle",
+                "--ui",
+                "0",
+                "--no-progress",
+                *args,
+            ],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.lines: list[str] = []
         self.url_seen = threading.Event()
@@ -67,8 +86,14 @@ class LiveRun:
 
 
 # Two workers share a store: sqlite, in the run's directory.
-WORKERS_2 = ("--set", "topology.workers=2", "--set", "topology.state.provider=sqlite",
-             "--set", "topology.state.provider.config={path: state.db}")
+WORKERS_2 = (
+    "--set",
+    "topology.workers=2",
+    "--set",
+    "topology.state.provider=sqlite",
+    "--set",
+    "topology.state.provider.config={path: state.db}",
+)
 
 
 @pytest.fixture(params=[(), WORKERS_2], ids=["one-process", "workers-2"])
@@ -99,9 +124,19 @@ def chromium(user_data: Path) -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,1000", f"--user-data-dir={user_data}"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        f"--user-data-dir={user_data}",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
@@ -132,10 +167,14 @@ def _check_page(driver: Any, url: str, running: Any, shot: Path | None = None) -
     driver.get(url)
     wait = WebDriverWait(driver, 60)
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) >= len(COMPONENTS))
-    drawn = {e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.node")}
+    drawn = {
+        e.get_attribute("data-id") for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.node")
+    }
     assert drawn == COMPONENTS
-    edges = {(e.get_attribute("data-source"), e.get_attribute("data-target"))
-             for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.edge")}
+    edges = {
+        (e.get_attribute("data-source"), e.get_attribute("data-target"))
+        for e in driver.find_elements(By.CSS_SELECTOR, "#graph g.edge")
+    }
     assert edges == {("lines", "split"), ("split", "count")}
     wait.until(lambda d: _executed(d, "count") > 0)
     first = _executed(driver, "count")
@@ -146,7 +185,10 @@ def _check_page(driver: Any, url: str, running: Any, shot: Path | None = None) -
     # many they hold, where the runtime knows it).
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoints .committed .keys"))
     keys = _text(driver, "#checkpoints .committed .keys") or ""
-    assert re.fullmatch(r"[\d,]+ keys( of [\d,]+)?", keys) and int(keys.split()[0].replace(",", "")) > 0
+    assert (
+        re.fullmatch(r"[\d,]+ keys( of [\d,]+)?", keys)
+        and int(keys.split()[0].replace(",", "")) > 0
+    )
     if shot is not None:
         driver.save_screenshot(str(shot))
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
@@ -162,7 +204,11 @@ def test_the_page_shows_every_component_and_counts_rising_without_console_errors
     driver = chromium(tmp_path / "chromium-profile")
     try:
         workers = "topology.workers=2" in live_run.args
-        shot = None if workers else Path(os.environ.get("LIVE_VIEW_SCREENSHOT", tmp_path / "live-view.png"))
+        shot = (
+            None
+            if workers
+            else Path(os.environ.get("LIVE_VIEW_SCREENSHOT", tmp_path / "live-view.png"))
+        )
         _check_page(driver, url, lambda: live_run.proc.poll() is None, shot)
         rows = driver.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
         assert len(rows) == (2 if workers else 0)
@@ -188,12 +234,14 @@ def test_the_page_on_a_spark_run_shows_its_batches_jobs(
     random_text(tmp_path / "corpus.txt", 20_000, words_per_line=8, vocabulary=50)
     monkeypatch.chdir(tmp_path)  # slow_words reads corpus.txt where it runs
     topology = load_topology(str(TESTS / "ui" / "slow_words.py"))
-    conf = Config({
-        "topology.ui": "0",
-        "topology.stats.sample.rate": 1.0,
-        "topology.state.provider": "sqlite",
-        "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
-    })
+    conf = Config(
+        {
+            "topology.ui": "0",
+            "topology.stats.sample.rate": 1.0,
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
+        }
+    )
     rt = SparkRuntime(topology, conf, spark=spark_session, batch_size=150)
     said: list[str] = []
     rt.open()
@@ -213,7 +261,8 @@ def test_the_page_on_a_spark_run_shows_its_batches_jobs(
             done, tasks = str(_text(driver, "#spark tbody tr td.done")).split("/")
             assert done == tasks and int(tasks) > 0
             latency = {
-                cid: _text(driver, f'#components tr[data-id="{cid}"] td.latency') for cid in COMPONENTS
+                cid: _text(driver, f'#components tr[data-id="{cid}"] td.latency')
+                for cid in COMPONENTS
             }
             assert all(re.fullmatch(r"[\d.,]+", v or "") for v in latency.values()), latency
             driver.save_screenshot(str(tmp_path / "live-view-spark.png"))  # to look at

@@ -35,7 +35,10 @@ class Renders:
 
     def __call__(self) -> tuple[bytes, bytes]:
         self.calls += 1
-        return b'{"topology": "t"}', b"# TYPE statestream_x_total counter\nstatestream_x_total 1.0\n"
+        return (
+            b'{"topology": "t"}',
+            b"# TYPE statestream_x_total counter\nstatestream_x_total 1.0\n",
+        )
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +107,9 @@ def test_a_port_in_use_is_one_config_error_naming_it() -> None:
         ("/metrics", "text/plain; version=0.0.4; charset=utf-8"),
     ],
 )
-def test_the_views_own_paths_are_served(view: tuple[LiveView, Renders], path: str, ctype: str) -> None:
+def test_the_views_own_paths_are_served(
+    view: tuple[LiveView, Renders], path: str, ctype: str
+) -> None:
     response = get(view[0], path)
     assert (response.status, response.getheader("Content-Type")) == (200, ctype)
 
@@ -156,7 +161,9 @@ def test_no_path_outside_the_views_own_reads_a_file(view: tuple[LiveView, Render
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"])
-def test_methods_other_than_get_and_head_are_refused(view: tuple[LiveView, Renders], method: str) -> None:
+def test_methods_other_than_get_and_head_are_refused(
+    view: tuple[LiveView, Renders], method: str
+) -> None:
     response = get(view[0], "/api/v1/topology", method)
     assert (response.status, response.getheader("Allow")) == (405, "GET, HEAD")
 
@@ -265,15 +272,21 @@ def test_the_server_does_not_outlive_a_run_killed_with_sigkill() -> None:
     # A run's process that serves its view, killed as a crash would kill it: the
     # server process sees its stdin end and exits, and the port answers no more.
     run = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys, time\n"
-            "from statestream._ui.server import LiveView, parse_address\n"
-            "v = LiveView(parse_address('0'), lambda: (b'{}', b''))\n"
-            "v.__enter__()\n"
-            "print(v.server_pid, v.address[1], flush=True)\n"
-            "time.sleep(600)\n"
-        )],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\n"
+                "from statestream._ui.server import LiveView, parse_address\n"
+                "v = LiveView(parse_address('0'), lambda: (b'{}', b''))\n"
+                "v.__enter__()\n"
+                "print(v.server_pid, v.address[1], flush=True)\n"
+                "time.sleep(600)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         assert run.stdout is not None

@@ -68,9 +68,7 @@ def test_a_failed_job_then_success_commits_once() -> None:
     assert tx.done and tx.failures == 1
 
 
-def test_nothing_is_committed_or_rolled_back_when_the_claim_is_lost_or_the_store_is_away() -> (
-    None
-):
+def test_nothing_is_committed_or_rolled_back_when_the_claim_is_lost_or_the_store_is_away() -> None:
     for event in (Event.CLAIM_LOST, Event.UNFIXABLE):
         actions = BatchTransaction(ATTEMPTS).on(event)
         assert Do.COMMIT not in actions and Do.ROLLBACK not in actions

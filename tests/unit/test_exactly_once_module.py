@@ -186,9 +186,7 @@ REWIND_TABLE = [(10, 10), (11, 11), (2, 2), (1, 1), (0, 1)]
 
 
 @pytest.mark.parametrize(("emitted", "budget"), REWIND_TABLE)
-def test_standstill_on_rewind_makes_the_emitted_count_the_budget(
-    emitted: int, budget: int
-) -> None:
+def test_standstill_on_rewind_makes_the_emitted_count_the_budget(emitted: int, budget: int) -> None:
     s = Standstill(emitted=emitted, quiescing=True)
     s.fail()
     s.on_rewind()

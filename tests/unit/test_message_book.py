@@ -76,7 +76,9 @@ def test_the_outcome_of_a_failure(
 def test_the_record_names_the_message_and_its_last_failure() -> None:
     b = book()
     fail_times(b, 7, 2, rewinds=False)
-    out = b.failed(7, ["a", 1], "words", Cause("split", None, "boom", "Failed"), 50.0, rewinds=False)
+    out = b.failed(
+        7, ["a", 1], "words", Cause("split", None, "boom", "Failed"), 50.0, rewinds=False
+    )
     r = out.record
     assert r is not None
     assert (r.topology, r.spout, r.task, r.msg_id, r.values, r.stream) == (

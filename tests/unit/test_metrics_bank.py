@@ -239,9 +239,7 @@ def test_keys_changed_per_task_merged_across_workers_and_restarts() -> None:
     sup.absorb(0, pickle.loads(pickle.dumps(spout_worker.export())))
     sup.absorb(1, pickle.loads(pickle.dumps(other.export())))
     snap = sup.snapshot(2.0, [])
-    assert [(c.txid, c.keys_changed) for c in snap.checkpoints] == [
-        (0, {"work-0": 7, "work-1": 4})
-    ]
+    assert [(c.txid, c.keys_changed) for c in snap.checkpoints] == [(0, {"work-0": 7, "work-1": 4})]
     assert snap.checkpoints[0].state_size == {}  # no local provider says it cheaply
     sup.retire_workers()
     fresh = _bank(FakeClock())
@@ -265,7 +263,9 @@ def test_keys_changed_keeps_a_bounded_history() -> None:
     assert len(bank.export().keys) <= 2 * 50 + 1 and 499 in bank.export().keys
 
 
-@pytest.mark.parametrize(("rate", "expected"), [(0, (NEVER, NEVER)), (0.05, (20, 1)), (1.0, (1, 1))])
+@pytest.mark.parametrize(
+    ("rate", "expected"), [(0, (NEVER, NEVER)), (0.05, (20, 1)), (1.0, (1, 1))]
+)
 def test_sampling_is_every_runtimes_countdown(rate: float, expected: tuple[int, int]) -> None:
     """One in ``every`` timed, the first at once (none at rate 0): the bank's, and
     so the local tasks', the Spark executors' and the Spark driver's spouts'."""

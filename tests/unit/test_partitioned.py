@@ -29,8 +29,12 @@ ORDER = ["a", "b", "c"]
         # Everything read: no range.
         ({"a": 5, "b": 4, "c": 3}, {"a": 5, "b": 4, "c": 3}, 10, []),
         # Opaque positions (stream ids) are taken whole, and cost no cap.
-        ({"a": "1-0"}, {"a": "9-0", "b": "3-0", "c": 2}, 1,
-         [Range("a", "1-0", "9-0"), Range("b", None, "3-0"), Range("c", 0, 1)]),
+        (
+            {"a": "1-0"},
+            {"a": "9-0", "b": "3-0", "c": 2},
+            1,
+            [Range("a", "1-0", "9-0"), Range("b", None, "3-0"), Range("c", 0, 1)],
+        ),
         ({"a": "9-0"}, {"a": "9-0", "b": None, "c": 0}, None, []),
     ],
 )

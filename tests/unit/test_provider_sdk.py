@@ -34,9 +34,7 @@ def test_the_provider_files_are_found() -> None:
     assert names >= {"memory.py", "sqlite/backend.py", "redis/backend.py", "redis/lease.py"}
 
 
-@pytest.mark.parametrize(
-    "path", PROVIDER_FILES, ids=lambda path: str(path.relative_to(PROVIDERS))
-)
+@pytest.mark.parametrize("path", PROVIDER_FILES, ids=lambda path: str(path.relative_to(PROVIDERS)))
 def test_providers_import_no_private_statestream_module(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     private = [

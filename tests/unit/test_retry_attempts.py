@@ -241,7 +241,13 @@ def test_one_message_failing_again_and_again_is_one_message() -> None:
 
 
 # (failures per 100 tuples executed, max rate) -> tripped
-RATE_TABLE = [(1, 0.5, False), (50, 0.5, False), (51, 0.5, True), (100, 1.0, False), (20, 0.1, True)]
+RATE_TABLE = [
+    (1, 0.5, False),
+    (50, 0.5, False),
+    (51, 0.5, True),
+    (100, 1.0, False),
+    (20, 0.1, True),
+]
 
 
 @pytest.mark.parametrize(("per_100", "max_rate", "tripped"), RATE_TABLE)

@@ -35,6 +35,7 @@ from .tasks import FIELDS1, FIELDSN, KIND, SHUFFLE, Route, Stream, Task
 
 log = logging.getLogger("statestream")
 
+
 def local_run_mode(topology: Topology, config: Mapping[str, Any], plan: RuntimePlan) -> bool:
     """What a local run (one process, or the workers' supervisor) refuses of its
     topology and config, and whether it keeps exactly-once state (logging the
