@@ -151,7 +151,7 @@ def count(path: str, what: str, n: int) -> int:
     return callgrind_count(__file__, "--one", what, str(n), path)
 
 
-# The sqlite provider's settings (providers/sqlite: provider._tune, DEFAULT_*).
+# The sqlite provider's settings (providers/sqlite: database.py, DEFAULT_*).
 PAGE_SIZE = 2048
 CACHE_KIB = [8 * 1024]  # the provider's cache_mb (8); --page-cache-mib sets it
 CHECKPOINT_PAGES = 16 * 1024 * 1024 // PAGE_SIZE
