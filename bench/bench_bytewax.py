@@ -199,52 +199,63 @@ def tail(text: str, lines: int = 3) -> str:
     return " / ".join(text.strip().splitlines()[-lines:])
 
 
+def run_dataflow(
+    py: Path, script: Path, args: list[str], workdir: str, cfg: Config
+) -> list[dict[str, Any]]:
+    """Run `script --worker ARGS` in the bytewax venv as `cfg` says (workers, processes,
+    recovery), `workdir` its scratch directory; the last stdout line of each process
+    (a JSON object with at least "start" and "end"), one per process.
+
+    Shared with bench_windows.py: the script takes the hidden options --workdir,
+    --workers, --recovery-dir, --process-id and --addresses besides its own ARGS.
+    """
+    cmd = [str(py), str(script), "--worker", *args, "--workdir", workdir]
+    cmd += ["--workers", str(cfg.workers)]
+    if cfg.recovery:
+        db_dir = f"{workdir}/recovery"
+        os.mkdir(db_dir)  # bytewax.recovery wants an existing directory
+        parts = str(cfg.workers * cfg.processes)
+        init = subprocess.run(
+            [str(py), "-m", "bytewax.recovery", db_dir, parts],
+            capture_output=True,
+            text=True,
+        )
+        if init.returncode != 0:
+            raise RuntimeError(f"bytewax.recovery exit {init.returncode}: {tail(init.stderr)}")
+        cmd += ["--recovery-dir", db_dir]
+    if cfg.processes > 1:
+        addrs = ";".join(f"127.0.0.1:{p}" for p in free_ports(cfg.processes))
+        cmds = [[*cmd, "--process-id", str(i), "--addresses", addrs] for i in range(cfg.processes)]
+    else:
+        cmds = [cmd]
+    procs = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds
+    ]
+    stamps: list[dict[str, Any]] = []
+    failures: list[str] = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT_S)
+            if p.returncode != 0:
+                failures.append(f"exit {p.returncode}: {tail(err)}")
+            else:
+                stamps.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:  # a cluster peer left waiting for a failed one
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if failures:
+        raise RuntimeError("; ".join(failures))
+    return stamps
+
+
 def run_bytewax(
     py: Path, corpus: str, cfg: Config, expected: collections.Counter[str]
 ) -> tuple[float, bool]:
     workdir = tempfile.mkdtemp(prefix="bench-bytewax-")
     try:
-        cmd = [str(py), str(Path(__file__).resolve()), "--worker", "--corpus", corpus]
-        cmd += ["--workdir", workdir, "--workers", str(cfg.workers)]
-        if cfg.recovery:
-            db_dir = f"{workdir}/recovery"
-            os.mkdir(db_dir)  # bytewax.recovery wants an existing directory
-            parts = str(cfg.workers * cfg.processes)
-            init = subprocess.run(
-                [str(py), "-m", "bytewax.recovery", db_dir, parts],
-                capture_output=True,
-                text=True,
-            )
-            if init.returncode != 0:
-                raise RuntimeError(f"bytewax.recovery exit {init.returncode}: {tail(init.stderr)}")
-            cmd += ["--recovery-dir", db_dir]
-        if cfg.processes > 1:
-            addrs = ";".join(f"127.0.0.1:{p}" for p in free_ports(cfg.processes))
-            cmds = [
-                [*cmd, "--process-id", str(i), "--addresses", addrs] for i in range(cfg.processes)
-            ]
-        else:
-            cmds = [cmd]
-        procs = [
-            subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for c in cmds
-        ]
-        stamps: list[dict[str, float]] = []
-        failures: list[str] = []
-        try:
-            for p in procs:
-                out, err = p.communicate(timeout=TIMEOUT_S)
-                if p.returncode != 0:
-                    failures.append(f"exit {p.returncode}: {tail(err)}")
-                else:
-                    stamps.append(json.loads(out.strip().splitlines()[-1]))
-        finally:
-            for p in procs:  # a cluster peer left waiting for a failed one
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        if failures:
-            raise RuntimeError("; ".join(failures))
+        stamps = run_dataflow(py, Path(__file__).resolve(), ["--corpus", corpus], workdir, cfg)
         elapsed = max(s["end"] for s in stamps) - min(s["start"] for s in stamps)
         got: dict[str, int] = {}
         parts_seen = 0
