@@ -19,6 +19,7 @@ from statestream import (
     ConfigError,
     Count,
     Duration,
+    SerializationError,
     StatefulBolt,
     StatefulWindowedBolt,
     TopologyBuilder,
@@ -341,3 +342,14 @@ def test_a_windowed_bolt_refuses_a_change_of_parallelism_naming_the_fix(tmp_path
     b.set_bolt("totals", Totals()).shuffle_grouping("windows")
     with pytest.raises(ConfigError, match="keep its previous parallelism"):
         LocalRuntime(b.build(), config(tmp_path)).run(until_idle=True)
+
+
+def test_a_window_holding_a_value_json_cannot_store_stops_the_run_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    b = TopologyBuilder("unstorable")
+    b.set_spout("views", RewindableListSpout([("/a", 1, {1, 2})], fields=["page", "ts", "tags"]))
+    b.set_bolt("windows", on_event_time(PageCounts())).shuffle_grouping("views")
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    with pytest.raises(SerializationError, match=r"cannot be stored as JSON.*emit JSON values"):
+        LocalRuntime(b.build(), config(tmp_path), clock=StepClock(0.001)).run(until_idle=True)
