@@ -81,6 +81,7 @@ from typing import Any, Final, NamedTuple, cast
 
 import yaml
 
+from statestream._config_kinds import ENV_PREFIX, ConfigKey, _env_name, _Invalid, _Kind, _scalar
 from statestream._errors import ConfigError
 from statestream._settings import (
     _ENV_NAMES,
@@ -91,15 +92,9 @@ from statestream._settings import (
     _SCHEMA,
     _TIMEOUT_KEY,
     DEFAULTS_SOURCE,
-    ENV_PREFIX,
     OVERRIDE_SOURCE,
     SET_SOURCE,
-    ConfigKey,
     Settings,
-    _env_name,
-    _Invalid,
-    _Kind,
-    _scalar,
     config_keys,
 )
 

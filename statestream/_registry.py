@@ -23,8 +23,8 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Final, cast
 
 from statestream._config import settings_of
+from statestream._config_kinds import _Invalid, _provider_config
 from statestream._errors import ConfigError, ProviderNotFoundError, StateLockedError
-from statestream._settings import _Invalid, _provider_config
 from statestream._state import (
     SCOPE_SEPARATOR,
     SHARING_PROCESS,

@@ -10,24 +10,45 @@ values with :func:`~statestream._config.settings_of`.
 
 from __future__ import annotations
 
-import copy
 import functools
-import json
-import math
 import re
 import textwrap
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, Final, Literal, cast, get_type_hints
+from typing import Any, Final, Literal, get_type_hints
 
 import yaml
 
-from ._runners import runners
+from ._config_kinds import (
+    _ADDRESS_OR_NULL,
+    _BOOL_OR_AUTO,
+    _BOOLEAN,
+    _NON_EMPTY_STR,
+    _NON_EMPTY_STR_OR_NULL,
+    _NON_NEGATIVE_INT,
+    _NON_NEGATIVE_NUMBER,
+    _NUMBER_AT_LEAST_1,
+    _POSITIVE_INT,
+    _POSITIVE_INT_OR_NULL,
+    _POSITIVE_NUMBER,
+    _POSITIVE_NUMBER_OR_NULL,
+    _PROVIDER_CONFIG,
+    _RUNNER,
+    _SAME,
+    _SCHEMA_ENTRY,
+    ConfigKey,
+    _fraction,
+    _integer,
+    _Invalid,
+    _key,
+    _Kind,
+    _scalar,
+    _text_as_number,
+)
 
 __all__ = ["ConfigKey", "Settings", "config_keys"]
 
-ENV_PREFIX: Final = "STATESTREAM_"
 DEFAULTS_SOURCE: Final = "defaults"
 SET_SOURCE: Final = "--set"
 OVERRIDE_SOURCE: Final = "override"
@@ -41,351 +62,6 @@ _PASS_THROUGH_ROOTS: Final = frozenset({"spark"})
 # Dotted segments without whitespace; anything else cannot be written in every
 # layer (an env variable, a --set argument) and is surely a mistake.
 _KEY_RE: Final = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
-
-
-# --------------------------------------------------------------------------- validators
-
-
-class _Invalid(Exception):
-    """Raised by a validator: the value does not have the key's type.
-
-    ``detail`` says more when "expected X, got Y" alone would not explain it
-    (a JSON syntax error, say).
-    """
-
-    def __init__(self, detail: str = "") -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class _Kind:
-    """The type of a config key: how a value is checked, read from text and typed.
-
-    ``expected`` is the phrase used in error messages and, verbatim, on the
-    ``# Type:`` line of the key's entry in defaults.yaml. ``validate`` takes a
-    typed value (as a file or the YAML reading of a text holds it) and returns
-    it normalised, or raises :class:`_Invalid`. ``from_text`` turns the raw
-    text of an environment variable or ``--set`` into such a typed value.
-    ``annotation`` is the Python type of a validated value, which the key's
-    :class:`Settings` attribute must declare.
-    """
-
-    expected: str
-    validate: Callable[[object], object]
-    from_text: Callable[[str], object]
-    annotation: Any
-
-
-def _scalar(text: str) -> object:
-    """Read ``text`` as a YAML scalar (or flow list/mapping); fall back to the text itself.
-
-    The fallback covers text YAML cannot parse (``a: b: c``) and values that
-    YAML reads as something outside the JSON data model (dates), so a text
-    value is always str, int, float, bool, None, list or dict.
-    """
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if value is None and text.strip() not in ("", "~", "null", "Null", "NULL"):
-        return text  # a comment ("# x") or a bare document marker, not a null
-    if value is None or isinstance(value, str | int | float | bool | list | dict):
-        return value
-    return text
-
-
-def _text_as_str(text: str) -> object:
-    # A string key keeps what was typed: '--set topology.name=123' names the
-    # topology "123". Only null and explicitly quoted text are read as YAML.
-    value = _scalar(text)
-    return value if value is None or isinstance(value, str) else text
-
-
-def _text_as_bool(text: str) -> object:
-    value = _scalar(text)
-    # Shell users write 1/0 for booleans; YAML already takes yes/no/on/off.
-    if type(value) is int and value in (0, 1):
-        return bool(value)
-    return value
-
-
-def _text_as_number(text: str) -> object:
-    value = _scalar(text)
-    if isinstance(value, str):
-        # PyYAML (YAML 1.1) reads '1e3' as a string; a number key wants it as 1000.0.
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _integer(minimum: int, *, nullable: bool = False) -> Callable[[object], object]:
-    def validate(value: object) -> object:
-        if value is None and nullable:
-            return None
-        # bool is an int subclass; 'true' is never a count.
-        if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
-            return value
-        raise _Invalid
-
-    return validate
-
-
-def _positive_number(*, nullable: bool = False) -> Callable[[object], object]:
-    def validate(value: object) -> object:
-        if value is None and nullable:
-            return None
-        if (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value > 0
-        ):
-            return float(value)
-        raise _Invalid
-
-    return validate
-
-
-def _number_at_least(minimum: float) -> Callable[[object], object]:
-    def validate(value: object) -> object:
-        if (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value >= minimum
-        ):
-            return float(value)
-        raise _Invalid
-
-    return validate
-
-
-def _fraction(value: object) -> object:
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 <= value <= 1
-    ):
-        return float(value)
-    raise _Invalid
-
-
-def _boolean(value: object) -> object:
-    if isinstance(value, bool):
-        return value
-    raise _Invalid
-
-
-def _bool_or_auto(value: object) -> object:
-    if isinstance(value, bool) or value == "auto":
-        return value
-    raise _Invalid
-
-
-def _text_as_bool_or_auto(text: str) -> object:
-    return "auto" if text.strip().lower() == "auto" else _text_as_bool(text)
-
-
-def _non_empty_str(*, nullable: bool = False) -> Callable[[object], object]:
-    def validate(value: object) -> object:
-        if value is None and nullable:
-            return None
-        if isinstance(value, str) and value.strip():
-            return value
-        raise _Invalid
-
-    return validate
-
-
-def _choice(*choices: str) -> Callable[[object], object]:
-    def validate(value: object) -> object:
-        if isinstance(value, str) and value in choices:
-            return value
-        raise _Invalid
-
-    return validate
-
-
-def _plain_mapping(value: Mapping[Any, Any], path: str = "") -> dict[str, Any]:
-    """Deep-copy ``value`` into plain dicts and lists, insisting on string keys.
-
-    String keys keep the config JSON-shaped, which is what Storm's providers
-    expect and what survives a trip through an environment variable.
-    """
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            where = f" under {path!r}" if path else ""
-            raise _Invalid(f"mapping keys must be strings, found {key!r}{where}")
-        out[key] = _plain_value(item, f"{path}.{key}" if path else key)
-    return out
-
-
-def _plain_value(value: object, path: str) -> Any:
-    if isinstance(value, Mapping):
-        return _plain_mapping(value, path)
-    if isinstance(value, list | tuple):
-        return [_plain_value(item, path) for item in value]
-    return value
-
-
-def _provider_config(value: object) -> object:
-    # Storm passes topology.state.provider.config as a JSON string; a YAML user
-    # writes a mapping. Both become a dict so providers see one shape.
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        if not value.strip():
-            return {}
-        try:
-            decoded = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise _Invalid(
-                f"the string is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-            ) from exc
-        if not isinstance(decoded, dict):
-            raise _Invalid(f"the JSON string holds a {type(decoded).__name__}, not an object")
-        return decoded
-    if isinstance(value, Mapping):
-        return _plain_mapping(value)
-    raise _Invalid
-
-
-# --------------------------------------------------------------------------- kinds
-
-_BOOLEAN: Final = _Kind("a boolean", _boolean, _text_as_bool, bool)
-_BOOL_OR_AUTO: Final = _Kind(
-    "true, false or auto", _bool_or_auto, _text_as_bool_or_auto, bool | Literal["auto"]
-)
-_POSITIVE_INT: Final = _Kind("a positive integer", _integer(1), _scalar, int)
-_POSITIVE_INT_OR_NULL: Final = _Kind(
-    "a positive integer or null", _integer(1, nullable=True), _scalar, int | None
-)
-_NON_NEGATIVE_INT: Final = _Kind("a non-negative integer", _integer(0), _scalar, int)
-_POSITIVE_NUMBER: Final = _Kind("a positive number", _positive_number(), _text_as_number, float)
-_POSITIVE_NUMBER_OR_NULL: Final = _Kind(
-    "a positive number or null", _positive_number(nullable=True), _text_as_number, float | None
-)
-_NON_EMPTY_STR: Final = _Kind("a non-empty string", _non_empty_str(), _text_as_str, str)
-_NON_EMPTY_STR_OR_NULL: Final = _Kind(
-    "a non-empty string or null", _non_empty_str(nullable=True), _text_as_str, str | None
-)
-_NON_NEGATIVE_NUMBER: Final = _Kind(
-    "a non-negative number", _number_at_least(0), _text_as_number, float
-)
-_NUMBER_AT_LEAST_1: Final = _Kind("a number >= 1", _number_at_least(1), _text_as_number, float)
-_PROVIDER_CONFIG: Final = _Kind(
-    "a mapping or a JSON object string", _provider_config, _scalar, dict[str, Any]
-)
-
-
-# The live view's address: a port alone (bound to loopback) or HOST:PORT,
-# [IPv6]:PORT; statestream/_ui/server.py parse_address reads it.
-_ADDRESS_RE: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]:|[^\s:\[\]]*:)?\d{1,5}")
-
-
-def _address_or_null(value: object) -> object:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)  # `topology.ui: 8080` in YAML is a number
-    if (
-        isinstance(value, str)
-        and _ADDRESS_RE.fullmatch(value.strip())
-        and int(value.rsplit(":", 1)[-1]) <= 65535
-    ):
-        return value.strip()
-    raise _Invalid
-
-
-_ADDRESS_OR_NULL: Final = _Kind("a port, HOST:PORT or null", _address_or_null, _scalar, str | None)
-
-
-def _registered_runner(value: object) -> object:
-    # The registry is a leaf (statestream._runners) that holds the built-in runners
-    # from its import on: asked here, never the runtimes.
-    names = runners()
-    if isinstance(value, str) and value in names:
-        return value
-    raise _Invalid(
-        f"registered: {', '.join(map(repr, names))} (statestream.runtime.contract.register_runner)"
-    )
-
-
-_RUNNER: Final = _Kind(
-    "'local', 'spark' or another registered runner", _registered_runner, _text_as_str, str
-)
-
-
-def _one_of(*choices: str) -> _Kind:
-    listed = ", ".join(repr(c) for c in choices)
-    literal = cast(Any, Literal)[choices]  # Literal['a', 'b'], built at run time
-    return _Kind(f"one of {listed}", _choice(*choices), _text_as_str, literal)
-
-
-# --------------------------------------------------------------------------- schema
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    """One entry of the schema: a key statestream reads, documented once.
-
-    ``name`` is the dotted key (Storm's name where Storm has one), ``kind``
-    its type, ``default`` its value when no layer sets it (already in the
-    normalised form validation gives), ``doc`` one paragraph saying what it
-    does, and ``storm`` a note on Storm's key of the same name, or None for a
-    key Storm does not have. The rest is derived: :attr:`type` (the phrase
-    error messages and defaults.yaml use), :attr:`env_var` and
-    :attr:`attribute` (the key's :class:`Settings` attribute).
-    """
-
-    name: str
-    kind: _Kind
-    default: object
-    doc: str
-    storm: str | None = None
-
-    @property
-    def type(self) -> str:
-        """What a value must be, as error messages and defaults.yaml say it."""
-        return self.kind.expected
-
-    @property
-    def env_var(self) -> str:
-        """The environment variable that sets the key: ``STATESTREAM_`` + key, upper-cased.
-
-        ``.`` and ``-`` become ``_``: ``topology.max.spout.pending`` ->
-        ``STATESTREAM_TOPOLOGY_MAX_SPOUT_PENDING``.
-        """
-        return _env_name(self.name)
-
-    @property
-    def attribute(self) -> str:
-        """The key's :class:`Settings` attribute: ``.`` and ``-`` as ``_``."""
-        return self.name.replace(".", "_").replace("-", "_")
-
-
-_SCHEMA_ENTRY: Final = "statestream.config.key"
-
-
-def _key(name: str, kind: _Kind, default: object, doc: str, *, storm: str | None = None) -> Any:
-    """Declare one config key, as a field of :class:`Settings` (see :func:`_schema_of`).
-
-    ``doc`` may be wrapped across source lines; it is kept as one paragraph.
-    """
-    entry = ConfigKey(name, kind, default, " ".join(doc.split()), storm)
-    metadata = {_SCHEMA_ENTRY: entry}
-    if isinstance(default, dict | list):
-        factory = functools.partial(copy.deepcopy, default)
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-_SAME: Final = "the same key, meaning and default."
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -467,6 +143,65 @@ class Settings:
         (The runtime's own ticks, for timeouts and checkpoints, do not depend on
         it.)""",
         storm=_SAME,
+    )
+    # Windowed bolts (statestream._windowed): Storm's keys, for a bolt not
+    # configured with its with_* methods (set them with add_configuration).
+    topology_bolts_window_length_count: int | None = _key(
+        "topology.bolts.window.length.count",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        "A windowed bolt's window length in tuples (Count); its with_window wins.",
+        storm=_SAME,
+    )
+    topology_bolts_window_length_duration_ms: int | None = _key(
+        "topology.bolts.window.length.duration.ms",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        "A windowed bolt's window length in milliseconds (Duration); its with_window wins.",
+        storm=_SAME,
+    )
+    topology_bolts_window_sliding_interval_count: int | None = _key(
+        "topology.bolts.window.sliding.interval.count",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        "A windowed bolt's slide in tuples; null with a length: a tumbling window.",
+        storm=_SAME,
+    )
+    topology_bolts_window_sliding_interval_duration_ms: int | None = _key(
+        "topology.bolts.window.sliding.interval.duration.ms",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        "A windowed bolt's slide in milliseconds; null with a length: a tumbling window.",
+        storm=_SAME,
+    )
+    topology_bolts_tuple_timestamp_field_name: str | None = _key(
+        "topology.bolts.tuple.timestamp.field.name",
+        _NON_EMPTY_STR_OR_NULL,
+        None,
+        """Event time: the field holding each tuple's timestamp (ms since the epoch);
+        null: processing time.""",
+        storm=_SAME,
+    )
+    topology_bolts_tuple_timestamp_max_lag_ms: int | None = _key(
+        "topology.bolts.tuple.timestamp.max.lag.ms",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        "Event time: how far behind the latest timestamp a tuple may come (null: 0).",
+        storm=_SAME,
+    )
+    topology_bolts_watermark_event_interval_ms: int | None = _key(
+        "topology.bolts.watermark.event.interval.ms",
+        _POSITIVE_INT_OR_NULL,
+        None,
+        "Event time: how often the watermark moves, on the runtime's clock (null: 1000).",
+        storm="the same key and meaning (Storm's default: 1000).",
+    )
+    topology_bolts_late_tuple_stream: str | None = _key(
+        "topology.bolts.late.tuple.stream",
+        _NON_EMPTY_STR_OR_NULL,
+        None,
+        "Event time: the stream late tuples go out on as (tuple, timestamp); null: dropped.",
+        storm="the same key; Storm emits the late tuple itself, statestream its values.",
     )
     topology_state_provider: str = _key(
         "topology.state.provider",
@@ -706,10 +441,6 @@ class Settings:
         """Spark master URL for the spark runtime. Every other spark.* key is
         passed to Spark untouched.""",
     )
-
-
-def _env_name(key: str) -> str:
-    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
 
 
 def _schema_of(cls: type) -> Mapping[str, ConfigKey]:

@@ -223,8 +223,9 @@ class TopologyBuilder:
         self, cid: str, bolt: Bolt | BasicBolt | BaseWindowedBolt, parallelism: int = 1
     ) -> BoltDeclarer:
         if isinstance(bolt, BaseWindowedBolt):
-            bolt.window_spec(cid)  # configured with a window, or ConfigError naming the fix
-            # Checkpointed as a stateful bolt, its windows in its state (_windowed).
+            # Checkpointed as a stateful bolt, its windows in its state (_windowed);
+            # its window comes from its with_* methods or its config (checked when
+            # its tasks are prepared: add_configuration may follow).
             bolt = WindowedBoltExecutor(bolt)
         if not isinstance(bolt, (Bolt, BasicBolt)):
             hint = " (a spout? use set_spout)" if isinstance(bolt, Spout) else ""

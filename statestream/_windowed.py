@@ -121,10 +121,7 @@ class TupleWindow:
         return len(self.get())
 
     def __repr__(self) -> str:
-        return (
-            f"TupleWindow([{self.start_timestamp}, {self.end_timestamp}), "
-            f"{len(self)} tuples)"
-        )
+        return f"TupleWindow([{self.start_timestamp}, {self.end_timestamp}), {len(self)} tuples)"
 
 
 class BaseWindowedBolt(_Component):
@@ -229,6 +226,39 @@ class BaseWindowedBolt(_Component):
         """Called once at shutdown."""
 
     # -- what the executor reads ----------------------------------------------------------
+    def configure_from(self, conf: Mapping[str, Any]) -> None:
+        """Storm's ``topology.bolts.*`` keys of ``conf`` (the component's config) for
+        what the ``with_*`` methods left unset, as Storm's executor reads them."""
+        s = settings_of(conf)
+        length_n, length_ms = (
+            s.topology_bolts_window_length_count,
+            s.topology_bolts_window_length_duration_ms,
+        )
+        if self.window_length is None and self.session_gap is None:
+            if length_n is not None:
+                self.window_length = Count(length_n)
+            elif length_ms is not None:
+                self.window_length = Duration(length_ms)
+        slide_n, slide_ms = (
+            s.topology_bolts_window_sliding_interval_count,
+            s.topology_bolts_window_sliding_interval_duration_ms,
+        )
+        if self.sliding_interval is None and self.window_length is not None:
+            if slide_n is not None:
+                self.sliding_interval = Count(slide_n)
+            elif slide_ms is not None:
+                self.sliding_interval = Duration(slide_ms)
+            else:
+                self.sliding_interval = self.window_length  # tumbling
+        field_name = s.topology_bolts_tuple_timestamp_field_name
+        if not self.event_time and field_name is not None:
+            self.timestamp_field = field_name
+        if self.lag is None and s.topology_bolts_tuple_timestamp_max_lag_ms is not None:
+            self.lag = Duration(s.topology_bolts_tuple_timestamp_max_lag_ms)
+        interval = s.topology_bolts_watermark_event_interval_ms
+        if self.watermark_interval is None and interval is not None:
+            self.watermark_interval = Duration(interval)
+
     def window_name(self) -> str:
         """The bolt's class name, for messages that have no component id at hand."""
         return type(self).__name__
@@ -246,7 +276,8 @@ class BaseWindowedBolt(_Component):
             raise ConfigError(
                 f"windowed bolt {component!r} has no window: configure it with "
                 "with_window(length, sliding), with_tumbling_window(length) or "
-                "with_session_window(gap)"
+                "with_session_window(gap), or set topology.bolts.window.length.count "
+                "or .duration.ms in its config"
             )
         return WindowSpec(self.window_length, self.sliding_interval, event_time=self.event_time)
 
@@ -379,6 +410,7 @@ class WindowedBoltExecutor(StatefulBolt):
     # -- the task's life ----------------------------------------------------------------
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
         bolt = self.bolt
+        bolt.configure_from(conf)
         self.core = bolt.window_core(
             context.component_id, lambda payload: payload[5], self._payload_tuple
         )

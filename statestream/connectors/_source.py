@@ -16,9 +16,9 @@ JetStream stream, a RabbitMQ queue):
   difference) measured at most once a second in the spout's own thread.
 
 A subclass supplies only what differs per broker: reading a batch into the
-buffer (:meth:`BrokerSpout._read`), its position and seek, how far it has
-read and where the stream ends (:meth:`BrokerSpout._done`,
-:meth:`BrokerSpout._stream_end`), connecting and closing. It is public
+buffer (``BrokerSpout._read``), its position and seek, how far it has
+read and where the stream ends (``BrokerSpout._done``,
+``BrokerSpout._stream_end``), connecting and closing. It is public
 (exported from :mod:`statestream.connectors`, as is :class:`Lost`): the
 base of a third party's source; this module's path stays importable.
 """
@@ -40,8 +40,8 @@ _PROGRESS_EVERY_S = 1.0  # how often a spout asks the broker where the stream en
 
 
 class Lost(Exception):  # a signal from _read to _fill, not an error to report
-    """Raised by :meth:`BrokerSpout._read` for a connection error (``Lost(error)``):
-    the server was lost, and :class:`Reconnect` decides whether to try again or
+    """Raised by ``BrokerSpout._read`` for a connection error (``Lost(error)``):
+    the server was lost, and ``Reconnect`` decides whether to try again or
     stop the run."""
 
     def __init__(self, cause: BaseException) -> None:
@@ -74,21 +74,21 @@ class BrokerSpout(Spout):
     * ``connector``: its public name, for messages;
       ``super().__init__(count, block_ms)`` from its ``__init__``;
     * ``open``: call ``super().open(...)``, take its share of the streams with
-      :meth:`_take_share` (sets ``_mine``), connect (a server that does not
+      ``_take_share`` (sets ``_mine``), connect (a server that does not
       answer: raise a :class:`~statestream.SourceError` naming it), and call
-      :meth:`_reconnect_to` with the server's URL;
-    * :meth:`_read`: read the next batch into :attr:`_buffer` as ``(message id,
+      ``_reconnect_to`` with the server's URL;
+    * ``_read``: read the next batch into ``_buffer`` as ``(message id,
       values)`` pairs, the message id hashable and unique in the task; return
       whether the broker had nothing more (True), or None when nothing was
       learnt; raise :class:`Lost` for a connection error (the reconnect policy
       then decides: try again later, or stop the run once past its bound).
       Called from the runtime's thread: it waits at most ``block_ms``;
-    * optionally :meth:`_emitted` (a message left the buffer: move the
-      position on), :meth:`_done` and :meth:`_stream_end` (progress);
+    * optionally ``_emitted`` (a message left the buffer: move the
+      position on), ``_done`` and ``_stream_end`` (progress);
     * to be rewindable (exactly-once), ``position()`` and ``seek(position)``:
-      build the position with :meth:`_where` (with :meth:`_failed`'s entries
-      to emit again), and at ``seek`` check it with :meth:`_check_spread` and
-      call :meth:`_restart` with the failed entries it carried;
+      build the position with ``_where`` (with ``_failed``'s entries
+      to emit again), and at ``seek`` check it with ``_check_spread`` and
+      call ``_restart`` with the failed entries it carried;
     * ``close``, idempotent, and ``__getstate__`` leaving out connections (a
       spout is pickled to Spark's executors and to worker processes).
 
@@ -118,7 +118,7 @@ class BrokerSpout(Spout):
 
     # -- what a subclass supplies -----------------------------------------------------
     def _read(self) -> bool | None:
-        """Read the next batch into :attr:`_buffer`; return whether the broker had
+        """Read the next batch into ``_buffer``; return whether the broker had
         nothing more (caught up), or None when it did not answer (nothing learnt).
         Raise :class:`Lost` for a connection error."""
         raise NotImplementedError
@@ -139,7 +139,7 @@ class BrokerSpout(Spout):
     def _reconnect_to(self, url: str) -> None:
         """At ``open``, once connected: a server at ``url`` lost mid-run is tried again
         for ``statestream.connectors.reconnect.secs``, then the run stops (sets
-        :attr:`_reconnect`; ``url`` is shown with its password hidden)."""
+        ``_reconnect``; ``url`` is shown with its password hidden)."""
         self._reconnect = Reconnect.from_conf(self._name(), url, self.conf, self.context.clock)
 
     def next_tuple(self) -> None:
@@ -222,18 +222,18 @@ class BrokerSpout(Spout):
             return done, done
         return done, None if self._end is None else max(self._end, done)
 
-    #: The key of the per-stream positions in :meth:`_where` (RabbitMQ keeps "queues").
+    #: The key of the per-stream positions in ``_where`` (RabbitMQ keeps "queues").
     _position_key = PARTITIONS_KEY
 
     def _take_share(self, context: TopologyContext, names: Sequence[str], what: str) -> None:
         """At open: this task's share of ``names`` (``_mine``) and the parallelism it
-        was spread by (``_tasks``, which :meth:`_check_spread` compares at seek)."""
+        was spread by (``_tasks``, which ``_check_spread`` compares at seek)."""
         self._tasks = context.parallelism
         self._mine = spread(self._name(), names, context.task_index, self._tasks, what)
 
     def _where(self, per_stream: Mapping[str, Any], replay: list[Any]) -> dict[str, Any]:
-        """A position: ``per_stream`` under :attr:`_position_key`, the entries to
-        replay, and the task count when there are several; plus :meth:`_position_extra`."""
+        """A position: ``per_stream`` under ``_position_key``, the entries to
+        replay, and the task count when there are several; plus ``_position_extra``."""
         where: dict[str, Any] = {self._position_key: dict(per_stream), "replay": replay}
         if self._tasks > 1:
             where["tasks"] = self._tasks

@@ -23,7 +23,6 @@ from statestream import (
     StatefulBolt,
     StatefulWindowedBolt,
     TopologyBuilder,
-    TopologyError,
     Tuple,
     TupleWindow,
 )
@@ -201,11 +200,34 @@ def test_count_windows_with_their_own_state_survive_a_crash(tmp_path: Path) -> N
     assert set(state) == {"windows", "$window"}  # the window's own key beside the user's
 
 
-def test_a_windowed_bolt_without_a_window_is_refused_naming_the_fix() -> None:
+def test_a_windowed_bolt_without_a_window_is_refused_naming_the_fix(tmp_path: Path) -> None:
     b = TopologyBuilder("bad")
     b.set_spout("views", ListSpout([1]))
-    with pytest.raises((TopologyError, ValueError), match="with_tumbling_window"):
-        b.set_bolt("windows", PageCounts()).shuffle_grouping("views")
+    b.set_bolt("windows", PageCounts()).shuffle_grouping("views")
+    with pytest.raises(ConfigError, match="with_tumbling_window"):
+        LocalRuntime(b.build(), config(tmp_path)).run(until_idle=True)
+
+
+def test_storms_window_keys_configure_a_bolt_without_with_methods(tmp_path: Path) -> None:
+    """Storm's topology.bolts.* keys, as a component's config (add_configuration)."""
+    events = views(600)
+    b = TopologyBuilder("pageviews")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    declarer = b.set_bolt("windows", PageCounts()).shuffle_grouping("views")
+    for key, value in {
+        "topology.bolts.window.length.duration.ms": WINDOW_MS,
+        "topology.bolts.window.sliding.interval.duration.ms": 5_000,
+        "topology.bolts.tuple.timestamp.field.name": "ts",
+        "topology.bolts.tuple.timestamp.max.lag.ms": LAG_MS,
+        "topology.bolts.watermark.event.interval.ms": 50,
+    }.items():
+        declarer.add_configuration(key, value)
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    LocalRuntime(topo, config(tmp_path), clock=StepClock(0.001)).run(until_idle=True)
+    assert Counter(committed_state(topo, config(tmp_path), "totals")) == expected(
+        events, WINDOW_MS, 5_000
+    )
 
 
 class PageCountsAggregated(BaseWindowedBolt):

@@ -23,8 +23,9 @@ from statestream._config import (
     load_config,
     parse_set,
 )
+from statestream._config_kinds import _Invalid, _key
 from statestream._errors import ConfigError
-from statestream._settings import _SCHEMA, _defaults_yaml_entry, _Invalid, _key, _schema_of
+from statestream._settings import _SCHEMA, _defaults_yaml_entry, _schema_of
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS_YAML = REPO / "statestream" / "defaults.yaml"
@@ -37,6 +38,14 @@ EXPECTED_DEFAULTS: dict[str, Any] = {
     "topology.acker.executors": 1,
     "topology.max.spout.pending": None,
     "topology.tick.tuple.freq.secs": None,
+    "topology.bolts.window.length.count": None,
+    "topology.bolts.window.length.duration.ms": None,
+    "topology.bolts.window.sliding.interval.count": None,
+    "topology.bolts.window.sliding.interval.duration.ms": None,
+    "topology.bolts.tuple.timestamp.field.name": None,
+    "topology.bolts.tuple.timestamp.max.lag.ms": None,
+    "topology.bolts.watermark.event.interval.ms": None,
+    "topology.bolts.late.tuple.stream": None,
     "topology.state.provider": "memory",
     "topology.state.provider.config": {},
     "topology.state.checkpoint.interval.ms": 1000,
