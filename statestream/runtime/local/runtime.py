@@ -579,13 +579,15 @@ class LocalRuntime(RuntimeBase):
             "pending": sum(len(s.pending) for s in self.spouts),
             "retrying": sum(s.retries.waiting for s in self.data_spouts),
             "skipped_dead_letters": self.skipped_settled,
-            # Windowed bolts (statestream._windowed) count the late tuples they took.
-            "late_tuples": sum(
-                w.late_tuples
-                for w in (getattr(b.executor, "bolt", None) for b in self.bolts)
-                if isinstance(w, WindowedBoltExecutor)
-            ),
         }
+        # Windowed bolts (statestream._windowed) count the late tuples they took.
+        windowed = [
+            w
+            for w in (getattr(b.executor, "bolt", None) for b in self.bolts)
+            if isinstance(w, WindowedBoltExecutor)
+        ]
+        if windowed:
+            c["late_tuples"] = sum(w.late_tuples for w in windowed)
         if self.acking is not None:
             c["acker_pending"] = self.acking.pending()
             c["acker_expired"] = self.acking.timeouts
