@@ -411,11 +411,8 @@ class WindowedBoltExecutor(StatefulBolt):
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: Any) -> None:
         bolt = self.bolt
         bolt.configure_from(conf)
-        self.core = bolt.window_core(
-            context.component_id, lambda payload: payload[5], self._payload_tuple
-        )
-        self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
         self.context = context
+        self._fresh_windows()
         self.collector = collector
         clock = context.clock
         self._now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
@@ -435,8 +432,19 @@ class WindowedBoltExecutor(StatefulBolt):
         self._max_attempts = settings_of(conf).statestream_retry_max_attempts
         bolt.prepare(conf, context, collector)
 
+    def _fresh_windows(self) -> None:
+        """No window yet: the core and the watermarks as at a first start."""
+        bolt = self.bolt
+        self.core = bolt.window_core(
+            self.context.component_id, lambda payload: payload[5], self._payload_tuple
+        )
+        self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
+
     def init_state(self, state: KeyValueState) -> None:
+        # Also after a ROLLBACK on this instance: the windows are the committed ones,
+        # none if nothing was committed, whatever this task held since.
         self.state = state
+        self._fresh_windows()
         snap = state.get(WINDOW_KEY)
         if snap is not None:
             if isinstance(snap, str):  # stored as one JSON text (pre_prepare)
