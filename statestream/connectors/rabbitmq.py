@@ -11,6 +11,7 @@ no ``position``/``seek``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
@@ -304,6 +305,13 @@ class RabbitMQSpout(BrokerSpout):
         state["_connection"] = state["_channel"] = None
         state["_consumers"] = {}
         return state
+
+
+# What help(), IDEs and the API reference show: __init__'s parameters, not the
+# (*args, **kwargs) of the __new__ that picks the class by kind.
+RabbitMQSpout.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    list(inspect.signature(RabbitMQSpout.__init__).parameters.values())[1:]
+)
 
 
 class _StreamQueueSpout(RabbitMQSpout):

@@ -97,3 +97,20 @@ def test_without_state_only_basic_bolts_are_wrapped() -> None:
     topo = b.build()
     assert type(topo.components["split"].obj) is BasicBoltExecutor
     assert type(topo.components["sink"].obj) is Sink
+
+
+def test_every_connector_shows_its_real_signature() -> None:
+    """help() and the API reference show each connector's parameters, not the
+    (*args, **kwargs) of RabbitMQSpout's __new__ (issue 48 item 6)."""
+    import inspect
+
+    from statestream import connectors
+
+    for name in connectors.__all__:
+        obj = getattr(connectors, name)
+        if not inspect.isclass(obj):
+            continue
+        params = inspect.signature(obj).parameters
+        assert not any(p.kind is p.VAR_POSITIONAL for p in params.values()), (name, params)
+    params = inspect.signature(connectors.RabbitMQSpout).parameters
+    assert list(params)[:2] == ["queue", "url"] and {"kind", "field"} <= set(params)
