@@ -24,7 +24,7 @@ a :class:`~statestream.StatefulBolt` that the runtime checkpoints as any other:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "BaseWindowedBolt",
     "Count",
     "Duration",
+    "EndOfInput",
     "StatefulWindowedBolt",
     "TupleWindow",
     "WindowedBoltExecutor",
@@ -65,6 +66,40 @@ WINDOW_KEY = "$window"
 #: Storm's default watermark interval and lag.
 _DEFAULT_WATERMARK_MS = 1000
 _DEFAULT_LAG_MS = 0
+
+
+class EndOfInput:
+    """When a bounded run (``--until-idle``) may end once its windowed bolts fired
+    their open windows: the decision every per-tuple runtime carries out alike.
+
+    ``windowed`` are the windowed components in topological order. When the run
+    is idle, :meth:`next` names the one whose tasks get the end-of-input tuple
+    now (one at a time: a windowed bolt downstream of another gets it after the
+    first's windows were fired and delivered), and the run may end once
+    :meth:`committed` says a checkpoint after the last one committed what they
+    emitted: two txids on, since a checkpoint under way may have passed them.
+    """
+
+    def __init__(self, windowed: Sequence[str]) -> None:
+        self.windowed = list(windowed)
+        self.reset()
+
+    def reset(self) -> None:
+        """A rewind: the windows come back as committed, and end again."""
+        self.todo = list(self.windowed)
+        self.until = -1
+
+    def next(self, committed: int) -> str | None:
+        """The component to send the end of input to now (``committed``: the last
+        committed txid), or None once every one had it."""
+        if not self.todo:
+            return None
+        self.until = committed + 2
+        return self.todo.pop(0)
+
+    def committed(self, committed: int) -> bool:
+        """Whether what the windows fired at the end is committed."""
+        return committed >= self.until
 
 
 class TupleWindow:

@@ -250,3 +250,15 @@ def test_a_core_restored_from_its_snapshot_fires_as_the_one_that_went_on(spec: W
     again.restore(orjson.loads(orjson.dumps(first.snapshot())))
     assert head + feed(again, events[23:]) == whole
     assert fin(again) == fin(straight)
+
+
+def test_the_end_of_input_goes_to_one_windowed_bolt_at_a_time_then_waits_for_a_commit() -> None:
+    from statestream._windowed import EndOfInput
+
+    ending = EndOfInput(["minutes", "hours"])
+    assert ending.next(4) == "minutes" and not ending.committed(5)
+    assert ending.next(7) == "hours" and not ending.committed(8)
+    assert ending.next(9) is None and ending.committed(9)
+    ending.reset()  # a rewind: the windows come back as committed
+    assert ending.next(3) == "minutes"
+    assert EndOfInput([]).next(0) is None and EndOfInput([]).committed(-1)

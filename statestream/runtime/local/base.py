@@ -25,6 +25,7 @@ from ..._routing import task_for_key
 from ..._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM, CheckpointSpout, RefusedPrepares
 from ..._topology import ComponentSpec, Topology
 from ..._tuple import Origin, Tuple
+from ..._windowed import EndOfInput, WindowedBoltExecutor
 from ..plan import RuntimePlan, acking_refusal, as_config
 from ..session import StoreSession
 from .acking import FLAT, Acking, next_edge_of, unpack_ids
@@ -107,9 +108,14 @@ class RuntimeBase(TaskHost):
         self._past: dict[tuple[str, int], TaskMetrics] = {}
         self._past_counters: dict[str, int] = {}
         self._deadletters_loaded = False
-        # Windowed bolts sent the end-of-input tuple (LocalRuntime.end_of_input).
-        self._ended: set[str] = set()
-        self._end_txid = -1  # the checkpoint that commits what they fired
+        # The end of a bounded input for the windowed bolts (LocalRuntime.end_of_input).
+        self.ending = EndOfInput(
+            [
+                cid
+                for cid in self.plan.component_tasks
+                if isinstance(topology.components[cid].user_obj, WindowedBoltExecutor)
+            ]
+        )
         # How many tuples of one message each bolt task gave up on (their ids).
         self._bolt_dead_seen: dict[tuple[int, str, str], int] = {}
         # --until-idle diagnosis (explain_wait): what moved, since when, last said

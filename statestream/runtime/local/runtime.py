@@ -168,8 +168,7 @@ class LocalRuntime(RuntimeBase):
                 self._past_counters[key] = self._past_counters.get(key, 0) + value
         self._timers = []
         self._states = {}
-        self._ended.clear()  # the windows come back as committed: they end again
-        self._end_txid = -1
+        self.ending.reset()  # the windows come back as committed: they end again
         self.store.disconnect()  # the claim stays: open() below checks it was not lost
         self.standstill.on_rewind()
         self._build()
@@ -372,34 +371,25 @@ class LocalRuntime(RuntimeBase):
         n += sum(len(s.pending) + len(s.completions) for s in self.spouts)
         return n
 
-    def end_of_input(self) -> bool:
-        """The input is at its end (``until_idle``): send the end-of-input tuple to the
-        tasks of the next windowed bolt, in topological order, so that its open
-        windows fire (statestream._windowed); False once every one had it.
-
-        One component at a time: a windowed bolt downstream of another gets it
-        after the windows of the first were fired and delivered."""
-        for cid in self.plan.component_tasks:
-            spec = self.topology.components[cid]
-            if cid in self._ended or not isinstance(spec.user_obj, WindowedBoltExecutor):
-                continue
-            self._ended.add(cid)
-            cp = self.checkpoint_spout
-            # What the windows emit now is committed by a checkpoint that starts
-            # after it (one under way may have passed them): two from here.
-            self._end_txid = -1 if cp is None else cp.committed_txid + 2
-            origin = Origin(SYSTEM_COMPONENT, -1, 0, END_OF_INPUT_STREAM, Fields())
-            for task in self.tasks_of.get(cid, ()):
-                if isinstance(task, BoltTask):
-                    task.inbox.append(Tuple([], origin))
-            return True
-        return False
+    def end_of_input(self, committed: int) -> bool:
+        """The input is at its end (``until_idle``): send the end-of-input tuple to
+        this process's tasks of the next windowed bolt (:class:`EndOfInput` says
+        which; ``committed`` is the last committed txid), so that its open windows
+        fire; False once every one had it."""
+        cid = self.ending.next(committed)
+        if cid is None:
+            return False
+        origin = Origin(SYSTEM_COMPONENT, -1, 0, END_OF_INPUT_STREAM, Fields())
+        for task in self.tasks_of.get(cid, ()):
+            if isinstance(task, BoltTask):
+                task.inbox.append(Tuple([], origin))
+        return True
 
     def ends_committed(self) -> bool:
         """Whether what the windows fired at the end of input is committed (asking for
         the checkpoint that commits it if not)."""
         cp = self.checkpoint_spout
-        if cp is None or cp.committed_txid >= self._end_txid:
+        if cp is None or self.ending.committed(cp.committed_txid):
             return True
         if not cp.coordinator.pending:
             cp.request_early()
@@ -429,7 +419,8 @@ class LocalRuntime(RuntimeBase):
                     reason = "duration"
                     break
                 if until_idle and (not busy or self.checkpoints_nonstop) and self.idle():
-                    if self.end_of_input():
+                    cp = self.checkpoint_spout
+                    if self.end_of_input(-1 if cp is None else cp.committed_txid):
                         continue  # the windows it fires run before the run ends
                     if self.ends_committed():
                         reason = "idle"

@@ -141,7 +141,6 @@ class Worker:
             if worker_of_task(t, workers) == index
         ]
         self.rt = LocalRuntime(topology, config, clock, owned=owned, link=self.link)
-        self._end_txid = -1  # the checkpoint that commits what the windows fired at the end
         self.link.rt = self.rt
         self._local_roots()
         self.mesh = mesh
@@ -331,10 +330,9 @@ class Worker:
             # sends the end-of-input tuple to its tasks in the same round), and
             # a checkpoint after that commits what they emitted.
             committed = max(s.committed for s in old)
-            if rt.end_of_input():
-                self._end_txid = committed + 2
+            if rt.end_of_input(committed):
                 return None, decision
-            if committed >= self._end_txid:
+            if rt.ending.committed(committed):
                 return "idle", decision
             cp = rt.checkpoint_spout
             if cp is not None and not cp.coordinator.pending:
