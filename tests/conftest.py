@@ -78,3 +78,13 @@ def spark_session() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Any]:
+    """A tansu Kafka-protocol broker (tests/kafka_broker.py) for the xdist worker's
+    whole session: tests keep to topics of their own (``unique_topic``)."""
+    from tests.kafka_broker import started_kafka_broker
+
+    with started_kafka_broker() as broker:
+        yield broker
