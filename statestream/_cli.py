@@ -25,6 +25,7 @@ from ._config import Config, load_config, settings_of
 from ._errors import ConfigError, StatestreamError, TopologyError
 from ._progress import Progress, print_summary
 from ._run import live_view, load_topology
+from ._settings import schema
 from ._text import count, cut_message, cut_value, error_line
 from .runtime.contract import Runtime, make_runtime
 from .runtime.plan import RuntimePlan
@@ -231,9 +232,6 @@ def state() -> None:
     """
 
 
-_OWN_PREFIXES = frozenset({"topology", "statestream", "spark"})
-
-
 def _used_prefixes(configs: Sequence[str], sets: Sequence[str]) -> set[str]:
     """The topology prefixes the config files and --set use (``clicks.input`` ->
     ``clicks``), so that the config a topology ran with reads here too."""
@@ -241,7 +239,7 @@ def _used_prefixes(configs: Sequence[str], sets: Sequence[str]) -> set[str]:
 
     keys = [s.key for path in configs for s in _file_settings(Path(path))]
     keys += [item.partition("=")[0].strip() for item in sets]
-    return {k.split(".", 1)[0] for k in keys if "." in k} - _OWN_PREFIXES
+    return {k.split(".", 1)[0] for k in keys if "." in k} - schema().reserved
 
 
 class _Store:
@@ -561,7 +559,7 @@ def _config_prefixes(configs: Sequence[str]) -> list[str]:
         if isinstance(data, dict):
             for key in data:
                 head = str(key).split(".", 1)[0]
-                if head not in ("topology", "statestream", "spark"):
+                if head not in schema().reserved:
                     found.add(head)
     return sorted(found)
 

@@ -24,8 +24,12 @@ Keys (the schema)
     :func:`config_keys` (the listing with docs) are derived from it;
     ``defaults.yaml`` is held to it by a unit test. Two kinds of keys pass
     through untyped: those whose first segment is one of the running topology's
-    own prefixes (``topology_prefixes``, e.g. ``wordcount.output``), and Spark
-    settings (``spark.*``; only ``spark.master`` is typed). Any other key is an
+    own prefixes (``topology_prefixes``, e.g. ``wordcount.output``), and those
+    under a registered runner's pass-through roots
+    (:attr:`~statestream._runners.Capabilities.pass_through`: Spark's
+    ``spark.*``, of which only ``spark.master`` is typed). A runner's own typed
+    keys (:attr:`~statestream._runners.Capabilities.settings`) are declared as
+    the shared ones and join the schema when it registers. Any other key is an
     error that suggests the nearest known key.
 
 Files
@@ -77,25 +81,31 @@ import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple, TypeVar, cast, overload
 
 import yaml
 
-from statestream._config_kinds import ENV_PREFIX, ConfigKey, _env_name, _Invalid, _Kind, _scalar
-from statestream._errors import ConfigError
-from statestream._settings import (
-    _ENV_NAMES,
-    _INTERVAL_KEY,
+from statestream._config_kinds import (
     _KEY_RE,
-    _PASS_THROUGH_ROOTS,
-    _RESERVED_ROOTS,
-    _SCHEMA,
+    ENV_PREFIX,
+    ConfigKey,
+    _env_name,
+    _Invalid,
+    _Kind,
+    _scalar,
+)
+from statestream._errors import ConfigError
+from statestream._runners import Runner, entries
+from statestream._settings import (
+    _INTERVAL_KEY,
+    _SHARED,
     _TIMEOUT_KEY,
     DEFAULTS_SOURCE,
     OVERRIDE_SOURCE,
     SET_SOURCE,
     Settings,
     config_keys,
+    schema,
 )
 
 __all__ = [
@@ -107,6 +117,8 @@ __all__ = [
     "parse_set",
     "settings_of",
 ]
+
+_S = TypeVar("_S")
 
 # --------------------------------------------------------------------------- layers
 
@@ -142,15 +154,20 @@ def _declared(prefixes: Iterable[str]) -> str:
 
 def _unknown_key(key: str, source: str, prefixes: frozenset[str]) -> ConfigError:
     message = f"unknown config key {key!r} in {source}"
-    matches = difflib.get_close_matches(key, list(_SCHEMA), n=1, cutoff=0.6)
+    known = schema()
+    matches = difflib.get_close_matches(key, list(known.keys), n=1, cutoff=0.6)
     if matches:
         message += f"; did you mean {matches[0]!r}?"
     else:
         message += "."
-    return ConfigError(
-        f"{message} Keys specific to a topology go under its own prefix, '<prefix>.' "
-        f"({_declared(p + '.' for p in prefixes)}); Spark settings go under 'spark.'"
+    message += (
+        " Keys specific to a topology go under its own prefix, '<prefix>.' "
+        f"({_declared(p + '.' for p in prefixes)})"
     )
+    if known.pass_through:
+        roots = ", ".join(f"'{root}.'" for root in sorted(known.pass_through))
+        message += f"; a runner's engine settings under {roots}"
+    return ConfigError(message)
 
 
 def _check_key_syntax(key: str, source: str) -> None:
@@ -165,10 +182,11 @@ def _validate(setting: _Setting, prefixes: frozenset[str]) -> object:
     """Return the typed value of one setting, or raise ConfigError saying what is wrong."""
     key, value, source, text = setting
     _check_key_syntax(key, source)
-    entry = _SCHEMA.get(key)
+    known = schema()
+    entry = known.keys.get(key)
     if entry is None:
         root = key.partition(".")[0]
-        if root in prefixes or root in _PASS_THROUGH_ROOTS:
+        if root in prefixes or root in known.pass_through:
             # Untyped: the topology (or Spark) reads these itself.
             return _scalar(value) if text and isinstance(value, str) else copy.deepcopy(value)
         raise _unknown_key(key, source, prefixes)
@@ -227,6 +245,7 @@ def _flatten(data: Mapping[Any, Any], source: str) -> list[_Setting]:
     through, so ``spark: {sql.shuffle.partitions: 4}`` is a pass-through key.
     """
     flat: dict[str, object] = {}
+    keys = schema().keys
 
     def walk(prefix: str, mapping: Mapping[Any, Any]) -> None:
         for raw_key, value in mapping.items():
@@ -236,11 +255,11 @@ def _flatten(data: Mapping[Any, Any], source: str) -> list[_Setting]:
                     f"config keys must be strings: {source} has {_show(raw_key)}{under}"
                 )
             key = f"{prefix}.{raw_key}" if prefix else raw_key
-            if key not in _SCHEMA:
+            if key not in keys:
                 if isinstance(value, Mapping):
                     walk(key, value)
                     continue
-                if value is None and any(k.startswith(key + ".") for k in _SCHEMA):
+                if value is None and any(k.startswith(key + ".") for k in keys):
                     continue  # 'topology:' with everything below commented out
             if key in flat:
                 raise ConfigError(f"config key {key!r} is given twice in {source}")
@@ -344,12 +363,13 @@ def _file_settings(path: Path) -> list[_Setting]:
 
 def _env_key(name: str, prefixes: frozenset[str]) -> str | None:
     """The key an environment variable sets, or None if it maps to nothing."""
-    known = _ENV_NAMES.get(name)
-    if known is not None:
-        return known
+    known = schema()
+    key = known.env_names.get(name)
+    if key is not None:
+        return key
     rest = name[len(ENV_PREFIX) :]
     # Longest prefix first, so 'word_count' wins over 'word' for WORD_COUNT_X.
-    for root in sorted(prefixes | _PASS_THROUGH_ROOTS, key=len, reverse=True):
+    for root in sorted(prefixes | known.pass_through, key=len, reverse=True):
         token = root.upper().replace(".", "_").replace("-", "_") + "_"
         if rest.startswith(token) and len(rest) > len(token):
             return f"{root}.{rest[len(token) :].lower().replace('_', '.')}"
@@ -361,6 +381,28 @@ def _env_key(name: str, prefixes: frozenset[str]) -> str | None:
 _NOT_CONFIG_ENV: Final = frozenset({"STATESTREAM_CORE", "STATESTREAM_BUILD_CORE"})
 
 
+def _unknown_env(name: str, prefixes: frozenset[str]) -> ConfigError:
+    env_names = schema().env_names
+    message = f"unknown config environment variable {name!r}"
+    # Compare without the shared STATESTREAM_, which would make every name look close.
+    rests = [n.removeprefix(ENV_PREFIX) for n in env_names]
+    matches = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), rests, n=1)
+    if matches:
+        closest = ENV_PREFIX + matches[0]
+        message += f"; did you mean {closest!r} (for {env_names[closest]!r})?"
+    else:
+        message += "."
+    env_prefixes = (_env_name(p) + "_" for p in prefixes)
+    message += (
+        " A known key's variable is STATESTREAM_ and the key upper-cased, '.' and '-' as "
+        "'_'; a topology's own keys are STATESTREAM_<PREFIX>_<REST> "
+        f"({_declared(env_prefixes)})"
+    )
+    for root in sorted(schema().pass_through):
+        message += f", {root}.* keys {_env_name(root)}_<REST>"
+    return ConfigError(message)
+
+
 def _env_settings(env: Mapping[str, str], prefixes: frozenset[str]) -> list[_Setting]:
     settings = []
     for name in sorted(env):  # sorted: the same environment always fails the same way
@@ -368,21 +410,7 @@ def _env_settings(env: Mapping[str, str], prefixes: frozenset[str]) -> list[_Set
             continue
         key = _env_key(name, prefixes)
         if key is None:
-            message = f"unknown config environment variable {name!r}"
-            # Compare without the shared STATESTREAM_, which would make every name look close.
-            rests = [n.removeprefix(ENV_PREFIX) for n in _ENV_NAMES]
-            matches = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), rests, n=1)
-            if matches:
-                closest = ENV_PREFIX + matches[0]
-                message += f"; did you mean {closest!r} (for {_ENV_NAMES[closest]!r})?"
-            else:
-                message += "."
-            env_prefixes = (_env_name(p) + "_" for p in prefixes)
-            raise ConfigError(
-                f"{message} A known key's variable is STATESTREAM_ and the key upper-cased, "
-                "'.' and '-' as '_'; a topology's own keys are STATESTREAM_<PREFIX>_<REST> "
-                f"({_declared(env_prefixes)}), Spark's STATESTREAM_SPARK_<REST>"
-            )
+            raise _unknown_env(name, prefixes)
         settings.append(_Setting(key, env[name], f"env {name}", True))
     return settings
 
@@ -415,14 +443,21 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key, _scalar(raw)
 
 
-@functools.cache
 def _defaults() -> tuple[Mapping[str, object], Mapping[str, str]]:
-    """The lowest layer: every key of the schema at its default.
+    """The lowest layer: every key of the schema (the registered runners' too) at its default.
 
     The schema, not defaults.yaml, is read: the file is documentation that a
     unit test holds to the schema, so the two cannot differ in a release.
     """
-    values = {name: copy.deepcopy(entry.default) for name, entry in _SCHEMA.items()}
+    return _defaults_for(entries())
+
+
+@functools.cache
+def _defaults_for(
+    registered: tuple[Runner, ...],
+) -> tuple[Mapping[str, object], Mapping[str, str]]:
+    del registered  # the cache's key: schema() follows the same registry
+    values = {name: copy.deepcopy(entry.default) for name, entry in schema().keys.items()}
     sources = dict.fromkeys(values, DEFAULTS_SOURCE)
     return MappingProxyType(values), MappingProxyType(sources)
 
@@ -447,7 +482,7 @@ def _check_prefixes(prefixes: Collection[str]) -> frozenset[str]:
                 f"topology prefix {prefix!r} (normally the topology's name) must be one "
                 "non-empty segment without dots or whitespace, e.g. 'wordcount'; rename it"
             )
-        if root not in _RESERVED_ROOTS:
+        if root not in schema().reserved:
             out.add(root)
     return frozenset(out)
 
@@ -482,7 +517,7 @@ class Config(Mapping[str, Any]):
     _values: dict[str, object]
     _sources: dict[str, str]
     _prefixes: frozenset[str]
-    _settings: Settings | None  # settings_of()'s, computed at its first call
+    _settings: dict[type, Any]  # settings_of()'s, by class, each computed at its first call
 
     def __init__(
         self,
@@ -539,7 +574,7 @@ class Config(Mapping[str, Any]):
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_sources", sources)
         object.__setattr__(self, "_prefixes", prefixes)
-        object.__setattr__(self, "_settings", None)
+        object.__setattr__(self, "_settings", {})
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Config is immutable; use with_overrides() to change {name!r}")
@@ -668,48 +703,78 @@ class Config(Mapping[str, Any]):
 
     @property
     def settings(self) -> Settings:
-        """Every known key's value, typed: ``config.settings.topology_message_timeout_secs``.
+        """Every shared key's value, typed: ``config.settings.topology_message_timeout_secs``.
 
         A new frozen :class:`Settings` on each call, its mapping values copies;
         statestream's own code reads the one :func:`settings_of` keeps instead.
         Pass-through keys are not in it: read them with :meth:`topology_keys`
-        or the ``get_*`` methods.
+        or the ``get_*`` methods; a runner's own keys with :meth:`settings_as`.
         """
-        return Settings(**{entry.attribute: self[name] for name, entry in _SCHEMA.items()})
+        return self.settings_as(Settings)
 
-    @property
-    def shared_settings(self) -> Settings:
-        """The one :class:`Settings` every reader of this Config shares, computed at the
-        first read: what statestream's own code reads (through :func:`settings_of`).
+    def settings_as(self, kind: type[_S]) -> _S:
+        """The values of ``kind``'s keys, typed: :class:`Settings` (the shared keys) or a
+        registered runner's settings class
+        (:attr:`~statestream._runners.Capabilities.settings`).
 
-        Unlike :attr:`settings`, its mapping values are not copies: do not
+        A new frozen instance on each call, its mapping values copies. A key of a
+        runner registered after this Config was built has its default.
+        """
+        values = self._values
+        return kind(
+            **{
+                entry.attribute: self[name] if name in values else copy.deepcopy(entry.default)
+                for name, entry in _keys_of(kind).items()
+            }
+        )
+
+    def shared_settings_as(self, kind: type[_S]) -> _S:
+        """The one instance of ``kind`` (:meth:`settings_as`) every reader of this Config
+        shares, computed at the first read: what statestream's own code reads
+        (through :func:`settings_of`).
+
+        Unlike :meth:`settings_as`'s, its mapping values are not copies: do not
         change them (copy one before handing it to code that may).
         """
-        cached = self._settings
+        cached = self._settings.get(kind)
         if cached is None:
             # Two threads may both compute it: equal values, the later one stays.
-            cached = self.settings
-            object.__setattr__(self, "_settings", cached)
-        return cached
-
-    @property
-    def spark_conf(self) -> dict[str, Any]:
-        """Every ``spark.*`` key (``spark.master`` included) with its value, for SparkConf."""
-        return self.topology_keys("spark")
+            cached = self._settings[kind] = self.settings_as(kind)
+        return cast(_S, cached)
 
 
-def settings_of(config: Mapping[str, Any]) -> Settings:
+def _keys_of(kind: type) -> Mapping[str, ConfigKey]:
+    """The keys ``kind`` declares: the shared ones, or a registered runner's own."""
+    if kind is Settings:
+        return _SHARED
+    for entry in entries():
+        if entry.capabilities.settings is kind:
+            return entry.keys
+    raise TypeError(
+        f"{kind.__qualname__} is not Settings nor the settings of a registered runner "
+        "(Capabilities.settings)"
+    )
+
+
+@overload
+def settings_of(config: Mapping[str, Any]) -> Settings: ...
+@overload
+def settings_of(config: Mapping[str, Any], kind: type[_S]) -> _S: ...
+def settings_of(config: Mapping[str, Any], kind: type[Any] = Settings) -> Any:
     """The typed values of ``config``'s known keys: what statestream's code reads.
 
-    For a :class:`Config`, computed at the first call and kept on it, so every
-    reader of one Config shares one :class:`Settings`: do not change its
-    mapping values (copy one before handing it to code that may). Any other
-    mapping (a hook's ``conf`` when a test calls the hook by hand) is read as
-    a Config of its known keys over the defaults, anew on each call.
+    ``kind`` is :class:`Settings` (the shared keys) or a registered runner's
+    settings class (``settings_of(config, SparkSettings)``). For a
+    :class:`Config`, computed at the first call and kept on it, so every
+    reader of one Config shares one instance: do not change its mapping
+    values (copy one before handing it to code that may). Any other mapping
+    (a hook's ``conf`` when a test calls the hook by hand) is read as a
+    Config of its known keys over the defaults, anew on each call.
     """
     if not isinstance(config, Config):
-        return Config({k: v for k, v in config.items() if k in _SCHEMA}).settings
-    return config.shared_settings
+        keys = schema().keys
+        return Config({k: v for k, v in config.items() if k in keys}).settings_as(kind)
+    return config.shared_settings_as(kind)
 
 
 def load_config(

@@ -12,12 +12,11 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, cast
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Final, Literal, cast, get_type_hints
 
 import yaml
-
-from ._runners import runners
 
 ENV_PREFIX: Final = "STATESTREAM_"
 
@@ -288,22 +287,6 @@ def _address_or_null(value: object) -> object:
 _ADDRESS_OR_NULL: Final = _Kind("a port, HOST:PORT or null", _address_or_null, _scalar, str | None)
 
 
-def _registered_runner(value: object) -> object:
-    # The registry is a leaf (statestream._runners) that holds the built-in runners
-    # from its import on: asked here, never the runtimes.
-    names = runners()
-    if isinstance(value, str) and value in names:
-        return value
-    raise _Invalid(
-        f"registered: {', '.join(map(repr, names))} (statestream.runtime.contract.register_runner)"
-    )
-
-
-_RUNNER: Final = _Kind(
-    "'local', 'spark' or another registered runner", _registered_runner, _text_as_str, str
-)
-
-
 def _one_of(*choices: str) -> _Kind:
     listed = ", ".join(repr(c) for c in choices)
     literal = cast(Any, Literal)[choices]  # Literal['a', 'b'], built at run time
@@ -369,3 +352,55 @@ def _key(name: str, kind: _Kind, default: object, doc: str, *, storm: str | None
 
 
 _SAME: Final = "the same key, meaning and default."
+
+# Dotted segments without whitespace; anything else cannot be written in every
+# layer (an env variable, a --set argument) and is surely a mistake.
+_KEY_RE: Final = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
+
+
+def _schema_of(cls: type, starts: tuple[str, ...]) -> Mapping[str, ConfigKey]:
+    """The keys declared by ``cls`` (:class:`Settings`, or a runner's settings class),
+    checked, by key in declaration order.
+
+    Raises TypeError for a declaration the rest of the config could not rely
+    on: a field that is not a :func:`_key`, an attribute that is not derived
+    from its key, a Python type that is not what validation returns, a key
+    that does not begin with one of ``starts`` (it would collide with a
+    topology's prefix or another runner's keys), a default that validation
+    would change or refuse, an empty doc, or two keys with one environment
+    variable.
+    """
+    hints = get_type_hints(cls)
+    schema: dict[str, ConfigKey] = {}
+    env_vars: dict[str, str] = {}
+    for fld in fields(cls):
+        entry = fld.metadata.get(_SCHEMA_ENTRY)
+        where = f"{cls.__qualname__}.{fld.name}"
+        if not isinstance(entry, ConfigKey):
+            raise TypeError(f"{where} is not declared with _key()")
+        name = entry.name
+        if not _KEY_RE.fullmatch(name) or not name.startswith(starts):
+            raise TypeError(f"{where}: {name!r} must be dotted and start with one of {starts}")
+        if fld.name != entry.attribute:
+            raise TypeError(f"{where}: the attribute for {name!r} must be {entry.attribute!r}")
+        if hints[fld.name] != entry.kind.annotation:
+            raise TypeError(
+                f"{where}: declared as {hints[fld.name]!r}, but {name!r} holds "
+                f"{entry.kind.annotation!r}"
+            )
+        try:
+            normalised = entry.kind.validate(entry.default)
+        except _Invalid:
+            raise TypeError(f"{where}: default {entry.default!r} is not {entry.type}") from None
+        if normalised != entry.default or type(normalised) is not type(entry.default):
+            raise TypeError(f"{where}: write the default as {normalised!r}, as validation gives it")
+        if not entry.doc:
+            raise TypeError(f"{where}: {name!r} needs a doc")
+        if entry.env_var in env_vars:
+            raise TypeError(
+                f"{where}: {name!r} and {env_vars[entry.env_var]!r} map to the same "
+                f"environment variable {entry.env_var}"
+            )
+        env_vars[entry.env_var] = name
+        schema[name] = entry
+    return MappingProxyType(schema)

@@ -7,9 +7,16 @@ for it, never the runner's name. So a fourth runtime is one
 (:func:`statestream.runtime.plan.refusals`), the run mode
 (:func:`statestream._exactly_once.run_mode`) or the settings validator.
 
+A runner also brings its own config keys (:attr:`Capabilities.settings`,
+declared as the shared :class:`~statestream._settings.Settings` are) and the
+roots of the keys it passes untouched to its engine
+(:attr:`Capabilities.pass_through`, Spark's ``spark.*``): the config validates,
+documents and reads them from the entry, and knows no runner by name.
+
 A leaf: it imports nothing of the runtimes, of the settings schema or of
-the config (only for type checking), so that the schema can ask it for the
-registered names and the runtimes' modules can read the schema. The
+the config (only for type checking) but the kinds of config values, so that
+the schema can ask it for the registered names and keys and the runtimes'
+modules can read the schema. The
 built-in runners name their factories by dotted path
 (:mod:`statestream.runtime.builtin`), imported at the first run on them,
 so that a local run never imports PySpark.
@@ -18,10 +25,11 @@ so that a local run never imports PySpark.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ._config_kinds import _NON_EMPTY_STR, _POSITIVE_INT, ConfigKey, _key, _schema_of
 from ._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,7 +47,9 @@ __all__ = [
     "Replay",
     "Runner",
     "RunnerFactory",
+    "SparkSettings",
     "StoreRefusal",
+    "entries",
     "register_runner",
     "runner",
     "runners",
@@ -104,6 +114,17 @@ class Capabilities:
     :func:`~statestream.runtime.plan.provider_refusal`."""
     refusals: tuple[Refusal, ...] = ()
     """Refusals of its own, asked after the shared ones, in order."""
+    settings: type[Any] | None = None
+    """Its own config keys: a frozen dataclass whose fields are declared as
+    :class:`~statestream._settings.Settings`' are (``_key``), each under
+    ``statestream.<runner>.`` or one of :attr:`pass_through`. Validated,
+    defaulted, set by environment variables and documented as the shared keys
+    are, from registration on; read with ``settings_of(config, cls)``
+    (:func:`statestream._config.settings_of`)."""
+    pass_through: tuple[str, ...] = ()
+    """First segments of keys handed to its engine untouched (``spark`` for
+    ``spark.executor.memory``): accepted untyped, unless :attr:`settings`
+    declares them, and read with :meth:`~statestream._config.Config.topology_keys`."""
 
     def __post_init__(self) -> None:
         if self.replay == "batch" and not self.rewinds_within_run:
@@ -121,6 +142,17 @@ class Runner:
     name: str
     factory: RunnerFactory | str
     capabilities: Capabilities
+
+    @property
+    def keys(self) -> Mapping[str, ConfigKey]:
+        """Its own config keys (:attr:`Capabilities.settings`), checked, in declaration order."""
+        settings = self.capabilities.settings
+        if settings is None:
+            return {}
+        return _schema_of(settings, (f"statestream.{self.name}.", *self._roots()))
+
+    def _roots(self) -> tuple[str, ...]:
+        return tuple(f"{root}." for root in self.capabilities.pass_through)
 
     def make(self, topology: Topology, conf: Config, clock: Clock | None) -> Runtime:
         """The runtime of one run, from the factory."""
@@ -146,8 +178,21 @@ def register_runner(
     given as a dotted path), so that registering costs nothing.
     """
     entry = Runner(name, factory, capabilities or Capabilities())
+    for root in entry.capabilities.pass_through:
+        if root in {"topology", "statestream"} or "." in root or not root.strip():
+            raise ValueError(
+                f"runner {name!r}: pass-through root {root!r} must be one segment other than "
+                "'topology' and 'statestream'"
+            )
+    entry.keys  # noqa: B018  (checks the declarations now: TypeError for a wrong one)
     _RUNNERS[name] = entry
     return entry
+
+
+def entries() -> tuple[Runner, ...]:
+    """The registry entries, in registration order (hashable: what the config's schema,
+    derived from their keys, is cached by)."""
+    return tuple(_RUNNERS.values())
 
 
 def runners() -> tuple[str, ...]:
@@ -213,6 +258,37 @@ LOCAL = Capabilities(
     store_refusal=_local_store_refusal,
 )
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SparkSettings:
+    """The spark runner's own keys, typed: ``settings_of(config, SparkSettings)``.
+
+    Every other ``spark.*`` key passes through to Spark's session untouched.
+    """
+
+    statestream_spark_batch_size: int = _key(
+        "statestream.spark.batch.size",
+        _POSITIVE_INT,
+        50000,
+        """The most items one spout task puts into one transaction of the spark
+        runtime (one Spark job per transaction).""",
+    )
+    statestream_spark_batch_attempts: int = _key(
+        "statestream.spark.batch.attempts",
+        _POSITIVE_INT,
+        3,
+        """How many times the spark runtime rolls back and re-runs a failed batch
+        before it stops with a RuntimeFailure.""",
+    )
+    spark_master: str = _key(
+        "spark.master",
+        _NON_EMPTY_STR,
+        "local[2,2]",
+        """Spark master URL for the spark runtime. Every other spark.* key is
+        passed to Spark untouched.""",
+    )
+
+
 #: PySpark: a checkpoint interval is one batch (one job), replayed whole; its
 #: driver checks the store at open, when the session's master is known.
 SPARK = Capabilities(
@@ -224,6 +300,8 @@ SPARK = Capabilities(
     ),
     transactional_on_workers=True,
     store_refusal=_spark_store_refusal,
+    settings=SparkSettings,
+    pass_through=("spark",),
 )
 
 register_runner("local", "statestream.runtime.builtin:local", LOCAL)

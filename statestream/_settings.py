@@ -11,12 +11,11 @@ values with :func:`~statestream._config.settings_of`.
 from __future__ import annotations
 
 import functools
-import re
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal, get_type_hints
+from typing import Any, Final, Literal, NamedTuple
 
 import yaml
 
@@ -34,9 +33,7 @@ from ._config_kinds import (
     _POSITIVE_NUMBER,
     _POSITIVE_NUMBER_OR_NULL,
     _PROVIDER_CONFIG,
-    _RUNNER,
     _SAME,
-    _SCHEMA_ENTRY,
     ConfigKey,
     _fraction,
     _integer,
@@ -44,24 +41,39 @@ from ._config_kinds import (
     _key,
     _Kind,
     _scalar,
+    _schema_of,
     _text_as_number,
+    _text_as_str,
 )
+from ._errors import ConfigError
+from ._runners import Runner, entries, runners
 
-__all__ = ["ConfigKey", "Settings", "config_keys"]
+__all__ = ["ConfigKey", "Settings", "config_keys", "schema"]
 
 DEFAULTS_SOURCE: Final = "defaults"
 SET_SOURCE: Final = "--set"
 OVERRIDE_SOURCE: Final = "override"
 
-# First segments that are never a topology's own prefix: the first two are
-# statestream's namespaces (an unknown key there is a typo, not a pass-through),
-# and spark.* always passes through.
-_RESERVED_ROOTS: Final = frozenset({"topology", "statestream", "spark"})
-_PASS_THROUGH_ROOTS: Final = frozenset({"spark"})
+# statestream's own namespaces: never a topology's prefix, and an unknown key
+# under them is a typo, not a pass-through. The registered runners add the
+# roots they pass through to their engines (:func:`pass_through_roots`).
+_OWN_ROOTS: Final = frozenset({"topology", "statestream"})
 
-# Dotted segments without whitespace; anything else cannot be written in every
-# layer (an env variable, a --set argument) and is surely a mistake.
-_KEY_RE: Final = re.compile(r"[^\s.]+(?:\.[^\s.]+)*")
+
+def _registered_runner(value: object) -> object:
+    # The registry is a leaf (statestream._runners) that holds the built-in runners
+    # from its import on: asked here, never the runtimes.
+    names = runners()
+    if isinstance(value, str) and value in names:
+        return value
+    raise _Invalid(
+        f"registered: {', '.join(map(repr, names))} (statestream.runtime.contract.register_runner)"
+    )
+
+
+_RUNNER: Final = _Kind(
+    "'local', 'spark' or another registered runner", _registered_runner, _text_as_str, str
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,98 +432,68 @@ class Settings:
         the run (in the directory of the provider's path, as sqlite's; else in
         the working directory). Created at the first message.""",
     )
-    statestream_spark_batch_size: int = _key(
-        "statestream.spark.batch.size",
-        _POSITIVE_INT,
-        50000,
-        """The most items one spout task puts into one transaction of the spark
-        runtime (one Spark job per transaction).""",
-    )
-    statestream_spark_batch_attempts: int = _key(
-        "statestream.spark.batch.attempts",
-        _POSITIVE_INT,
-        3,
-        """How many times the spark runtime rolls back and re-runs a failed batch
-        before it stops with a RuntimeFailure.""",
-    )
-    spark_master: str = _key(
-        "spark.master",
-        _NON_EMPTY_STR,
-        "local[2,2]",
-        """Spark master URL for the spark runtime. Every other spark.* key is
-        passed to Spark untouched.""",
-    )
 
 
-def _schema_of(cls: type) -> Mapping[str, ConfigKey]:
-    """The schema declared by ``cls`` (:class:`Settings`), checked, by key in declaration order.
-
-    Raises TypeError for a declaration the rest of this module could not rely
-    on: a field that is not a :func:`_key`, an attribute that is not derived
-    from its key, a Python type that is not what validation returns, a key
-    outside statestream's roots (it would collide with a topology's prefix),
-    a default that validation would change or refuse, an empty doc, or two
-    keys with one environment variable.
-    """
-    hints = get_type_hints(cls)
-    schema: dict[str, ConfigKey] = {}
-    env_vars: dict[str, str] = {}
-    for fld in fields(cls):
-        entry = fld.metadata.get(_SCHEMA_ENTRY)
-        where = f"{cls.__qualname__}.{fld.name}"
-        if not isinstance(entry, ConfigKey):
-            raise TypeError(f"{where} is not declared with _key()")
-        name = entry.name
-        if not _KEY_RE.fullmatch(name) or name.partition(".")[0] not in _RESERVED_ROOTS:
-            raise TypeError(
-                f"{where}: {name!r} must be dotted and start with one of {sorted(_RESERVED_ROOTS)}"
-            )
-        if fld.name != entry.attribute:
-            raise TypeError(f"{where}: the attribute for {name!r} must be {entry.attribute!r}")
-        if hints[fld.name] != entry.kind.annotation:
-            raise TypeError(
-                f"{where}: declared as {hints[fld.name]!r}, but {name!r} holds "
-                f"{entry.kind.annotation!r}"
-            )
-        try:
-            normalised = entry.kind.validate(entry.default)
-        except _Invalid:
-            raise TypeError(f"{where}: default {entry.default!r} is not {entry.type}") from None
-        if normalised != entry.default or type(normalised) is not type(entry.default):
-            raise TypeError(f"{where}: write the default as {normalised!r}, as validation gives it")
-        if not entry.doc:
-            raise TypeError(f"{where}: {name!r} needs a doc")
-        if entry.env_var in env_vars:
-            raise TypeError(
-                f"{where}: {name!r} and {env_vars[entry.env_var]!r} map to the same "
-                f"environment variable {entry.env_var}"
-            )
-        env_vars[entry.env_var] = name
-        schema[name] = entry
-    return MappingProxyType(schema)
+#: The shared keys, derived once from the declarations.
+_SHARED: Final = _schema_of(Settings, tuple(f"{root}." for root in sorted(_OWN_ROOTS)))
 
 
-# Derived once from the declarations: validation, flattening and the error
-# suggestions look keys up here, the environment layer in _ENV_NAMES.
-_SCHEMA: Final = _schema_of(Settings)
-_ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
-    {entry.env_var: name for name, entry in _SCHEMA.items()}
-)
+class _Schema(NamedTuple):
+    """Every key a config can hold with the runners registered now: the shared ones,
+    then each runner's own (:attr:`~statestream._runners.Capabilities.settings`)."""
+
+    keys: Mapping[str, ConfigKey]
+    """Validation, flattening and the error suggestions look keys up here."""
+    env_names: Mapping[str, str]
+    """Each key's environment variable, to the key."""
+    pass_through: frozenset[str]
+    """The roots the runners hand to their engines untouched (``spark``)."""
+    reserved: frozenset[str]
+    """First segments that are never a topology's own prefix."""
+
+
+def schema() -> _Schema:
+    """The config's schema with the runners registered now (cached per registry)."""
+    return _schema_for(entries())
+
+
+@functools.cache
+def _schema_for(registered: tuple[Runner, ...]) -> _Schema:
+    keys = dict(_SHARED)
+    owner = dict.fromkeys(keys, "the shared settings")
+    env_names = {entry.env_var: name for name, entry in keys.items()}
+    for runner_entry in registered:
+        for name, entry in runner_entry.keys.items():
+            where = f"runner {runner_entry.name!r}"
+            clash = owner.get(name) or owner.get(env_names.get(entry.env_var, ""))
+            if clash is not None:
+                raise ConfigError(
+                    f"{where} declares config key {name!r}, which {clash} declare already "
+                    "(or its environment variable); rename it under "
+                    f"statestream.{runner_entry.name}."
+                )
+            keys[name] = entry
+            owner[name] = where
+            env_names[entry.env_var] = name
+    roots = frozenset(root for r in registered for root in r.capabilities.pass_through)
+    return _Schema(MappingProxyType(keys), MappingProxyType(env_names), roots, _OWN_ROOTS | roots)
+
 
 _TIMEOUT_KEY: Final = "topology.message.timeout.secs"
 _INTERVAL_KEY: Final = "topology.state.checkpoint.interval.ms"
 
 
 def config_keys() -> tuple[ConfigKey, ...]:
-    """Every key statestream reads, in the order defaults.yaml lists them.
+    """Every key statestream reads, in the order defaults.yaml lists them: the shared
+    ones, then each registered runner's own, in registration order.
 
     Each :class:`ConfigKey` has its name, :attr:`~ConfigKey.type`, default,
     one-paragraph doc, Storm note and :attr:`~ConfigKey.env_var`: what a
     ``config keys`` command or generated docs print. Keys under a topology's
-    own prefix and ``spark.*`` keys other than ``spark.master`` are not listed:
-    they pass through untyped.
+    own prefix and a runner's pass-through keys (``spark.*`` other than
+    ``spark.master``) are not listed: they pass through untyped.
     """
-    return tuple(_SCHEMA.values())
+    return tuple(schema().keys.values())
 
 
 def _defaults_yaml_entry(entry: ConfigKey, width: int = 80) -> str:

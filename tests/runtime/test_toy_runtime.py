@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -24,7 +25,8 @@ from click.testing import CliRunner
 from statestream import _runners
 from statestream._cli import main
 from statestream._clock import Clock, FakeClock
-from statestream._config import Config
+from statestream._config import Config, config_keys, settings_of
+from statestream._config_kinds import _POSITIVE_INT, _key
 from statestream._exactly_once import run_mode
 from statestream._results import RunResult, TaskMetrics, WorkerInfo
 from statestream._topology import Topology
@@ -39,9 +41,25 @@ CORPUS = ROOT / "examples" / "corpus.txt"
 
 NAME = "toy"
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToySettings:
+    """The toy's own key, declared as the shared ones are."""
+
+    statestream_toy_speed: int = _key(
+        "statestream.toy.speed", _POSITIVE_INT, 1, "How fast the toy runs (it does not)."
+    )
+
+
 #: One process that acks per tuple, cannot rewind within a run (so at-least-once
-#: state at best) and starts no worker processes.
-TOY = Capabilities(rewinds_within_run=False, workers_advice="the toy runs in one process")
+#: state at best) and starts no worker processes; its own key, and ``toy.*`` keys
+#: handed to its engine untouched.
+TOY = Capabilities(
+    rewinds_within_run=False,
+    workers_advice="the toy runs in one process",
+    settings=ToySettings,
+    pass_through=("toy",),
+)
 
 
 #: Every toy runtime made in this test, oldest first (what the tests look at).
@@ -55,6 +73,8 @@ class ToyRuntime:
         # The CLI passes no clock: the toy keeps its own, so time never waits.
         self.clock = clock if clock is not None else FakeClock()
         self._inner = LocalRuntime(topology, conf, clock=self.clock)
+        self.speed = settings_of(conf, ToySettings).statestream_toy_speed
+        self.engine = conf.topology_keys("toy")
         self.deadletter_path = self._inner.deadletter_path
         MADE.append(self)
 
@@ -133,6 +153,7 @@ def test_statestream_run_counts_the_words_on_the_toy_runtime(
     assert counts == Counter(CORPUS.read_text(encoding="utf-8").split())
     [runtime] = MADE
     assert isinstance(runtime.clock, FakeClock)
+    assert (runtime.speed, runtime.engine) == (1, {})
     # The toy cannot rewind within a run: its entry made the run at-least-once,
     # where the local runner runs the same word count exactly-once.
     assert not runtime.exactly_once
@@ -161,3 +182,51 @@ def test_the_toy_entry_decides_the_run_mode(toy: None) -> None:
     assert not toy_mode.exactly_once
     assert toy_mode.note is not None and f"the {NAME} runtime cannot rewind" in toy_mode.note
     assert run_mode("local", "auto", True, spouts, 1).exactly_once
+
+
+def test_the_toy_entry_brings_its_own_keys_typed_and_its_engines_untouched(
+    toy: None, tmp_path: Path
+) -> None:
+    out = tmp_path / "counts.jsonl"
+    code, stderr = _run(
+        *("--set", f"wordcount.output={out}", "--set", "statestream.toy.speed=3"),
+        *("--set", "toy.engine.threads=4"),
+    )
+    assert code == 0, stderr
+    [runtime] = MADE
+    assert (runtime.speed, runtime.engine) == (3, {"toy.engine.threads": 4})
+    assert "statestream.toy.speed" in [key.name for key in config_keys()]
+
+
+def test_a_wrong_value_of_the_toy_key_is_one_line_naming_it(toy: None) -> None:
+    code, stderr = _run("--set", "statestream.toy.speed=fast")
+    assert code == 2
+    assert (
+        "config key 'statestream.toy.speed' from --set: expected a positive integer, got 'fast'"
+    ) in stderr
+    assert MADE == []
+
+
+def test_without_the_toy_registered_its_keys_are_unknown() -> None:
+    code, stderr = _run("--set", "statestream.toy.speed=3")
+    assert code == 2
+    assert "unknown config key 'statestream.toy.speed' in --set" in stderr
+    code, stderr = _run("--set", "toy.engine.threads=4")
+    assert code == 2
+    assert "unknown config key 'toy.engine.threads' in --set" in stderr
+
+
+@dataclass(frozen=True)
+class _Stray:
+    wordcount_speed: int = _key("wordcount.speed", _POSITIVE_INT, 1, "A key outside the toy's.")
+
+
+def test_a_runners_keys_must_be_under_its_own_name_or_pass_through_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_runners, "_RUNNERS", dict(_runners._RUNNERS))
+    with pytest.raises(TypeError, match=r"'wordcount.speed' must be dotted and start with one of"):
+        register_runner(NAME, _toy, Capabilities(settings=_Stray))
+    with pytest.raises(ValueError, match="pass-through root 'topology' must be one segment"):
+        register_runner(NAME, _toy, Capabilities(pass_through=("topology",)))
+    assert NAME not in _runners.runners()

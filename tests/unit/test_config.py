@@ -22,10 +22,20 @@ from statestream._config import (
     config_keys,
     load_config,
     parse_set,
+    settings_of,
 )
 from statestream._config_kinds import _Invalid, _key
+from statestream._config_kinds import _schema_of as _schema_of_with
 from statestream._errors import ConfigError
-from statestream._settings import _SCHEMA, _defaults_yaml_entry, _schema_of
+from statestream._runners import SparkSettings, runner
+from statestream._settings import _SHARED, _defaults_yaml_entry, schema
+
+_SCHEMA = schema().keys
+
+
+def _schema_of(cls: type) -> Any:
+    return _schema_of_with(cls, ("topology.", "statestream."))
+
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS_YAML = REPO / "statestream" / "defaults.yaml"
@@ -104,8 +114,8 @@ def test_settings_read_the_defaults() -> None:
     assert settings.statestream_progress_interval_secs == 5.0
     assert isinstance(settings.statestream_progress_interval_secs, float)
     assert settings.statestream_state_exactly_once == "auto"
-    assert settings.spark_master == "local[2,2]"
-    assert config.spark_conf == {"spark.master": "local[2,2]"}
+    assert settings_of(config, SparkSettings).spark_master == "local[2,2]"
+    assert config.topology_keys("spark") == {"spark.master": "local[2,2]"}
     assert Settings() == settings, "Settings() is the defaults"
 
 
@@ -117,9 +127,11 @@ def test_settings_has_one_attribute_per_key_holding_the_configs_value(tmp_path: 
     config = load_config(files=[path], env={}, sets=["topology.state.provider.config={a: 1}"])
     settings = config.settings
     names = [f.name for f in dataclasses.fields(settings)]
-    assert names == [key.name.replace(".", "_").replace("-", "_") for key in config_keys()]
+    assert names == [key.name.replace(".", "_").replace("-", "_") for key in _SHARED.values()]
+    spark = settings_of(config, SparkSettings)
     for key in config_keys():
-        assert getattr(settings, key.attribute) == config[key.name], key.name
+        holder = settings if key.name in _SHARED else spark
+        assert getattr(holder, key.attribute) == config[key.name], key.name
     assert settings.topology_debug is True
     assert settings.topology_name == "wc"
     assert settings.topology_state_provider_config == {"a": 1}
@@ -230,7 +242,9 @@ def test_settings_types_are_what_validation_returns() -> None:
     assert hints["topology_runner"] is str  # any registered runner (runtime.contract)
     assert hints["statestream_state_exactly_once"] == bool | Literal["auto"]
     assert hints["topology_max_spout_pending"] == int | None
-    assert all(hints[key.attribute] == key.kind.annotation for key in config_keys())
+    assert all(hints[key.attribute] == key.kind.annotation for key in _SHARED.values())
+    spark = get_type_hints(SparkSettings)
+    assert all(spark[key.attribute] == key.kind.annotation for key in runner("spark").keys.values())
 
 
 # --------------------------------------------------------------------------- defaults.yaml

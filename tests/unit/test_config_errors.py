@@ -17,8 +17,11 @@ from config_files import STORM_DICT, STORM_JSON, config_error, write
 from statestream._config import (
     Config,
     load_config,
+    settings_of,
 )
 from statestream._errors import ConfigError
+from statestream._runners import SparkSettings
+from statestream.runtime.spark.config import spark_conf
 
 # --------------------------------------------------------------------------- errors
 
@@ -262,8 +265,8 @@ def test_spark_keys_pass_through_untouched(tmp_path: Path) -> None:
         env={"STATESTREAM_SPARK_UI_ENABLED": "false"},
         sets=["spark.driver.memory=2g"],
     )
-    assert config.settings.spark_master == "local[4]"
-    assert config.spark_conf == {
+    assert settings_of(config, SparkSettings).spark_master == "local[4]"
+    assert spark_conf(config) == {
         "spark.master": "local[4]",
         "spark.executor.memoryOverhead": "1g",
         "spark.sql.shuffle.partitions": 8,

@@ -19,7 +19,7 @@ import cloudpickle
 from ..._components import (
     task_namespace,
 )
-from ..._config import settings_of
+from ..._config import Config, settings_of
 from ..._errors import ConfigError
 from ..._stateful import CHECKPOINT_SPOUT
 from ..._topology import Topology
@@ -116,6 +116,13 @@ def ship_user_modules(topology: Topology) -> list[str]:
                 cloudpickle.register_pickle_by_value(module)
                 shipped.append(name)
     return shipped
+
+
+def spark_conf(config: Config) -> dict[str, Any]:
+    """Every ``spark.*`` key of ``config`` (``spark.master`` included) with its value, for
+    the session's builder: the spark runner's pass-through root
+    (:attr:`~statestream._runners.Capabilities.pass_through`)."""
+    return config.topology_keys("spark")
 
 
 def check_spark_conf(conf: Mapping[str, Any]) -> None:

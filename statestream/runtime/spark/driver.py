@@ -51,6 +51,7 @@ from ..._errors import ConfigError
 from ..._exactly_once import run_mode
 from ..._results import ErrorReport, RunResult, TaskMetrics, WorkerInfo
 from ..._retry import RetryPolicy
+from ..._runners import SparkSettings
 from ..._topology import Topology
 from ..._transactional.driver import TransactionalLayout
 from ..._transactional.driver import layout as transactional_layout
@@ -61,7 +62,7 @@ from ..plan import RuntimePlan, as_config
 from ..session import StoreSession
 from .batches import BatchRunner
 from .checkpoints import DriverCheckpoints
-from .config import BATCH_SIZE_KEY, check_provider, check_spark_conf
+from .config import BATCH_SIZE_KEY, check_provider, check_spark_conf, spark_conf
 from .feed import DataFrameSpout, Feed
 from .jobs import BatchJobs, Job
 from .sessions import ShippedModules, SparkSessions, broadcast_plan
@@ -118,13 +119,14 @@ class SparkRuntime:
         #: What the driver reads time on (see the class docstring).
         self.clock: Clock = clock or SystemClock()
         settings = settings_of(self.config)
+        own = settings_of(self.config, SparkSettings)
         # The argument is the caller's (a test's) and unchecked; the key's value is validated.
         self.batch_size = (
-            settings.statestream_spark_batch_size if batch_size is None else int(batch_size)
+            own.statestream_spark_batch_size if batch_size is None else int(batch_size)
         )
         if self.batch_size < 1:
             raise ConfigError(f"{BATCH_SIZE_KEY} must be a positive integer, got {self.batch_size}")
-        self.attempts = settings.statestream_spark_batch_attempts
+        self.attempts = own.statestream_spark_batch_attempts
         # What the plan says, under the names the runtime has always had.
         self.component_tasks = plan.component_tasks
         self.spouts = plan.data_spouts
@@ -326,7 +328,7 @@ class SparkRuntime:
                 "with SparkRuntime.feed(streaming_dataframe, checkpoint=...) instead of run()"
             )
         check_provider(self.config, self.master)
-        check_spark_conf(self.config.spark_conf)
+        check_spark_conf(spark_conf(self.config))
 
     # -- the runs ---------------------------------------------------------------------
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:

@@ -16,9 +16,10 @@ import cloudpickle
 
 from ..._config import Config, settings_of
 from ..._errors import ConfigError
+from ..._runners import SparkSettings
 from ..._topology import Topology
 from ..plan import RuntimePlan
-from .config import SPARK_DEFAULTS, ship_user_modules, task_tries
+from .config import SPARK_DEFAULTS, ship_user_modules, spark_conf, task_tries
 from .executor import Shipped
 
 
@@ -37,7 +38,7 @@ class SparkSessions:
         """The session's master, or the configured ``spark.master`` before there is one."""
         if self._spark is not None:
             return str(self._spark.sparkContext.master)
-        return settings_of(self._config).spark_master
+        return settings_of(self._config, SparkSettings).spark_master
 
     def adopt(self, spark: Any) -> None:
         """Use ``spark`` (a streaming DataFrame's session), not stopped by this runtime."""
@@ -59,7 +60,7 @@ class SparkSessions:
             self._spark = active
             return active
         builder = SparkSession.builder.appName(self._app_name)
-        for key, value in {**SPARK_DEFAULTS, **self._config.spark_conf}.items():
+        for key, value in {**SPARK_DEFAULTS, **spark_conf(self._config)}.items():
             builder = builder.config(
                 key, str(value).lower() if isinstance(value, bool) else str(value)
             )
