@@ -54,9 +54,6 @@ class Part:
     kind: str
     tasks: int
 
-    def describe(self) -> str:
-        return f"{self.kind} with {count(self.tasks, 'task')}"
-
 
 def task_of(namespace: str) -> tuple[str, int] | None:
     """``(component, task)`` of a task's namespace ``<component>-<task>``; None for
@@ -251,7 +248,8 @@ def plan_import(
                 )
             if not drop:
                 raise ConfigError(
-                    f"the savepoint holds state of {part.describe()} {cid!r}, which topology "
+                    f"the savepoint holds state of {part.kind} {cid!r} ({count(part.tasks, 'task')}), "
+                    f"which topology "
                     f"{name!r} does not have: give its new name with --rename {cid}=NEW, or "
                     "leave its state out with --drop"
                 )
