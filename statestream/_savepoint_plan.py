@@ -17,7 +17,7 @@ Pure: no I/O; table-tested in ``tests/unit/test_savepoint_plan.py``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -150,21 +150,16 @@ class ImportPlan:
     def by_namespace(self, where: Mapping[str, Any]) -> dict[str, Any]:
         """``{namespace: x}`` (spout positions) with each namespace renamed; dropped
         ones left out."""
-        out = {}
-        for ns, value in where.items():
-            new = self.namespace(ns)
-            if new is not None:
-                out[new] = value
-        return out
+        return _renamed(where, self.namespace)
 
     def by_component(self, where: Mapping[str, Any]) -> dict[str, Any]:
         """``{component: x}`` (``$layout``'s parallelism) with each component renamed."""
-        out = {}
-        for cid, value in where.items():
-            new = self.component(cid)
-            if new is not None:
-                out[new] = value
-        return out
+        return _renamed(where, self.component)
+
+
+def _renamed(where: Mapping[str, Any], rename: Callable[[str], str | None]) -> dict[str, Any]:
+    pairs = ((rename(name), value) for name, value in where.items())
+    return {new: value for new, value in pairs if new is not None}
 
 
 def _check_renames(renames: Mapping[str, str], parts: Mapping[str, Part]) -> None:
