@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from claims import Store, holding
 from cli_process import statestream
 from kill_loop import seeded_rng, sigkill_runs
 from redis_server import REDIS_HOST, REDIS_PORT, delete_prefix, require_real_redis, unique_prefix
 
 from statestream import load_topology
+from statestream._registry import open_provider
 from statestream.testing import committed_state, random_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,7 +233,7 @@ def test_an_import_killed_half_way_is_refused_by_the_run_and_done_again_with_for
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def exported_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A finished word count on sqlite, its savepoint, and one of a pickle store."""
     tmp = tmp_path_factory.mktemp("savepoints")
     corpus = tmp / "corpus.txt"
@@ -357,8 +359,9 @@ REFUSALS: list[Any] = [
 
 @pytest.mark.parametrize(("command", "message"), REFUSALS)
 def test_each_refusal_is_one_line_with_the_fix_and_changes_nothing(
-    store: dict[str, Path], tmp_path: Path, command: Any, message: str
+    exported_store: dict[str, Path], tmp_path: Path, command: Any, message: str
 ) -> None:
+    store = exported_store
     done = statestream(*command(store, tmp_path))
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
@@ -373,8 +376,9 @@ def test_each_refusal_is_one_line_with_the_fix_and_changes_nothing(
 
 
 def test_drop_leaves_out_a_removed_bolt_and_force_replaces_a_store(
-    store: dict[str, Path], tmp_path: Path
+    exported_store: dict[str, Path], tmp_path: Path
 ) -> None:
+    store = exported_store
     # The counter gone from the topology: --drop imports the rest (the positions).
     target = renamed(tmp_path)
     db = sqlite(tmp_path / "b.db")
@@ -387,3 +391,44 @@ def test_drop_leaves_out_a_removed_bolt_and_force_replaces_a_store(
     ok("state", "import", str(store["file"]), "--force", *db)
     assert dumped("count", *db) == dumped("count", *sqlite(store["db"]))
     assert collections.Counter(dumped("count", *db)[0]).total() > 0
+
+
+def test_export_and_import_wait_for_a_run_that_holds_the_topology(
+    store: Store, tmp_path: Path
+) -> None:
+    with open_provider(store.spec, store.config, scope="wordcount") as provider:
+        state = provider.get_state("count-0")
+        state.put("the", 3)
+        state.commit()
+    settings = [
+        "--set", f"topology.state.provider={store.spec}",
+        "--set", f"topology.state.provider.config={json.dumps(dict(store.config))}",
+        "--set", "topology.state.claim.wait.secs=0.3",
+    ]  # fmt: skip
+    savepoint = tmp_path / "wordcount.jsonl"
+    with holding(store, "wordcount") as holder:
+        for command in (["export", "-o", str(savepoint)], ["import", str(savepoint), "--force"]):
+            if command[0] == "import":
+                savepoint.write_text(_savepoint_of_store(tmp_path))
+            refused = statestream("state", *command, *settings)
+            assert refused.returncode == 1, refused.stderr
+            assert len(refused.stderr.splitlines()) == 1, refused.stderr
+            assert refused.stderr.startswith(
+                "statestream: error: another `statestream run` or `state clear` of topology "
+                f"'wordcount' holds {store.where('wordcount')} (pid {holder.pids[0]}"
+            )
+        assert not list(tmp_path.glob(".wordcount.jsonl.*"))  # no temporary file left
+    ok("state", "export", "-o", str(savepoint), *settings)
+    ok("state", "import", str(savepoint), "--force", *settings)
+    assert dumped("count", *settings)[0] == {"the": 3}
+
+
+def _savepoint_of_store(tmp_path: Path) -> str:
+    """A savepoint of 'wordcount' written from another store (sqlite)."""
+    db = tmp_path / "other.db"
+    with open_provider("sqlite", {"path": str(db)}, scope="wordcount") as provider:
+        state = provider.get_state("count-0")
+        state.put("a", 1)
+        state.commit()
+    ok("state", "export", "-o", str(tmp_path / "other.jsonl"), *sqlite(db))
+    return (tmp_path / "other.jsonl").read_text()
