@@ -124,6 +124,7 @@ FORMAT: Final = "statestream.savepoint"
 VERSION: Final = 1
 _RECORD: Final = task_namespace(CHECKPOINT_SPOUT, 0)
 _CHUNK: Final = 20_000  # entries per direct commit on import: bounds the memory held
+_BATCH: Final = 4096  # lines per write on export
 
 
 @dataclass(frozen=True)
@@ -282,13 +283,17 @@ def _write(path: Path, scoped: ScopedProvider, name: str, namespaces: list[str])
             for ns in ordered:
                 kv = scoped.get_state(ns)
                 out.write(orjson.dumps({"namespace": ns, "txid": kv.committed_txid}) + b"\n")
+                # Written a batch of lines at a time: a gzip file compresses each write.
+                batch: list[bytes] = []
                 for key, value in kv.items():
                     if serializer is None or kind == "json":
                         line = {"k": key, "v": value}
                     else:
                         line = {"k": key, "b": base64.b64encode(serializer.encode(value)).decode()}
-                    out.write(orjson.dumps(line) + b"\n")
-                    entries += 1
+                    batch.append(orjson.dumps(line))
+                    if len(batch) >= _BATCH:
+                        entries += _flush(out, batch)
+                entries += _flush(out, batch)
             end = {"end": {"namespaces": len(ordered), "entries": entries}}
             out.write(orjson.dumps(end) + b"\n")
         os.replace(tmp, path)
@@ -297,6 +302,15 @@ def _write(path: Path, scoped: ScopedProvider, name: str, namespaces: list[str])
     finally:
         tmp.unlink(missing_ok=True)
     return SavepointReport(name, txid, len(ordered), entries, str(path))
+
+
+def _flush(out: IO[bytes], batch: list[bytes]) -> int:
+    """Write ``batch``'s lines to ``out`` and empty it; how many there were."""
+    n = len(batch)
+    if n:
+        out.write(b"\n".join(batch) + b"\n")
+        batch.clear()
+    return n
 
 
 @contextmanager
