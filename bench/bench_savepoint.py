@@ -28,25 +28,18 @@ sys.path.insert(0, str(HERE))
 
 
 def _fill(conf: dict[str, Any], keys: int) -> None:
+    """The state of ``bench_rescale.fill`` committed at checkpoint 7, with its record."""
+    from bench_rescale import fill
+
     from statestream._registry import open_provider
-    from statestream._routing import task_for_key
 
     spec, pconf = conf["topology.state.provider"], conf["topology.state.provider.config"]
     with open_provider(spec, pconf, scope="bench") as provider:
-        states = [provider.get_state(f"count-{t}") for t in (0, 1)]
-        for i in range(keys):
-            key = f"k{i}"
-            states[task_for_key(key, 2)].put(key, i)
-            if i % 100_000 == 99_999:
-                for s in states:
-                    s.commit()
-        for s in states:
-            s.commit()
-            s.prepare_commit(7)
-            s.commit(7)
-        layout = provider.get_state("$layout")
-        layout.put("parallelism", {"count": 2})
-        layout.commit()
+        fill(provider, keys)
+        for t in (0, 1):
+            state = provider.get_state(f"count-{t}")
+            state.prepare_commit(7)
+            state.commit(7)
         record = provider.get_state("$checkpointspout-0")
         record.put("checkpoint", {"txid": 7, "phase": "COMMITTED"})
         record.put("positions", {"7": {"words-0": {"line": keys}}})

@@ -5,15 +5,13 @@ goes on after its last committed transaction and commits each one once."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+from test_transactional_local import CrashAt, data
 
 from statestream import (
     BasicBolt,
     BasicOutputCollector,
-    BatchBolt,
-    Committer,
     MemoryTransactionalSpout,
     OutputFieldsDeclarer,
     Topology,
@@ -34,33 +32,12 @@ class Pass(BasicBolt):
         declarer.declare(["id", "n"])
 
 
-class Total(BatchBolt[Any], Committer):
-    """Records ``(txid, total)`` into ``sink("store")`` as an outside store keyed by
-    txid would (a txid already there is not written again), and crashes the
-    process once in the commit of ``crash_at``."""
-
-    crash_at = 0
-
-    def execute(self, tuple: Tuple) -> None:
-        self.total = getattr(self, "total", 0) + tuple.values[1]
-
-    def finish_batch(self) -> None:
-        store = sink("store")
-        txid = self.id.transaction_id
-        if not store or store[-1][0] != txid:
-            store.append((txid, getattr(self, "total", 0)))
-        if txid == Total.crash_at:
-            Total.crash_at = 0
-            raise SimulatedCrash(f"crash in the commit of {txid}")
-
-
 def topology(name: str) -> Topology:
-    data: dict[int, list[list[Any]]] = {p: [] for p in range(3)}
-    for i in range(600):
-        data[i % 3].append([i])
-    b = TransactionalTopologyBuilder(name, "spout", MemoryTransactionalSpout(data, ["n"], 20), 3)
+    spout = MemoryTransactionalSpout(data(600), ["n"], 20)
+    b = TransactionalTopologyBuilder(name, "spout", spout, 3)
     b.set_bolt("pass", Pass(), 2).shuffle_grouping("spout")
-    b.set_committer_bolt("total", Total()).global_grouping("pass")
+    # Records (txid, total) as an outside store keyed by txid, crashing once in a commit.
+    b.set_committer_bolt("total", CrashAt()).global_grouping("pass")
     return b.build()
 
 
@@ -77,7 +54,7 @@ def test_a_crashed_transactional_run_goes_on_in_another_store_under_another_name
         "topology.state.provider": "memory",
         "topology.state.provider.config": {"name": f"moved-{tmp_path.name}"},
     }
-    Total.crash_at = 4
+    CrashAt.crash_at = 4
     with pytest.raises(SimulatedCrash):
         LocalRuntime(topology("counts"), source, clock=FakeClock()).run(until_idle=True)
     assert [t for t, _ in sink("store")] == [1, 2, 3, 4]
