@@ -223,7 +223,8 @@ def _start_line(rt: Runtime, name: str, conf: Config) -> None:
 
 @main.group()
 def state() -> None:
-    """Inspect or clear committed state, with the config the topology ran with.
+    """Inspect, clear, export or import committed state, with the config the
+    topology ran with (export/import: savepoints that move it to another store).
 
     A store may hold several topologies; each one's state is kept apart under
     its name. --topology picks one (its name, or its .py file or
