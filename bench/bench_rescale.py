@@ -25,13 +25,32 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
+def fill(provider: Any, keys: int) -> None:
+    """Bolt ``count``'s state on 2 tasks, ``keys`` keys ``"k<i>" -> i`` (``provider``
+    scoped to topology ``bench``), its parallelism recorded in ``$layout``."""
+    from statestream._rescale import LAYOUT_NAMESPACE
+    from statestream._routing import task_for_key
+
+    states = [provider.get_state(f"count-{t}") for t in (0, 1)]
+    for i in range(keys):
+        key = f"k{i}"
+        states[task_for_key(key, 2)].put(key, i)
+        if i % 100_000 == 99_999:
+            for s in states:
+                s.commit()
+    for s in states:
+        s.commit()
+    layout = provider.get_state(LAYOUT_NAMESPACE)
+    layout.put("parallelism", {"count": 2})
+    layout.commit()
+
+
 def one(provider_name: str, keys: int) -> dict[str, Any]:
     from bench_stateful import cleanup, provider_conf
 
     from statestream import KeyValueState, StatefulBolt, TopologyBuilder, Tuple
     from statestream._registry import open_provider
-    from statestream._rescale import LAYOUT_NAMESPACE, rescale_state
-    from statestream._routing import task_for_key
+    from statestream._rescale import rescale_state
     from statestream.testing import ListSpout
 
     class Count(StatefulBolt):
@@ -44,18 +63,7 @@ def one(provider_name: str, keys: int) -> dict[str, Any]:
     conf = provider_conf(provider_name, tempfile.mkdtemp())
     spec, pconf = conf["topology.state.provider"], conf["topology.state.provider.config"]
     with open_provider(spec, pconf, scope="bench") as provider:
-        states = [provider.get_state(f"count-{t}") for t in (0, 1)]
-        for i in range(keys):
-            key = f"k{i}"
-            states[task_for_key(key, 2)].put(key, i)
-            if i % 100_000 == 99_999:
-                for s in states:
-                    s.commit()
-        for s in states:
-            s.commit()
-        layout = provider.get_state(LAYOUT_NAMESPACE)
-        layout.put("parallelism", {"count": 2})
-        layout.commit()
+        fill(provider, keys)
     b = TopologyBuilder("bench")
     b.set_spout("words", ListSpout([], fields=["word"]))
     b.set_bolt("count", Count(), 3).fields_grouping("words", ["word"])

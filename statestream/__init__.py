@@ -68,6 +68,7 @@ from ._results import ErrorReport, RunResult, TaskMetrics
 from ._retry import RetryPolicy
 from ._routing import stable_hash
 from ._run import load_topology, run
+from ._savepoint import SavepointReport, export_state, import_state
 from ._spouts import FileSpout
 from ._state import KeyValueState, State, StateProvider
 from ._topology import BoltDeclarer, Topology, TopologyBuilder
@@ -138,6 +139,7 @@ __all__ = [
     "Rewindable",
     "RunResult",
     "RuntimeFailure",
+    "SavepointReport",
     "SerializationError",
     "SinkError",
     "SourceError",
@@ -168,6 +170,8 @@ __all__ = [
     "TupleError",
     "TupleWindow",
     "Values",
+    "export_state",
+    "import_state",
     "load_config",
     "load_topology",
     "run",

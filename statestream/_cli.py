@@ -224,7 +224,8 @@ def _start_line(rt: Runtime, name: str, conf: Config) -> None:
 
 @main.group()
 def state() -> None:
-    """Inspect or clear committed state, with the config the topology ran with.
+    """Inspect, clear, export or import committed state, with the config the
+    topology ran with (export/import: savepoints that move it to another store).
 
     A store may hold several topologies; each one's state is kept apart under
     its name. --topology picks one (its name, or its .py file or
@@ -479,6 +480,115 @@ def state_clear(configs: tuple[str, ...], sets: tuple[str, ...], topology: str, 
             "the next run's sinks write every checkpoint again, under a new lineage of the "
             "state), and the dead-letter file"
         )
+
+
+def _savepoint_target(
+    configs: Sequence[str], sets: Sequence[str], topology: str | None, command: str
+) -> tuple[Config, Any]:
+    """The config of a ``state export``/``import`` and its --topology: a Topology when
+    it names a file or module, else the name (or None); exit 2 for a store that
+    lives in one process (memory)."""
+    from ._savepoint import in_process_refusal
+
+    target: Any = topology
+    if topology is not None and (topology.endswith(".py") or ":" in topology):
+        target = load_topology(topology)
+    name = getattr(target, "name", target)
+    prefixes = _used_prefixes(configs, sets) | ({name} if name else set())
+    conf = load_config(files=configs, sets=sets, topology_prefixes=sorted(prefixes))
+    refusal = in_process_refusal(conf, command)
+    if refusal:
+        _fail(refusal, EXIT_USAGE)
+    return conf, target
+
+
+@state.command("export")
+@_config_options
+@_topology_option
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    metavar="FILE",
+    help="The savepoint to write (JSON lines; gzip if FILE ends in .gz).",
+)
+def state_export(
+    configs: tuple[str, ...], sets: tuple[str, ...], topology: str | None, output: str
+) -> None:
+    """Write one topology's committed state, its spouts' positions and its
+    checkpoint record to FILE, a savepoint that `statestream state import`
+    loads into any store.
+
+    It claims the topology's part of the store as a run does (waiting
+    topology.state.claim.wait.secs for a run that holds it) and settles what
+    a killed run left prepared, as the next start would.
+    """
+    from ._savepoint import export_state
+
+    with _errors():
+        conf, target = _savepoint_target(configs, sets, topology, "export")
+        done = export_state(output, target, conf)
+    click.echo(
+        f"exported topology {done.topology!r} at checkpoint {done.txid}: "
+        f"{count(done.namespaces, 'namespace')}, {count(done.entries, 'entry', 'entries')} "
+        f"to {output}"
+    )
+
+
+@state.command("import")
+@click.argument("file")
+@_config_options
+@click.option(
+    "--topology",
+    help="The topology to import into: its .py file or module:attribute (checked against "
+    "the savepoint), or a name (imported as it is). Default: the savepoint's topology.",
+)
+@click.option(
+    "--rename",
+    "renames",
+    multiple=True,
+    metavar="OLD=NEW",
+    help="Give the state of component OLD to component NEW; repeatable.",
+)
+@click.option(
+    "--drop",
+    is_flag=True,
+    help="Leave out the state of components the topology no longer has (default: refuse).",
+)
+@click.option("--force", is_flag=True, help="Replace the state the store holds of the topology.")
+def state_import(
+    file: str,
+    configs: tuple[str, ...],
+    sets: tuple[str, ...],
+    topology: str | None,
+    renames: tuple[str, ...],
+    drop: bool,
+    force: bool,
+) -> None:
+    """Load the savepoint FILE (from `statestream state export`) into the store
+    the config names; the next run of the topology goes on from its checkpoint.
+
+    With --topology FILE.py the savepoint is checked against that topology: a
+    component renamed needs --rename OLD=NEW, a stateful bolt the savepoint
+    has no state of starts empty, one the topology no longer has is refused
+    unless --drop, and a stateful bolt whose parallelism changed is
+    re-partitioned. A store that holds state of the topology is refused
+    unless --force.
+    """
+    from ._savepoint import import_state
+    from ._savepoint_plan import parse_renames
+
+    with _errors():
+        conf, target = _savepoint_target(configs, sets, topology, "import")
+        mapping = parse_renames(renames)
+        done = import_state(file, target, conf, rename=mapping, drop=drop, force=force)
+    click.echo(
+        f"imported topology {done.topology!r} at checkpoint {done.txid}: "
+        f"{count(done.namespaces, 'namespace')}, {count(done.entries, 'entry', 'entries')} "
+        f"from {file}"
+    )
+    for note in done.notes:
+        click.echo(f"  {note}")
 
 
 @main.command()

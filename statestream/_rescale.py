@@ -40,21 +40,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._components import task_namespace
-from ._errors import ConfigError
+from ._errors import ConfigError, StateError
 from ._exactly_once import CheckpointRecord
 from ._routing import task_for_key
 from ._stateful import CHECKPOINT_SPOUT, CHECKPOINT_STREAM
 from ._topology import ComponentSpec, Topology
 
-__all__ = ["LAYOUT_NAMESPACE", "RescaleReport", "owner", "rescale_state"]
+__all__ = [
+    "IMPORTING_KEY",
+    "JOURNAL_KEY",
+    "LAYOUT_NAMESPACE",
+    "PARALLELISM_KEY",
+    "RescaleReport",
+    "check_import",
+    "check_partitioned",
+    "owner",
+    "rescale_state",
+    "settle",
+]
 
 log = logging.getLogger("statestream")
 
 LAYOUT_NAMESPACE = "$layout"
 """The topology's record of its stateful bolts' parallelism (and a rescale in progress)."""
 
-_PARALLELISM = "parallelism"
-_JOURNAL = "rescaling"  # the bolts whose re-partition has not finished
+PARALLELISM_KEY = "parallelism"
+"""``$layout``'s ``{stateful bolt: parallelism}``."""
+JOURNAL_KEY = "rescaling"
+"""``$layout``'s list of the bolts whose re-partition has not finished."""
+IMPORTING_KEY = "importing"
+"""``$layout``'s mark of an import under way (``statestream._savepoint``): written
+first, deleted once the checkpoint record is in, so a store an import left
+half-written is refused at start (:func:`check_import`)."""
 _CHUNK = 20_000  # entries per direct commit: bounds the memory a move holds
 
 
@@ -89,7 +106,7 @@ def owner(spec: ComponentSpec, key: Any, n_tasks: int) -> int:
     return task_for_key(key, n_tasks)
 
 
-def _check_partitioned(spec: ComponentSpec) -> None:
+def check_partitioned(spec: ComponentSpec) -> None:
     """A bolt's state can be re-partitioned only if its keys follow its grouping."""
     if hasattr(spec.user_obj, "rescale_task"):
         return
@@ -103,6 +120,20 @@ def _check_partitioned(spec: ComponentSpec) -> None:
         "Keep its previous parallelism, define rescale_task(key, n_tasks) on the bolt, or "
         "clear its state (statestream state clear)"
     )
+
+
+def check_import(provider: Any, topology: str) -> None:
+    """Raise StateError if an import into ``topology``'s (scoped) ``provider`` did not
+    finish: its state is part of a savepoint, its checkpoint record maybe missing.
+    The owner of every run asks at start (``runtime.session``)."""
+    importing = provider.get_state(LAYOUT_NAMESPACE).get(IMPORTING_KEY)
+    if importing is not None:
+        where = importing.get("file", "?") if isinstance(importing, dict) else "?"
+        raise StateError(
+            f"the state of topology {topology!r} in this store is an import of {where} that "
+            f"did not finish; import it again with `statestream state import {where} --force` "
+            f"(it starts over), or delete it: `statestream state clear --topology {topology}`"
+        )
 
 
 def _check_same_topology(topology: Topology, recorded: dict[str, int]) -> None:
@@ -134,7 +165,7 @@ def _stored_tasks(namespaces: list[str], component: str) -> list[int]:
     return sorted(tasks)
 
 
-def _settle(provider: Any, namespaces: list[str]) -> None:
+def settle(provider: Any, namespaces: list[str]) -> None:
     """Finish or undo what was prepared, as a recovery would (step 1)."""
     record = CheckpointRecord.load(provider.get_state(task_namespace(CHECKPOINT_SPOUT, 0)))
     restored, _ = record.restore_point()
@@ -154,8 +185,8 @@ def rescale_state(provider: Any, topology: Topology) -> list[RescaleReport]:
     records the current parallelism either way. Idempotent, crash-safe.
     """
     layout_kv = provider.get_state(LAYOUT_NAMESPACE)
-    recorded: dict[str, int] = dict(layout_kv.get(_PARALLELISM) or {})
-    unfinished: list[str] = list(layout_kv.get(_JOURNAL) or [])
+    recorded: dict[str, int] = dict(layout_kv.get(PARALLELISM_KEY) or {})
+    unfinished: list[str] = list(layout_kv.get(JOURNAL_KEY) or [])
     _check_same_topology(topology, recorded)
     namespaces = provider.namespaces()
     reports = []
@@ -168,14 +199,14 @@ def rescale_state(provider: Any, topology: Topology) -> list[RescaleReport]:
         if cid not in unfinished:
             if old == n and all(t < n for t in stored):
                 continue
-            _check_partitioned(spec)
-            layout_kv.put(_JOURNAL, [*unfinished, cid])
+            check_partitioned(spec)
+            layout_kv.put(JOURNAL_KEY, [*unfinished, cid])
             layout_kv.commit()
         reports.append(_repartition(provider, topology.name, spec, stored, old))
     current = {cid: s.parallelism for cid, s in topology.components.items() if s.is_stateful}
     if current != recorded or unfinished or reports:
-        layout_kv.put(_PARALLELISM, current)
-        layout_kv.delete(_JOURNAL)
+        layout_kv.put(PARALLELISM_KEY, current)
+        layout_kv.delete(JOURNAL_KEY)
         layout_kv.commit()
     return reports
 
@@ -188,7 +219,7 @@ def _repartition(
     # with committed entries, yet its delta may belong to the restored
     # checkpoint: every task of the old and the new layout is settled.
     stored = sorted(set(stored) | set(range(old)))
-    _settle(provider, [task_namespace(cid, t) for t in sorted(set(stored) | set(range(n)))])
+    settle(provider, [task_namespace(cid, t) for t in sorted(set(stored) | set(range(n)))])
     targets = [provider.get_state(task_namespace(cid, t)) for t in range(n)]
     moved = owned = 0
     pending = set(stored)  # tasks not scanned yet; keys moved into them are not "kept"

@@ -412,6 +412,11 @@ class BackendStateProvider(ABC):
         self._cache_bytes = int(DEFAULT_CACHE_MB * _MIB)
 
     @property
+    def serializer(self) -> Serializer:
+        """The serializer of this provider's values (the config's ``serializer``)."""
+        return self._serializer
+
+    @property
     def cache_mb(self) -> float:
         """The read cache of this provider's states, MiB (``topology.state.cache.mb``).
 

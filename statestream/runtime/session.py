@@ -47,7 +47,7 @@ from .._clock import Clock, SystemClock
 from .._config import settings_of
 from .._outage import guard_store
 from .._registry import RunClaim, open_provider
-from .._rescale import rescale_state
+from .._rescale import check_import, rescale_state
 from .._state import size_cache
 from .._topology import Topology
 
@@ -132,10 +132,15 @@ class StoreSession:
         """Re-partition the state of every stateful bolt whose parallelism changed
         since the last run (:func:`~statestream._rescale.rescale_state`), once per
         opening of the store; nothing for a session that does not own the run
-        or a topology without stateful bolts. Opens the store first if needed."""
+        or a topology without stateful bolts. Opens the store first if needed.
+        The owner first refuses a store whose import did not finish
+        (:func:`~statestream._rescale.check_import`)."""
         provider = self.open(rescale=False)
-        if not self._rescaled and self.owner and self.topology.has_stateful_bolts:
-            rescale_state(provider, self.topology)
+        if not self._rescaled and self.owner:
+            # A store an import left half-written is no checkpoint to start from.
+            check_import(provider, self.topology.name)
+            if self.topology.has_stateful_bolts:
+                rescale_state(provider, self.topology)
         self._rescaled = True
 
     # -- the claim -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from word_bolts import Count, Split
 from statestream import KeyValueState, StateError, StatefulBolt, TopologyBuilder, Tuple, run
 from statestream._exactly_once import ACKED_KEY, CHECKPOINT_KEY, POSITIONS_KEY
 from statestream._registry import SCOPE_SEPARATOR, clear_topology, stored_topologies
-from statestream._rescale import _JOURNAL, _PARALLELISM, LAYOUT_NAMESPACE
+from statestream._rescale import JOURNAL_KEY, LAYOUT_NAMESPACE, PARALLELISM_KEY
 from statestream._stateful import CHECKPOINT_SPOUT
 from statestream._topology import Topology
 from statestream._transactional.components import CoordinatorStore
@@ -40,8 +40,8 @@ INTERNAL_NAMES = sorted(
         POSITIONS_KEY,
         ACKED_KEY,
         "position",  # FileSpout's position, in its own namespace
-        _PARALLELISM,
-        _JOURNAL,
+        PARALLELISM_KEY,
+        JOURNAL_KEY,
         CoordinatorStore.KEY,
         f"{CHECKPOINT_SPOUT}-0",
         LAYOUT_NAMESPACE,

@@ -34,6 +34,8 @@ PROMISED = {
     # running
     "run", "load_topology", "Config", "load_config", "RunResult", "TaskMetrics", "ErrorReport",
     "Clock", "SystemClock", "FakeClock",
+    # savepoints: a topology's state moved between stores
+    "export_state", "import_state", "SavepointReport",
     # poison tuples: the retry policy, the dead-letter file
     "RetryPolicy", "DeadLetter", "DeadLetterFile",
     # errors
