@@ -26,7 +26,7 @@ from .._partitioned import PARTITIONS_KEY
 from ._broker import redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
-__all__ = ["KafkaSpout", "merge_positions", "owner", "partition_key"]
+__all__ = ["KafkaSpout", "merge_positions", "owner", "partition_key", "share"]
 
 Format = Literal["text", "json", "bytes"]
 METADATA: Final = ("key", "partition", "offset", "timestamp", "topic")
@@ -64,6 +64,16 @@ def owner(topic_index: int, partition: int, tasks: int) -> int:
     partition added later leaves every other partition where it was, and the
     topics' first partitions go to different tasks."""
     return (topic_index + partition) % tasks
+
+
+def share(topics: Sequence[str], counts: Mapping[str, int], task: int, tasks: int) -> list[str]:
+    """The partitions task ``task`` of ``tasks`` reads, given each topic's partition count."""
+    return [
+        partition_key(t, p)
+        for k, t in enumerate(topics)
+        for p in range(counts[t])
+        if owner(k, p, tasks) == task
+    ]
 
 
 def merge_positions(positions: Iterable[Mapping[str, Any]], tasks: int) -> dict[str, Any]:
@@ -234,7 +244,11 @@ class KafkaSpout(BrokerSpout):
         self.bootstrap, self.format, self.group = bootstrap, format, group
         self.config = dict(config or {})
         self._consumer: Any = None
-        self._prober: Any = None  # the driver's: a fetch that confirms a partition's end
+        # A second client, for what must not wait behind the reading client's fetch
+        # on its connection (a broker answers a connection's requests in order):
+        # metadata, offsets, the fetches that confirm a partition's end.
+        self._meta: Any = None
+        self._planned: dict[str, int] = {}  # the ends end_position found for a plan
         self._records = _Records("KafkaSpout", format, self.fields, self.metadata)
         self._counts: dict[str, int] = {}  # topic -> its partitions, as last seen
         self._next: dict[str, int] = {}  # partition -> offset after the last emitted
@@ -298,13 +312,7 @@ class KafkaSpout(BrokerSpout):
         return len(listed.partitions)
 
     def _share(self) -> list[str]:
-        task = self.context.task_index
-        return [
-            partition_key(t, p)
-            for k, t in enumerate(self.topics)
-            for p in range(self._counts[t])
-            if owner(k, p, self._tasks) == task
-        ]
+        return share(self.topics, self._counts, self.context.task_index, self._tasks)
 
     def _start(self, offsets: Mapping[str, int], resend: Iterable[Sequence[Any]]) -> None:
         mine = set(self._mine)
@@ -326,7 +334,7 @@ class KafkaSpout(BrokerSpout):
 
         for key in self._mine:
             if key not in self._next:
-                low, _ = self._consumer.get_watermark_offsets(
+                low, _ = self._client().get_watermark_offsets(
                     TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
                 )
                 self._next[key] = max(int(low), 0)
@@ -419,7 +427,7 @@ class KafkaSpout(BrokerSpout):
 
         counts = dict(self._counts)
         for t in self.topics:
-            listed = self._consumer.list_topics(t, timeout=_TIMEOUT_S).topics.get(t)
+            listed = self._client().list_topics(t, timeout=_TIMEOUT_S).topics.get(t)
             if listed is not None and listed.error is None:
                 counts[t] = max(counts[t], len(listed.partitions))
         if counts == self._counts:
@@ -432,14 +440,14 @@ class KafkaSpout(BrokerSpout):
                     self._name(), new)  # fmt: skip
         self._mine += new
         for key in new:
-            low, _ = self._consumer.get_watermark_offsets(
+            low, _ = self._client().get_watermark_offsets(
                 TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
             )
             self._next[key] = self._read_to[key] = max(int(low), 0)
             self._eof[key] = False
-        self._consumer.incremental_assign(
-            [TopicPartition(*_split(k), self._read_to[k]) for k in new]
-        )
+        # assign, not incremental_assign: the client is assign-ed (mixing the two
+        # crashed librdkafka 2.16 here); each partition goes on from where it was read.
+        self._consumer.assign([TopicPartition(*_split(k), o) for k, o in self._read_to.items()])
 
     def _commit_group(self, *, asynchronous: bool) -> None:
         from confluent_kafka import TopicPartition
@@ -462,9 +470,15 @@ class KafkaSpout(BrokerSpout):
         return sum(self._next.get(k, 0) for k in self._mine)
 
     def _stream_end(self) -> int | None:
-        """The task's partitions' ends (:meth:`_ends`: round trips, once a second)."""
-        ends = self._ends(self._mine)
-        return sum(max(end, self._next.get(k, 0)) for k, end in ends.items())
+        """The task's partitions' ends as the reading client's last fetches said them
+        (no round trip; a partition read to its end ends where it was read to)."""
+        from confluent_kafka import TopicPartition
+
+        total = 0
+        for key in self._mine:
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(*_split(key)))
+            total += max(int(high), self._next.get(key, 0))
+        return total
 
     # -- positions (statestream.Rewindable) ----------------------------------------------
     def _pending(self) -> list[list[Any]]:
@@ -515,12 +529,25 @@ class KafkaSpout(BrokerSpout):
         from confluent_kafka import KafkaException
 
         try:
-            return self._ends([partition])[partition]
+            # The driver asks for each partition in turn: all are found at the first.
+            if partition == self._mine[0] or partition not in self._planned:
+                self._planned = self._ends(self._mine)
+            return self._planned[partition]
         except KafkaException as exc:
             raise SourceError(
                 f"{self._name()}: the end of {partition} failed on "
                 f"{redact(self.bootstrap)}: {_Reason(exc)}"
             ) from exc
+
+    def _client(self) -> Any:
+        """The second client (made at the first use)."""
+        if self._meta is None:
+            from confluent_kafka import Consumer
+
+            # Its fetches only confirm an end: an empty one need not wait for data.
+            conf = {**_client_conf(self.bootstrap, None, self.config), "fetch.wait.max.ms": 10}
+            self._meta = Consumer(conf)
+        return self._meta
 
     def _ends(self, keys: Sequence[str]) -> dict[str, int]:
         """The offset after the last record of each partition of ``keys`` now: the
@@ -528,22 +555,20 @@ class KafkaSpout(BrokerSpout):
         to the partition's end (a round trip each). The answer alone is not the end
         on tansu 0.6.0: it gives the last batch's first offset + 1 (so does its
         fetch's high watermark); the last record read is right on any broker."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         ends: dict[str, int] = {}
         for key in keys:
-            _, high = self._consumer.get_watermark_offsets(
+            _, high = self._client().get_watermark_offsets(
                 TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
             )
             ends[key] = max(int(high), 0)
         waiting = {k for k in keys if ends[k] > 0}
         if not waiting:
             return ends
-        if self._prober is None:
-            self._prober = Consumer(_client_conf(self.bootstrap, None, self.config))
-        self._prober.assign([TopicPartition(*_split(k), ends[k] - 1) for k in waiting])
+        self._client().assign([TopicPartition(*_split(k), ends[k] - 1) for k in waiting])
         for _ in range(int(_TIMEOUT_S / 0.1)):  # a bound, not a decision: 5 s at most
-            for m in self._prober.consume(self.count, 0.1):
+            for m in self._meta.consume(self.count, 0.1):
                 key = partition_key(m.topic(), m.partition())
                 if m.error() is None:
                     ends[key] = max(ends[key], m.offset() + 1)
@@ -588,8 +613,8 @@ class KafkaSpout(BrokerSpout):
 
     def close(self) -> None:
         consumer, self._consumer = self._consumer, None
-        prober, self._prober = self._prober, None
-        for client in (consumer, prober):
+        meta, self._meta = self._meta, None
+        for client in (consumer, meta):
             if client is not None:
                 if client is consumer and self.group is not None and self._assigned:
                     try:
@@ -611,7 +636,7 @@ class _Reason(Exception):
     what confluent-kafka prints)."""
 
     def __init__(self, exc: Any) -> None:
-        err = exc.args[0] if exc.args else exc
+        err = exc.args[0] if getattr(exc, "args", None) else exc
         super().__init__(err.str() if hasattr(err, "str") else str(err))
 
 
