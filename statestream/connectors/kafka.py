@@ -476,7 +476,9 @@ class KafkaSpout(BrokerSpout):
 
         total = 0
         for key in self._mine:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(*_split(key)))
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(*_split(key)), cached=True
+            )
             total += max(int(high), self._next.get(key, 0))
         return total
 
