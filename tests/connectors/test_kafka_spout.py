@@ -250,3 +250,29 @@ def test_the_group_gets_the_committed_offsets_and_is_never_read(
     run(topology, conf, until_idle=True)
     expected = Counter(w for line in LINES for w in line.split())
     assert committed_state(topology, conf, "count") == expected
+
+
+@pytestmark_kafka
+@pytest.mark.parametrize(
+    ("where", "code", "says"),
+    [
+        ("unreachable", 1, "KafkaSpout 'lines' cannot reach 127.0.0.1:1: "),
+        ("missing", 2, "the topic 'missing-topic' does not exist on "),
+    ],
+)
+def test_the_cli_says_a_start_fault_in_one_line_with_its_exit_code(
+    kafka_broker: KafkaBroker, where: str, code: int, says: str
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    bootstrap = "127.0.0.1:1" if where == "unreachable" else kafka_broker.bootstrap
+    env = {**os.environ, "LINES_URL": f"kafka://{bootstrap}/missing-topic"}
+    example = str(root / "examples/stream_to_postgres.py")
+    argv = [sys.executable, "-m", "statestream", "run", example, "--until-idle", "--no-progress"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("%")]  # librdkafka's
+    assert done.returncode == code, done.stderr
+    assert len(lines) == 1 and says in lines[0], lines
