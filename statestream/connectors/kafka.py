@@ -215,7 +215,7 @@ class KafkaSpout(BrokerSpout):
         bootstrap: str = "127.0.0.1:9092",
         fields: Sequence[str] = ("line",),
         *,
-        format: Format = "text",
+        format: Literal["text", "json", "bytes"] = "text",
         metadata: Sequence[str] = (),
         group: str | None = None,
         config: Mapping[str, Any] | None = None,
