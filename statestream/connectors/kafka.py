@@ -470,14 +470,14 @@ class KafkaSpout(BrokerSpout):
         return sum(self._next.get(k, 0) for k in self._mine)
 
     def _stream_end(self) -> int | None:
-        """The task's partitions' ends as the reading client's last fetches said them
-        (no round trip; a partition read to its end ends where it was read to)."""
+        """The task's partitions' ends as the broker answers them (ListOffsets, once a
+        second, on the second client: never behind the reading client's fetch)."""
         from confluent_kafka import TopicPartition
 
         total = 0
         for key in self._mine:
-            _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(*_split(key)), cached=True
+            _, high = self._client().get_watermark_offsets(
+                TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
             )
             total += max(int(high), self._next.get(key, 0))
         return total
