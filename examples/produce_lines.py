@@ -1,20 +1,23 @@
-"""Produce lines of text into a Redis stream, a JetStream stream or a RabbitMQ stream queue.
+"""Produce lines of text into a Redis stream, a JetStream stream, a RabbitMQ stream queue or a Kafka topic.
 
     python3 examples/produce_lines.py --to redis://127.0.0.1:6379/0 --stream lines --lines 10000
     python3 examples/produce_lines.py --to nats://127.0.0.1:4222 --stream lines --lines 10000
     python3 examples/produce_lines.py --to amqp://guest:guest@127.0.0.1:5672/%2F --stream lines --lines 10000
+    python3 examples/produce_lines.py --to kafka://127.0.0.1:9092/lines --lines 10000
 
 The feeder of ``examples/stream_to_postgres.py``. Each line is one message:
 a Redis stream entry with the field ``line``, a JetStream message on the
-subject named like the stream (the stream is created if missing), or a
-message of a RabbitMQ *stream* queue (declared if missing). The lines are
+subject named like the stream (the stream is created if missing), a
+message of a RabbitMQ *stream* queue (declared if missing), or a record of a
+Kafka topic (the URL's path, else ``--stream``; created with one partition if
+missing, ``--partitions`` more; the lines go round the partitions). The lines are
 ``statestream.testing.random_text``'s (``--seed``; 10 words from ``w0`` to
 ``w799`` each), or those of ``--from FILE``; ``--rate`` spreads them over
 time (lines per second), to feed a pipeline that is already running.
 ``--skip N`` leaves out the first N lines, to produce a file in parts.
 
 Every message is acknowledged by the broker before the script ends (Redis
-replies, JetStream publish acks, RabbitMQ publisher confirms), so when it
+replies, JetStream publish acks, RabbitMQ publisher confirms, Kafka's acks=all), so when it
 exits 0 every line is in the source. It does not retry: a broker lost
 mid-way is exit 1, naming the URL and how many lines were sent.
 """
@@ -28,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from statestream.testing import random_text
@@ -83,7 +87,7 @@ class Batches:
             self.sent += len(batch)
 
 
-def produce(url: str, stream: str, batches: Batches) -> None:
+def produce(url: str, stream: str, batches: Batches, partitions: int = 1) -> None:
     """Send ``batches`` to ``stream`` at ``url``."""
     scheme = urlsplit(url).scheme
     if scheme in ("redis", "rediss", "unix"):
@@ -92,8 +96,10 @@ def produce(url: str, stream: str, batches: Batches) -> None:
         asyncio.run(_jetstream(url, stream, batches))
     elif scheme in ("amqp", "amqps"):
         _rabbitmq(url, stream, batches)
+    elif scheme == "kafka":
+        _kafka(url, stream, batches, partitions)
     else:
-        raise SystemExit(f"produce_lines: --to {url!r}: use redis://, nats:// or amqp://")
+        raise SystemExit(f"produce_lines: --to {url!r}: use redis://, nats://, amqp:// or kafka://")
 
 
 def _redis(url: str, stream: str, batches: Batches) -> None:
@@ -144,14 +150,53 @@ def _rabbitmq(url: str, stream: str, batches: Batches) -> None:
         connection.close()
 
 
+def _kafka(url: str, stream: str, batches: Batches, partitions: int) -> None:
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    parts = urlsplit(url)
+    topic = parts.path.strip("/") or stream
+    admin = AdminClient({"bootstrap.servers": parts.netloc})
+    listed = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if listed is None or listed.error is not None:
+        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:  # made meanwhile by another producer: fine
+                if "already exists" not in str(exc).lower():
+                    raise
+        listed = admin.list_topics(topic, timeout=10).topics[topic]
+    count = len(listed.partitions)
+    producer = Producer({"bootstrap.servers": parts.netloc, "acks": "all", "linger.ms": 5})
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    sent = 0
+    for batch in batches:
+        for line in batch:
+            producer.produce(topic, line.encode(), partition=sent % count, on_delivery=delivered)
+            sent += 1
+            producer.poll(0)
+        if producer.flush(60) or failed:
+            raise KafkaException(failed[0] if failed else "the batch was not delivered in 60 s")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--to", required=True, help="redis://..., nats://... or amqp://...")
+    parser.add_argument(
+        "--to", required=True, help="redis://..., nats://..., amqp://... or kafka://host:port/topic"
+    )
     parser.add_argument("--stream", default="lines", help="stream (or queue) name")
     parser.add_argument("--lines", type=int, default=None, help="how many lines to send")
     parser.add_argument("--from", dest="source", type=Path, help="send this file's lines")
     parser.add_argument("--seed", type=int, default=7, help="random_text's seed")
     parser.add_argument("--skip", type=int, default=0, help="leave out the first N lines")
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="a Kafka topic made here: its partitions"
+    )
     parser.add_argument("--rate", type=float, default=0.0, help="lines a second (0: at once)")
     args = parser.parse_args(argv)
     if args.source is None and args.lines is None:
@@ -165,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batches = Batches(lines_of(path, args.skip, args.lines), args.rate)
         where = f"{args.stream!r} at {hide_password(args.to)}"
         try:
-            produce(args.to, args.stream, batches)
+            produce(args.to, args.stream, batches, args.partitions)
         except Exception as exc:  # any client's error ends the script the same way
             print(f"produce_lines: {where}: {exc!r} after {batches.sent:,} lines", file=sys.stderr)
             return 1

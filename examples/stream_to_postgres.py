@@ -21,13 +21,14 @@ Where things are, read when the topology is built (environment variables,
 since the source's class depends on the URL):
 
 * ``LINES_URL``: the source, by scheme: ``redis://`` a Redis stream,
-  ``nats://`` a JetStream stream, ``amqp://`` a RabbitMQ stream queue
-  (default ``redis://127.0.0.1:6379/0``)
-* ``LINES_STREAM``: the stream's (or queue's) name (default ``lines``)
+  ``nats://`` a JetStream stream, ``amqp://`` a RabbitMQ stream queue,
+  ``kafka://host:port/topic`` a Kafka topic (default ``redis://127.0.0.1:6379/0``)
+* ``LINES_STREAM``: the stream's (queue's, topic's) name (default ``lines``; a
+  ``kafka://`` URL's path names the topic first)
 * ``POSTGRES_DSN``: the database holding the two tables (default
   ``postgresql://postgres@127.0.0.1:5432/test``)
 
-``examples/produce_lines.py`` fills any of the three sources.
+``examples/produce_lines.py`` fills any of the four sources.
 """
 
 from __future__ import annotations
@@ -80,9 +81,14 @@ def source(url: str, stream: str) -> Spout:
         spout = connectors.JetStreamSpout(stream, fields=["line"], url=url)
     elif scheme in ("amqp", "amqps"):
         spout = connectors.RabbitMQSpout(stream, url=url, kind="stream", field="line")
+    elif scheme == "kafka":
+        parts = urlsplit(url)
+        topic = parts.path.strip("/") or stream
+        spout = connectors.KafkaSpout(topic, bootstrap=parts.netloc, fields=["line"])
     else:
         raise ConfigError(
-            f"LINES_URL {url!r}: unknown scheme {scheme!r}; use redis://, nats:// or amqp://"
+            f"LINES_URL {url!r}: unknown scheme {scheme!r}; use redis://, nats://, amqp:// "
+            "or kafka://"
         )
     return spout
 

@@ -32,6 +32,7 @@ __all__ = [
     "describe_position",
     "plan_resume",
     "restore_spouts",
+    "stored_position",
 ]
 
 _FRESH = "reading from the start (no position stored yet)"
@@ -95,13 +96,13 @@ def plan_resume(
                 "twice), and exactly-once holds from the next checkpoint on"
             )
         for s in spouts:
-            where = None if positions is None else positions.get(s.namespace)
+            where = stored_position(positions, s)
             plan.seeks[s.namespace] = where
             plan.lines.append(_line(s, _resuming(where)))
         return plan
     _, positions, _ = record.resume_point()
     for s in spouts:
-        where = None if positions is None else positions.get(s.namespace)
+        where = stored_position(positions, s)
         if not can_resume(s.spout):
             kind = type(s.spout).__name__
             # A spout may say how it resumes without a position (the optional
@@ -123,6 +124,24 @@ def plan_resume(
             plan.seeks[s.namespace] = where
             plan.lines.append(_line(s, _resuming(where)))
     return plan
+
+
+def stored_position(positions: Mapping[str, Any] | None, s: SpoutRef) -> Any:
+    """Where spout task ``s`` resumes, out of the stored ``positions`` (namespace ->
+    position): its own namespace's; or, for a spout with ``merge_positions`` (its
+    partitions may move between tasks: a changed parallelism keeps every
+    partition's place), what it makes of every stored task of its component."""
+    if positions is None:
+        return None
+    merge = getattr(s.spout, "merge_positions", None)
+    if not callable(merge):
+        return positions.get(s.namespace)
+    mine = [
+        where
+        for namespace, where in sorted(positions.items())
+        if namespace.rpartition("-")[0] == s.component and where is not None
+    ]
+    return merge(mine) if mine else None
 
 
 def restore_spouts(

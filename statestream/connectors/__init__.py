@@ -2,7 +2,7 @@
 
 Each connector's client library is an optional dependency behind an extra
 (``pip install 'statestream[redis]'``, ``[nats]``, ``[rabbitmq]``,
-``[postgres]``). Importing this package imports none of them: a name is
+``[postgres]``, ``[kafka]``). Importing this package imports none of them: a name is
 loaded from its module on first use (the module ``__getattr__`` below), and a
 missing library is one error naming the extra to install.
 
@@ -11,6 +11,7 @@ connector           guarantee                     position (in the checkpoint re
 ==================  ============================  ==========================================
 RedisStreamSpout    exactly-once                  last entry id read, per stream
 JetStreamSpout      exactly-once                  last stream sequence read
+KafkaSpout          exactly-once                  next offset, per partition (assign, no group)
 RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; classic queue:
                     classic queue: at-least-once  none (acked after the checkpoint commits)
 PostgresSink        exactly-once (two-phase)      guard row (topology, sink@lineage, task) -> txid
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads them
     from ._source import BrokerSpout, Lost
     from .files import FileSink
     from .jetstream import JetStreamSpout
+    from .kafka import KafkaSpout
     from .postgres import PostgresSink
     from .rabbitmq import RabbitMQSpout
     from .redis_sink import RedisSink
@@ -49,6 +51,7 @@ __all__ = [
     "BrokerSpout",
     "FileSink",
     "JetStreamSpout",
+    "KafkaSpout",
     "Lost",
     "PostgresSink",
     "RabbitMQSpout",
@@ -62,6 +65,7 @@ _LAZY: dict[str, str] = {
     "BrokerSpout": "_source",
     "Lost": "_source",
     "JetStreamSpout": "jetstream",
+    "KafkaSpout": "kafka",
     "RabbitMQSpout": "rabbitmq",
     "RedisStreamSpout": "redis_streams",
     "TwoPhaseSink": "sink",

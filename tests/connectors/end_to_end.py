@@ -3,8 +3,8 @@
 Shared by tests/connectors/test_end_to_end*.py (small inputs, a few kills) and
 bench/bench_connectors_kill.py (200,000 lines, 20 kills). What runs:
 
-* a **source**: a stream of its own (unique name) on Redis, JetStream or
-  RabbitMQ (a stream queue), fed by ``examples/produce_lines.py`` as a
+* a **source**: a stream of its own (unique name) on Redis, JetStream,
+  RabbitMQ (a stream queue) or Kafka (a topic of 3 partitions), fed by ``examples/produce_lines.py`` as a
   subprocess, at a set rate, *while* the pipeline runs;
 * a **database**: a PostgreSQL schema of its own holding the example's two
   tables (``examples/stream_to_postgres.sql``), reached through a DSN whose
@@ -54,7 +54,8 @@ URLS = {
     "jetstream": "nats://127.0.0.1:4222",
     "rabbitmq": "amqp://guest:guest@127.0.0.1:5672/%2F",
 }
-SOURCES = tuple(URLS)
+SOURCES = tuple(URLS)  # Kafka's broker is a test's own (tests/kafka_broker.py): no fixed URL
+KAFKA_PARTITIONS = 3
 WORDS_PER_LINE = 10  # random_text's
 FIRST = 100  # lines in the source before the pipeline starts
 
@@ -80,6 +81,12 @@ class Source:
             client.close()
         elif self.kind == "jetstream":
             asyncio.run(_delete_jetstream(self.url, self.stream))
+        elif self.kind == "kafka":
+            from confluent_kafka.admin import AdminClient
+
+            admin = AdminClient({"bootstrap.servers": self.url.removeprefix("kafka://")})
+            for future in admin.delete_topics([self.stream]).values():
+                future.result(timeout=10)
         else:
             import pika
 
@@ -102,8 +109,16 @@ async def _delete_jetstream(url: str, stream: str) -> None:
 
 @contextlib.contextmanager
 def source(kind: str, url: str | None = None) -> Iterator[Source]:
-    """A fresh stream named ``e2e-<random>`` on ``kind``'s server, deleted afterwards."""
+    """A fresh stream named ``e2e-<random>`` on ``kind``'s server, deleted afterwards
+    (Kafka: ``url`` is ``kafka://host:port``, the topic made here with 3 partitions)."""
     src = Source(kind, url or URLS[kind], f"e2e-{uuid.uuid4().hex[:10]}")
+    if kind == "kafka":
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": src.url.removeprefix("kafka://")})
+        topic = NewTopic(src.stream, KAFKA_PARTITIONS, 1)
+        for future in admin.create_topics([topic]).values():
+            future.result(timeout=10)
     try:
         yield src
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sources import SOURCES, Recorder, Source, opened
+from test_sources import SOURCE_PARAMS, Recorder, Source, make_source, opened
 
 from statestream import FileSpout, Spout
 
@@ -59,7 +59,7 @@ class FolderSource(FileSource):
         return FileSpout(self.folder)
 
 
-@pytest.fixture(params=["file", "folder", *SOURCES])
+@pytest.fixture(params=["file", "folder", *SOURCE_PARAMS])
 def source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Source]:
     made: Source
     if request.param == "file":
@@ -67,7 +67,7 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Source]:
     elif request.param == "folder":
         made = FolderSource(tmp_path)
     else:
-        made = SOURCES[request.param]()
+        made = make_source(request, request.param)
     yield made
     made.drop()
 

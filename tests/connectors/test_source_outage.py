@@ -4,6 +4,11 @@ with one line. Each test starts a server of its own on a spare port (never the
 shared ones): redis-server with AOF, nats-server with JetStream on a temp dir.
 Time is the spout's fake clock, moved by the test (no wall-clock assertion).
 
+Kafka's is a tansu broker of the test's own (tests/kafka_broker.py). tansu keeps
+its storage in memory, so :class:`OwnKafka` makes a restarted broker hold what
+the stopped one held (the topic, the same records at the same offsets), as a
+durable broker does.
+
 RabbitMQ is in test_rabbitmq_outage.py: a second broker node takes longer to
 start than this suite may spend, so the shared broker closes the spout's own
 connections instead.
@@ -24,7 +29,7 @@ import pytest
 from redis_server import RedisServer, free_port
 
 from statestream import FakeClock, SourceError, Spout
-from statestream.connectors import JetStreamSpout, RedisStreamSpout
+from statestream.connectors import JetStreamSpout, KafkaSpout, RedisStreamSpout
 from statestream.testing import mock_context
 
 
@@ -99,9 +104,49 @@ class OwnRedis(RedisServer):
         client.close()
 
 
-@pytest.fixture(params=["redis", "jetstream"])
+class OwnKafka:
+    """A tansu broker on a spare port whose topic ``lines`` survives a restart: each
+    start makes it again with every record produced so far (tansu's storage is in
+    memory)."""
+
+    def __init__(self) -> None:
+        from kafka_broker import KafkaBroker, tansu_binary
+
+        self.broker = KafkaBroker(tansu_binary())
+        self.port = self.broker.port
+        self.url = self.broker.bootstrap
+        self.sent: list[str] = []
+
+    def start(self) -> None:
+        self.broker.start()
+        self.broker.create_topic("lines", 1)
+        self._send(self.sent)
+
+    def stop(self) -> None:
+        self.broker.stop()
+
+    def produce(self, lines: list[str]) -> None:
+        self.sent += lines
+        self._send(lines)
+
+    def _send(self, lines: list[str]) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.url})
+        for line in lines:
+            producer.produce("lines", line.encode(), partition=0)
+        assert producer.flush(30) == 0
+
+
+@pytest.fixture(params=["redis", "jetstream", pytest.param("kafka", marks=pytest.mark.kafka)])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made: Any = OwnRedis(tmp_path) if request.param == "redis" else NatsServer(tmp_path)
+    made: Any
+    if request.param == "redis":
+        made = OwnRedis(tmp_path)
+    elif request.param == "kafka":
+        made = OwnKafka()
+    else:
+        made = NatsServer(tmp_path)
     made.start()
     yield made
     made.stop()
@@ -111,6 +156,8 @@ def _spout(server: Any) -> Spout:
     # Small reads, so that the loss is met by a read, not hidden behind a buffer.
     if isinstance(server, OwnRedis):
         return RedisStreamSpout("lines", ["line"], server.url, count=10)
+    if isinstance(server, OwnKafka):
+        return KafkaSpout("lines", server.url, count=10)
     return JetStreamSpout("lines", url=server.url, count=10)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from statestream import ConfigError, FakeClock, SourceError, Spout, TopologyBuilder, run
-from statestream.connectors import JetStreamSpout, RabbitMQSpout, RedisStreamSpout
+from statestream.connectors import JetStreamSpout, KafkaSpout, RabbitMQSpout, RedisStreamSpout
 from statestream.runtime.metrics import progress_of
 from statestream.testing import committed_state, mock_context
 
@@ -28,6 +28,7 @@ BAD_URLS = {
     "redis": "redis://:s3cret@127.0.0.1:1/0",
     "jetstream": "nats://user:s3cret@127.0.0.1:1",
     "rabbitmq": "amqp://guest:s3cret@127.0.0.1:1/%2F",
+    "kafka": "127.0.0.1:1",  # a bootstrap list has no password (SASL's is in config)
 }
 
 
@@ -156,16 +157,61 @@ class RabbitClassicSource(RabbitSource):
     queue_kind = "classic"
 
 
+class KafkaSource(Source):
+    """A topic of one partition on the tests' tansu broker (set by :func:`make_source`)."""
+
+    kind = "kafka"
+    broker: Any = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broker.create_topic(self.name, 1)
+        from confluent_kafka import Producer
+
+        # One record a batch: tansu 0.6.0 gives a partition's end as its last batch's
+        # first offset + 1 (the spout's lag is read from it).
+        self.producer = Producer(
+            {"bootstrap.servers": self.broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1}
+        )
+
+    def produce(self, lines: list[str]) -> None:
+        for line in lines:
+            self.producer.produce(self.name, line.encode(), partition=0)
+        assert self.producer.flush(30) == 0
+
+    def spout(self, name: str | list[str] | None = None, url: str | None = None) -> Spout:
+        return KafkaSpout(name or self.name, url or self.broker.bootstrap)
+
+    def drop(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        for future in admin.delete_topics([self.name]).values():
+            future.result(timeout=10)
+
+
 SOURCES: dict[str, type[Source]] = {
     "redis": RedisSource,
     "jetstream": JetStreamSource,
     "rabbitmq-stream": RabbitSource,
+    "kafka": KafkaSource,
 }
+#: The sources as parameters of a fixture: Kafka's marked, it needs the tansu broker.
+SOURCE_PARAMS = [
+    pytest.param(kind, marks=pytest.mark.kafka) if kind == "kafka" else kind for kind in SOURCES
+]
 
 
-@pytest.fixture(params=list(SOURCES))
+def make_source(request: pytest.FixtureRequest, kind: str) -> Source:
+    """A fresh source of ``kind`` (the Kafka one on the session's broker)."""
+    if kind == "kafka":
+        KafkaSource.broker = request.getfixturevalue("kafka_broker")
+    return SOURCES[kind]()
+
+
+@pytest.fixture(params=SOURCE_PARAMS)
 def source(request: pytest.FixtureRequest) -> Iterator[Source]:
-    made = SOURCES[request.param]()
+    made = make_source(request, request.param)
     yield made
     made.drop()
 
@@ -362,7 +408,9 @@ def test_several_streams_are_spread_over_the_tasks(source: Source) -> None:
         opened(single)
         with pytest.raises(ConfigError, match=r"2 task\(s\).*has 1 task\(s\)"):
             single.seek(positions[0])  # type: ignore[attr-defined]
-        with pytest.raises(ConfigError, match=r"has 3 tasks but 2 (stream|queue).*at most 2 task"):
+        with pytest.raises(
+            ConfigError, match=r"has 3 tasks but 2 (stream|queue|partition).*at most 2 task"
+        ):
             opened_as(source.spout(name=names[:2]), 0, 3)
     finally:
         for each in sources[1:]:
