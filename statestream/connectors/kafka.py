@@ -23,6 +23,7 @@ from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyCo
 from .._config import settings_of
 from .._errors import ConfigError, SourceError
 from .._partitioned import PARTITIONS_KEY
+from .._runners import SparkSettings
 from ._broker import redact, require, unreachable
 from ._source import BrokerSpout, Lost
 
@@ -271,7 +272,8 @@ class KafkaSpout(BrokerSpout):
         super().open(conf, context, collector)
         kafka = require("confluent_kafka", "kafka", "KafkaSpout")
         self._records.what = self._name()
-        self.batch_limit = settings_of(conf).statestream_spark_batch_size
+        # An offset is one record: a Spark batch reads at most its batch size of each.
+        self.batch_limit = settings_of(conf, SparkSettings).statestream_spark_batch_size
         self._tasks = context.parallelism
         self._consumer = kafka.Consumer(
             {
@@ -419,7 +421,7 @@ class KafkaSpout(BrokerSpout):
             self._discover()
         if self.group is not None and now >= self._group_due:
             self._group_due = now + _GROUP_EVERY_S
-            self._commit_group(asynchronous=True)
+            self._commit_group(self._consumer, asynchronous=True)
 
     def _discover(self) -> None:
         """Partitions added to a topic: this task's new ones are read from their start."""
@@ -449,12 +451,12 @@ class KafkaSpout(BrokerSpout):
         # crashed librdkafka 2.16 here); each partition goes on from where it was read.
         self._consumer.assign([TopicPartition(*_split(k), o) for k, o in self._read_to.items()])
 
-    def _commit_group(self, *, asynchronous: bool) -> None:
+    def _commit_group(self, consumer: Any, *, asynchronous: bool) -> None:
         from confluent_kafka import TopicPartition
 
         offsets = self.acked_position()[PARTITIONS_KEY]
         if offsets:
-            self._consumer.commit(
+            consumer.commit(
                 offsets=[TopicPartition(*_split(k), o) for k, o in offsets.items()],
                 asynchronous=asynchronous,
             )
@@ -620,7 +622,7 @@ class KafkaSpout(BrokerSpout):
             if client is not None:
                 if client is consumer and self.group is not None and self._assigned:
                     try:
-                        self._commit_group(asynchronous=False)
+                        self._commit_group(consumer, asynchronous=False)
                     except Exception as exc:  # lag tools' view only: never the run's failure
                         log.debug("%s: committing to group %s failed: %s", self._name(),
                                   self.group, exc)  # fmt: skip
