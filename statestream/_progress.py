@@ -153,7 +153,8 @@ def print_summary(result: RunResult, deadletters: object = None) -> None:
     """The run's counts as a plain table, and one line: why it ended, the errors, the
     dead letters (and where they went: ``deadletters``, the file)."""
     rows = _rows(result.components)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
+    # A run stopped before any task reported has no rows: the headers alone.
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(_HEADERS)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(_HEADERS, widths, strict=True)).rstrip()]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

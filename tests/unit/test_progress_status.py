@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from statestream._progress import status_line
+from statestream._progress import print_summary, status_line
+from statestream._results import RunResult
 from statestream.runtime.metrics import CheckpointInfo, MetricsSnapshot, SourceProgress
 
 
@@ -78,3 +79,14 @@ def test_the_first_status_line_gives_a_rate_not_zero() -> None:
     rt.run(until_idle=True)
     rows = {r[0]: r[10] for r in progress._rates(rt.metrics_snapshot(), error_cell=None)}
     assert rows["out"] != "0/s" and rows["src"] != "0/s"
+
+
+def test_the_summary_of_a_run_stopped_before_any_task_reported_is_the_headers_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A stop (or a worker's SIGKILL) before the first report leaves no component rows;
+    # the summary must still print, not raise.
+    print_summary(RunResult(components={}, errors=[], elapsed=0.5, reason="stopped"))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].split()[0] == "component"
+    assert lines[1] == "statestream: stopped after 0.50 s, 0 errors"
