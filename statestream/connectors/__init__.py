@@ -2,7 +2,7 @@
 
 Each connector's client library is an optional dependency behind an extra
 (``pip install 'statestream[redis]'``, ``[nats]``, ``[rabbitmq]``,
-``[postgres]``). Importing this package imports none of them: a name is
+``[postgres]``, ``[kafka]``). Importing this package imports none of them: a name is
 loaded from its module on first use (the module ``__getattr__`` below), and a
 missing library is one error naming the extra to install.
 
@@ -16,6 +16,8 @@ RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; cla
 PostgresSink        exactly-once (two-phase)      guard row (topology, sink@lineage, task) -> txid
 RedisSink           exactly-once (two-phase)      guard hash field, checked under WATCH
 FileSink            exactly-once (two-phase)      guard file: txid and the committed length
+KafkaSink           exactly-once (two-phase) for  guard group (topology, sink@lineage, task):
+                    read_committed consumers      offset txid + 1, in the records' transaction
 TwoPhaseSink        the base of the three above   stage at PREPARE, write at COMMIT with the guard
 BrokerSpout         the base of the three spouts  the subclass's (its position/seek)
 ==================  ============================  ==========================================
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads them
     from ._source import BrokerSpout, Lost
     from .files import FileSink
     from .jetstream import JetStreamSpout
+    from .kafka_sink import KafkaSink
     from .postgres import PostgresSink
     from .rabbitmq import RabbitMQSpout
     from .redis_sink import RedisSink
@@ -49,6 +52,7 @@ __all__ = [
     "BrokerSpout",
     "FileSink",
     "JetStreamSpout",
+    "KafkaSink",
     "Lost",
     "PostgresSink",
     "RabbitMQSpout",
@@ -68,6 +72,7 @@ _LAZY: dict[str, str] = {
     "PostgresSink": "postgres",
     "RedisSink": "redis_sink",
     "FileSink": "files",
+    "KafkaSink": "kafka_sink",
 }
 
 

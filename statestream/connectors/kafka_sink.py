@@ -7,13 +7,13 @@ transactional producer holds the checkpoint's records and the guard, so a
 crash, as Flink's ``KafkaSink`` gives with its two-phase commit:
 
 * **the fence**: each sink task has one ``transactional.id``,
-  ``<guard>/<topology>/<sink>/<task>``, the same across restarts. Opening
+  ``<guard>:<topology>:<sink>:<task>``, the same across restarts. Opening
   the task's producer (``init_transactions``) fences every older producer
   of that id: a transaction a killed or hung process left open is aborted
   there (or, had it reached its commit, completed), and such a process can
   no longer commit anything. From then on this producer is the only writer
   of the task's guard.
-* **the guard**: the consumer group ``<guard>/<topology>/<sink>@<lineage>/<task>``
+* **the guard**: the consumer group ``<guard>:<topology>:<sink>@<lineage>:<task>``
   with the offset ``txid + 1`` on partition 0 of the topic, committed IN
   the transaction (``send_offsets_to_transaction``, the offsets of Kafka's
   own consume-transform-produce exactly-once): it counts only if the
@@ -233,15 +233,17 @@ class KafkaSink(TwoPhaseSink):
 
     @property
     def transactional_id(self) -> str:
-        """``<guard>/<topology>/<sink>/<task>``: the task's producer, whatever the lineage
+        """``<guard>:<topology>:<sink>:<task>``: the task's producer, whatever the lineage
         (a producer left open by an earlier lineage's run is fenced too)."""
-        return "/".join(map(str, (self.guard_prefix, *self.task_key)))
+        # ':' between the parts, not '/': tansu 0.6.0 lists a group or id named
+        # "a/b" as "a" (earlier_guards lists the groups by name).
+        return ":".join(map(str, (self.guard_prefix, *self.task_key)))
 
     @property
     def guard_group(self) -> str:
-        """``<guard>/<topology>/<sink>@<lineage>/<task>``: the consumer group whose offset
+        """``<guard>:<topology>:<sink>@<lineage>:<task>``: the consumer group whose offset
         on partition 0 of the topic is the last txid written, plus 1."""
-        return "/".join(map(str, (self.guard_prefix, *self.guard_key)))
+        return ":".join(map(str, (self.guard_prefix, *self.guard_key)))
 
     def open_target(self) -> None:
         kafka = require("confluent_kafka", "kafka", "KafkaSink")
@@ -313,18 +315,18 @@ class KafkaSink(TwoPhaseSink):
         admin = require("confluent_kafka.admin", "kafka", "KafkaSink")
         client = admin.AdminClient(self._settings())
         topology, _, task = self.guard_key
-        head = f"{self.guard_prefix}/{topology}/{self.context.component_id}"
+        head, tail = f"{self.guard_prefix}:{topology}:{self.context.component_id}", f":{task}"
         listed = client.list_consumer_groups(request_timeout=self.timeout).result()
         lineages = {}
         for group in (g.group_id for g in listed.valid):
-            if group == self.guard_group or not group.endswith(f"/{task}"):
+            if group == self.guard_group or not group.endswith(tail):
                 continue
-            middle = group[len(head) : -len(f"/{task}")]
+            middle = group[len(head) : -len(tail)]
             if group.startswith(head) and (middle == "" or middle.startswith("@")):
                 lineages[group] = middle[1:]
         found = []
         for group, lineage in lineages.items():
-            asked = admin.ConsumerGroupTopicPartitions(group, [kafka.TopicPartition(self.topic, 0)])
+            asked = kafka.ConsumerGroupTopicPartitions(group, [kafka.TopicPartition(self.topic, 0)])
             (future,) = client.list_consumer_group_offsets(
                 [asked], request_timeout=self.timeout
             ).values()
