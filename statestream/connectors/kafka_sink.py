@@ -58,8 +58,9 @@ consumers of the partitions it touched, at most ``transaction.timeout.ms``
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -72,6 +73,7 @@ from .sink import TwoPhaseSink, input_fields
 __all__ = ["KafkaSink"]
 
 log = logging.getLogger("statestream")
+T = TypeVar("T")
 
 GUARD = "statestream-sink-guard"
 # librdkafka's own (negative) error codes, named with a leading underscore in
@@ -116,6 +118,11 @@ def _part_of(part: Part, fields: Sequence[str], what: str) -> Callable[[Tuple], 
         raise ConfigError(f"{what}: no field {part!r} in the input's fields {list(fields)}")
     index = list(fields).index(part)
     return lambda tup: _stage(tup.values[index])
+
+
+class Stuck(Exception):
+    """A call to the broker that did not return in time (:meth:`KafkaSink._bounded`):
+    tried again as a lost broker."""
 
 
 class _ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -262,8 +269,8 @@ class KafkaSink(TwoPhaseSink):
         try:
             # Fences every older producer of this task: its open transaction is
             # aborted (or completed) before this returns (module docstring).
-            producer.init_transactions(self.timeout)
-        except kafka.KafkaException as exc:
+            self._bounded("init_transactions", producer.init_transactions, self.timeout)
+        except (kafka.KafkaException, Stuck) as exc:
             self.close_target()
             raise target_unreachable(self.what, self.bootstrap, exc) from exc
         self._read_guard()
@@ -285,8 +292,10 @@ class KafkaSink(TwoPhaseSink):
         )  # fmt: skip
         self._consumer = consumer
         try:
-            (seen,) = consumer.committed([kafka.TopicPartition(self.topic, 0)], self.timeout)
-        except kafka.KafkaException as exc:
+            (seen,) = self._bounded(
+                "committed", consumer.committed, [kafka.TopicPartition(self.topic, 0)], self.timeout
+            )
+        except (kafka.KafkaException, Stuck) as exc:
             raise target_unreachable(self.what, self.bootstrap, exc) from exc
         self._guard = seen.offset - 1 if seen.offset >= 0 else -1
         self._group = group
@@ -352,14 +361,44 @@ class KafkaSink(TwoPhaseSink):
                     producer.poll(0.05)
         guard = [kafka.TopicPartition(topic, 0, txid + 1)]
         try:
-            producer.send_offsets_to_transaction(
-                guard, self._consumer.consumer_group_metadata(), self.timeout
+            self._bounded(
+                "send_offsets_to_transaction",
+                producer.send_offsets_to_transaction,
+                guard,
+                self._consumer.consumer_group_metadata(),
+                self.timeout,
             )
-            producer.commit_transaction(self.timeout)
+            self._bounded("commit_transaction", producer.commit_transaction, self.timeout)
         except kafka.KafkaException as exc:
             raise self._failure(exc) from exc
         self._guard = txid
         return True
+
+    def _bounded(self, name: str, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, a call to the broker given ``self.timeout``, on a thread of its
+        own, waited for a second longer than that at most: librdkafka 2.16.1 was seen
+        to hold ``send_offsets_to_transaction`` far past its timeout after its
+        connections were cut (the group coordinator's request waiting on a broker
+        handle it had replaced, until some connection changed state). A call still
+        running then raises :class:`Stuck`, a lost broker: the producer is dropped
+        and the next one fences it."""
+        done: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                done.append((True, call(*args)))
+            except BaseException as exc:  # handed to the caller, whatever it is
+                done.append((False, exc))
+
+        thread = threading.Thread(target=run, name=f"statestream-kafka-{name}", daemon=True)
+        thread.start()
+        thread.join(self.timeout + 1.0)
+        if not done:
+            raise Stuck(f"{name} did not return within {self.timeout + 1.0:g} s")
+        ok, value = done[0]
+        if ok:
+            return value  # type: ignore[no-any-return]
+        raise value
 
     def _failure(self, exc: Any) -> Exception:
         """The error a failed transaction raises: a refusal (no retry can fix it) as a

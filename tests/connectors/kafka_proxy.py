@@ -54,6 +54,7 @@ class _Proxy:
             except OSError:
                 client.close()
                 continue
+            server.settimeout(None)  # an idle connection stays (the timeout was the connect's)
             with self.lock:
                 self.open += [client, server]
             for a, b in ((client, server), (server, client)):
