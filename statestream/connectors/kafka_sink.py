@@ -225,7 +225,9 @@ class KafkaSink(TwoPhaseSink):
         admin = require("confluent_kafka.admin", "kafka", "KafkaSink")
         client = admin.AdminClient(self._settings())
         try:
-            found = client.list_topics(self.topic, timeout=self.timeout).topics.get(self.topic)
+            # Every topic's metadata, not the topic's: a broker may create a topic it
+            # is asked about (tansu 0.6.0 does, whatever the request says).
+            found = client.list_topics(timeout=self.timeout).topics.get(self.topic)
         except kafka.KafkaException as exc:
             raise target_unreachable(self.what, self.bootstrap, exc) from exc
         error = found.error if found is not None else None
