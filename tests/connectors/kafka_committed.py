@@ -22,7 +22,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Record", "committed_records"]
+__all__ = ["Record", "committed_records", "logged_records"]
 
 _FETCH, _FETCH_VERSION = 1, 4
 _TRANSACTIONAL, _CONTROL, _COMPRESSION = 0x10, 0x20, 0x07
@@ -64,6 +64,19 @@ def committed_records(bootstrap: str, topic: str, partitions: int) -> list[Recor
                 else:
                     out.extend(batch.records)
     return out
+
+
+def logged_records(bootstrap: str, topic: str, partitions: int) -> int:
+    """How many records the log of ``topic`` holds, committed, aborted or open (what
+    tansu's read_committed consumers are handed; control markers aside)."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        return sum(
+            len(batch.records)
+            for partition in range(partitions)
+            for batch in _batches(sock, topic, partition)
+            if not batch.control
+        )
 
 
 def _batches(sock: socket.socket, topic: str, partition: int) -> Iterator[_Batch]:

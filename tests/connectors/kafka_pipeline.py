@@ -15,11 +15,31 @@ import os
 import sys
 from pathlib import Path
 
-from statestream import FileSpout, Spout, Topology, TopologyBuilder, connectors
+from statestream import (
+    BasicBolt,
+    BasicOutputCollector,
+    FileSpout,
+    OutputFieldsDeclarer,
+    Spout,
+    Topology,
+    TopologyBuilder,
+    Tuple,
+    connectors,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from stream_to_postgres import Split
 from wordcount import WordCount
+
+
+class Split(BasicBolt):
+    """One ``(word,)`` per word of the tuple's ``line`` (a file's tuples hold its offset too)."""
+
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:
+        for word in tuple.get("line").split():
+            collector.emit([word])
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(["word"])
 
 
 def source() -> Spout:
