@@ -18,7 +18,7 @@ RedisSink           exactly-once (two-phase)      guard hash field, checked unde
 FileSink            exactly-once (two-phase)      guard file: txid and the committed length
 KafkaSink           exactly-once (two-phase) for  guard group (topology, sink@lineage, task):
                     read_committed consumers      offset txid + 1, in the records' transaction
-TwoPhaseSink        the base of the three above   stage at PREPARE, write at COMMIT with the guard
+TwoPhaseSink        the base of the sinks above   stage at PREPARE, write at COMMIT with the guard
 BrokerSpout         the base of the three spouts  the subclass's (its position/seek)
 ==================  ============================  ==========================================
 

@@ -43,7 +43,11 @@ broker that does not answer within ``timeout`` is one
 mid-run is waited for at the COMMIT where it stands, each attempt a new
 producer (fencing the last, so a half-done transaction is aborted) within
 ``statestream.connectors.reconnect.secs``; then the run stops, nothing
-committed lost. A record the broker refuses (the topic deleted, a record
+committed lost. Every call to the broker is bounded by ``timeout`` (plus a
+second), whatever the client library does: a call still running then counts
+as a lost broker (librdkafka 2.16.1 was seen holding
+``send_offsets_to_transaction`` past its own timeout after its connections
+were cut). A record the broker refuses (the topic deleted, a record
 too large) stops the run naming it; so does a producer fenced by another
 process writing as the same task (another run of the same topology name
 on this cluster: give it another ``guard``).
@@ -361,6 +365,9 @@ class KafkaSink(TwoPhaseSink):
                     break
                 except BufferError:  # the local queue is full: let it drain
                     producer.poll(0.05)
+                except kafka.KafkaException as exc:  # refused by the client itself
+                    self._failed.append(exc.args[0] if exc.args else None)
+                    raise self._failure(exc) from exc
         guard = [kafka.TopicPartition(topic, 0, txid + 1)]
         try:
             self._bounded(
@@ -416,8 +423,9 @@ class KafkaSink(TwoPhaseSink):
             )
         if kafka.KafkaError.MSG_SIZE_TOO_LARGE in codes:
             return SinkError(
-                f"{self.what}: a record is larger than the broker takes for {self.topic!r} "
-                "(message.max.bytes); make the records smaller or raise the limit"
+                f"{self.what}: a record is larger than {self.topic!r} takes "
+                "(message.max.bytes, of the broker or the sink's config); make the records "
+                "smaller or raise the limit"
             )
         fenced = (
             _LOCAL_FENCED,

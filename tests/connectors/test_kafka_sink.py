@@ -22,7 +22,7 @@ import pytest
 from kafka_committed import Record, committed_records
 from sink_cases import FIELDS, SinkCase, open_task, opened, store
 
-from statestream import ConfigError, Tuple
+from statestream import ConfigError, SinkError, Tuple
 from statestream._checkpoint import Action
 from statestream._stateful import apply_action
 from statestream.connectors import KafkaSink
@@ -226,6 +226,17 @@ def test_an_unreachable_broker_is_one_line_naming_it(kafka_broker: Any, tmp_path
     assert message.startswith(f"KafkaSink 'out' task 0 cannot reach 127.0.0.1:{port}: ")
     assert message.endswith("; start the server or fix the URL")
     assert "\n" not in message
+
+
+def test_a_record_too_large_stops_the_run_naming_it(kafka_broker: Any, tmp_path: Path) -> None:
+    for case in topic(kafka_broker, value=lambda t: "x" * 5000, config={"message.max.bytes": 2000}):
+        sink, state = open_task(case, store(tmp_path))
+        apply_action(sink, state, Action.INITSTATE, -1, False)
+        sink.execute(make_tuple(["a", 1], FIELDS))
+        apply_action(sink, state, Action.PREPARE, 0, True)
+        with pytest.raises(SinkError, match=r"a record is larger than 'ks-\w+' takes"):
+            apply_action(sink, state, Action.COMMIT, 0, True)  # refused: not retried
+        assert case.records() == []
 
 
 def test_bad_arguments_are_refused_when_the_sink_is_made() -> None:
