@@ -276,10 +276,13 @@ class KafkaSink(TwoPhaseSink):
             # Fences every older producer of this task: its open transaction is
             # aborted (or completed) before this returns (module docstring).
             self._bounded("init_transactions", producer.init_transactions, self.timeout)
+            self._read_guard()
         except (kafka.KafkaException, Stuck) as exc:
-            self.close_target()
+            self.close_target()  # not open yet for TwoPhaseSink: closed here
             raise target_unreachable(self.what, self.bootstrap, exc) from exc
-        self._read_guard()
+        except BaseException:
+            self.close_target()
+            raise
 
     def _read_guard(self) -> None:
         """Open the guard group's consumer and read the txid it holds (after the fence:
