@@ -57,13 +57,15 @@ class KafkaBroker:
     """A tansu broker of the test's own on a spare port of 127.0.0.1, storage in memory.
 
     ``bootstrap`` is its ``host:port``. :meth:`stop` then :meth:`start` is a broker
-    restart, which forgets every topic (tansu's memory storage).
+    restart, which forgets every topic (tansu's memory storage). ``advertised``: the
+    port its metadata names instead of its own (a proxy's, tests/connectors/kafka_proxy.py).
     """
 
-    def __init__(self, binary: str, port: int | None = None) -> None:
+    def __init__(self, binary: str, port: int | None = None, advertised: int | None = None) -> None:
         self.binary = binary
         self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.advertised = f"tcp://127.0.0.1:{advertised or self.port}"
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -71,7 +73,8 @@ class KafkaBroker:
         self._process = subprocess.Popen(
             [
                 *(self.binary, "broker", "--listener-url", url),
-                *("--advertised-listener-url", url, "--storage-engine", "memory://tansu/"),
+                *("--advertised-listener-url", self.advertised),
+                *("--storage-engine", "memory://tansu/"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

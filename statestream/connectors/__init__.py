@@ -17,7 +17,9 @@ RabbitMQSpout       stream queue: exactly-once;   stream queue: next offset; cla
 PostgresSink        exactly-once (two-phase)      guard row (topology, sink@lineage, task) -> txid
 RedisSink           exactly-once (two-phase)      guard hash field, checked under WATCH
 FileSink            exactly-once (two-phase)      guard file: txid and the committed length
-TwoPhaseSink        the base of the three above   stage at PREPARE, write at COMMIT with the guard
+KafkaSink           exactly-once (two-phase) for  guard group (topology, sink@lineage, task):
+                    read_committed consumers      offset txid + 1, in the records' transaction
+TwoPhaseSink        the base of the sinks above   stage at PREPARE, write at COMMIT with the guard
 BrokerSpout         the base of the three spouts  the subclass's (its position/seek)
 ==================  ============================  ==========================================
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ loads them
     from .files import FileSink
     from .jetstream import JetStreamSpout
     from .kafka import KafkaSpout
+    from .kafka_sink import KafkaSink
     from .postgres import PostgresSink
     from .rabbitmq import RabbitMQSpout
     from .redis_sink import RedisSink
@@ -51,6 +54,7 @@ __all__ = [
     "BrokerSpout",
     "FileSink",
     "JetStreamSpout",
+    "KafkaSink",
     "KafkaSpout",
     "Lost",
     "PostgresSink",
@@ -72,6 +76,7 @@ _LAZY: dict[str, str] = {
     "PostgresSink": "postgres",
     "RedisSink": "redis_sink",
     "FileSink": "files",
+    "KafkaSink": "kafka_sink",
 }
 
 

@@ -104,6 +104,33 @@ class RedisStream(SinkCase):
         self.client.close()
 
 
+class KafkaTopic(SinkCase):
+    """A topic of two partitions on the test's tansu broker, read as a ``read_committed``
+    consumer gets it (kafka_committed: tansu does not hide aborted records itself)."""
+
+    name = "kafka"
+
+    def __init__(self, tmp_path: Path, broker: Any) -> None:
+        from tests.kafka_broker import unique_topic
+
+        self.bootstrap = broker.bootstrap
+        self.topic = unique_topic("sink")
+        broker.create_topic(self.topic, 2)
+
+    def make(self) -> TwoPhaseSink:
+        from statestream.connectors.kafka_sink import KafkaSink
+
+        return KafkaSink(self.topic, bootstrap=self.bootstrap)
+
+    def rows(self) -> list[list[Any]]:
+        from kafka_committed import committed_records
+
+        values = [
+            json.loads(r.value or b"") for r in committed_records(self.bootstrap, self.topic, 2)
+        ]
+        return sorted([v["word"], v["n"]] for v in values)
+
+
 class JsonLines(SinkCase):
     name = "file"
 
@@ -127,11 +154,16 @@ CASES: dict[str, type[SinkCase]] = {
     "postgres": PostgresAppend,
     "redis": RedisStream,
     "file": JsonLines,
+    "kafka": KafkaTopic,
 }
 
 
 def case_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkCase]:
-    yield from opened(CASES[request.param](tmp_path))
+    if request.param == "kafka":
+        case: SinkCase = KafkaTopic(tmp_path, request.getfixturevalue("kafka_broker"))
+    else:
+        case = CASES[request.param](tmp_path)
+    yield from opened(case)
 
 
 def opened(case: SinkCase) -> Iterator[SinkCase]:

@@ -7,8 +7,8 @@ already: 0 rows, exit 0. Guards now name the lineage of the state they belong to
 (``TwoPhaseSink.guard_key``: born with the sink task's first checkpoint, gone
 with the state), so one of another lineage is never taken as written.
 
-Each case runs the word count into four sinks (PostgreSQL append, Redis hash,
-a file, a user's own ``TwoPhaseSink`` over sqlite) to its end, resets the state
+Each case runs the word count into five sinks (PostgreSQL append, Redis hash,
+a file, a Kafka topic, a user's own ``TwoPhaseSink`` over sqlite) to its end, resets the state
 (``statestream state clear``, or the store's file deleted), empties the targets
 as a user would, and runs a longer input (more checkpoints than the first run
 had): every target holds exactly the second run's results.
@@ -30,12 +30,15 @@ import pytest
 
 from statestream import TopologyBuilder
 from statestream._spouts import FileSpout
-from statestream.connectors import FileSink, PostgresSink, RedisSink, TwoPhaseSink
+from statestream.connectors import FileSink, KafkaSink, PostgresSink, RedisSink, TwoPhaseSink
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from kafka_committed import committed_records
 from runtime_harness import Runner
 from word_bolts import Count, Split
+
+pytestmark = pytest.mark.kafka
 
 DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -75,7 +78,7 @@ class SqliteSink(TwoPhaseSink):
 
 
 class Targets:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, kafka: Any) -> None:
         import psycopg
         import redis
 
@@ -88,6 +91,10 @@ class Targets:
         self.hash, self.guard = f"lineage:{self.id}", f"lineage:{self.id}:guard"
         self.file = tmp_path / "out.jsonl"
         self.db = tmp_path / "user.db"
+        self.kafka = kafka
+        self.topic = f"lineage-{self.id}"
+        kafka.create_topic(self.topic, 2)
+        self.emptied: set[tuple[int, int]] = set()  # records before the last empty()
 
     def topology(self, corpus: Path) -> Any:
         b = TopologyBuilder(self.name)
@@ -101,6 +108,7 @@ class Targets:
             "redis": RedisSink("hash", self.hash, REDIS, guard=self.guard),
             "file": FileSink(str(self.file)),
             "user": SqliteSink(str(self.db)),
+            "kafka": KafkaSink(self.topic, bootstrap=self.kafka.bootstrap),
         }
         for cid, sink in sinks.items():
             b.set_bolt(cid, sink).fields_grouping("count", ["word"])
@@ -113,6 +121,11 @@ class Targets:
         self.file.unlink()
         with sqlite3.connect(self.db) as db:
             db.execute("DELETE FROM out")
+        # A topic cannot be emptied: the records written so far are skipped when read.
+        self.emptied = {(r.partition, r.offset) for r in self.records()}
+
+    def records(self) -> list[Any]:
+        return committed_records(self.kafka.bootstrap, self.topic, 2)
 
     def read(self) -> dict[str, Any]:
         with sqlite3.connect(self.db) as db:
@@ -123,6 +136,14 @@ class Targets:
             "redis": {w: int(n) for w, n in self.redis.hgetall(self.hash).items()},
             "file": Counter((r["word"], r["count"]) for r in map(orjson.loads, lines)),
             "user": user,
+            "kafka": Counter(
+                (v["word"], v["count"])
+                for v in (
+                    orjson.loads(r.value or b"")
+                    for r in self.records()
+                    if (r.partition, r.offset) not in self.emptied
+                )
+            ),
         }
 
     def close(self) -> None:
@@ -135,12 +156,12 @@ class Targets:
 def expected(words: list[str]) -> dict[str, Any]:
     counts = Counter(words)
     every = Counter((w, k) for w, n in counts.items() for k in range(1, n + 1))
-    return {"pg": every, "redis": dict(counts), "file": every, "user": every}
+    return {"pg": every, "redis": dict(counts), "file": every, "user": every, "kafka": every}
 
 
 @pytest.fixture
-def targets(tmp_path: Path) -> Iterator[Targets]:
-    t = Targets(tmp_path)
+def targets(tmp_path: Path, kafka_broker: Any) -> Iterator[Targets]:
+    t = Targets(tmp_path, kafka_broker)
     try:
         yield t
     finally:
@@ -208,6 +229,7 @@ def test_every_sink_writes_everything_on_a_new_store(
     said = [r.getMessage() for r in caplog.records if "earlier lineage" in r.getMessage()]
     assert sorted(m.split(":")[0] for m in said) == [
         "FileSink 'file' task 0",
+        "KafkaSink 'kafka' task 0",
         "PostgresSink 'pg' task 0",
         "RedisSink 'redis' task 0",
     ], said

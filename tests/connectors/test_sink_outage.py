@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from test_source_outage import OwnRedis
 from word_bolts import Count, Split
@@ -51,7 +52,7 @@ from statestream import (
     TopologyBuilder,
     run,
 )
-from statestream.connectors import PostgresSink, RedisSink, TwoPhaseSink
+from statestream.connectors import KafkaSink, PostgresSink, RedisSink, TwoPhaseSink
 from statestream.connectors._broker import Reconnect, TargetUnreachable, client_name
 from statestream.testing import StepClock, mock_context
 
@@ -123,6 +124,10 @@ class CuttingPostgresSink(CutAfterCommit, PostgresSink):
 
 
 class CuttingRedisSink(CutAfterCommit, RedisSink):
+    pass
+
+
+class CuttingKafkaSink(CutAfterCommit, KafkaSink):
     pass
 
 
@@ -321,9 +326,71 @@ class Redis(Target):
         self.server.stop()
 
 
-@pytest.fixture(params=["postgres", "redis"])
+class Kafka(Target):
+    """A tansu broker of the test's own behind a proxy (kafka_proxy: a restarted tansu
+    forgets everything); "away" is the proxy refusing connections. The append sink
+    writes every update to a topic, the other one keyed by word to another, read
+    as a compacted topic is: the last value of each key."""
+
+    kind = "KafkaSink"
+
+    def __init__(self) -> None:
+        from kafka_proxy import CutOffBroker
+
+        self.broker = broker = CutOffBroker()
+        broker.start()
+        self.shown = broker.bootstrap
+        for topic in ("updates", "counts"):
+            broker.create_topic(topic, 2)
+
+    def sinks(self) -> tuple[TwoPhaseSink, TwoPhaseSink]:
+        # Each call to the broker bounded by 1 s: an attempt on a broker away fails
+        # within it (the reconnect bound is counted on the run's clock).
+        at = self.broker.bootstrap
+        return (
+            CuttingKafkaSink("updates", bootstrap=at, timeout=1.0),
+            CuttingKafkaSink("counts", bootstrap=at, key="word", timeout=1.0),
+        )
+
+    def cut(self, topology: str) -> int:
+        # Every connection through the proxy is one of this test's sinks (the proxy
+        # is told on its control port: a worker process has no proxy thread).
+        from kafka_proxy import tell
+
+        return tell(self.broker.control_port, "cut")
+
+    def away(self, topology: str) -> None:
+        from kafka_proxy import tell
+
+        tell(self.broker.control_port, "away")
+
+    def back(self) -> None:
+        self.broker.back()
+
+    def read(self) -> tuple[Counter[tuple[str, int]], dict[str, int]]:
+        from kafka_committed import committed_records
+
+        def values(topic: str) -> Iterator[dict[str, Any]]:
+            for record in committed_records(self.broker.bootstrap, topic, 2):
+                yield orjson.loads(record.value or b"")
+
+        updates = Counter((v["word"], v["count"]) for v in values("updates"))
+        return updates, {v["word"]: v["count"] for v in values("counts")}
+
+    def close(self) -> None:
+        self.broker.stop()
+
+
+TARGETS: dict[str, Callable[[Path], Target]] = {
+    "postgres": lambda _: Postgres(),
+    "redis": Redis,
+    "kafka": lambda _: Kafka(),
+}
+
+
+@pytest.fixture(params=["postgres", "redis", pytest.param("kafka", marks=pytest.mark.kafka)])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    made = Postgres() if request.param == "postgres" else Redis(tmp_path)
+    made = TARGETS[request.param](tmp_path)
     yield made
     made.close()
 

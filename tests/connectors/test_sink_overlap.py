@@ -41,7 +41,9 @@ A = [["a", 1], ["b", 1], ["a", 2]]
 B = [["c", 1], ["a", 3]]
 
 
-@pytest.fixture(params=["postgres", "redis", "file"])
+@pytest.fixture(
+    params=["postgres", "redis", "file", pytest.param("kafka", marks=pytest.mark.kafka)]
+)
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkCase]:
     with buried():
         yield from case_fixture(request, tmp_path)

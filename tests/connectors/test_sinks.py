@@ -24,7 +24,9 @@ from statestream.testing import make_tuple
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(params=["postgres", "redis", "file"])
+@pytest.fixture(
+    params=["postgres", "redis", "file", pytest.param("kafka", marks=pytest.mark.kafka)]
+)
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkCase]:
     yield from case_fixture(request, tmp_path)
 
