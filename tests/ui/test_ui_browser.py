@@ -298,7 +298,7 @@ def test_long_names_stay_inside_their_boxes_and_are_whole_in_the_tooltip(
                 shown_id.endswith("…") and node["id"].startswith(shown_id[:-1])
             ), shown_id
             assert node["title"].startswith(f"{node['id']}: "), node["title"]
-            assert shown_class.rstrip("…").split(" ×")[0] in node["title"]
+            assert shown_class.rstrip("…").split(" \u00d7")[0] in node["title"]
         assert nodes[long_names.SPOUT]["texts"][0]["text"].endswith("…")  # too long to fit
         assert nodes[long_names.SPLIT]["texts"][0]["text"] == long_names.SPLIT  # fits
         covered = [
