@@ -14,6 +14,9 @@ from statestream.runtime.spark.status import (
     batch_started,
     session_started,
     session_starting,
+    transaction_committed,
+    transactions_opening,
+    transactions_started,
     waiting_for_input,
 )
 from statestream.runtime.spark.tally import acked_by_commit
@@ -93,4 +96,22 @@ def test_the_session_the_wait_and_the_commit_are_said() -> None:
     assert batch_committed(12.34, 1) == (
         "first batch committed in 12.3 s (1 spout tuple acked); the counts grow one batch "
         "at a time: a batch's tuples are acked when it commits"
+    )
+
+
+def test_a_transactional_run_says_its_first_job_and_commit() -> None:
+    assert transactions_opening(10_000) == (
+        "opening the first transactions: up to 10,000 batches for the first Spark job "
+        "(topology.max.spout.pending), each stored as it is opened"
+    )
+    assert transactions_started(1, 1, 1) == (
+        "first transactions: 1 batch (txid 1; topology.max.spout.pending bounds them) "
+        "processed as one Spark job (the first job also starts Spark's Python workers)"
+    )
+    assert transactions_started(10_000, 1, 10_000).startswith(
+        "first transactions: 10,000 batches (txids 1-10000; "
+    )
+    assert transaction_committed(3, 2.0) == (
+        "first transaction committed in 2.0 s (txid 3); each commits in a Spark job of "
+        "its own, in txid order"
     )

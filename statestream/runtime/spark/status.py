@@ -23,6 +23,9 @@ __all__ = [
     "batch_started",
     "session_started",
     "session_starting",
+    "transaction_committed",
+    "transactions_opening",
+    "transactions_started",
     "waiting_for_input",
 ]
 
@@ -80,4 +83,32 @@ def batch_committed(seconds: float, tuples: int) -> str:
     return (
         f"first batch committed in {seconds:.1f} s ({count(tuples, 'spout tuple')} acked); "
         "the counts grow one batch at a time: a batch's tuples are acked when it commits"
+    )
+
+
+def transactions_opening(pending: int) -> str:
+    """Before a transactional topology's first job: the coordinator opens (and
+    stores, one by one) up to ``pending`` transactions for it."""
+    return (
+        f"opening the first transactions: up to {count(pending, 'batch', 'batches')} for the "
+        "first Spark job (topology.max.spout.pending), each stored as it is opened"
+    )
+
+
+def transactions_started(batches: int, first: int, last: int) -> str:
+    """A transactional topology's first processing job: its batches (up to
+    ``topology.max.spout.pending`` of them) run as one Spark job."""
+    txids = f"txid {first}" if first == last else f"txids {first}-{last}"
+    return (
+        f"first transactions: {count(batches, 'batch', 'batches')} ({txids}; "
+        "topology.max.spout.pending bounds them) processed as one Spark job (the first "
+        "job also starts Spark's Python workers)"
+    )
+
+
+def transaction_committed(txid: int, seconds: float) -> str:
+    """The first transaction committed, ``seconds`` after its processing job started."""
+    return (
+        f"first transaction committed in {seconds:.1f} s (txid {txid}); each commits in a "
+        "Spark job of its own, in txid order"
     )
