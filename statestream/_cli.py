@@ -70,6 +70,20 @@ def _setup_logging(verbose: bool) -> None:
     )
     for name in _CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL + 1)
+    # A run's steps (runtime.spark.status: a Spark run's first seconds), for people:
+    # plain ``statestream: ...`` lines, as the CLI's own.
+    status = logging.getLogger("statestream.status")
+    status.setLevel(logging.INFO)
+    status.propagate = False
+    if not any(isinstance(h, _StatusLines) for h in status.handlers):
+        status.addHandler(_StatusLines())
+
+
+class _StatusLines(logging.Handler):
+    """Each record as a line ``statestream: MESSAGE`` on the current stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"statestream: {record.getMessage()}", err=True)
 
 
 @contextmanager

@@ -8,7 +8,8 @@ must roll batch 1 back and read on from the positions stored with batch 0
 With a folder (a partitioned source: the executors read byte ranges) the
 same 90 lines are three files of 30; the killed run's batches are one file's
 bytes, so batch 0 is the first file and batch 1, killed once prepared, the
-second; the restart reads the second and third files once.
+second; the restart reads the second and third files once, saying each step
+of its start (the session, the first batch and its commit) as it goes.
 
 Each run is a process of its own with its own SparkSession (about 10 s each),
 so this file holds the one test that needs it.
@@ -87,6 +88,27 @@ def test_sigkilled_driver_restarts_exactly(tmp_path: Path, source: str) -> None:
         timeout=120,
     )
     assert restarted.returncode == 0, restarted.stderr[-3000:]
+    # What the driver was doing is said while the run is otherwise silent (its
+    # counts are 0 until the first batch commits), in order, before the summary.
+    said = restarted.stderr.splitlines()
+    read = (
+        "60 tuples read on the driver from 1 spout task"
+        if source == "file"
+        else "2 ranges of 1 partitioned spout task for the executors to read"
+    )
+    steps = [
+        "statestream: starting Spark (master local[",
+        "statestream: Spark started in ",
+        f"statestream: first batch: {read}; running it as a Spark job",
+        "statestream: first batch committed in ",
+        "component ",
+    ]
+    at = [next((i for i, line in enumerate(said) if line.startswith(s)), -1) for s in steps]
+    assert -1 not in at and at == sorted(at), (at, restarted.stderr[-3000:])
+    assert "(60 spout tuples acked)" in said[at[3]], said[at[3]]
+    # The spout's row: its 60 lines emitted and acked (a batch's, when it commits).
+    row = next(line.split() for line in said if line.startswith("sentences "))
+    assert row[1] == row[3] == "60", row
     dump = subprocess.run(
         [sys.executable, "-m", "statestream", "state", "dump", "--component", "count", *settings],
         capture_output=True,

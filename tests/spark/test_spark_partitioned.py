@@ -101,9 +101,14 @@ def test_executors_read_the_folder(spark_session: Any, tmp_path: Path) -> None:
     # Two spout tasks, each at most BATCH_BYTES a batch.
     assert result.counters["batches"] >= size // (2 * BATCH_BYTES)
     assert counts(tmp_path) == expected(root)
-    assert result.components["lines"].emitted == sum(
-        len(f.read_text().splitlines()) for f in root.iterdir()
-    )
+    lines = sum(len(f.read_text().splitlines()) for f in root.iterdir())
+    assert result.components["lines"].emitted == lines
+    # Spark acks a batch's tuples when it commits: every line, as the local runtime does.
+    assert result.components["lines"].acked == lines
+    local_conf = conf_for(tmp_path / "local")
+    (tmp_path / "local").mkdir()
+    local = LocalRuntime(topology(root), local_conf).run(until_idle=True)
+    assert local.components["lines"].acked == lines
 
 
 @pytest.mark.parametrize("point", ["prepared", "committed"])
@@ -250,6 +255,9 @@ def test_a_stored_replay_is_emitted_by_the_driver(spark_session: Any, tmp_path: 
     assert not result.errors, result.errors
     assert result.reason == "idle"
     assert counts(tmp_path) == expected(root) + collections.Counter(["replayed", "words"])
+    # The replayed record (acked by its message id) and the ranges' lines, each once.
+    lines = sum(len(f.read_text().splitlines()) for f in root.iterdir())
+    assert result.components["lines"].acked == lines + 1
 
 
 def test_executors_read_jetstream_streams(spark_session: Any, tmp_path: Path) -> None:

@@ -68,6 +68,9 @@ def test_micro_batches_are_transactions_and_replays_apply_once(
     assert result.counters.get("skipped", 0) == (1 if point == "committed" else 0)
     assert result.counters["batches"] == (2 if point == "prepared" else 1)
     assert counts(conf) == EXPECTED
+    # A fed row is acked when its batch commits (no message id on the driver).
+    lines = result.components["lines"]
+    assert lines.acked == lines.emitted > 0, lines
 
 
 def test_refuses_a_checkpoint_behind_the_store(spark_session: Any, tmp_path: Path) -> None:

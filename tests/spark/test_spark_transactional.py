@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -191,6 +192,15 @@ def assert_commits_exact(directory: Path, n: int, take: int) -> None:
 def test_global_count_example_is_exact_on_spark(
     spark_session: Any, tmp_path: Path, opaque: bool
 ) -> None:
+    # What the driver says of its first jobs (the CLI prints these lines), heard on
+    # the logger itself (`statestream run` in this process may stop its propagation).
+    said: list[str] = []
+    heard = logging.Handler(logging.INFO)
+    heard.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    status = logging.getLogger("statestream.status")
+    level = status.level
+    status.setLevel(logging.INFO)
+    status.addHandler(heard)
     conf = {
         "topology.state.provider": "sqlite",
         "topology.state.provider.config": {"path": str(tmp_path / "state.db")},
@@ -200,9 +210,17 @@ def test_global_count_example_is_exact_on_spark(
         "global-count.opaque": opaque,
         "topology.max.spout.pending": 2,
     }
-    result = spark_run(spark_session, global_count.topology(), conf)
+    try:
+        result = spark_run(spark_session, global_count.topology(), conf)
+    finally:
+        status.removeHandler(heard)
+        status.setLevel(level)
     assert result.reason == "idle" and not result.errors
     assert result.counters["batches"] == 4  # 6,000 words, 1,500 a batch
+    assert said[0].startswith("opening the first transactions: up to 2 batches "), said
+    assert said[1].startswith("first transactions: 2 batches (txids 1-2; "), said
+    assert said[2].startswith("first transaction committed in "), said
+    assert " s (txid 1); " in said[2] and len(said) == 3, said
     conn = sqlite3.connect(tmp_path / "count.db")
     try:
         assert conn.execute("SELECT count, txid FROM counts").fetchall() == [(6000, 4)]

@@ -30,9 +30,12 @@ COMPONENTS = {"lines", "split", "count"}  # tests/ui/slow_words.py
 
 class LiveRun:
     """`statestream run tests/ui/slow_words.py --ui 0` in ``cwd``, its stderr collected;
-    ``args``: more options (``--set topology.workers=2``)."""
+    ``args``: more options (``--set topology.workers=2``); ``topology``: another file
+    of tests/ui."""
 
-    def __init__(self, cwd: Path, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, cwd: Path, args: tuple[str, ...] = (), topology: str = "slow_words.py"
+    ) -> None:
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
@@ -47,7 +50,7 @@ class LiveRun:
                 "-m",
                 "statestream",
                 "run",
-                str(TESTS / "ui" / "slow_words.py"),
+                str(TESTS / "ui" / topology),
                 "--until-idle",
                 "--ui",
                 "0",
@@ -181,14 +184,23 @@ def _check_page(driver: Any, url: str, running: Any, shot: Path | None = None) -
     time.sleep(1)  # two reads a second apart; the page polls once a second
     wait.until(lambda d: _executed(d, "count") > first)
     assert running(), "the run ended before the second read"
-    # The checkpoint strip says how many keys the count's tasks changed (and of how
-    # many they hold, where the runtime knows it).
+    # The checkpoint strip says how many keys the count's tasks changed (and the bytes
+    # they sent the store, where the runtime knows it), what that is in its legend,
+    # and each task's figures in its tooltip.
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoints .committed .keys"))
-    keys = _text(driver, "#checkpoints .committed .keys") or ""
-    assert (
-        re.fullmatch(r"[\d,]+ keys( of [\d,]+)?", keys)
-        and int(keys.split()[0].replace(",", "")) > 0
+    keys, tip = driver.execute_script(
+        "const e = document.querySelector('#checkpoints .committed');"
+        "return [e.querySelector('.keys').textContent, e.title];"
     )
+    assert (
+        re.fullmatch(r"[\d,]+ keys changed( · [\d,.]+ (bytes|kB|MB|GB))?", keys)
+        and int(keys.split()[0].replace(",", "")) > 0
+    ), keys
+    total = keys.split()[0]
+    assert f"{total} keys changed (written by its commit), per task:" in tip, tip
+    assert re.search(r"\n  count-0: [\d,]+ keys", tip) and "count-1: " in tip, tip
+    legend = driver.find_element(By.ID, "checkpoints-legend")
+    assert legend.is_displayed() and "not the keys the state holds" in legend.text
     if shot is not None:
         driver.save_screenshot(str(shot))
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
@@ -216,6 +228,97 @@ def test_the_page_shows_every_component_and_counts_rising_without_console_errors
     finally:
         driver.quit()
     assert live_run.stop() == 130, "".join(live_run.lines)
+
+
+# Where each label of the graph is drawn against the boxes: per node, the box and
+# its lines of text; per edge, its labels; all in page pixels.
+_LABELS = """
+const box = (e) => { const r = e.getBoundingClientRect();
+  return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+return {
+  nodes: [...document.querySelectorAll('#graph g.node')].map((g) => ({
+    id: g.dataset.id, title: g.querySelector('title').textContent,
+    rect: box(g.querySelector('rect')),
+    texts: [...g.querySelectorAll('text')].map((t) => ({text: t.textContent, box: box(t)})),
+  })),
+  edges: [...document.querySelectorAll('#graph g.edge text')].map((t) => ({
+    text: t.textContent, box: box(t)})),
+};
+"""
+
+
+def _inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
+    return (
+        inner["left"] >= outer["left"]
+        and inner["right"] <= outer["right"]
+        and inner["top"] >= outer["top"]
+        and inner["bottom"] <= outer["bottom"]
+    )
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return not (
+        a["right"] <= b["left"]
+        or b["right"] <= a["left"]
+        or a["bottom"] <= b["top"]
+        or b["bottom"] <= a["top"]
+    )
+
+
+def test_long_names_stay_inside_their_boxes_and_are_whole_in_the_tooltip(
+    tmp_path: Path,
+) -> None:
+    """Component ids and class names longer than a node can hold are cut with an
+    ellipsis inside the box (the counts too), whole in the node's tooltip, and no
+    edge label covers a node."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.ui import long_names
+
+    random_text(tmp_path / "corpus.txt", 20_000, words_per_line=8, vocabulary=50)
+    run = LiveRun(tmp_path, topology="long_names.py")
+    driver = None
+    try:
+        driver = chromium(tmp_path / "chromium-profile")
+        driver.get(run.url())
+        # Drawn, with counts under way (the widest lines a run has).
+        WebDriverWait(driver, 60).until(lambda d: _executed(d, long_names.COUNT) > 0)
+        labels = driver.execute_script(_LABELS)
+        driver.save_screenshot(
+            os.environ.get("LIVE_VIEW_LONG_NAMES_SCREENSHOT", str(tmp_path / "long-names.png"))
+        )
+        nodes = {n["id"]: n for n in labels["nodes"]}
+        assert set(nodes) == {long_names.SPOUT, long_names.SPLIT, long_names.COUNT}
+        for node in nodes.values():
+            spilled = [t["text"] for t in node["texts"] if not _inside(t["box"], node["rect"])]
+            assert spilled == [], (node["id"], node["rect"], node["texts"])
+            # The id and class: shown whole, or cut with an ellipsis and whole in the tooltip.
+            shown_id, shown_class = (t["text"] for t in node["texts"][:2])
+            assert shown_id == node["id"] or (
+                shown_id.endswith("…") and node["id"].startswith(shown_id[:-1])
+            ), shown_id
+            assert node["title"].startswith(f"{node['id']}: "), node["title"]
+            assert shown_class.rstrip("…").split(" \u00d7")[0] in node["title"]
+        assert nodes[long_names.SPOUT]["texts"][0]["text"].endswith("…")  # too long to fit
+        assert nodes[long_names.SPLIT]["texts"][0]["text"] == long_names.SPLIT  # fits
+        covered = [
+            (e["text"], n["id"])
+            for e in labels["edges"]
+            for n in nodes.values()
+            if _overlap(e["box"], n["rect"])
+        ]
+        assert covered == []
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+    finally:
+        if driver is not None:
+            driver.quit()
+        if run.proc.poll() is None:
+            run.proc.kill()
+        run.proc.wait(60)
+        run.reader.join(10)
+        assert run.proc.stderr is not None
+        run.proc.stderr.close()
 
 
 @pytest.mark.spark

@@ -6,7 +6,11 @@
 
 const POLL_MS = 1000;
 const SVG = "http://www.w3.org/2000/svg";
-const NODE_W = 170, NODE_H = 64, COL_W = 320, ROW_H = 96, PAD = 24;
+// A node is as wide as its longest line (at least NODE_MIN, at most NODE_MAX: a longer
+// line is cut with an ellipsis, whole in the node's tooltip); GAP between columns
+// holds an edge's label, its grouping above the line and its rate below.
+const NODE_MIN = 150, NODE_MAX = 260, NODE_H = 78, GAP = 170, ROW_H = 104, PAD = 24, TEXT_X = 10;
+const LINES = [["id", 18], ["", 35], ["count", 52], ["cap", 68]]; // class and baseline of each line
 
 let previous = null; // the last snapshot, for rates: {elapsed, counts: {id: {emitted, executed}}}
 
@@ -60,19 +64,70 @@ function capacityColour(cap) {
   return `hsl(${hue}, 65%, 78%)`;
 }
 
+// The width ``text`` takes in the graph with CSS class ``cls``, measured by the browser
+// in a hidden SVG (the fonts are the page's, so no guess of a character's width).
+let measurer = null;
+function textWidth(text, cls) {
+  if (!measurer) {
+    const svg = el("svg:svg", { class: "measure", "aria-hidden": "true" });
+    const g = el("svg:g", { class: "node" });
+    measurer = el("svg:text");
+    g.appendChild(measurer);
+    svg.appendChild(g);
+    document.body.appendChild(svg);
+  }
+  measurer.setAttribute("class", cls || "");
+  measurer.textContent = text;
+  return measurer.getComputedTextLength();
+}
+
+// ``text`` cut with an ellipsis to fit ``width`` (as is when it fits).
+function fit(text, cls, width) {
+  if (textWidth(text, cls) <= width) return text;
+  let lo = 0, hi = text.length;
+  while (lo < hi) { // the longest prefix that fits with the ellipsis
+    const mid = Math.ceil((lo + hi) / 2);
+    if (textWidth(text.slice(0, mid) + "…", cls) <= width) lo = mid; else hi = mid - 1;
+  }
+  return text.slice(0, lo) + "…";
+}
+
+// Node widths only grow during a run (the counts lengthen): the graph does not jitter.
+const widths = {};
+
+// The lines of a node: its id, class and tasks, what it did and its rate, its capacity.
+function nodeLines(n, c, r) {
+  const spout = n.kind === "spout";
+  const done = spout ? c.emitted : c.executed;
+  const perSec = spout ? r.emitted : r.executed;
+  const rate = perSec !== null && perSec !== undefined ? ` · ${fmt(perSec)}/s` : "";
+  const cap = spout ? "spout" : Number.isFinite(c.capacity) ? `capacity ${c.capacity.toFixed(2)}` : "capacity -";
+  return [n.id, `${n.cls} ×${n.parallelism}`, `${fmt(done || 0)} ${spout ? "emitted" : "executed"}${rate}`, cap];
+}
+
 function drawGraph(graph, comps, rate) {
   const box = document.getElementById("graph");
   const byId = Object.fromEntries(comps.map((c) => [c.id, c]));
+  const lines = {};
+  for (const n of graph.nodes) {
+    lines[n.id] = nodeLines(n, byId[n.id] || {}, rate[n.id] || {});
+    const longest = Math.max(...lines[n.id].map((t, i) => textWidth(t, LINES[i][0])));
+    widths[n.id] = Math.max(widths[n.id] || NODE_MIN, Math.min(NODE_MAX, Math.ceil(longest) + 2 * TEXT_X));
+  }
   const columns = {};
   for (const n of graph.nodes) (columns[n.layer] = columns[n.layer] || []).push(n);
-  const pos = {};
-  let rows = 1, cols = 1;
-  for (const [layer, nodes] of Object.entries(columns)) {
-    nodes.forEach((n, i) => { pos[n.id] = { x: PAD + Number(layer) * COL_W, y: PAD + i * ROW_H }; });
-    rows = Math.max(rows, nodes.length);
-    cols = Math.max(cols, Number(layer) + 1);
+  const layers = Object.keys(columns).map(Number).sort((a, b) => a - b);
+  const colW = {}, colX = {};
+  let x = PAD, rows = 1;
+  for (const layer of layers) {
+    colX[layer] = x;
+    colW[layer] = Math.max(...columns[layer].map((n) => widths[n.id]));
+    x += colW[layer] + GAP;
+    rows = Math.max(rows, columns[layer].length);
   }
-  const width = PAD * 2 + (cols - 1) * COL_W + NODE_W, height = PAD * 2 + (rows - 1) * ROW_H + NODE_H;
+  const pos = {};
+  for (const layer of layers) columns[layer].forEach((n, i) => { pos[n.id] = { x: colX[layer], y: PAD + i * ROW_H, w: widths[n.id] }; });
+  const width = Math.max(x - GAP + PAD, NODE_MIN + 2 * PAD), height = PAD * 2 + (rows - 1) * ROW_H + NODE_H + 20;
   const svg = el("svg:svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
   const defs = el("svg:defs");
   const marker = el("svg:marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 10, markerHeight: 10, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" });
@@ -84,7 +139,7 @@ function drawGraph(graph, comps, rate) {
     const a = pos[e.source], b = pos[e.target];
     if (!a || !b) continue;
     const r = (rate[e.source] && rate[e.source].emitted) || 0;
-    const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2;
+    const x1 = a.x + a.w, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2;
     const back = x2 <= x1;
     const mid = back ? Math.max(y1, y2) + NODE_H : (y1 + y2) / 2;
     const d = back
@@ -93,25 +148,25 @@ function drawGraph(graph, comps, rate) {
     const g = el("svg:g", { class: "edge", "data-source": e.source, "data-target": e.target });
     g.appendChild(el("svg:path", { d, "stroke-width": 1 + 5 * Math.sqrt(r / maxRate), "marker-end": "url(#arrow)" }));
     const stream = e.stream === "default" ? "" : `${e.stream}: `;
-    const label = el("svg:text", { x: (x1 + x2) / 2, y: back ? mid - 4 : (y1 + y2) / 2 - 6, "text-anchor": "middle" });
-    label.textContent = `${stream}${e.grouping}${r ? ` · ${fmt(r)}/s` : ""}`;
-    g.appendChild(label);
+    const grouping = `${stream}${e.grouping}`;
+    // The label sits in the gap of the edge's source column (a back edge: below it).
+    const lx = back ? (x1 + x2) / 2 : x1 + GAP / 2, ly = back ? mid : y1, room = GAP - 16;
+    g.appendChild(el("svg:title", {}, `${e.source} → ${e.target}: ${grouping}${r ? `, ${fmt(r)} tuples/s` : ""}`));
+    g.appendChild(el("svg:text", { x: lx, y: ly - 6, "text-anchor": "middle" }, fit(grouping, "", room)));
+    if (r) g.appendChild(el("svg:text", { x: lx, y: ly + 14, "text-anchor": "middle" }, fit(`${fmt(r)}/s`, "", room)));
     svg.appendChild(g);
   }
   for (const n of graph.nodes) {
     const p = pos[n.id], c = byId[n.id] || {};
     const kind = n.kind === "spout" ? "spout" : n.kind === "stateful bolt" ? "stateful" : "bolt";
     const g = el("svg:g", { class: `node ${kind}`, "data-id": n.id, transform: `translate(${p.x},${p.y})` });
-    const title = el("svg:title", {}, `${n.id}: ${n.kind} ${n.cls}, ${n.parallelism} task(s)`);
-    g.appendChild(title);
-    g.appendChild(el("svg:rect", { width: NODE_W, height: NODE_H, rx: kind === "spout" ? 22 : 4, fill: capacityColour(c.capacity) }));
-    g.appendChild(el("svg:text", { class: "id", x: 10, y: 18 }, n.id));
-    g.appendChild(el("svg:text", { x: 10, y: 35 }, `${n.cls} ×${n.parallelism}`));
-    const r = rate[n.id] || {};
-    const done = kind === "spout" ? c.emitted : c.executed;
-    const perSec = kind === "spout" ? r.emitted : r.executed;
-    const cap = Number.isFinite(c.capacity) ? ` · cap ${c.capacity.toFixed(2)}` : "";
-    g.appendChild(el("svg:text", { class: "count", x: 10, y: 53 }, `${fmt(done || 0)}${perSec !== null && perSec !== undefined ? ` · ${fmt(perSec)}/s` : ""}${cap}`));
+    // The whole of every line is in the tooltip, whatever was cut to fit the box.
+    g.appendChild(el("svg:title", {}, `${n.id}: ${n.kind} ${n.cls}, ${n.parallelism} task(s)\n${lines[n.id].slice(2).join("\n")}`));
+    g.appendChild(el("svg:rect", { width: p.w, height: NODE_H, rx: kind === "spout" ? 22 : 4, fill: capacityColour(c.capacity) }));
+    lines[n.id].forEach((t, i) => {
+      const [cls, y] = LINES[i];
+      g.appendChild(el("svg:text", { class: cls, x: TEXT_X, y }, fit(t, cls, p.w - 2 * TEXT_X)));
+    });
     svg.appendChild(g);
   }
   box.replaceChildren(svg);
@@ -168,21 +223,43 @@ function drawProgress(list, data) {
   }));
 }
 
+// A byte count for people: 24,924 -> "24.9 kB".
+function bytes(n) {
+  const units = ["bytes", "kB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) { n /= 1000; i += 1; }
+  return i ? `${n.toFixed(1)} ${units[i]}` : `${fmt(n)} bytes`;
+}
+
 function drawCheckpoints(list) {
   const box = document.getElementById("checkpoints");
   if (!list || !list.length) return;
   box.replaceChildren(...list.slice(-30).map((c) => {
     const outcome = String(c.phase || c.outcome || "committed").toLowerCase();
     const ms = c.duration === null || c.duration === undefined ? null : c.duration * 1000;
-    const div = el("div", { class: `checkpoint ${outcome}`, title: JSON.stringify(c) });
+    const div = el("div", { class: `checkpoint ${outcome}`, "data-txid": c.txid });
     div.appendChild(el("b", {}, `#${c.txid}`));
     div.appendChild(el("div", {}, `${ms === null ? "-" : fmt(ms) + " ms"} · ${outcome}`));
-    // Keys changed (and state size, where the runtime knows it) summed over the
-    // stateful tasks; each task's figure is in the title.
+    // The keys this checkpoint's commit changes (its prepared delta), summed over the
+    // stateful tasks, and the bytes they sent the store; each task's in the tooltip.
     const sum = (m) => Object.values(m || {}).reduce((a, b) => a + b, 0);
-    const changed = Object.keys(c.keys_changed || {}).length ? `${fmt(sum(c.keys_changed))} keys` : "";
-    const size = Object.keys(c.state_size || {}).length ? `of ${fmt(sum(c.state_size))}` : "";
-    if (changed || size) div.appendChild(el("div", { class: "keys" }, [changed, size].filter(Boolean).join(" ")));
+    const keys = c.keys_changed || {}, sizes = c.state_size || {};
+    const tip = [`checkpoint ${c.txid}: ${outcome}${ms === null ? "" : ` in ${fmt(ms)} ms`}`];
+    const parts = [];
+    if (Object.keys(keys).length) {
+      parts.push(`${fmt(sum(keys))} keys changed`);
+      tip.push(`${fmt(sum(keys))} keys changed (written by its commit), per task:`);
+    }
+    if (Object.keys(sizes).length) {
+      parts.push(bytes(sum(sizes)));
+      tip.push(`${fmt(sum(sizes))} bytes sent to the store for them`);
+    }
+    for (const ns of Object.keys({ ...keys, ...sizes }).sort()) {
+      const k = ns in keys ? `${fmt(keys[ns])} keys` : "", b = ns in sizes ? `${fmt(sizes[ns])} bytes` : "";
+      tip.push(`  ${ns}: ${[k, b].filter(Boolean).join(", ")}`);
+    }
+    if (parts.length) div.appendChild(el("div", { class: "keys" }, parts.join(" · ")));
+    div.title = tip.join("\n");
     return div;
   }));
 }

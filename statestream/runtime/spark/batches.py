@@ -48,7 +48,7 @@ from .checkpoints import DriverCheckpoints, FaultHook
 from .jobs import Job
 from .shared import Ack
 from .spouts import Batch
-from .tally import RunControl, RunTally
+from .tally import RunControl, RunTally, acked_by_commit
 
 log = logging.getLogger("statestream")
 
@@ -134,6 +134,7 @@ class BatchRunner:
         self._attempts = attempts
         self._at_most_once = at_most_once
         self._fed = frozenset(fed)
+        self._spout_ids = frozenset(s.id for s in plan.data_spouts)
         self._config: Config = plan.config
         self._fault = fault
         # The error-rate limit per bolt task, and what each has executed so far.
@@ -305,15 +306,22 @@ class BatchRunner:
             book.passed_cut()  # what went through in the batch is forgotten
         self._tally.count("batches")
         bank = self._tally.bank
+        read: dict[tuple[str, int], int] = {}  # per spout task, what its read stages emitted
         for cid, index, executed, emitted, failed, _p, _e, _l, timing, _k, _d in acks:
             # A fed batch's read stage acks per DataFrame partition: its one task's.
-            m = self._tally.task(cid, 0 if cid in self._fed else index)
+            task_index = 0 if cid in self._fed else index
+            m = self._tally.task(cid, task_index)
             m.executed += executed
             m.emitted += emitted
             m.acked += executed - failed
             m.failed += failed
+            if cid in self._spout_ids:
+                read[cid, task_index] = read.get((cid, task_index), 0) + emitted
             if timing is not None:  # the task's sampled execute latency
                 bank.timing(cid, index).add(timing)
+        on_driver = {task: len(records) for task, records in batch.records.items()}
+        for (cid, index), n in acked_by_commit(read, on_driver).items():
+            self._tally.task(cid, index).acked += n
         batch.completed(bank, self._clock.monotonic())
         self._count_errors(acks)
 

@@ -68,6 +68,7 @@ from .jobs import BatchJobs, Job
 from .sessions import ShippedModules, SparkSessions, broadcast_plan
 from .spouts import Batch, SpoutReader
 from .stages import JobWatch
+from .status import STATUS, batch_committed, batch_started, waiting_for_input
 from .tally import RunControl, RunTally
 from .transactional import TransactionalDriver
 
@@ -145,7 +146,9 @@ class SparkRuntime:
         self.deadletters = deadletters = DeadLetterFile(self.deadletter_path)
         self.retry_policy = RetryPolicy.from_config(self.config)
         self._modules = ShippedModules(topology)
-        self._sessions = SparkSessions(f"statestream-{topology.name}", self.config, spark)
+        self._sessions = SparkSessions(
+            f"statestream-{topology.name}", self.config, spark, clock=self.clock
+        )
         self._control = RunControl(self.clock)
         # Per task (component, index) of the user's components, the counts of the
         # committed batches. The run's metrics bank (runtime.metrics) is fed per
@@ -375,6 +378,8 @@ class SparkRuntime:
         clean = False
         ended = False  # the end-of-input batch ran
         spouts = self._spouts
+        first = True  # the first batch is to come (said on STATUS: quiet until it commits)
+        waiting = False  # said that there is no input yet
         try:
             self._checkpoints.start(positions_needed=not self.at_most_once)
             spouts.open()
@@ -391,19 +396,40 @@ class SparkRuntime:
                             # One more batch, empty: its windowed bolts' tasks get the
                             # end of input, and what their windows emit commits with it.
                             ended = batch.end_of_input = True
-                            self._batches.run(batch, self._read_again, job)
+                            first = self._run_batch(batch, job, first)
                             continue
                         reason = "idle"
                         break
+                    if first and not waiting:
+                        waiting = True
+                        STATUS.info(waiting_for_input(interval))
                     self.clock.sleep(interval)
                     continue
-                self._batches.run(batch, self._read_again, job)
+                first = self._run_batch(batch, job, first)
             clean = True
         finally:
             if clean:
                 self._checkpoints.cleanup()
             spouts.close()
         return reason
+
+    def _run_batch(self, batch: Batch, job: Job, first: bool) -> bool:
+        """Run ``batch``; whether the first batch is still to commit. The first one is
+        said on STATUS, what it holds and when it committed: until then every count
+        is 0 (a batch's tuples are counted when it commits)."""
+        if not first:
+            self._batches.run(batch, self._read_again, job)
+            return False
+        STATUS.info(batch_started(batch.records, batch.ranges, batch.end_of_input))
+        began = self.clock.monotonic()
+        before = self._tally.counters["batches"]
+        self._batches.run(batch, self._read_again, job)
+        if self._tally.counters["batches"] == before:
+            return True  # stopped before it committed
+        spouts = {s.id for s in self.spouts}
+        acked = sum(m.acked for cid, m in self.metrics().items() if cid in spouts)
+        STATUS.info(batch_committed(self.clock.monotonic() - began, acked))
+        return False
 
     def _read_again(self, batch: Batch) -> Batch:
         again = self._spouts.read_again(batch, self._checkpoints.record)

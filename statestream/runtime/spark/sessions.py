@@ -14,6 +14,7 @@ from typing import Any
 
 import cloudpickle
 
+from ..._clock import Clock, SystemClock
 from ..._config import Config, settings_of
 from ..._errors import ConfigError
 from ..._runners import SparkSettings
@@ -21,17 +22,22 @@ from ..._topology import Topology
 from ..plan import RuntimePlan
 from .config import SPARK_DEFAULTS, ship_user_modules, spark_conf, task_tries
 from .executor import Shipped
+from .status import STATUS, session_started, session_starting
 
 
 class SparkSessions:
     """The SparkSession of a run: the one given, else the active one, else one
-    built from the config's ``spark.*`` keys (that one is stopped by :meth:`release`)."""
+    built from the config's ``spark.*`` keys (that one is stopped by :meth:`release`;
+    building it is said on :data:`.status.STATUS`, timed on ``clock``)."""
 
-    def __init__(self, app_name: str, config: Config, spark: Any = None) -> None:
+    def __init__(
+        self, app_name: str, config: Config, spark: Any = None, *, clock: Clock | None = None
+    ) -> None:
         self._app_name = app_name
         self._config = config
         self._spark = spark
         self._own = False
+        self._clock = clock or SystemClock()
 
     @property
     def master(self) -> str:
@@ -64,8 +70,14 @@ class SparkSessions:
             builder = builder.config(
                 key, str(value).lower() if isinstance(value, bool) else str(value)
             )
+        master = settings_of(self._config).spark_master
+        STATUS.info(session_starting(master))
+        began = self._clock.monotonic()
         self._spark = builder.getOrCreate()
-        self._spark.sparkContext.setLogLevel("ERROR")
+        sc = self._spark.sparkContext
+        sc.setLogLevel("ERROR")
+        took = self._clock.monotonic() - began
+        STATUS.info(session_started(str(sc.master), int(sc.defaultParallelism), took))
         self._own = True
         return self._spark
 

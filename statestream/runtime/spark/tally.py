@@ -78,6 +78,27 @@ class RunTally:
         return out
 
 
+def acked_by_commit(
+    emitted: Mapping[tuple[str, int], int], on_driver: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Per spout task, the tuples of a committed batch that no message id acks.
+
+    Spark has no per-tuple acking: a batch's tuples are done when the batch
+    commits, and a spout's ``acked`` counts them then. The records the driver
+    read itself are acked one by one, by their message ids (an untracked one
+    is not acked, as on the local runtime); those its read stages produced on
+    the executors (the ranges of a partitioned source, a fed DataFrame's rows)
+    have no message id on the driver, so they are counted here: what a task's
+    read stages ``emitted`` beyond the records it read ``on_driver``.
+    """
+    out = {}
+    for task, n in emitted.items():
+        extra = n - on_driver.get(task, 0)
+        if extra > 0:
+            out[task] = extra
+    return out
+
+
 class RunControl:
     """When a run ends: :meth:`stop` (from any thread or a signal handler), or its
     duration over on ``clock``; and a wait on that clock that a stop cuts short."""

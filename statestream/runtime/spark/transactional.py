@@ -56,6 +56,12 @@ from .checkpoints import FaultHook
 from .executor_tx import run_tx_task, tx_commit_input, tx_source
 from .shared import ReadThrough, addressed_to, fresh_state, identity, only_acks, root_cause
 from .stages import JobWatch
+from .status import (
+    STATUS,
+    transaction_committed,
+    transactions_opening,
+    transactions_started,
+)
 from .tally import RunControl, RunTally
 
 log = logging.getLogger("statestream")
@@ -107,6 +113,8 @@ class TransactionalDriver:
         self._fault = fault
         self._jobs: list[TxJob] = []
         self._failures: dict[int, int] = {}  # per txid, its failed attempts in this run
+        # When the first processing job started (said on STATUS, as its first commit).
+        self._first_job_at: float | None = None
 
     def run(self, sc: Any, token: str, payload: Any, until_idle: bool) -> str:
         """Run a transactional topology until stopped, the run's duration is over or
@@ -129,6 +137,7 @@ class TransactionalDriver:
         try:
             protocol, spout_coordinator = self._tx_open(tx)
             self._fault("recovered", protocol.committed)
+            STATUS.info(transactions_opening(self._max_pending()))
 
             def ready() -> bool:
                 if any(p is TxPhase.PROCESSED for p in protocol.active.values()):
@@ -187,7 +196,7 @@ class TransactionalDriver:
         store = CoordinatorStore(fresh_state(provider, coordinator_namespace(self._topology.name)))
         protocol = TransactionCoordinator(
             store.load(),
-            settings_of(self._plan.config).topology_max_spout_pending or 1,
+            self._max_pending(),
             None,  # a job returns or fails; nothing of it can time out unheard
             store.save,
         )
@@ -206,6 +215,10 @@ class TransactionalDriver:
         )
         spout_coordinator = tx.spout.get_coordinator(self._plan.conf_for(COORDINATOR), context)
         return protocol, spout_coordinator
+
+    def _max_pending(self) -> int:
+        """How many transactions are active at most: processed in one Spark job."""
+        return settings_of(self._plan.config).topology_max_spout_pending or 1
 
     def _tx_close(self, tx: TransactionalLayout, spout_coordinator: Any, clean: bool) -> None:
         """The end of a transactional run: the kept jobs released, the spout's
@@ -299,6 +312,10 @@ class TransactionalDriver:
         tuples go to every emitter task, then each processing-phase bolt is a stage.
         What the job sends to commit-phase bolts stays persisted for their commit."""
         attempts = [e.attempt for e in batches]
+        if self._first_job_at is None:  # until then every count is 0: say what runs
+            ids = [a.transaction_id for a in attempts]
+            STATUS.info(transactions_started(len(ids), min(ids), max(ids)))
+            self._first_job_at = self._clock.monotonic()
         records = [(BATCH_STREAM, [e.attempt, e.metadata, e.committed]) for e in batches]
         source = sc.parallelize([records], 1).mapPartitions(partial(tx_source, token, payload))
         stages: list[Any] = []
@@ -364,6 +381,9 @@ class TransactionalDriver:
             protocol.on_ack(emission.msg_id)  # stores txid as the last committed one
             self._failures.pop(txid, None)
             self._tally.count("batches")
+            if self._tally.counters["batches"] == 1 and self._first_job_at is not None:
+                took = self._clock.monotonic() - self._first_job_at
+                STATUS.info(transaction_committed(txid, took))
             self._fault("committed", txid)
         else:
             self._tx_failed(txid, "commit")
