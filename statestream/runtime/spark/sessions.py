@@ -70,7 +70,7 @@ class SparkSessions:
             builder = builder.config(
                 key, str(value).lower() if isinstance(value, bool) else str(value)
             )
-        master = settings_of(self._config).spark_master
+        master = settings_of(self._config, SparkSettings).spark_master
         STATUS.info(session_starting(master))
         began = self._clock.monotonic()
         self._spark = builder.getOrCreate()
