@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConfigError
-from ._windowing import Duration, Event, Fire, TimeOrder, WindowSpec
+from ._windowing import Duration, Event, Fire, TimeOrder, WindowSpec, least, order_key
 
-__all__ = ["Aggregate", "AggregateCore", "SessionCore"]
+__all__ = ["Aggregate", "AggregateCore", "SessionCore", "hashable"]
 
 
 @dataclass(frozen=True)
@@ -104,20 +104,29 @@ class SessionCore(TimeOrder):
         else:
             fires.append(Fire(start, end, events, events, []))
 
-    def snapshot(self) -> dict[str, Any]:
+    # The tuples of a session are named by their seq (a session's are not a run
+    # of those released: sessions of other keys interleave).
+    def _shape(self) -> dict[str, Any]:
         return {
-            **self._order_snapshot(),
             "sessions": [
-                [key, s[0], s[1], None if s[2] is None else [list(e) for e in s[2]], s[3]]
+                [key, s[0], s[1], None if s[2] is None else [e.seq for e in s[2]], s[3]]
                 for key, s in self.open.items()
-            ],
+            ]
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        self._order_restore(snap)
+    def keep(self) -> tuple[int, int] | None:
+        firsts = [order_key(s[2][0]) for s in self.open.values() if s[2]]
+        return least(order_key(self.pending[0]) if self.pending else None, *firsts)
+
+    def held(self) -> list[Event]:
+        events = [e for s in self.open.values() for e in s[2] or ()]
+        return sorted(events + self.pending, key=order_key)
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
+        by_seq = {e.seq: e for e in released}
         self.open = {
-            _hashable(key): [start, end, None if ev is None else [Event(*e) for e in ev], acc]
-            for key, start, end, ev, acc in snap["sessions"]
+            hashable(key): [start, end, None if seqs is None else [by_seq[q] for q in seqs], acc]
+            for key, start, end, seqs, acc in state["sessions"]
         }
 
     def __len__(self) -> int:
@@ -176,22 +185,26 @@ class AggregateCore(TimeOrder):
         while self.panes and self.next_end is not None:
             self._reach(self.next_end, fires)
 
-    def snapshot(self) -> dict[str, Any]:
+    def _shape(self) -> dict[str, Any]:
         return {
-            **self._order_snapshot(),
             "next_end": self.next_end,
             "panes": [[p, acc] for p, acc in sorted(self.panes.items())],
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        self._order_restore(snap)
-        self.next_end = snap["next_end"]
-        self.panes = {int(p): acc for p, acc in snap["panes"]}
+    def keep(self) -> tuple[int, int] | None:
+        return order_key(self.pending[0]) if self.pending else None
+
+    def held(self) -> list[Event]:
+        return sorted(self.pending, key=order_key)
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
+        self.next_end = state["next_end"]
+        self.panes = {int(p): acc for p, acc in state["panes"]}
 
     def __len__(self) -> int:
         return len(self.pending)
 
 
-def _hashable(key: Any) -> Any:
+def hashable(key: Any) -> Any:
     """A key as JSON gave it back, hashable again (a list was a tuple)."""
-    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+    return tuple(hashable(k) for k in key) if isinstance(key, list) else key

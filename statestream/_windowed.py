@@ -28,14 +28,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-import orjson
-
 from ._components import StatefulBolt, TopologyContext, _Component
 from ._config import settings_of
-from ._errors import ConfigError, SerializationError, TupleError
+from ._errors import ConfigError, TupleError
 from ._state import KeyValueState
 from ._tuple import Origin, Tuple
-from ._window_kinds import Aggregate, AggregateCore, SessionCore
+from ._window_kinds import Aggregate, AggregateCore, SessionCore, hashable
+from ._window_store import WINDOW_KEY, WindowStore, is_window_key
 from ._windowing import (
     Count,
     Duration,
@@ -61,8 +60,6 @@ __all__ = [
 #: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
 #: input (``--until-idle``, every spout exhausted): every open window fires.
 END_OF_INPUT_STREAM = "__end_of_input"
-#: The key of the window's own state in the task's state (hidden from the user's).
-WINDOW_KEY = "$window"
 #: Storm's default watermark interval and lag.
 _DEFAULT_WATERMARK_MS = 1000
 _DEFAULT_LAG_MS = 0
@@ -316,18 +313,16 @@ class BaseWindowedBolt(_Component):
             )
         return WindowSpec(self.window_length, self.sliding_interval, event_time=self.event_time)
 
-    def window_core(
-        self,
-        component: str,
-        key_of: Callable[[Any], Any],
-        value_of: Callable[[Any], Any],
-    ) -> TimeOrder:
-        """The pure model of this bolt's windows (statestream._windowing, _window_kinds)."""
+    def window_core(self, component: str) -> TimeOrder:
+        """The pure model of this bolt's windows (statestream._windowing, _window_kinds),
+        holding the tuples themselves."""
         spec = self.window_spec(component)
         if self.session_gap is not None:
-            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, value_of)
+            field = self.session_key
+            key_of = _no_key if field is None else partial(_field_key, field)
+            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, _same)
         if self.aggregate is not None:
-            return AggregateCore(spec, self.aggregate, value_of)
+            return AggregateCore(spec, self.aggregate, _same)
         return WindowCore(spec)
 
 
@@ -352,6 +347,19 @@ class StatefulWindowedBolt(BaseWindowedBolt):
         """Called just after this task's state committed ``txid``."""
 
 
+def _no_key(tup: Tuple) -> None:
+    return None
+
+
+def _field_key(field: str, tup: Tuple) -> Any:
+    # Hashable as it comes back from the store (a list there was a tuple here).
+    return hashable(tup[field])
+
+
+def _same(tup: Tuple) -> Tuple:
+    return tup
+
+
 def _duration(method: str, value: Any) -> Duration:
     if not isinstance(value, Duration):
         raise ConfigError(f"{method}() takes a Duration (e.g. Duration.seconds(5)), not {value!r}")
@@ -366,8 +374,11 @@ class _UserState:
         self._state = state
 
     def _check(self, key: Any) -> None:
-        if key == WINDOW_KEY:
-            raise ConfigError(f"the state key {WINDOW_KEY!r} is the window's own: use another")
+        if is_window_key(key):
+            raise ConfigError(
+                f"the state key {key!r} is the window's own ({WINDOW_KEY!r} and the keys "
+                f"under {WINDOW_KEY + '/'!r}): use another"
+            )
 
     def get(self, key: Any, default: Any = None) -> Any:
         self._check(key)
@@ -382,13 +393,13 @@ class _UserState:
         return self._state.delete(key)
 
     def __contains__(self, key: object) -> bool:
-        return key != WINDOW_KEY and key in self._state
+        return not is_window_key(key) and key in self._state
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        return ((k, v) for k, v in self._state.items() if k != WINDOW_KEY)
+        return ((k, v) for k, v in self._state.items() if not is_window_key(k))
 
     def keys(self) -> Iterator[Any]:
-        return (k for k in self._state if k != WINDOW_KEY)
+        return (k for k in self._state if not is_window_key(k))
 
     def __iter__(self) -> Iterator[Any]:
         return self.keys()
@@ -470,9 +481,8 @@ class WindowedBoltExecutor(StatefulBolt):
     def _fresh_windows(self) -> None:
         """No window yet: the core and the watermarks as at a first start."""
         bolt = self.bolt
-        self.core = bolt.window_core(
-            self.context.component_id, lambda payload: payload[5], self._payload_tuple
-        )
+        self.core = bolt.window_core(self.context.component_id)
+        self.store = WindowStore(self.context.component_id)
         self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
 
     def init_state(self, state: KeyValueState) -> None:
@@ -480,13 +490,7 @@ class WindowedBoltExecutor(StatefulBolt):
         # none if nothing was committed, whatever this task held since.
         self.state = state
         self._fresh_windows()
-        snap = state.get(WINDOW_KEY)
-        if snap is not None:
-            if isinstance(snap, str):  # stored as one JSON text (pre_prepare)
-                snap = orjson.loads(snap)
-            self.core.restore(snap["core"])
-            self.marks.latest = {(c, t, s): ts for c, t, s, ts in snap["marks"]}
-            self.marks.current = self.core.watermark
+        self.store.load(state, self.core, self.marks, self._origin)
         self._unfired, self._retrying = [], {}
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.init_state(_UserState(state))
@@ -494,22 +498,7 @@ class WindowedBoltExecutor(StatefulBolt):
     def pre_prepare(self, txid: int) -> None:
         if self.state is None:  # no INITSTATE yet: nothing held
             self.state = self.context.state()
-        snap = {
-            "core": self.core.snapshot(),
-            "marks": [[c, t, s, ts] for (c, t, s), ts in self.marks.latest.items()],
-        }
-        try:
-            # One JSON text: the state's serializer screens a str at once, where it
-            # walks a structure of every held tuple value by value (bench_windows:
-            # 28% of a windowed count's time went to that walk).
-            text = orjson.dumps(snap).decode()
-        except TypeError as exc:
-            raise SerializationError(
-                f"windowed bolt {self.context.component_id!r}: a tuple held in its "
-                f"window cannot be stored as JSON ({exc}); emit JSON values "
-                "(numbers, strings, lists, dicts with string keys) to a windowed bolt"
-            ) from exc
-        self.state.put(WINDOW_KEY, text)
+        self.store.save(self.state, self.core, self.marks)
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.pre_prepare(txid)
 
@@ -563,14 +552,9 @@ class WindowedBoltExecutor(StatefulBolt):
     def _take(self, tup: Tuple) -> list[Fire] | None:
         core = self.core
         origin = tup.origin
-        payload = [
-            origin.component,
-            origin.task,
-            origin.task_index,
-            origin.stream,
-            list(tup.values),
-            None if self.bolt.session_key is None else tup[self.bolt.session_key],
-        ]
+        # The window holds a tuple of its own: the values and the origin, not the
+        # reliability slots of the one delivered.
+        payload = Tuple(list(tup.values), origin)
         if not core.event_time:
             return core.add(int(self._now() * 1000), payload)
         ts = self._timestamp(tup)
@@ -636,16 +620,13 @@ class WindowedBoltExecutor(StatefulBolt):
             )
 
     def _tuples(self, events: list[Event]) -> list[Tuple]:
-        return [self._payload_tuple(e.payload) for e in events]
+        return [e.payload for e in events]
 
-    def _tuple(self, event: Event) -> Tuple:
-        return self._payload_tuple(event.payload)
-
-    def _payload_tuple(self, payload: list[Any]) -> Tuple:
-        component, task, index, stream, values = payload[:5]
+    def _origin(self, component: str, task: int, index: int, stream: str) -> Origin:
+        """The origin of a tuple restored from the store, one per input channel."""
         key = (component, task, stream)
         origin = self._origins.get(key)
         if origin is None:
             fields = self.context.output_fields(component, stream)
             origin = self._origins[key] = Origin(component, task, index, stream, fields)
-        return Tuple(values, origin)
+        return origin

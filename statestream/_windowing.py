@@ -30,6 +30,7 @@ One model covers Storm's four combinations (length and sliding each a
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable
@@ -179,6 +180,7 @@ class TimeOrder:
         self.watermark: int | None = None  # event time: tuples older are late
         self.late = 0
         self.last_ts: int | None = None  # the latest released timestamp
+        self.fresh: list[Event] = []  # taken since the last take_fresh(): to store
 
     def add(self, ts: int, payload: Any) -> list[Fire] | None:
         """Take a tuple stamped ``ts``; None if it is late (older than the watermark).
@@ -190,10 +192,17 @@ class TimeOrder:
             if self.watermark is not None and ts < self.watermark:
                 self.late += 1
                 return None
-            heapq.heappush(self.pending, Event(ts, self.seq, payload))
+            event = Event(ts, self.seq, payload)
+            heapq.heappush(self.pending, event)
+            self.fresh.append(event)
             self.seq += 1
             return []
+        if self.last_ts is not None and ts < self.last_ts:
+            # The clock went back: stamped with the last time instead, so that the
+            # tuples stay in (ts, seq) order, as the stored state describes them.
+            ts = self.last_ts
         event = Event(ts, self.seq, payload)
+        self.fresh.append(event)
         self.seq += 1
         fires: list[Fire] = []
         self._take(event, fires)
@@ -236,37 +245,95 @@ class TimeOrder:
     def _close(self, fires: list[Fire]) -> None:
         raise NotImplementedError
 
-    def snapshot(self) -> dict[str, Any]:
-        """Everything to restore this core (:meth:`restore`), in JSON's types."""
+    # -- the checkpoint ---------------------------------------------------------------
+    # A core is stored in two parts (statestream._window_store): its tuples, each
+    # written once, in the checkpoint after it was taken (take_fresh), and state(),
+    # which says without a tuple in it which of the stored ones it holds. So a
+    # checkpoint writes what changed since the last one, not the whole window.
+    def take_fresh(self) -> list[Event]:
+        """The tuples taken (not late) since the last call, in arrival order."""
+        fresh, self.fresh = self.fresh, []
+        return fresh
+
+    def state(self) -> dict[str, Any]:
+        """The core without its tuples, in JSON's types (:meth:`rebuild` takes it back)."""
+        return {
+            "v": 2,
+            "seq": self.seq,
+            "watermark": self.watermark,
+            "late": self.late,
+            "last_ts": self.last_ts,
+            **self._shape(),
+        }
+
+    def keep(self) -> tuple[int, int] | None:
+        """The least ``(ts, seq)`` of a tuple held (None if none is): every stored tuple
+        before it may be deleted. Tuples come in after it (the watermark or the clock
+        is past every one released), so the bound only moves forward."""
         raise NotImplementedError
+
+    def held(self) -> list[Event]:
+        """Every tuple held, in ``(ts, seq)`` order."""
+        raise NotImplementedError
+
+    def rebuild(self, state: dict[str, Any], events: Iterable[Event]) -> None:
+        """Become the core whose :meth:`state` is ``state``, given its stored tuples
+        (``events``: those it holds, and any others, in any order)."""
+        if state.get("v") != 2:
+            raise ConfigError(
+                f"a window's stored state has version {state.get('v')!r}, not 2 (it was "
+                "stored by an older statestream): clear the topology's state "
+                "(statestream state clear) and start its windows afresh"
+            )
+        self.seq = int(state["seq"])
+        self.watermark = state["watermark"]
+        self.late = int(state["late"])
+        self.last_ts = state["last_ts"]
+        self.fresh = []
+        ordered = sorted(events, key=order_key)
+        mark = self.watermark
+        if not self.event_time:
+            released, self.pending = ordered, []
+        elif mark is None:
+            released, self.pending = [], ordered
+        else:
+            # Released iff older than the watermark: add() refuses those as late.
+            cut = bisect.bisect_left(ordered, mark, key=_ts)
+            released, self.pending = ordered[:cut], ordered[cut:]  # sorted: a heap
+        self._rebuild(state, released)
+
+    def snapshot(self) -> dict[str, Any]:
+        """:meth:`state` with every tuple held, as ``[ts, seq, payload]``: one JSON value."""
+        return {**self.state(), "events": [list(e) for e in self.held()]}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Become the core :meth:`snapshot` described."""
+        self.rebuild(snap, (Event(*e) for e in snap["events"]))
+
+    def _shape(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
         raise NotImplementedError
 
     def __len__(self) -> int:
         """Tuples held."""
         return len(self.pending)
 
-    def _order_snapshot(self) -> dict[str, Any]:
-        return {
-            "v": 1,
-            "seq": self.seq,
-            "watermark": self.watermark,
-            "late": self.late,
-            "last_ts": self.last_ts,
-            "pending": [list(e) for e in sorted(self.pending)],
-        }
 
-    def _order_restore(self, snap: dict[str, Any]) -> None:
-        if snap.get("v") != 1:
-            raise ConfigError(f"a window's stored state has version {snap.get('v')!r}; expected 1")
-        self.seq = int(snap["seq"])
-        self.watermark = snap["watermark"]
-        self.late = int(snap.get("late", 0))
-        self.last_ts = snap.get("last_ts")
-        self.pending = [Event(*e) for e in snap["pending"]]
-        heapq.heapify(self.pending)
+def order_key(e: Event) -> tuple[int, int]:
+    """A tuple's place in time: released tuples go in this order."""
+    return (e.ts, e.seq)
+
+
+def _ts(e: Event) -> int:
+    return e.ts
+
+
+def least(*keys: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The least of the ``(ts, seq)`` keys that are not None."""
+    present = [k for k in keys if k is not None]
+    return min(present) if present else None
 
 
 class WindowCore(TimeOrder):
@@ -383,26 +450,46 @@ class WindowCore(TimeOrder):
             buffer.popleft()
 
     # -- the checkpoint ---------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """Everything to restore this core (:meth:`restore`), in JSON's types: the
-        buffered and pending tuples, the last window's, the trigger state."""
-        in_buffer = {e.seq for e in self.buffer}
+    # What is held is three runs of the tuples in (ts, seq) order, each told by
+    # where it starts: the pending ones (the watermark on), the buffer (a suffix
+    # of those released) and the last window fired (a run of those released).
+    def _shape(self) -> dict[str, Any]:
+        prev = self.prev
         return {
-            **self._order_snapshot(),
             "since_fire": self.since_fire,
             "next_end": self.next_end,
-            "buffer": [list(e) for e in self.buffer],
-            "prev": [e.seq if e.seq in in_buffer else list(e) for e in self.prev],
+            "buffer_from": order_key(self.buffer[0]) if self.buffer else None,
+            "prev": [order_key(prev[0]), len(prev)] if prev else None,
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        """Become the core :meth:`snapshot` described."""
-        self._order_restore(snap)
-        self.since_fire = int(snap["since_fire"])
-        self.next_end = snap["next_end"]
-        self.buffer = deque(Event(*e) for e in snap["buffer"])
-        by_seq = {e.seq: e for e in self.buffer}
-        self.prev = [by_seq[p] if isinstance(p, int) else Event(*p) for p in snap["prev"]]
+    def keep(self) -> tuple[int, int] | None:
+        return least(
+            order_key(self.buffer[0]) if self.buffer else None,
+            order_key(self.prev[0]) if self.prev else None,
+            order_key(self.pending[0]) if self.pending else None,
+        )
+
+    def held(self) -> list[Event]:
+        by_seq = {e.seq: e for e in self.prev}
+        by_seq.update((e.seq, e) for e in self.buffer)
+        by_seq.update((e.seq, e) for e in self.pending)
+        return sorted(by_seq.values(), key=order_key)
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
+        self.since_fire = int(state["since_fire"])
+        self.next_end = state["next_end"]
+        start = state["buffer_from"]
+        at = (
+            len(released)
+            if start is None
+            else bisect.bisect_left(released, tuple(start), key=order_key)
+        )
+        self.buffer = deque(released[at:])
+        self.prev = []
+        if state["prev"] is not None:
+            first, n = state["prev"]
+            at = bisect.bisect_left(released, tuple(first), key=order_key)
+            self.prev = released[at : at + n]
 
     def __len__(self) -> int:
         """Tuples held (buffered and pending)."""
