@@ -41,6 +41,10 @@ class Aggregate:
     merge: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Compiled (mypyc), the class pickles only by what this says.
+        return (Aggregate, (self.init, self.add, self.merge, self.result))
+
 
 class SessionCore(TimeOrder):
     """Session windows (see the module's docstring). ``key_of(payload)`` gives a

@@ -90,6 +90,10 @@ class Duration:
     def __repr__(self) -> str:
         return f"Duration.milliseconds({self.ms})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Compiled (mypyc), the class pickles only by what this says.
+        return (Duration, (self.ms,))
+
 
 def _whole_ms(ms: float, unit: str, n: float) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, float)) or ms != int(ms):
@@ -120,13 +124,18 @@ class Count:
     def __repr__(self) -> str:
         return f"Count({self.n})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Count, (self.n,))
+
 
 @dataclass(frozen=True)
 class WindowSpec:
     """A window's shape: its length and slide, and whether it runs on event time."""
 
-    length: Count | Duration
-    sliding: Count | Duration
+    # Count | Duration, checked by __post_init__: typed Any so that any other value
+    # gets its ConfigError there, not a TypeError from the compiled constructor.
+    length: Any
+    sliding: Any
     event_time: bool = False
 
     def __post_init__(self) -> None:
