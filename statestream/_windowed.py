@@ -30,9 +30,10 @@ from typing import Any
 
 from ._components import StatefulBolt, TopologyContext, _Component
 from ._config import settings_of
-from ._errors import ConfigError, TupleError
+from ._errors import ConfigError
 from ._state import KeyValueState
 from ._tuple import Origin, Tuple
+from ._window_intake import WindowIntake
 from ._window_kinds import Aggregate, AggregateCore, SessionCore, hashable
 from ._window_store import WINDOW_KEY, WindowStore, is_window_key
 from ._windowing import (
@@ -460,10 +461,6 @@ class WindowedBoltExecutor(StatefulBolt):
         self.context = context
         self._fresh_windows()
         self.collector = collector
-        clock = context.clock
-        self._now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
-        self._clock = clock
-        self._marked_at = clock.monotonic()
         self._origins: dict[tuple[str, int, str], Origin] = {}
         self.state: Any = None
         # Windows due and not fired yet: those whose execute raised stay, and fire
@@ -484,6 +481,15 @@ class WindowedBoltExecutor(StatefulBolt):
         self.core = bolt.window_core(self.context.component_id)
         self.store = WindowStore(self.context.component_id)
         self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
+        self.intake = WindowIntake(
+            self.context.component_id,
+            self.core,
+            self.marks,
+            self.context.clock,
+            self._watermark_ms(),
+            bolt.timestamp_field,
+            bolt.timestamp_extractor,
+        )
 
     def init_state(self, state: KeyValueState) -> None:
         # Also after a ROLLBACK on this instance: the windows are the committed ones,
@@ -525,12 +531,14 @@ class WindowedBoltExecutor(StatefulBolt):
             fires: list[Fire] | None
             if not data:
                 end = stream == END_OF_INPUT_STREAM
-                fires = self.core.finish() if end else self._on_clock(tick=True)
+                fires = self.core.finish() if end else self.intake.on_clock(True)
             else:
-                fires = self._take(tuple)
+                fires = self.intake.take(tuple)
                 if fires is None:
-                    return  # late: acked (and on the late stream)
-            self._unfired.extend(fires)
+                    self._late(tuple)
+                    return
+            if fires:
+                self._unfired.extend(fires)
         if self._unfired:
             try:
                 self._fire(self._unfired)
@@ -549,61 +557,13 @@ class WindowedBoltExecutor(StatefulBolt):
         if data:
             self.collector.ack(tuple)
 
-    def _take(self, tup: Tuple) -> list[Fire] | None:
-        core = self.core
-        origin = tup.origin
-        # The window holds a tuple of its own: the values and the origin, not the
-        # reliability slots of the one delivered.
-        payload = Tuple(list(tup.values), origin)
-        if not core.event_time:
-            return core.add(int(self._now() * 1000), payload)
-        ts = self._timestamp(tup)
-        # Per input channel (upstream task and stream), as Flink's: tuples of one
-        # task come in its order, those of two tasks interleave as their queues go.
-        self.marks.track((origin.component, origin.task, origin.stream), ts)
-        if core.add(ts, payload) is None:  # late
-            self.late_tuples += 1
-            late = self.bolt.late_tuple_stream
-            if late is not None:
-                self.collector.emit([list(tup.values), ts], stream=late)
-            self.collector.ack(tup)
-            return None
-        return self._on_clock()
-
-    def _on_clock(self, tick: bool = False) -> list[Fire]:
-        """Time moved: the clock (processing time), or the watermark once per
-        watermark interval (event time). A tick moves it at once: ticks come at
-        that interval, and on Spark once a batch (whose bolt instances do not
-        outlive it)."""
-        core = self.core
-        if not core.event_time:
-            return core.advance(int(self._now() * 1000))
-        now = self._clock.monotonic()
-        if not tick and (now - self._marked_at) * 1000 < self._watermark_ms():
-            return []
-        self._marked_at = now
-        mark = self.marks.next()
-        return [] if mark is None else core.advance(mark)
-
-    def _timestamp(self, tup: Tuple) -> int:
-        bolt = self.bolt
-        try:
-            if bolt.timestamp_extractor is not None:
-                ts = bolt.timestamp_extractor(tup)
-            else:
-                ts = tup[bolt.timestamp_field]  # type: ignore[index]
-        except (KeyError, IndexError, TupleError) as exc:
-            raise TupleError(
-                f"windowed bolt {self.context.component_id!r}: the tuple from "
-                f"{tup.origin.component!r} has no timestamp field {bolt.timestamp_field!r} "
-                f"({exc}); declare it, or use with_timestamp_extractor"
-            ) from exc
-        if isinstance(ts, bool) or not isinstance(ts, int):
-            raise TupleError(
-                f"windowed bolt {self.context.component_id!r}: a timestamp is an int of "
-                f"milliseconds since the epoch, got {ts!r} from {tup.origin.component!r}"
-            )
-        return ts
+    def _late(self, tup: Tuple) -> None:
+        """A tuple older than the watermark: acked, and on the late stream if there is one."""
+        self.late_tuples += 1
+        late = self.bolt.late_tuple_stream
+        if late is not None:
+            self.collector.emit([list(tup.values), self.intake.late_ts], stream=late)
+        self.collector.ack(tup)
 
     # -- windows ----------------------------------------------------------------------------
     def _fire(self, fires: list[Fire]) -> None:
