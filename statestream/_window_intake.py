@@ -26,7 +26,8 @@ class WindowIntake:
     ``field`` or ``extractor`` gives an event-time tuple's timestamp (neither:
     processing time, the ``clock``'s ``time()``); the watermark moves at most
     once every ``watermark_ms`` of the clock's ``monotonic()``, and at once on
-    a tick."""
+    a tick. ``copy``: the window holds a copy of each tuple (values and origin),
+    else the tuple delivered."""
 
     def __init__(
         self,
@@ -37,6 +38,7 @@ class WindowIntake:
         watermark_ms: int,
         field: str | None,
         extractor: Callable[[Tuple], int] | None,
+        copy: bool = True,
     ) -> None:
         self.component = component
         self.core = core
@@ -47,6 +49,7 @@ class WindowIntake:
         self.watermark_ms = watermark_ms
         self.field = field
         self.extractor = extractor
+        self.copy = copy
         #: The timestamp of the last tuple :meth:`take` found late.
         self.late_ts = 0
 
@@ -55,9 +58,9 @@ class WindowIntake:
         late (older than the watermark; its timestamp is :attr:`late_ts`)."""
         core = self.core
         origin = tup.origin
-        # The window holds a tuple of its own: the values and the origin, not the
-        # reliability slots of the one delivered.
-        held = Tuple(list(tup.values), origin)
+        # The window holds a tuple of its own (copy): the values and the origin, not
+        # the reliability slots of the one delivered; or that one, to ack it later.
+        held = Tuple(list(tup.values), origin) if self.copy else tup
         if not core.event_time:
             return core.add(int(self.now() * 1000), held)
         ts = self.timestamp(tup)

@@ -66,6 +66,7 @@ class SessionCore(TimeOrder):
         self.value_of = value_of
         # key -> [start, end, events or None, accumulator or None]
         self.open: dict[Any, list[Any]] = {}
+        self.folded: dict[Any, list[Event]] = {}  # in memory, with an aggregate: key -> tuples
 
     def _release(self, event: Event, fires: list[Fire]) -> None:
         key = self.key_of(event.payload)
@@ -86,6 +87,8 @@ class SessionCore(TimeOrder):
         if agg is not None:
             assert self.value_of is not None
             session[3] = agg.add(session[3], self.value_of(event.payload))
+            if not self.stored:  # in memory: its tuples let go of when it fires
+                self.folded.setdefault(key, []).append(event)
         else:
             session[2].append(event)
 
@@ -107,6 +110,8 @@ class SessionCore(TimeOrder):
             fires.append(Fire(start, end, [], [], [], self.aggregate.result(acc)))
         else:
             fires.append(Fire(start, end, events, events, []))
+        if not self.stored:
+            self.gone.extend(events if events is not None else self.folded.pop(key, []))
 
     # The tuples of a session are named by their seq (a session's are not a run
     # of those released: sessions of other keys interleave).
@@ -158,6 +163,7 @@ class AggregateCore(TimeOrder):
         self.aggregate = aggregate
         self.value_of = value_of
         self.panes: dict[int, Any] = {}  # pane start -> accumulator
+        self.folded: dict[int, list[Event]] = {}  # in memory: pane start -> its tuples
         self.next_end: int | None = None
 
     def _release(self, event: Event, fires: list[Fire]) -> None:
@@ -167,6 +173,8 @@ class AggregateCore(TimeOrder):
         agg = self.aggregate
         acc = self.panes.get(pane)
         self.panes[pane] = agg.add(agg.init() if acc is None else acc, self.value_of(event.payload))
+        if not self.stored:  # in memory: its tuples let go of with the pane
+            self.folded.setdefault(pane, []).append(event)
         if self.next_end is None:
             self.next_end = pane + self.slide
 
@@ -183,6 +191,8 @@ class AggregateCore(TimeOrder):
                 fires.append(Fire(start, end, [], [], [], agg.result(acc)))
             for p in [p for p in self.panes if p < end + self.slide - self.length]:
                 del self.panes[p]  # in no window to come
+                if not self.stored:
+                    self.gone.extend(self.folded.pop(p, ()))
             self.next_end = end + self.slide if self.panes else None
 
     def _close(self, fires: list[Fire]) -> None:

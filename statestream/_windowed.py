@@ -45,6 +45,7 @@ from ._windowing import (
     Watermarks,
     WindowCore,
     WindowSpec,
+    in_memory_refusal,
 )
 
 __all__ = [
@@ -459,6 +460,11 @@ class WindowedBoltExecutor(StatefulBolt):
         bolt = self.bolt
         bolt.configure_from(conf)
         self.context = context
+        # At-least-once (no exactly-once state): Storm's windows in memory, each
+        # tuple acked once no window holds it, nothing of them checkpointed.
+        self.in_memory = not context.exactly_once
+        if self.in_memory:
+            self._check_in_memory(conf)
         self._fresh_windows()
         self.collector = collector
         self._origins: dict[tuple[str, int, str], Origin] = {}
@@ -480,6 +486,8 @@ class WindowedBoltExecutor(StatefulBolt):
         bolt = self.bolt
         self.core = bolt.window_core(self.context.component_id)
         self.store = WindowStore(self.context.component_id)
+        if self.in_memory:
+            self.core.in_memory()
         self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
         self.intake = WindowIntake(
             self.context.component_id,
@@ -489,14 +497,37 @@ class WindowedBoltExecutor(StatefulBolt):
             self._watermark_ms(),
             bolt.timestamp_field,
             bolt.timestamp_extractor,
+            # In memory the window holds the delivered tuple itself: it is acked
+            # when the window lets it go.
+            copy=not self.in_memory,
         )
+
+    def _check_in_memory(self, conf: Mapping[str, Any]) -> None:
+        s = settings_of(conf)
+        if s.topology_acker_executors == 0:
+            return  # at-most-once: no acks to wait for
+        timeout = s.topology_message_timeout_secs * 1000
+        lag = self.bolt.lag.ms if self.bolt.lag is not None else _DEFAULT_LAG_MS
+        why = in_memory_refusal(
+            self.bolt.window_spec(self.context.component_id),
+            lag,
+            timeout if s.topology_enable_message_timeouts else None,
+            s.topology_max_spout_pending,
+        )
+        if why is not None:
+            raise ConfigError(
+                f"windowed bolt {self.context.component_id!r} at-least-once keeps its windows "
+                f"in memory and acks a tuple once no window holds it, but {why}"
+            )
 
     def init_state(self, state: KeyValueState) -> None:
         # Also after a ROLLBACK on this instance: the windows are the committed ones,
-        # none if nothing was committed, whatever this task held since.
+        # none if nothing was committed, whatever this task held since (in memory:
+        # those held, whose tuples are not acked yet).
         self.state = state
-        self._fresh_windows()
-        self.store.load(state, self.core, self.marks, self._origin)
+        if not self.in_memory:
+            self._fresh_windows()
+            self.store.load(state, self.core, self.marks, self._origin)
         self._unfired, self._retrying = [], {}
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.init_state(_UserState(state))
@@ -504,7 +535,8 @@ class WindowedBoltExecutor(StatefulBolt):
     def pre_prepare(self, txid: int) -> None:
         if self.state is None:  # no INITSTATE yet: nothing held
             self.state = self.context.state()
-        self.store.save(self.state, self.core, self.marks)
+        if not self.in_memory:
+            self.store.save(self.state, self.core, self.marks)
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.pre_prepare(txid)
 
@@ -552,9 +584,12 @@ class WindowedBoltExecutor(StatefulBolt):
                     self._unfired, self._fire_failures = [], 0
                 raise
             self._unfired, self._fire_failures = [], 0
-        # Acked once in the window and its windows fired: a failure before takes
-        # back what they emitted (exactly-once retries the tuple in place).
-        if data:
+        if self.in_memory:
+            for e in self.core.take_gone():  # no window to come holds them
+                self.collector.ack(e.payload)
+        elif data:
+            # Acked once in the window and its windows fired: a failure before takes
+            # back what they emitted (exactly-once retries the tuple in place).
             self.collector.ack(tuple)
 
     def _late(self, tup: Tuple) -> None:

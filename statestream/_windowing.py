@@ -48,6 +48,7 @@ __all__ = [
     "Watermarks",
     "WindowCore",
     "WindowSpec",
+    "in_memory_refusal",
 ]
 
 
@@ -150,6 +151,37 @@ class WindowSpec:
             )
 
 
+def in_memory_refusal(
+    spec: WindowSpec, lag_ms: int, timeout_ms: int | None, max_pending: int | None
+) -> str | None:
+    """Why windows kept in memory, their tuples acked only when no window holds
+    them (Storm's at-least-once windows), cannot run as configured, or None.
+
+    As Storm's WindowedBoltExecutor checks: a tuple waits up to the window's
+    length, its slide and the lag for its ack, so that must be within the
+    message timeout (``timeout_ms``, None if tuples do not time out), or every
+    tuple would be failed and replayed; and a count window needs its tuples all
+    pending at once, so its length must be within ``topology.max.spout.pending``
+    (``max_pending``), or the spout stops before the first window fills."""
+    if timeout_ms is not None:
+        wait = lag_ms if spec.event_time else 0
+        wait += sum(v.ms for v in (spec.length, spec.sliding) if isinstance(v, Duration))
+        if wait >= timeout_ms:
+            return (
+                f"its tuples wait up to {wait} ms (window length, slide and lag) for their "
+                f"acks, not less than topology.message.timeout.secs ({timeout_ms // 1000} s): "
+                "raise the timeout above it, or use exactly-once state "
+                "(statestream.state.exactly.once: true), which acks them at the checkpoint"
+            )
+    if isinstance(spec.length, Count) and max_pending is not None and spec.length.n > max_pending:
+        return (
+            f"its count window of {spec.length.n} tuples is longer than "
+            f"topology.max.spout.pending ({max_pending}): the spout would stop before it "
+            "fills; raise topology.max.spout.pending above the window's length"
+        )
+    return None
+
+
 def _size(v: Count | Duration) -> int:
     return v.n if isinstance(v, Count) else v.ms
 
@@ -190,6 +222,10 @@ class TimeOrder:
         self.late = 0
         self.last_ts: int | None = None  # the latest released timestamp
         self.fresh: list[Event] = []  # taken since the last take_fresh(): to store
+        # In memory (in_memory()): nothing is stored, and the tuples no window to
+        # come holds are listed here instead (take_gone), to be acked.
+        self.stored = True
+        self.gone: list[Event] = []
 
     def add(self, ts: int, payload: Any) -> list[Fire] | None:
         """Take a tuple stamped ``ts``; None if it is late (older than the watermark).
@@ -203,7 +239,8 @@ class TimeOrder:
                 return None
             event = Event(ts, self.seq, payload)
             heapq.heappush(self.pending, event)
-            self.fresh.append(event)
+            if self.stored:
+                self.fresh.append(event)
             self.seq += 1
             return []
         if self.last_ts is not None and ts < self.last_ts:
@@ -211,7 +248,8 @@ class TimeOrder:
             # tuples stay in (ts, seq) order, as the stored state describes them.
             ts = self.last_ts
         event = Event(ts, self.seq, payload)
-        self.fresh.append(event)
+        if self.stored:
+            self.fresh.append(event)
         self.seq += 1
         fires: list[Fire] = []
         self._take(event, fires)
@@ -239,7 +277,26 @@ class TimeOrder:
         self._close(fires)
         if self.event_time and self.last_ts is not None:
             self.watermark = max(self.watermark or 0, self.last_ts + 1)
+        if not self.stored:
+            self._let_go()
         return fires
+
+    def in_memory(self) -> None:
+        """Keep the windows in memory only (Storm's at-least-once windows): no
+        tuple is kept for the store, and :meth:`take_gone` gives those that no
+        window to come holds."""
+        self.stored = False
+        self.fresh = []
+
+    def take_gone(self) -> list[Event]:
+        """In memory: the tuples let go of since the last call (no window to come
+        holds them; after :meth:`finish`, every one held)."""
+        gone, self.gone = self.gone, []
+        return gone
+
+    def _let_go(self) -> None:
+        """The end of input: every tuple held is let go of (kept for a window still)."""
+        self.gone.extend(self.held())
 
     def _take(self, event: Event, fires: list[Fire]) -> None:
         self.last_ts = event.ts
@@ -451,12 +508,20 @@ class WindowCore(TimeOrder):
     def _evict_below(self, ts: int) -> None:
         buffer = self.buffer
         while buffer and buffer[0].ts < ts:
-            buffer.popleft()
+            e = buffer.popleft()
+            if not self.stored:
+                self.gone.append(e)
 
     def _evict_to(self, n: int) -> None:
         buffer = self.buffer
         for _ in range(n):
-            buffer.popleft()
+            e = buffer.popleft()
+            if not self.stored:
+                self.gone.append(e)
+
+    def _let_go(self) -> None:
+        # Those of the last window that are buffered still; the rest went already.
+        self.gone.extend(self.buffer)
 
     # -- the checkpoint ---------------------------------------------------------------
     # What is held is three runs of the tuples in (ts, seq) order, each told by
