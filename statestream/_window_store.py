@@ -131,3 +131,37 @@ class WindowStore:
     ) -> Iterable[Event]:
         for n in self.chunks:
             yield from decode_chunk(state.get(_CHUNK + str(n)), origin)
+
+
+def read_stored(
+    state: Any, origin: Callable[[str, int, int, str], Origin]
+) -> tuple[dict[str, Any], list[list[Any]], list[Event]] | None:
+    """A task's stored windows as they are (its core's state, the channels' latest
+    timestamps and every stored tuple), None if it has none."""
+    text = state.get(WINDOW_KEY)
+    if text is None:
+        return None
+    meta = orjson.loads(text)
+    events = [
+        e for n, _, _ in meta["chunks"] for e in decode_chunk(state.get(_CHUNK + str(n)), origin)
+    ]
+    return meta["core"], meta["marks"], events
+
+
+def stored_texts(core: dict[str, Any], marks: list[list[Any]], events: list[Event]) -> list[str]:
+    """What :func:`write_stored` puts: the ``$window`` text and one chunk's."""
+    top = max(((e.ts, e.seq) for e in events), default=(0, 0))
+    meta = {"core": core, "marks": marks, "chunks": [[0, *top]] if events else [], "next": 1}
+    return [orjson.dumps(meta).decode(), encode_chunk(events)]
+
+
+def write_stored(state: Any, texts: list[str]) -> None:
+    """Put a task's windows (:func:`stored_texts`) into ``state``, which holds none."""
+    state.put(WINDOW_KEY, texts[0])
+    state.put(_CHUNK + "0", texts[1])
+
+
+def delete_stored(state: Any) -> None:
+    """Delete every window key of ``state``."""
+    for key in [k for k in state if is_window_key(k)]:
+        state.delete(key)

@@ -31,10 +31,13 @@ from typing import Any
 from ._components import StatefulBolt, TopologyContext, _Component
 from ._config import settings_of
 from ._errors import ConfigError
+from ._routing import task_for_key
 from ._state import KeyValueState
-from ._tuple import Origin, Tuple
+from ._stateful import CHECKPOINT_STREAM
+from ._tuple import Fields, Origin, Tuple
 from ._window_intake import WindowIntake
 from ._window_kinds import Aggregate, AggregateCore, SessionCore, hashable
+from ._window_rescale import move_windows
 from ._window_store import WINDOW_KEY, WindowStore, is_window_key
 from ._windowing import (
     Count,
@@ -441,15 +444,53 @@ class WindowedBoltExecutor(StatefulBolt):
         return conf or None
 
     def rescale_task(self, key: Any, n_tasks: int) -> int:
-        """Refuse a change of parallelism (statestream._rescale asks this hook): a
-        task's windows hold the tuples of every key it was sent, in one stored
-        snapshot, and a count window counts per task, as Storm's."""
-        raise ConfigError(
-            f"windowed bolt {self.bolt.window_name()!r} changed parallelism: its windows "
-            "(their tuples and the watermark) are stored per task and do not move to "
-            f"{n_tasks} tasks; keep its previous parallelism, or clear its state "
-            "(statestream state clear) and start its windows afresh"
-        )
+        """The task of a key of a :class:`StatefulWindowedBolt`'s own state when the
+        parallelism changes (statestream._rescale asks this hook): the task the
+        fields grouping sends that key to. The windows move by :meth:`rescale_tasks`."""
+        return task_for_key(key, n_tasks)
+
+    def rescale_owns(self, key: Any) -> bool:
+        """Whether :meth:`rescale_tasks` moved ``key`` (a window's own key)."""
+        return is_window_key(key)
+
+    def rescale_tasks(
+        self,
+        spec: Any,
+        fields_of: Callable[[str, str], Fields],
+        sources: list[Any],
+        targets: list[Any],
+        staging: Any,
+    ) -> int:
+        """Move the windows stored by the old tasks (``sources``, the states of the
+        component ``spec``) to the new ones (``targets``) by the fields grouping of
+        their tuples (statestream._window_rescale); statestream._rescale calls it
+        before it moves the other keys. ConfigError naming the fix for windows
+        that do not move (count, aggregating and session windows, and a task
+        behind the others)."""
+        bolt, cid, n = self.bolt, spec.id, len(targets)
+        data = [s for s in spec.inputs if s.stream != CHECKPOINT_STREAM]
+        if bolt.aggregate is not None or bolt.session_gap is not None or not data:
+            fields: dict[tuple[str, str], tuple[str, ...]] = {}
+        else:
+            fields = {(s.source, s.stream): s.grouping.fields for s in data}
+        if not all(fields.values()) or len(fields) != len(data):
+            raise ConfigError(
+                f"windowed bolt {cid!r} changed parallelism: its windows move with their keys "
+                "only when they are time windows of tuples (not aggregating or session "
+                "windows) under a fields grouping; keep its previous parallelism, or clear "
+                "its state (statestream state clear) and start its windows afresh"
+            )
+
+        def owner_of(t: Tuple) -> int:
+            names = fields[(t.origin.component, t.origin.stream)]
+            key = t[names[0]] if len(names) == 1 else [t[f] for f in names]
+            return task_for_key(key, n)
+
+        def origin(component: str, task: int, index: int, stream: str) -> Origin:
+            return Origin(component, task, index, stream, fields_of(component, stream))
+
+        spec_ = bolt.window_spec(cid)
+        return move_windows(cid, spec_, sources, targets, staging, owner_of, origin)
 
     def _watermark_ms(self) -> int:
         wm = self.bolt.watermark_interval

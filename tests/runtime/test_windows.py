@@ -356,17 +356,6 @@ def test_a_window_function_that_fails_once_is_fired_again_and_counted_once(
     assert Counter(committed_state(topo, conf, "totals")) == expected(events, WINDOW_MS, WINDOW_MS)
 
 
-def test_a_windowed_bolt_refuses_a_change_of_parallelism_naming_the_fix(tmp_path: Path) -> None:
-    events = views(200)
-    LocalRuntime(topology(events), config(tmp_path), clock=StepClock(0.001)).run(until_idle=True)
-    b = TopologyBuilder("pageviews")
-    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
-    b.set_bolt("windows", on_event_time(PageCounts()), 2).fields_grouping("views", ["page"])
-    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
-    with pytest.raises(ConfigError, match="keep its previous parallelism"):
-        LocalRuntime(b.build(), config(tmp_path)).run(until_idle=True)
-
-
 def test_a_window_holding_a_value_json_cannot_store_stops_the_run_naming_the_fix(
     tmp_path: Path,
 ) -> None:
