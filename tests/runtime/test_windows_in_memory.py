@@ -22,7 +22,14 @@ from statestream import (
 )
 from statestream._clock import StepClock
 from statestream.runtime.local import LocalRuntime
-from statestream.testing import ListSpout, SinkBolt, committed_state, sink, spout_record
+from statestream.testing import (
+    ListSpout,
+    RewindableListSpout,
+    SinkBolt,
+    committed_state,
+    sink,
+    spout_record,
+)
 
 ALO = {"statestream.state.exactly.once": False}
 
@@ -121,3 +128,22 @@ def test_in_memory_windows_longer_than_the_message_timeout_are_refused_naming_th
     c = conf(tmp_path, "x", **{"topology.max.spout.pending": 10})
     with pytest.raises(ConfigError, match=r"raise topology\.max\.spout\.pending"):
         LocalRuntime(b.build(), c).run(until_idle=True)
+
+
+def test_in_memory_windows_on_worker_processes_end_with_every_window_once(tmp_path: Path) -> None:
+    from test_windows import PageCounts, Totals, on_event_time
+
+    from statestream import run
+
+    events = views(300)
+    b = TopologyBuilder("alow")
+    b.set_spout("views", RewindableListSpout(events, fields=["page", "ts"]))
+    b.set_bolt("windows", on_event_time(PageCounts()), 2).fields_grouping("views", ["page"])
+    b.set_bolt("totals", Totals()).shuffle_grouping("windows")
+    topo = b.build()
+    c = {**conf(tmp_path, "w"), "topology.workers": 2}
+    del c["alo.name"]
+    result = run(topo, c, until_idle=True)
+    assert result.errors == [] and result.reason == "idle"
+    got = Counter(committed_state(topo, c, "totals"))
+    assert got == expected(events, WINDOW_MS, WINDOW_MS)
