@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import TupleError
+from ._errors import TupleError, caused_by
 from ._tuple import Tuple
 from ._windowing import Fire, TimeOrder, Watermarks
 
@@ -97,10 +97,13 @@ class WindowIntake:
                 assert self.field is not None
                 ts = tup[self.field]
         except (KeyError, IndexError, TupleError) as exc:
-            raise TupleError(
-                f"windowed bolt {self.component!r}: the tuple from "
-                f"{tup.origin.component!r} has no timestamp field {self.field!r} "
-                f"({exc}); declare it, or use with_timestamp_extractor"
+            raise caused_by(
+                TupleError(
+                    f"windowed bolt {self.component!r}: the tuple from "
+                    f"{tup.origin.component!r} has no timestamp field {self.field!r} "
+                    f"({exc}); declare it, or use with_timestamp_extractor"
+                ),
+                exc,
             ) from exc
         if isinstance(ts, bool) or not isinstance(ts, int):
             raise TupleError(

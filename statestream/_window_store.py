@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import SerializationError
+from ._errors import SerializationError, caused_by
 from ._tuple import Origin, Tuple
 from ._windowing import Event, TimeOrder, Watermarks, order_key
 
@@ -87,10 +87,13 @@ class WindowStore:
             try:
                 state.put(_CHUNK + str(n), encode_chunk(fresh))
             except TypeError as exc:
-                raise SerializationError(
-                    f"windowed bolt {self.component!r}: a tuple held in its window cannot "
-                    f"be stored as JSON ({exc}); emit JSON values (numbers, strings, lists, "
-                    "dicts with string keys) to a windowed bolt"
+                raise caused_by(
+                    SerializationError(
+                        f"windowed bolt {self.component!r}: a tuple held in its window cannot "
+                        f"be stored as JSON ({exc}); emit JSON values (numbers, strings, lists, "
+                        "dicts with string keys) to a windowed bolt"
+                    ),
+                    exc,
                 ) from exc
             self.chunks[n] = max(order_key(e) for e in fresh)
         for n in [n for n, top in self.chunks.items() if keep is None or top < keep]:

@@ -12,10 +12,16 @@ a :class:`~statestream.StatefulBolt` that the runtime checkpoints as any other:
   not bound a window's length;
 * the window's tuples, its trigger state and the watermark
   (:class:`~statestream._windowing.WindowCore`) are put in the task's state
-  before every PREPARE (:meth:`WindowedBoltExecutor.pre_prepare`), so a crash
-  anywhere, mid-window included, comes back to the last commit with the
-  windows as they were, and the sources rewind to the same point: every window
-  fires once, and what it emits is committed once into the sinks;
+  before every PREPARE (:meth:`WindowedBoltExecutor.pre_prepare`), what
+  changed since the last checkpoint only (:mod:`statestream._window_store`),
+  so a crash anywhere, mid-window included, comes back to the last commit
+  with the windows as they were, and the sources rewind to the same point:
+  every window fires once, and what it emits is committed once into the sinks;
+* at-least-once (no exactly-once state), the windows are Storm's in memory
+  instead: nothing of them is checkpointed, and each tuple is acked once no
+  window to come holds it;
+* a change of parallelism moves event-time windows with their keys
+  (:meth:`WindowedBoltExecutor.rescale_tasks`, :mod:`statestream._window_rescale`);
 * time moves on tick tuples (the executor asks for them at the slide's or the
   watermark interval's period) and, in event time, on the tuples' timestamps;
   at the end of a finite input the runtime sends the end-of-input tuple

@@ -4,9 +4,11 @@ No runtime, no clock and no store here: :class:`WindowCore` is given each
 tuple with its timestamp and the watermark, and answers with the windows to
 fire (:class:`Fire`); :class:`Watermarks` turns the timestamps seen per input
 stream into the watermark. The windowed bolt's executor
-(:mod:`statestream._windowed`) feeds them from the runtime and keeps
-``WindowCore.snapshot()`` in the bolt's checkpointed state, so a window's
-tuples, its trigger state and the watermark come back with the last commit.
+(:mod:`statestream._windowed`) feeds them from the runtime and keeps them in
+the bolt's checkpointed state (:mod:`statestream._window_store`: each tuple
+once, and ``TimeOrder.state()``, which of the stored tuples the core holds),
+so a window's tuples, its trigger state and the watermark come back with the
+last commit.
 
 One model covers Storm's four combinations (length and sliding each a
 :class:`Count` or a :class:`Duration`) in event time and in processing time:
