@@ -507,9 +507,12 @@ class WindowedBoltExecutor(StatefulBolt):
         bolt = self.bolt
         bolt.configure_from(conf)
         self.context = context
-        # At-least-once (no exactly-once state): Storm's windows in memory, each
-        # tuple acked once no window holds it, nothing of them checkpointed.
-        self.in_memory = not context.exactly_once
+        # At-least-once (no exactly-once state, acking on): Storm's windows in
+        # memory, each tuple acked once no window holds it, nothing of them
+        # checkpointed. At-most-once (no acker) keeps them in the state, so that
+        # they outlive a Spark batch's bolt instances.
+        acking = settings_of(conf).topology_acker_executors > 0
+        self.in_memory = not context.exactly_once and acking
         if self.in_memory:
             self._check_in_memory(conf)
         self._fresh_windows()
@@ -551,8 +554,6 @@ class WindowedBoltExecutor(StatefulBolt):
 
     def _check_in_memory(self, conf: Mapping[str, Any]) -> None:
         s = settings_of(conf)
-        if s.topology_acker_executors == 0:
-            return  # at-most-once: no acks to wait for
         timeout = s.topology_message_timeout_secs * 1000
         lag = self.bolt.lag.ms if self.bolt.lag is not None else _DEFAULT_LAG_MS
         why = in_memory_refusal(
