@@ -147,4 +147,3 @@ def test_in_memory_windows_on_worker_processes_end_with_every_window_once(tmp_pa
     assert result.errors == [] and result.reason == "idle"
     got = Counter(committed_state(topo, c, "totals"))
     assert got == expected(events, WINDOW_MS, WINDOW_MS)
-
