@@ -51,6 +51,12 @@ COMPILED_MODULES: Final = (
     "statestream._kvstate",
     "statestream._kvwalk",
     "statestream._executors",
+    # A windowed bolt's per-tuple path: the window model (its tuples released in
+    # time order, its triggers) and its incremental store.
+    "statestream._windowing",
+    "statestream._window_kinds",
+    "statestream._window_store",
+    "statestream._window_intake",
     # The local runtime's per-tuple path, one module per concern; compiled
     # as one group with the rest, so calls and attribute reads between them
     # stay native (the package's __init__ only re-exports, and runs as Python).

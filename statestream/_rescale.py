@@ -24,7 +24,9 @@ whose parallelism changed:
    one value, and a journal in ``$layout`` says a re-partition was under
    way, so the next start re-partitions again (to whatever parallelism it
    has) and every copy lands with the key's owner. Keys that stay put are
-   only read.
+   only read. A bolt whose state is kept per task rather than per key (a
+   windowed bolt's windows) moves it itself first, through its
+   ``rescale_tasks`` hook, and ``rescale_owns(key)`` names the keys it moved.
 
 Entries move with ``commit()`` without a txid, which keeps each namespace's
 txids: the checkpoint protocol continues at the next txid, and a namespace
@@ -202,7 +204,7 @@ def rescale_state(provider: Any, topology: Topology) -> list[RescaleReport]:
             check_partitioned(spec)
             layout_kv.put(JOURNAL_KEY, [*unfinished, cid])
             layout_kv.commit()
-        reports.append(_repartition(provider, topology.name, spec, stored, old))
+        reports.append(_repartition(provider, topology, spec, stored, old))
     current = {cid: s.parallelism for cid, s in topology.components.items() if s.is_stateful}
     if current != recorded or unfinished or reports:
         layout_kv.put(PARALLELISM_KEY, current)
@@ -212,9 +214,9 @@ def rescale_state(provider: Any, topology: Topology) -> list[RescaleReport]:
 
 
 def _repartition(
-    provider: Any, topology: str, spec: ComponentSpec, stored: list[int], old: int
+    provider: Any, topo: Topology, spec: ComponentSpec, stored: list[int], old: int
 ) -> RescaleReport:
-    cid, n = spec.id, spec.parallelism
+    cid, n, topology = spec.id, spec.parallelism, topo.name
     # A task whose state was only ever prepared is not among the namespaces
     # with committed entries, yet its delta may belong to the restored
     # checkpoint: every task of the old and the new layout is settled.
@@ -222,6 +224,14 @@ def _repartition(
     settle(provider, [task_namespace(cid, t) for t in sorted(set(stored) | set(range(n)))])
     targets = [provider.get_state(task_namespace(cid, t)) for t in range(n)]
     moved = owned = 0
+    # State kept per task rather than per key (a windowed bolt's windows) is moved
+    # by the bolt itself first, the rest by key below.
+    whole = getattr(spec.user_obj, "rescale_tasks", None)
+    own = getattr(spec.user_obj, "rescale_owns", None)  # the keys it moved itself
+    if whole is not None:
+        sources = [provider.get_state(task_namespace(cid, t)) for t in stored]
+        staging = provider.get_state(LAYOUT_NAMESPACE)
+        moved += whole(spec, _fields_of(topo), sources, targets, staging)
     pending = set(stored)  # tasks not scanned yet; keys moved into them are not "kept"
     arrived = 0  # keys moved into a task not scanned yet, which its scan counts as owned
     for task in stored:
@@ -232,6 +242,8 @@ def _repartition(
         # holds one chunk of moves, whatever the state's size.
         chunk: list[tuple[Any, Any, int]] = []
         for key, value in source.items():
+            if own is not None and own(key):
+                continue
             new = owner(spec, key, n)
             if new == task:
                 owned += 1
@@ -256,6 +268,13 @@ def _repartition(
         kept,
     )
     return RescaleReport(cid, old, n, moved, kept)
+
+
+def _fields_of(topo: Topology) -> Any:
+    def fields_of(component: str, stream: str) -> Any:
+        return topo.components[component].output_fields(stream)
+
+    return fields_of
 
 
 def _move(

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConfigError
-from ._windowing import Duration, Event, Fire, TimeOrder, WindowSpec
+from ._windowing import Duration, Event, Fire, TimeOrder, WindowSpec, least, order_key
 
-__all__ = ["Aggregate", "AggregateCore", "SessionCore"]
+__all__ = ["Aggregate", "AggregateCore", "SessionCore", "hashable"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class Aggregate:
     add: Callable[[Any, Any], Any]
     merge: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Compiled (mypyc), the class pickles only by what this says.
+        return (Aggregate, (self.init, self.add, self.merge, self.result))
 
 
 class SessionCore(TimeOrder):
@@ -62,6 +66,7 @@ class SessionCore(TimeOrder):
         self.value_of = value_of
         # key -> [start, end, events or None, accumulator or None]
         self.open: dict[Any, list[Any]] = {}
+        self.folded: dict[Any, list[Event]] = {}  # in memory, with an aggregate: key -> tuples
 
     def _release(self, event: Event, fires: list[Fire]) -> None:
         key = self.key_of(event.payload)
@@ -82,6 +87,8 @@ class SessionCore(TimeOrder):
         if agg is not None:
             assert self.value_of is not None
             session[3] = agg.add(session[3], self.value_of(event.payload))
+            if not self.stored:  # in memory: its tuples let go of when it fires
+                self.folded.setdefault(key, []).append(event)
         else:
             session[2].append(event)
 
@@ -103,21 +110,32 @@ class SessionCore(TimeOrder):
             fires.append(Fire(start, end, [], [], [], self.aggregate.result(acc)))
         else:
             fires.append(Fire(start, end, events, events, []))
+        if not self.stored:
+            self.gone.extend(events if events is not None else self.folded.pop(key, []))
 
-    def snapshot(self) -> dict[str, Any]:
+    # The tuples of a session are named by their seq (a session's are not a run
+    # of those released: sessions of other keys interleave).
+    def _shape(self) -> dict[str, Any]:
         return {
-            **self._order_snapshot(),
             "sessions": [
-                [key, s[0], s[1], None if s[2] is None else [list(e) for e in s[2]], s[3]]
+                [key, s[0], s[1], None if s[2] is None else [e.seq for e in s[2]], s[3]]
                 for key, s in self.open.items()
-            ],
+            ]
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        self._order_restore(snap)
+    def keep(self) -> tuple[int, int] | None:
+        firsts = [order_key(s[2][0]) for s in self.open.values() if s[2]]
+        return least(order_key(self.pending[0]) if self.pending else None, *firsts)
+
+    def held(self) -> list[Event]:
+        events = [e for s in self.open.values() for e in s[2] or ()]
+        return sorted(events + self.pending, key=order_key)
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
+        by_seq = {e.seq: e for e in released}
         self.open = {
-            _hashable(key): [start, end, None if ev is None else [Event(*e) for e in ev], acc]
-            for key, start, end, ev, acc in snap["sessions"]
+            hashable(key): [start, end, None if seqs is None else [by_seq[q] for q in seqs], acc]
+            for key, start, end, seqs, acc in state["sessions"]
         }
 
     def __len__(self) -> int:
@@ -145,6 +163,7 @@ class AggregateCore(TimeOrder):
         self.aggregate = aggregate
         self.value_of = value_of
         self.panes: dict[int, Any] = {}  # pane start -> accumulator
+        self.folded: dict[int, list[Event]] = {}  # in memory: pane start -> its tuples
         self.next_end: int | None = None
 
     def _release(self, event: Event, fires: list[Fire]) -> None:
@@ -154,6 +173,8 @@ class AggregateCore(TimeOrder):
         agg = self.aggregate
         acc = self.panes.get(pane)
         self.panes[pane] = agg.add(agg.init() if acc is None else acc, self.value_of(event.payload))
+        if not self.stored:  # in memory: its tuples let go of with the pane
+            self.folded.setdefault(pane, []).append(event)
         if self.next_end is None:
             self.next_end = pane + self.slide
 
@@ -170,28 +191,34 @@ class AggregateCore(TimeOrder):
                 fires.append(Fire(start, end, [], [], [], agg.result(acc)))
             for p in [p for p in self.panes if p < end + self.slide - self.length]:
                 del self.panes[p]  # in no window to come
+                if not self.stored:
+                    self.gone.extend(self.folded.pop(p, ()))
             self.next_end = end + self.slide if self.panes else None
 
     def _close(self, fires: list[Fire]) -> None:
         while self.panes and self.next_end is not None:
             self._reach(self.next_end, fires)
 
-    def snapshot(self) -> dict[str, Any]:
+    def _shape(self) -> dict[str, Any]:
         return {
-            **self._order_snapshot(),
             "next_end": self.next_end,
             "panes": [[p, acc] for p, acc in sorted(self.panes.items())],
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        self._order_restore(snap)
-        self.next_end = snap["next_end"]
-        self.panes = {int(p): acc for p, acc in snap["panes"]}
+    def keep(self) -> tuple[int, int] | None:
+        return order_key(self.pending[0]) if self.pending else None
+
+    def held(self) -> list[Event]:
+        return sorted(self.pending, key=order_key)
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
+        self.next_end = state["next_end"]
+        self.panes = {int(p): acc for p, acc in state["panes"]}
 
     def __len__(self) -> int:
         return len(self.pending)
 
 
-def _hashable(key: Any) -> Any:
+def hashable(key: Any) -> Any:
     """A key as JSON gave it back, hashable again (a list was a tuple)."""
-    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+    return tuple(hashable(k) for k in key) if isinstance(key, list) else key

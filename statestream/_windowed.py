@@ -12,10 +12,16 @@ a :class:`~statestream.StatefulBolt` that the runtime checkpoints as any other:
   not bound a window's length;
 * the window's tuples, its trigger state and the watermark
   (:class:`~statestream._windowing.WindowCore`) are put in the task's state
-  before every PREPARE (:meth:`WindowedBoltExecutor.pre_prepare`), so a crash
-  anywhere, mid-window included, comes back to the last commit with the
-  windows as they were, and the sources rewind to the same point: every window
-  fires once, and what it emits is committed once into the sinks;
+  before every PREPARE (:meth:`WindowedBoltExecutor.pre_prepare`), what
+  changed since the last checkpoint only (:mod:`statestream._window_store`),
+  so a crash anywhere, mid-window included, comes back to the last commit
+  with the windows as they were, and the sources rewind to the same point:
+  every window fires once, and what it emits is committed once into the sinks;
+* at-least-once (no exactly-once state), the windows are Storm's in memory
+  instead: nothing of them is checkpointed, and each tuple is acked once no
+  window to come holds it;
+* a change of parallelism moves event-time windows with their keys
+  (:meth:`WindowedBoltExecutor.rescale_tasks`, :mod:`statestream._window_rescale`);
 * time moves on tick tuples (the executor asks for them at the slide's or the
   watermark interval's period) and, in event time, on the tuples' timestamps;
   at the end of a finite input the runtime sends the end-of-input tuple
@@ -28,14 +34,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-import orjson
-
 from ._components import StatefulBolt, TopologyContext, _Component
 from ._config import settings_of
-from ._errors import ConfigError, SerializationError, TupleError
+from ._errors import ConfigError
+from ._routing import task_for_key
 from ._state import KeyValueState
-from ._tuple import Origin, Tuple
-from ._window_kinds import Aggregate, AggregateCore, SessionCore
+from ._stateful import CHECKPOINT_STREAM
+from ._tuple import Fields, Origin, Tuple
+from ._window_intake import WindowIntake
+from ._window_kinds import Aggregate, AggregateCore, SessionCore, hashable
+from ._window_rescale import move_windows
+from ._window_store import WINDOW_KEY, WindowStore, is_window_key
 from ._windowing import (
     Count,
     Duration,
@@ -45,6 +54,7 @@ from ._windowing import (
     Watermarks,
     WindowCore,
     WindowSpec,
+    in_memory_refusal,
 )
 
 __all__ = [
@@ -61,8 +71,6 @@ __all__ = [
 #: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
 #: input (``--until-idle``, every spout exhausted): every open window fires.
 END_OF_INPUT_STREAM = "__end_of_input"
-#: The key of the window's own state in the task's state (hidden from the user's).
-WINDOW_KEY = "$window"
 #: Storm's default watermark interval and lag.
 _DEFAULT_WATERMARK_MS = 1000
 _DEFAULT_LAG_MS = 0
@@ -316,18 +324,16 @@ class BaseWindowedBolt(_Component):
             )
         return WindowSpec(self.window_length, self.sliding_interval, event_time=self.event_time)
 
-    def window_core(
-        self,
-        component: str,
-        key_of: Callable[[Any], Any],
-        value_of: Callable[[Any], Any],
-    ) -> TimeOrder:
-        """The pure model of this bolt's windows (statestream._windowing, _window_kinds)."""
+    def window_core(self, component: str) -> TimeOrder:
+        """The pure model of this bolt's windows (statestream._windowing, _window_kinds),
+        holding the tuples themselves."""
         spec = self.window_spec(component)
         if self.session_gap is not None:
-            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, value_of)
+            field = self.session_key
+            key_of = _no_key if field is None else partial(_field_key, field)
+            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, _same)
         if self.aggregate is not None:
-            return AggregateCore(spec, self.aggregate, value_of)
+            return AggregateCore(spec, self.aggregate, _same)
         return WindowCore(spec)
 
 
@@ -352,6 +358,19 @@ class StatefulWindowedBolt(BaseWindowedBolt):
         """Called just after this task's state committed ``txid``."""
 
 
+def _no_key(tup: Tuple) -> None:
+    return None
+
+
+def _field_key(field: str, tup: Tuple) -> Any:
+    # Hashable as it comes back from the store (a list there was a tuple here).
+    return hashable(tup[field])
+
+
+def _same(tup: Tuple) -> Tuple:
+    return tup
+
+
 def _duration(method: str, value: Any) -> Duration:
     if not isinstance(value, Duration):
         raise ConfigError(f"{method}() takes a Duration (e.g. Duration.seconds(5)), not {value!r}")
@@ -366,8 +385,11 @@ class _UserState:
         self._state = state
 
     def _check(self, key: Any) -> None:
-        if key == WINDOW_KEY:
-            raise ConfigError(f"the state key {WINDOW_KEY!r} is the window's own: use another")
+        if is_window_key(key):
+            raise ConfigError(
+                f"the state key {key!r} is the window's own ({WINDOW_KEY!r} and the keys "
+                f"under {WINDOW_KEY + '/'!r}): use another"
+            )
 
     def get(self, key: Any, default: Any = None) -> Any:
         self._check(key)
@@ -382,13 +404,13 @@ class _UserState:
         return self._state.delete(key)
 
     def __contains__(self, key: object) -> bool:
-        return key != WINDOW_KEY and key in self._state
+        return not is_window_key(key) and key in self._state
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        return ((k, v) for k, v in self._state.items() if k != WINDOW_KEY)
+        return ((k, v) for k, v in self._state.items() if not is_window_key(k))
 
     def keys(self) -> Iterator[Any]:
-        return (k for k in self._state if k != WINDOW_KEY)
+        return (k for k in self._state if not is_window_key(k))
 
     def __iter__(self) -> Iterator[Any]:
         return self.keys()
@@ -428,15 +450,53 @@ class WindowedBoltExecutor(StatefulBolt):
         return conf or None
 
     def rescale_task(self, key: Any, n_tasks: int) -> int:
-        """Refuse a change of parallelism (statestream._rescale asks this hook): a
-        task's windows hold the tuples of every key it was sent, in one stored
-        snapshot, and a count window counts per task, as Storm's."""
-        raise ConfigError(
-            f"windowed bolt {self.bolt.window_name()!r} changed parallelism: its windows "
-            "(their tuples and the watermark) are stored per task and do not move to "
-            f"{n_tasks} tasks; keep its previous parallelism, or clear its state "
-            "(statestream state clear) and start its windows afresh"
-        )
+        """The task of a key of a :class:`StatefulWindowedBolt`'s own state when the
+        parallelism changes (statestream._rescale asks this hook): the task the
+        fields grouping sends that key to. The windows move by :meth:`rescale_tasks`."""
+        return task_for_key(key, n_tasks)
+
+    def rescale_owns(self, key: Any) -> bool:
+        """Whether :meth:`rescale_tasks` moved ``key`` (a window's own key)."""
+        return is_window_key(key)
+
+    def rescale_tasks(
+        self,
+        spec: Any,
+        fields_of: Callable[[str, str], Fields],
+        sources: list[Any],
+        targets: list[Any],
+        staging: Any,
+    ) -> int:
+        """Move the windows stored by the old tasks (``sources``, the states of the
+        component ``spec``) to the new ones (``targets``) by the fields grouping of
+        their tuples (statestream._window_rescale); statestream._rescale calls it
+        before it moves the other keys. ConfigError naming the fix for windows
+        that do not move (count, aggregating and session windows, and a task
+        behind the others)."""
+        bolt, cid, n = self.bolt, spec.id, len(targets)
+        data = [s for s in spec.inputs if s.stream != CHECKPOINT_STREAM]
+        if bolt.aggregate is not None or bolt.session_gap is not None or not data:
+            fields: dict[tuple[str, str], tuple[str, ...]] = {}
+        else:
+            fields = {(s.source, s.stream): s.grouping.fields for s in data}
+        if not all(fields.values()) or len(fields) != len(data):
+            raise ConfigError(
+                f"windowed bolt {cid!r} changed parallelism: its windows move with their keys "
+                "only when they are time windows of tuples (not aggregating or session "
+                "windows) under a fields grouping; keep its previous parallelism, or clear "
+                "its state (statestream state clear) and start its windows afresh"
+            )
+
+        def owner_of(t: Tuple) -> int:
+            names = fields[(t.origin.component, t.origin.stream)]
+            key = t[names[0]] if len(names) == 1 else [t[f] for f in names]
+            return task_for_key(key, n)
+
+        def origin(component: str, task: int, index: int, stream: str) -> Origin:
+            return Origin(component, task, index, stream, fields_of(component, stream))
+
+        spec_ = bolt.window_spec(cid)
+        return move_windows(cid, spec_, sources, targets, staging, owner_of, origin)
 
     def _watermark_ms(self) -> int:
         wm = self.bolt.watermark_interval
@@ -447,12 +507,16 @@ class WindowedBoltExecutor(StatefulBolt):
         bolt = self.bolt
         bolt.configure_from(conf)
         self.context = context
+        # At-least-once (no exactly-once state, acking on): Storm's windows in
+        # memory, each tuple acked once no window holds it, nothing of them
+        # checkpointed. At-most-once (no acker) keeps them in the state, so that
+        # they outlive a Spark batch's bolt instances.
+        acking = settings_of(conf).topology_acker_executors > 0
+        self.in_memory = not context.exactly_once and acking
+        if self.in_memory:
+            self._check_in_memory(conf)
         self._fresh_windows()
         self.collector = collector
-        clock = context.clock
-        self._now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
-        self._clock = clock
-        self._marked_at = clock.monotonic()
         self._origins: dict[tuple[str, int, str], Origin] = {}
         self.state: Any = None
         # Windows due and not fired yet: those whose execute raised stay, and fire
@@ -470,23 +534,48 @@ class WindowedBoltExecutor(StatefulBolt):
     def _fresh_windows(self) -> None:
         """No window yet: the core and the watermarks as at a first start."""
         bolt = self.bolt
-        self.core = bolt.window_core(
-            self.context.component_id, lambda payload: payload[5], self._payload_tuple
-        )
+        self.core = bolt.window_core(self.context.component_id)
+        self.store = WindowStore(self.context.component_id)
+        if self.in_memory:
+            self.core.in_memory()
         self.marks = Watermarks(bolt.lag.ms if bolt.lag is not None else _DEFAULT_LAG_MS)
+        self.intake = WindowIntake(
+            self.context.component_id,
+            self.core,
+            self.marks,
+            self.context.clock,
+            self._watermark_ms(),
+            bolt.timestamp_field,
+            bolt.timestamp_extractor,
+            # In memory the window holds the delivered tuple itself: it is acked
+            # when the window lets it go.
+            copy=not self.in_memory,
+        )
+
+    def _check_in_memory(self, conf: Mapping[str, Any]) -> None:
+        s = settings_of(conf)
+        timeout = s.topology_message_timeout_secs * 1000
+        lag = self.bolt.lag.ms if self.bolt.lag is not None else _DEFAULT_LAG_MS
+        why = in_memory_refusal(
+            self.bolt.window_spec(self.context.component_id),
+            lag,
+            timeout if s.topology_enable_message_timeouts else None,
+            s.topology_max_spout_pending,
+        )
+        if why is not None:
+            raise ConfigError(
+                f"windowed bolt {self.context.component_id!r} at-least-once keeps its windows "
+                f"in memory and acks a tuple once no window holds it, but {why}"
+            )
 
     def init_state(self, state: KeyValueState) -> None:
         # Also after a ROLLBACK on this instance: the windows are the committed ones,
-        # none if nothing was committed, whatever this task held since.
+        # none if nothing was committed, whatever this task held since (in memory:
+        # those held, whose tuples are not acked yet).
         self.state = state
-        self._fresh_windows()
-        snap = state.get(WINDOW_KEY)
-        if snap is not None:
-            if isinstance(snap, str):  # stored as one JSON text (pre_prepare)
-                snap = orjson.loads(snap)
-            self.core.restore(snap["core"])
-            self.marks.latest = {(c, t, s): ts for c, t, s, ts in snap["marks"]}
-            self.marks.current = self.core.watermark
+        if not self.in_memory:
+            self._fresh_windows()
+            self.store.load(state, self.core, self.marks, self._origin)
         self._unfired, self._retrying = [], {}
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.init_state(_UserState(state))
@@ -494,22 +583,8 @@ class WindowedBoltExecutor(StatefulBolt):
     def pre_prepare(self, txid: int) -> None:
         if self.state is None:  # no INITSTATE yet: nothing held
             self.state = self.context.state()
-        snap = {
-            "core": self.core.snapshot(),
-            "marks": [[c, t, s, ts] for (c, t, s), ts in self.marks.latest.items()],
-        }
-        try:
-            # One JSON text: the state's serializer screens a str at once, where it
-            # walks a structure of every held tuple value by value (bench_windows:
-            # 28% of a windowed count's time went to that walk).
-            text = orjson.dumps(snap).decode()
-        except TypeError as exc:
-            raise SerializationError(
-                f"windowed bolt {self.context.component_id!r}: a tuple held in its "
-                f"window cannot be stored as JSON ({exc}); emit JSON values "
-                "(numbers, strings, lists, dicts with string keys) to a windowed bolt"
-            ) from exc
-        self.state.put(WINDOW_KEY, text)
+        if not self.in_memory:
+            self.store.save(self.state, self.core, self.marks)
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.pre_prepare(txid)
 
@@ -536,12 +611,14 @@ class WindowedBoltExecutor(StatefulBolt):
             fires: list[Fire] | None
             if not data:
                 end = stream == END_OF_INPUT_STREAM
-                fires = self.core.finish() if end else self._on_clock(tick=True)
+                fires = self.core.finish() if end else self.intake.on_clock(True)
             else:
-                fires = self._take(tuple)
+                fires = self.intake.take(tuple)
                 if fires is None:
-                    return  # late: acked (and on the late stream)
-            self._unfired.extend(fires)
+                    self._late(tuple)
+                    return
+            if fires:
+                self._unfired.extend(fires)
         if self._unfired:
             try:
                 self._fire(self._unfired)
@@ -555,71 +632,21 @@ class WindowedBoltExecutor(StatefulBolt):
                     self._unfired, self._fire_failures = [], 0
                 raise
             self._unfired, self._fire_failures = [], 0
-        # Acked once in the window and its windows fired: a failure before takes
-        # back what they emitted (exactly-once retries the tuple in place).
-        if data:
+        if self.in_memory:
+            for e in self.core.take_gone():  # no window to come holds them
+                self.collector.ack(e.payload)
+        elif data:
+            # Acked once in the window and its windows fired: a failure before takes
+            # back what they emitted (exactly-once retries the tuple in place).
             self.collector.ack(tuple)
 
-    def _take(self, tup: Tuple) -> list[Fire] | None:
-        core = self.core
-        origin = tup.origin
-        payload = [
-            origin.component,
-            origin.task,
-            origin.task_index,
-            origin.stream,
-            list(tup.values),
-            None if self.bolt.session_key is None else tup[self.bolt.session_key],
-        ]
-        if not core.event_time:
-            return core.add(int(self._now() * 1000), payload)
-        ts = self._timestamp(tup)
-        # Per input channel (upstream task and stream), as Flink's: tuples of one
-        # task come in its order, those of two tasks interleave as their queues go.
-        self.marks.track((origin.component, origin.task, origin.stream), ts)
-        if core.add(ts, payload) is None:  # late
-            self.late_tuples += 1
-            late = self.bolt.late_tuple_stream
-            if late is not None:
-                self.collector.emit([list(tup.values), ts], stream=late)
-            self.collector.ack(tup)
-            return None
-        return self._on_clock()
-
-    def _on_clock(self, tick: bool = False) -> list[Fire]:
-        """Time moved: the clock (processing time), or the watermark once per
-        watermark interval (event time). A tick moves it at once: ticks come at
-        that interval, and on Spark once a batch (whose bolt instances do not
-        outlive it)."""
-        core = self.core
-        if not core.event_time:
-            return core.advance(int(self._now() * 1000))
-        now = self._clock.monotonic()
-        if not tick and (now - self._marked_at) * 1000 < self._watermark_ms():
-            return []
-        self._marked_at = now
-        mark = self.marks.next()
-        return [] if mark is None else core.advance(mark)
-
-    def _timestamp(self, tup: Tuple) -> int:
-        bolt = self.bolt
-        try:
-            if bolt.timestamp_extractor is not None:
-                ts = bolt.timestamp_extractor(tup)
-            else:
-                ts = tup[bolt.timestamp_field]  # type: ignore[index]
-        except (KeyError, IndexError, TupleError) as exc:
-            raise TupleError(
-                f"windowed bolt {self.context.component_id!r}: the tuple from "
-                f"{tup.origin.component!r} has no timestamp field {bolt.timestamp_field!r} "
-                f"({exc}); declare it, or use with_timestamp_extractor"
-            ) from exc
-        if isinstance(ts, bool) or not isinstance(ts, int):
-            raise TupleError(
-                f"windowed bolt {self.context.component_id!r}: a timestamp is an int of "
-                f"milliseconds since the epoch, got {ts!r} from {tup.origin.component!r}"
-            )
-        return ts
+    def _late(self, tup: Tuple) -> None:
+        """A tuple older than the watermark: acked, and on the late stream if there is one."""
+        self.late_tuples += 1
+        late = self.bolt.late_tuple_stream
+        if late is not None:
+            self.collector.emit([list(tup.values), self.intake.late_ts], stream=late)
+        self.collector.ack(tup)
 
     # -- windows ----------------------------------------------------------------------------
     def _fire(self, fires: list[Fire]) -> None:
@@ -636,16 +663,13 @@ class WindowedBoltExecutor(StatefulBolt):
             )
 
     def _tuples(self, events: list[Event]) -> list[Tuple]:
-        return [self._payload_tuple(e.payload) for e in events]
+        return [e.payload for e in events]
 
-    def _tuple(self, event: Event) -> Tuple:
-        return self._payload_tuple(event.payload)
-
-    def _payload_tuple(self, payload: list[Any]) -> Tuple:
-        component, task, index, stream, values = payload[:5]
+    def _origin(self, component: str, task: int, index: int, stream: str) -> Origin:
+        """The origin of a tuple restored from the store, one per input channel."""
         key = (component, task, stream)
         origin = self._origins.get(key)
         if origin is None:
             fields = self.context.output_fields(component, stream)
             origin = self._origins[key] = Origin(component, task, index, stream, fields)
-        return Tuple(values, origin)
+        return origin

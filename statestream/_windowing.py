@@ -4,9 +4,11 @@ No runtime, no clock and no store here: :class:`WindowCore` is given each
 tuple with its timestamp and the watermark, and answers with the windows to
 fire (:class:`Fire`); :class:`Watermarks` turns the timestamps seen per input
 stream into the watermark. The windowed bolt's executor
-(:mod:`statestream._windowed`) feeds them from the runtime and keeps
-``WindowCore.snapshot()`` in the bolt's checkpointed state, so a window's
-tuples, its trigger state and the watermark come back with the last commit.
+(:mod:`statestream._windowed`) feeds them from the runtime and keeps them in
+the bolt's checkpointed state (:mod:`statestream._window_store`: each tuple
+once, and ``TimeOrder.state()``, which of the stored tuples the core holds),
+so a window's tuples, its trigger state and the watermark come back with the
+last commit.
 
 One model covers Storm's four combinations (length and sliding each a
 :class:`Count` or a :class:`Duration`) in event time and in processing time:
@@ -30,6 +32,7 @@ One model covers Storm's four combinations (length and sliding each a
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable
@@ -47,6 +50,7 @@ __all__ = [
     "Watermarks",
     "WindowCore",
     "WindowSpec",
+    "in_memory_refusal",
 ]
 
 
@@ -89,6 +93,10 @@ class Duration:
     def __repr__(self) -> str:
         return f"Duration.milliseconds({self.ms})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Compiled (mypyc), the class pickles only by what this says.
+        return (Duration, (self.ms,))
+
 
 def _whole_ms(ms: float, unit: str, n: float) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, float)) or ms != int(ms):
@@ -119,13 +127,18 @@ class Count:
     def __repr__(self) -> str:
         return f"Count({self.n})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Count, (self.n,))
+
 
 @dataclass(frozen=True)
 class WindowSpec:
     """A window's shape: its length and slide, and whether it runs on event time."""
 
-    length: Count | Duration
-    sliding: Count | Duration
+    # Count | Duration, checked by __post_init__: typed Any so that any other value
+    # gets its ConfigError there, not a TypeError from the compiled constructor.
+    length: Any
+    sliding: Any
     event_time: bool = False
 
     def __post_init__(self) -> None:
@@ -138,6 +151,37 @@ class WindowSpec:
                 f"a window slides by at most its length: sliding {self.sliding!r} is "
                 f"longer than length {self.length!r}"
             )
+
+
+def in_memory_refusal(
+    spec: WindowSpec, lag_ms: int, timeout_ms: int | None, max_pending: int | None
+) -> str | None:
+    """Why windows kept in memory, their tuples acked only when no window holds
+    them (Storm's at-least-once windows), cannot run as configured, or None.
+
+    As Storm's WindowedBoltExecutor checks: a tuple waits up to the window's
+    length, its slide and the lag for its ack, so that must be within the
+    message timeout (``timeout_ms``, None if tuples do not time out), or every
+    tuple would be failed and replayed; and a count window needs its tuples all
+    pending at once, so its length must be within ``topology.max.spout.pending``
+    (``max_pending``), or the spout stops before the first window fills."""
+    if timeout_ms is not None:
+        wait = lag_ms if spec.event_time else 0
+        wait += sum(v.ms for v in (spec.length, spec.sliding) if isinstance(v, Duration))
+        if wait >= timeout_ms:
+            return (
+                f"its tuples wait up to {wait} ms (window length, slide and lag) for their "
+                f"acks, not less than topology.message.timeout.secs ({timeout_ms // 1000} s): "
+                "raise the timeout above it, or use exactly-once state "
+                "(statestream.state.exactly.once: true), which acks them at the checkpoint"
+            )
+    if isinstance(spec.length, Count) and max_pending is not None and spec.length.n > max_pending:
+        return (
+            f"its count window of {spec.length.n} tuples is longer than "
+            f"topology.max.spout.pending ({max_pending}): the spout would stop before it "
+            "fills; raise topology.max.spout.pending above the window's length"
+        )
+    return None
 
 
 def _size(v: Count | Duration) -> int:
@@ -179,6 +223,11 @@ class TimeOrder:
         self.watermark: int | None = None  # event time: tuples older are late
         self.late = 0
         self.last_ts: int | None = None  # the latest released timestamp
+        self.fresh: list[Event] = []  # taken since the last take_fresh(): to store
+        # In memory (in_memory()): nothing is stored, and the tuples no window to
+        # come holds are listed here instead (take_gone), to be acked.
+        self.stored = True
+        self.gone: list[Event] = []
 
     def add(self, ts: int, payload: Any) -> list[Fire] | None:
         """Take a tuple stamped ``ts``; None if it is late (older than the watermark).
@@ -190,10 +239,19 @@ class TimeOrder:
             if self.watermark is not None and ts < self.watermark:
                 self.late += 1
                 return None
-            heapq.heappush(self.pending, Event(ts, self.seq, payload))
+            event = Event(ts, self.seq, payload)
+            heapq.heappush(self.pending, event)
+            if self.stored:
+                self.fresh.append(event)
             self.seq += 1
             return []
+        if self.last_ts is not None and ts < self.last_ts:
+            # The clock went back: stamped with the last time instead, so that the
+            # tuples stay in (ts, seq) order, as the stored state describes them.
+            ts = self.last_ts
         event = Event(ts, self.seq, payload)
+        if self.stored:
+            self.fresh.append(event)
         self.seq += 1
         fires: list[Fire] = []
         self._take(event, fires)
@@ -221,7 +279,26 @@ class TimeOrder:
         self._close(fires)
         if self.event_time and self.last_ts is not None:
             self.watermark = max(self.watermark or 0, self.last_ts + 1)
+        if not self.stored:
+            self._let_go()
         return fires
+
+    def in_memory(self) -> None:
+        """Keep the windows in memory only (Storm's at-least-once windows): no
+        tuple is kept for the store, and :meth:`take_gone` gives those that no
+        window to come holds."""
+        self.stored = False
+        self.fresh = []
+
+    def take_gone(self) -> list[Event]:
+        """In memory: the tuples let go of since the last call (no window to come
+        holds them; after :meth:`finish`, every one held)."""
+        gone, self.gone = self.gone, []
+        return gone
+
+    def _let_go(self) -> None:
+        """The end of input: every tuple held is let go of (kept for a window still)."""
+        self.gone.extend(self.held())
 
     def _take(self, event: Event, fires: list[Fire]) -> None:
         self.last_ts = event.ts
@@ -236,37 +313,95 @@ class TimeOrder:
     def _close(self, fires: list[Fire]) -> None:
         raise NotImplementedError
 
-    def snapshot(self) -> dict[str, Any]:
-        """Everything to restore this core (:meth:`restore`), in JSON's types."""
+    # -- the checkpoint ---------------------------------------------------------------
+    # A core is stored in two parts (statestream._window_store): its tuples, each
+    # written once, in the checkpoint after it was taken (take_fresh), and state(),
+    # which says without a tuple in it which of the stored ones it holds. So a
+    # checkpoint writes what changed since the last one, not the whole window.
+    def take_fresh(self) -> list[Event]:
+        """The tuples taken (not late) since the last call, in arrival order."""
+        fresh, self.fresh = self.fresh, []
+        return fresh
+
+    def state(self) -> dict[str, Any]:
+        """The core without its tuples, in JSON's types (:meth:`rebuild` takes it back)."""
+        return {
+            "v": 2,
+            "seq": self.seq,
+            "watermark": self.watermark,
+            "late": self.late,
+            "last_ts": self.last_ts,
+            **self._shape(),
+        }
+
+    def keep(self) -> tuple[int, int] | None:
+        """The least ``(ts, seq)`` of a tuple held (None if none is): every stored tuple
+        before it may be deleted. Tuples come in after it (the watermark or the clock
+        is past every one released), so the bound only moves forward."""
         raise NotImplementedError
+
+    def held(self) -> list[Event]:
+        """Every tuple held, in ``(ts, seq)`` order."""
+        raise NotImplementedError
+
+    def rebuild(self, state: dict[str, Any], events: Iterable[Event]) -> None:
+        """Become the core whose :meth:`state` is ``state``, given its stored tuples
+        (``events``: those it holds, and any others, in any order)."""
+        if state.get("v") != 2:
+            raise ConfigError(
+                f"a window's stored state has version {state.get('v')!r}, not 2 (it was "
+                "stored by an older statestream): clear the topology's state "
+                "(statestream state clear) and start its windows afresh"
+            )
+        self.seq = int(state["seq"])
+        self.watermark = state["watermark"]
+        self.late = int(state["late"])
+        self.last_ts = state["last_ts"]
+        self.fresh = []
+        ordered = sorted(events, key=order_key)
+        mark = self.watermark
+        if not self.event_time:
+            released, self.pending = ordered, []
+        elif mark is None:
+            released, self.pending = [], ordered
+        else:
+            # Released iff older than the watermark: add() refuses those as late.
+            cut = bisect.bisect_left(ordered, mark, key=_ts)
+            released, self.pending = ordered[:cut], ordered[cut:]  # sorted: a heap
+        self._rebuild(state, released)
+
+    def snapshot(self) -> dict[str, Any]:
+        """:meth:`state` with every tuple held, as ``[ts, seq, payload]``: one JSON value."""
+        return {**self.state(), "events": [list(e) for e in self.held()]}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Become the core :meth:`snapshot` described."""
+        self.rebuild(snap, (Event(*e) for e in snap["events"]))
+
+    def _shape(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
         raise NotImplementedError
 
     def __len__(self) -> int:
         """Tuples held."""
         return len(self.pending)
 
-    def _order_snapshot(self) -> dict[str, Any]:
-        return {
-            "v": 1,
-            "seq": self.seq,
-            "watermark": self.watermark,
-            "late": self.late,
-            "last_ts": self.last_ts,
-            "pending": [list(e) for e in sorted(self.pending)],
-        }
 
-    def _order_restore(self, snap: dict[str, Any]) -> None:
-        if snap.get("v") != 1:
-            raise ConfigError(f"a window's stored state has version {snap.get('v')!r}; expected 1")
-        self.seq = int(snap["seq"])
-        self.watermark = snap["watermark"]
-        self.late = int(snap.get("late", 0))
-        self.last_ts = snap.get("last_ts")
-        self.pending = [Event(*e) for e in snap["pending"]]
-        heapq.heapify(self.pending)
+def order_key(e: Event) -> tuple[int, int]:
+    """A tuple's place in time: released tuples go in this order."""
+    return (e.ts, e.seq)
+
+
+def _ts(e: Event) -> int:
+    return e.ts
+
+
+def least(*keys: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The least of the ``(ts, seq)`` keys that are not None."""
+    present = [k for k in keys if k is not None]
+    return min(present) if present else None
 
 
 class WindowCore(TimeOrder):
@@ -375,34 +510,62 @@ class WindowCore(TimeOrder):
     def _evict_below(self, ts: int) -> None:
         buffer = self.buffer
         while buffer and buffer[0].ts < ts:
-            buffer.popleft()
+            e = buffer.popleft()
+            if not self.stored:
+                self.gone.append(e)
 
     def _evict_to(self, n: int) -> None:
         buffer = self.buffer
         for _ in range(n):
-            buffer.popleft()
+            e = buffer.popleft()
+            if not self.stored:
+                self.gone.append(e)
+
+    def _let_go(self) -> None:
+        # Those of the last window that are buffered still; the rest went already.
+        self.gone.extend(self.buffer)
 
     # -- the checkpoint ---------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
-        """Everything to restore this core (:meth:`restore`), in JSON's types: the
-        buffered and pending tuples, the last window's, the trigger state."""
-        in_buffer = {e.seq for e in self.buffer}
+    # What is held is three runs of the tuples in (ts, seq) order, each told by
+    # where it starts: the pending ones (the watermark on), the buffer (a suffix
+    # of those released) and the last window fired (a run of those released).
+    def _shape(self) -> dict[str, Any]:
+        prev = self.prev
         return {
-            **self._order_snapshot(),
             "since_fire": self.since_fire,
             "next_end": self.next_end,
-            "buffer": [list(e) for e in self.buffer],
-            "prev": [e.seq if e.seq in in_buffer else list(e) for e in self.prev],
+            "buffer_from": order_key(self.buffer[0]) if self.buffer else None,
+            "prev": [order_key(prev[0]), len(prev)] if prev else None,
         }
 
-    def restore(self, snap: dict[str, Any]) -> None:
-        """Become the core :meth:`snapshot` described."""
-        self._order_restore(snap)
-        self.since_fire = int(snap["since_fire"])
-        self.next_end = snap["next_end"]
-        self.buffer = deque(Event(*e) for e in snap["buffer"])
-        by_seq = {e.seq: e for e in self.buffer}
-        self.prev = [by_seq[p] if isinstance(p, int) else Event(*p) for p in snap["prev"]]
+    def keep(self) -> tuple[int, int] | None:
+        return least(
+            order_key(self.buffer[0]) if self.buffer else None,
+            order_key(self.prev[0]) if self.prev else None,
+            order_key(self.pending[0]) if self.pending else None,
+        )
+
+    def held(self) -> list[Event]:
+        by_seq = {e.seq: e for e in self.prev}
+        by_seq.update((e.seq, e) for e in self.buffer)
+        by_seq.update((e.seq, e) for e in self.pending)
+        return sorted(by_seq.values(), key=order_key)
+
+    def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
+        self.since_fire = int(state["since_fire"])
+        self.next_end = state["next_end"]
+        start = state["buffer_from"]
+        at = (
+            len(released)
+            if start is None
+            else bisect.bisect_left(released, tuple(start), key=order_key)
+        )
+        self.buffer = deque(released[at:])
+        self.prev = []
+        if state["prev"] is not None:
+            first, n = state["prev"]
+            at = bisect.bisect_left(released, tuple(first), key=order_key)
+            self.prev = released[at : at + n]
 
     def __len__(self) -> int:
         """Tuples held (buffered and pending)."""

@@ -396,10 +396,27 @@ class LocalRuntime(RuntimeBase):
         return False
 
     def idle(self) -> bool:
-        """Every spout is exhausted and nothing is in flight."""
-        return all(s.idle() for s in self.data_spouts) and not any(
-            b.inbox or b.parked for b in self.bolts
-        )
+        """Every spout is exhausted and nothing is in flight; or, at-least-once, the
+        only tuples in flight are held by windows in memory (:meth:`windows_hold_the_rest`)."""
+        if any(b.inbox or b.parked for b in self.bolts):
+            return False
+        return all(s.idle() for s in self.data_spouts) or self.windows_hold_the_rest()
+
+    def windows_hold_the_rest(self) -> bool:
+        """At-least-once, a windowed bolt keeps its windows in memory and acks a tuple
+        once no window holds it (statestream._windowed): the spouts' tuples stay
+        pending, so they are never exhausted while a window is open. Before the
+        end of input has gone to every windowed bolt, a step in which no spout
+        emitted (the caller's ``not busy``) though each had room to, while windows
+        hold tuples, is the end of the input."""
+        if self.exactly_once or not self.ending.todo:
+            return False
+        held = False
+        for b in self.bolts:
+            w = getattr(b.executor, "bolt", None)
+            if isinstance(w, WindowedBoltExecutor) and w.in_memory and len(w.core):
+                held = True
+        return held and all(s.quiet() for s in self.data_spouts)
 
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run until stopped, until ``duration`` seconds pass, or (``until_idle``) until

@@ -326,6 +326,18 @@ class SpoutTask(Task):
                 break
         return busy or self.emitted != start
 
+    def quiet(self) -> bool:
+        """Nothing to do but wait for the acks of what is pending, and room to emit
+        more (below topology.max.spout.pending): a step it emitted nothing in was
+        at the end of its input, whatever ``exhausted()`` says of the pending."""
+        return (
+            not self.completions
+            and not self.retries.waiting
+            and not self.settles
+            and not self.replays
+            and (self.max_pending is None or len(self.pending) < self.max_pending)
+        )
+
     def idle(self) -> bool:
         return (
             not self.completions

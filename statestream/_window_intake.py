@@ -1,0 +1,113 @@
+"""A windowed bolt's per-tuple path: a tuple into its window, and time moved on.
+
+:class:`WindowIntake` is what :class:`~statestream._windowed.WindowedBoltExecutor`
+runs for each tuple: the timestamp (event time: its field or the extractor;
+processing time: the clock), the watermark's channel, the window core's
+``add``, and the watermark moved once per watermark interval. It is in the
+compiled core (statestream._core), as the rest of the window model; the
+executor keeps the rest (the user's window function, acks, the checkpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import TupleError, caused_by
+from ._tuple import Tuple
+from ._windowing import Fire, TimeOrder, Watermarks
+
+__all__ = ["WindowIntake"]
+
+
+class WindowIntake:
+    """Tuples into ``core``, the watermark out of ``marks`` (see the module's docstring).
+
+    ``field`` or ``extractor`` gives an event-time tuple's timestamp (neither:
+    processing time, the ``clock``'s ``time()``); the watermark moves at most
+    once every ``watermark_ms`` of the clock's ``monotonic()``, and at once on
+    a tick. ``copy``: the window holds a copy of each tuple (values and origin),
+    else the tuple delivered."""
+
+    def __init__(
+        self,
+        component: str,
+        core: TimeOrder,
+        marks: Watermarks,
+        clock: Any,
+        watermark_ms: int,
+        field: str | None,
+        extractor: Callable[[Tuple], int] | None,
+        copy: bool = True,
+    ) -> None:
+        self.component = component
+        self.core = core
+        self.marks = marks
+        self.now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
+        self.monotonic: Callable[[], float] = clock.monotonic
+        self.marked_at = clock.monotonic()
+        self.watermark_ms = watermark_ms
+        self.field = field
+        self.extractor = extractor
+        self.copy = copy
+        #: The timestamp of the last tuple :meth:`take` found late.
+        self.late_ts = 0
+
+    def take(self, tup: Tuple) -> list[Fire] | None:
+        """Take ``tup`` into the window: the windows to fire now, or None if it is
+        late (older than the watermark; its timestamp is :attr:`late_ts`)."""
+        core = self.core
+        origin = tup.origin
+        # The window holds a tuple of its own (copy): the values and the origin, not
+        # the reliability slots of the one delivered; or that one, to ack it later.
+        held = Tuple(list(tup.values), origin) if self.copy else tup
+        if not core.event_time:
+            return core.add(int(self.now() * 1000), held)
+        ts = self.timestamp(tup)
+        # Per input channel (upstream task and stream), as Flink's: tuples of one
+        # task come in its order, those of two tasks interleave as their queues go.
+        self.marks.track((origin.component, origin.task, origin.stream), ts)
+        if core.add(ts, held) is None:
+            self.late_ts = ts
+            return None
+        return self.on_clock(False)
+
+    def on_clock(self, tick: bool) -> list[Fire]:
+        """Time moved: the clock (processing time), or the watermark once per
+        watermark interval (event time). A tick moves it at once: ticks come at
+        that interval, and on Spark once a batch (whose bolt instances do not
+        outlive it)."""
+        core = self.core
+        if not core.event_time:
+            return core.advance(int(self.now() * 1000))
+        now = self.monotonic()
+        if not tick and (now - self.marked_at) * 1000 < self.watermark_ms:
+            return []
+        self.marked_at = now
+        mark = self.marks.next()
+        return [] if mark is None else core.advance(mark)
+
+    def timestamp(self, tup: Tuple) -> int:
+        """An event-time tuple's timestamp; TupleError naming the fix if it has none."""
+        ts: Any
+        try:
+            if self.extractor is not None:
+                ts = self.extractor(tup)
+            else:
+                assert self.field is not None
+                ts = tup[self.field]
+        except (KeyError, IndexError, TupleError) as exc:
+            raise caused_by(
+                TupleError(
+                    f"windowed bolt {self.component!r}: the tuple from "
+                    f"{tup.origin.component!r} has no timestamp field {self.field!r} "
+                    f"({exc}); declare it, or use with_timestamp_extractor"
+                ),
+                exc,
+            ) from exc
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            raise TupleError(
+                f"windowed bolt {self.component!r}: a timestamp is an int of "
+                f"milliseconds since the epoch, got {ts!r} from {tup.origin.component!r}"
+            )
+        return ts

@@ -1,0 +1,170 @@
+"""A windowed bolt's windows in its task's state, written incrementally.
+
+A checkpoint writes what changed since the last one, not the whole window
+(Storm's ``PersistentWindowedBoltExecutor`` and Flink's window state keep a
+window's tuples in the state store the same way):
+
+* the tuples the window core took since the last checkpoint, once, as one
+  *chunk* under a key of its own (``$window/<n>``), columns of JSON: the
+  distinct origins, then ``[ts, seq, origin, values]`` per tuple;
+* the chunks whose tuples the core holds none of any more (every one is
+  before :meth:`~statestream._windowing.TimeOrder.keep`) deleted;
+* the core without its tuples (:meth:`~statestream._windowing.TimeOrder.state`,
+  a few numbers: which of the stored tuples it holds), the watermark's
+  channels and the list of live chunks, under ``$window``.
+
+A restore reads ``$window``, then its chunks, and rebuilds the core from them.
+The keys, their values and every write go through the task's state, so they
+are prepared and committed (or rolled back) with the rest of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from ._errors import SerializationError, caused_by
+from ._tuple import Origin, Tuple
+from ._windowing import Event, TimeOrder, Watermarks, order_key
+
+__all__ = ["WINDOW_KEY", "WindowStore", "is_window_key"]
+
+#: The key of the window's own state in the task's state (hidden from the user's);
+#: its chunks are under ``WINDOW_KEY + "/" + n``.
+WINDOW_KEY = "$window"
+_CHUNK = WINDOW_KEY + "/"
+
+
+def is_window_key(key: Any) -> bool:
+    """Whether ``key`` is one of the window's own state keys."""
+    return isinstance(key, str) and (key == WINDOW_KEY or key.startswith(_CHUNK))
+
+
+def encode_chunk(events: list[Event]) -> str:
+    """Tuples held (their payloads are :class:`Tuple`) as one JSON text."""
+    origins: dict[int, int] = {}
+    described: list[list[Any]] = []
+    rows: list[list[Any]] = []
+    for e in events:
+        t: Tuple = e.payload
+        o = t.origin
+        i = origins.get(id(o))
+        if i is None:
+            i = origins[id(o)] = len(described)
+            described.append([o.component, o.task, o.task_index, o.stream])
+        rows.append([e.ts, e.seq, i, t.values])
+    return orjson.dumps({"o": described, "e": rows}).decode()
+
+
+def decode_chunk(text: str, origin: Callable[[str, int, int, str], Origin]) -> list[Event]:
+    """The tuples :func:`encode_chunk` wrote, each rebuilt with ``origin(component,
+    task, task_index, stream)``."""
+    chunk = orjson.loads(text)
+    origins = [origin(c, t, i, s) for c, t, i, s in chunk["o"]]
+    return [Event(ts, seq, Tuple(values, origins[o])) for ts, seq, o, values in chunk["e"]]
+
+
+class WindowStore:
+    """Which chunks of one task's windows are in its state, and the writes of a
+    checkpoint (see the module's docstring)."""
+
+    def __init__(self, component: str) -> None:
+        self.component = component
+        self.chunks: dict[int, tuple[int, int]] = {}  # chunk -> its greatest (ts, seq)
+        self.next_chunk = 0
+
+    def save(self, state: Any, core: TimeOrder, marks: Watermarks) -> None:
+        """Put what changed since the last save into ``state`` (before a PREPARE)."""
+        keep = core.keep()
+        # Only what is still held: a tuple taken and gone since the last save is not stored.
+        taken = core.take_fresh()
+        fresh = [] if keep is None else [e for e in taken if order_key(e) >= keep]
+        if fresh:
+            n = self.next_chunk
+            self.next_chunk += 1
+            try:
+                state.put(_CHUNK + str(n), encode_chunk(fresh))
+            except TypeError as exc:
+                raise caused_by(
+                    SerializationError(
+                        f"windowed bolt {self.component!r}: a tuple held in its window cannot "
+                        f"be stored as JSON ({exc}); emit JSON values (numbers, strings, lists, "
+                        "dicts with string keys) to a windowed bolt"
+                    ),
+                    exc,
+                ) from exc
+            self.chunks[n] = max(order_key(e) for e in fresh)
+        for n in [n for n, top in self.chunks.items() if keep is None or top < keep]:
+            state.delete(_CHUNK + str(n))
+            del self.chunks[n]
+        meta = {
+            "core": core.state(),
+            "marks": [[c, t, s, ts] for (c, t, s), ts in marks.latest.items()],
+            "chunks": [[n, ts, seq] for n, (ts, seq) in self.chunks.items()],
+            "next": self.next_chunk,
+        }
+        state.put(WINDOW_KEY, orjson.dumps(meta).decode())
+
+    def load(
+        self,
+        state: Any,
+        core: TimeOrder,
+        marks: Watermarks,
+        origin: Callable[[str, int, int, str], Origin],
+    ) -> bool:
+        """Rebuild ``core`` and ``marks`` from ``state``; False if it holds no windows."""
+        text = state.get(WINDOW_KEY)
+        self.chunks, self.next_chunk = {}, 0
+        if text is None:
+            return False
+        meta = orjson.loads(text)
+        if "chunks" not in meta:  # an older statestream's: the core names the fix
+            core.rebuild(meta["core"], [])
+        self.chunks = {n: (ts, seq) for n, ts, seq in meta["chunks"]}
+        self.next_chunk = int(meta["next"])
+        core.rebuild(meta["core"], self._events(state, origin))
+        marks.latest = {(c, t, s): ts for c, t, s, ts in meta["marks"]}
+        marks.current = core.watermark
+        return True
+
+    def _events(
+        self, state: Any, origin: Callable[[str, int, int, str], Origin]
+    ) -> Iterable[Event]:
+        for n in self.chunks:
+            yield from decode_chunk(state.get(_CHUNK + str(n)), origin)
+
+
+def read_stored(
+    state: Any, origin: Callable[[str, int, int, str], Origin]
+) -> tuple[dict[str, Any], list[list[Any]], list[Event]] | None:
+    """A task's stored windows as they are (its core's state, the channels' latest
+    timestamps and every stored tuple), None if it has none."""
+    text = state.get(WINDOW_KEY)
+    if text is None:
+        return None
+    meta = orjson.loads(text)
+    events = [
+        e for n, _, _ in meta["chunks"] for e in decode_chunk(state.get(_CHUNK + str(n)), origin)
+    ]
+    return meta["core"], meta["marks"], events
+
+
+def stored_texts(core: dict[str, Any], marks: list[list[Any]], events: list[Event]) -> list[str]:
+    """What :func:`write_stored` puts: the ``$window`` text and one chunk's."""
+    top = max(((e.ts, e.seq) for e in events), default=(0, 0))
+    meta = {"core": core, "marks": marks, "chunks": [[0, *top]] if events else [], "next": 1}
+    return [orjson.dumps(meta).decode(), encode_chunk(events)]
+
+
+def write_stored(state: Any, texts: list[str]) -> None:
+    """Put a task's windows (:func:`stored_texts`) into ``state``, which holds none."""
+    state.put(WINDOW_KEY, texts[0])
+    state.put(_CHUNK + "0", texts[1])
+
+
+def delete_stored(state: Any) -> None:
+    """Delete every window key of ``state``."""
+    for key in [k for k in state if is_window_key(k)]:
+        state.delete(key)
