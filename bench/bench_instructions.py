@@ -52,7 +52,11 @@ start-up, imports and the fixed costs. The checkpoints are on the wall
 clock, which valgrind slows some 50 times, so a run takes more of them per
 word than a native one and the count moves a little from run to run with
 the machine's load; the table prints how many checkpoint tuples each run
-emitted. ``--seed-profile DIR`` keeps the callgrind files there
+emitted; ``--seed-set topology.state.checkpoint.interval.ms=3600000 --seed-set
+topology.message.timeout.secs=7200`` (any
+``KEY=VALUE``, repeatable, added to the runs' ``--set``) takes only the
+checkpoint at the end of the input, a count that compares two builds of the
+tuple path exactly. ``--seed-profile DIR`` keeps the callgrind files there
 (``callgrind.out.<mode>.<words>.<pid>``) for ``callgrind_annotate``.
 
 ``--python PATH`` runs the measured word count under another interpreter
@@ -355,7 +359,9 @@ def say_measured() -> None:
     print(f"measured: statestream from {Path(statestream.__file__).parent}, {_core.describe()}")
 
 
-def seed_run(python: str, words: int, exactly_once: bool, profile: str | None) -> tuple[int, int]:
+def seed_run(
+    python: str, words: int, exactly_once: bool, profile: str | None, extra: list[str]
+) -> tuple[int, int]:
     """One ``statestream run`` of examples/wordcount.py on SQLite under callgrind, every
     process counted: (instructions, checkpoint tuples emitted)."""
     from corpus import corpus_path
@@ -383,6 +389,7 @@ def seed_run(python: str, words: int, exactly_once: bool, profile: str | None) -
                 f"statestream.state.exactly.once={str(exactly_once).lower()}",
                 "--set",
                 f"wordcount.input={corpus}",
+                *(arg for kv in extra for arg in ("--set", kv)),
             ],
             cwd=work,
             capture_output=True,
@@ -399,12 +406,14 @@ def seed_run(python: str, words: int, exactly_once: bool, profile: str | None) -
     return sum(counts), int(checkpoints.group(1).replace(",", "")) if checkpoints else -1
 
 
-def seed_main(python: str, sizes: list[int], profile: str | None, cmd: str) -> None:
+def seed_main(
+    python: str, sizes: list[int], profile: str | None, extra: list[str], cmd: str
+) -> None:
     """Issue 49's per-word figure (see the module docstring, ``--seed``): print its table."""
     if profile:
         Path(profile).mkdir(parents=True, exist_ok=True)
     found = {
-        (eo, n): seed_run(python, n, eo, profile) for eo in (True, False) for n in sizes
+        (eo, n): seed_run(python, n, eo, profile, extra) for eo in (True, False) for n in sizes
     }
     print(f"command: {cmd}")
     for measured in _MEASURED:
@@ -447,6 +456,9 @@ def main() -> None:
     ap.add_argument("--seed", action="store_true", help="issue 49's figure (see the docstring)")
     ap.add_argument("--seed-words", default="10000,100000", help="the two corpus sizes, in words")
     ap.add_argument("--seed-profile", default=None, help="keep the callgrind files in this dir")
+    ap.add_argument(
+        "--seed-set", action="append", default=[], help="KEY=VALUE for the seed runs; repeatable"
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     modes = args.metrics.split(",")
@@ -496,9 +508,10 @@ def main() -> None:
         cmd = "python bench/bench_instructions.py --seed"
         if args.seed_words != "10000,100000":
             cmd += f" --seed-words {args.seed_words}"
+        cmd += "".join(f" --seed-set {kv}" for kv in args.seed_set)
         if args.python != sys.executable:
             cmd += f" --python {args.python}"
-        seed_main(python, sizes, args.seed_profile, cmd)
+        seed_main(python, sizes, args.seed_profile, args.seed_set, cmd)
         return
     totals = [
         callgrind_count(__file__, "--one", *common, "--metrics", m, python=python) for m in modes
