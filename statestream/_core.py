@@ -57,6 +57,8 @@ COMPILED_MODULES: Final = (
     "statestream._window_kinds",
     "statestream._window_store",
     "statestream._window_intake",
+    # FileSpout: its next_tuple and ack run once per line of every file read.
+    "statestream._spouts",
     # The local runtime's per-tuple path, one module per concern; compiled
     # as one group with the rest, so calls and attribute reads between them
     # stay native (the package's __init__ only re-exports, and runs as Python).

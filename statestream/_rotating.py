@@ -19,7 +19,7 @@ Not thread-safe: one owner drives it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 __all__ = ["RotatingMap"]
 
@@ -27,7 +27,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 # A private sentinel, so that ``None`` stays a storable value.
-_MISSING: object = object()
+# Final: a C static in the compiled core, where a plain global is a module-dict
+# lookup at every use (once per completed tree, in pop).
+_MISSING: Final[object] = object()
 
 
 class RotatingMap(Generic[K, V]):

@@ -7,16 +7,46 @@ import os
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
+
+from mypy_extensions import mypyc_attr
 
 from ._components import OutputFieldsDeclarer, Spout, SpoutOutputCollector, TopologyContext
 from ._config import settings_of
-from ._errors import ConfigError, SourceError
+from ._errors import ConfigError, SourceError, caused_by
 from ._folder import Folder
 
 __all__ = ["FileSpout"]
 
+# What a FileSpout pickles besides its instance dict (which the compiled class keeps
+# apart from these fields): everything but the open file, the provider state of
+# resume=True and the folder's reader, which open() makes again.
+_PICKLED: Final = (
+    "path",
+    "batch_limit",
+    "path_key",
+    "default_path",
+    "strip",
+    "encoding",
+    "errors",
+    "_offset",
+    "_next_line",
+    "_eof",
+    "_in_flight",
+    "_replay",
+    "resume",
+    "save_interval",
+    "_saved",
+    "_last_save",
+    "_task",
+    "_tasks",
+    "_path",
+)
 
+
+# Compiled with the core (statestream._core): next_tuple and ack run once per line.
+# Users subclass it (a spout that counts or gates its lines), hence the attribute.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FileSpout(Spout):
     """Emits ``(offset, line)`` for each line of a text file, with the line number as message id.
 
@@ -143,9 +173,12 @@ class FileSpout(Spout):
             codecs.lookup(self.encoding)
             codecs.lookup_error(self.errors)
         except LookupError as exc:
-            raise ConfigError(
-                f"FileSpout {context.component_id!r}: {exc} (encoding={self.encoding!r}, "
-                f"errors={self.errors!r}); errors is 'strict', 'replace', 'ignore', ..."
+            raise caused_by(
+                ConfigError(
+                    f"FileSpout {context.component_id!r}: {exc} (encoding={self.encoding!r}, "
+                    f"errors={self.errors!r}); errors is 'strict', 'replace', 'ignore', ..."
+                ),
+                None,
             ) from None
         if os.path.isdir(path):
             if self.path_key is not None and conf.get(f"{self.path_key}.batch.bytes"):
@@ -158,7 +191,9 @@ class FileSpout(Spout):
             self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         except OSError as exc:
             key = f" (set by {self.path_key})" if self.path_key else ""
-            raise ConfigError(f"cannot read the input file {path!r}{key}: {exc.strerror}") from exc
+            raise caused_by(
+                ConfigError(f"cannot read the input file {path!r}{key}: {exc.strerror}"), exc
+            ) from exc
         self._path = str(Path(path).resolve())
         if self.resume:
             self._position = context.state()
@@ -271,11 +306,14 @@ class FileSpout(Spout):
             return raw.decode(self.encoding, self.errors)
         except UnicodeDecodeError as exc:
             bad = raw[exc.start : exc.end]
-            raise SourceError(
-                f"FileSpout {self.context.component_id!r}: line {n + 1} of {self._path} is not "
-                f"{self.encoding} (byte offset {self._offset + exc.start}, {bad!r}: "
-                f"{exc.reason}); pass the file's encoding (FileSpout(..., encoding=...)) or "
-                "errors='replace' to read bad bytes as U+FFFD"
+            raise caused_by(
+                SourceError(
+                    f"FileSpout {self.context.component_id!r}: line {n + 1} of {self._path} is "
+                    f"not {self.encoding} (byte offset {self._offset + exc.start}, {bad!r}: "
+                    f"{exc.reason}); pass the file's encoding (FileSpout(..., encoding=...)) or "
+                    "errors='replace' to read bad bytes as U+FFFD"
+                ),
+                None,
             ) from None
 
     def _skip_lines(self, count: int) -> None:
@@ -404,8 +442,15 @@ class FileSpout(Spout):
             self._folder.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
+        state: dict[str, Any] = dict(getattr(self, "__dict__", {}))
+        for name in _PICKLED:
+            if hasattr(self, name):  # _path is set by open()
+                state[name] = getattr(self, name)
         state["_file"] = None  # an open file does not travel; open() reopens it
         state["_position"] = None
         state["_folder"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)

@@ -129,6 +129,10 @@ class RuntimeBase(TaskHost):
         self.checkpoints_nonstop = (
             settings.topology_state_checkpoint_interval_ms == 0 and self.standstill is None
         )
+        # A one-field grouping's target of a str value depends only on the number of
+        # target tasks: every route with that number shares one memo, so a word is
+        # hashed once in the process, not once per emitting task (Route.value_index).
+        self._memos: dict[int, dict[str, int]] = {}
         self._build()
 
     def _build(self) -> None:
@@ -203,6 +207,7 @@ class RuntimeBase(TaskHost):
                 route.key = rs.key
                 if isinstance(rs.key, int):
                     route.field = rs.key
+                    route.memo = self._memos.setdefault(route.n, {})
                 if kind == SHUFFLE:
                     # Start each emitter at a different task so that several
                     # emitters spread evenly from the first tuple on.

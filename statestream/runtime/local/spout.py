@@ -232,12 +232,15 @@ class SpoutTask(Task):
         """Deliver the completions (acks and fails) of this spout's tuples: all of
         them, or the ``most`` oldest."""
         completions = self.completions
+        if not completions:
+            return
         spout = self.spout
         untracked = self.rt.acking is None
         failures = self.retries.failures
         replaying = bool(self.book.replaying)
         left = len(completions) - most if 0 < most < len(completions) else 0
         pop = completions.popleft  # bound once: deque is not a compiled type
+        ack = spout.ack  # bound once: looked up by name, it cost a lookup per line
         timed = self.emitted_at
         while len(completions) > left:
             key, ok = pop()
@@ -260,7 +263,7 @@ class SpoutTask(Task):
                 if failures:
                     failures.pop(msg_id_key_fast(msg_id), None)
                 try:
-                    spout.ack(msg_id)
+                    ack(msg_id)
                 except Exception as exc:
                     self.report(exc, f"ack({msg_id!r})")
             else:
