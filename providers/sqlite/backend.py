@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,14 +31,15 @@ _SCAN_PAGE: Final = 1024
 # as the same BLOB. So the rows of a fold go in as bytearrays, _CHUNK
 # rows per multi-row INSERT. Stored bytes, and what reads return, are the
 # same; a process that registered adapters of its own is not touched.
-_CHUNK: Final = 256  # 513 parameters a statement, within sqlite's old limit of 999
+_CHUNK: Final = 256  # 768 parameters a statement, within sqlite's old limit of 999
 
 
 def _upsert_sql(rows: int) -> str:
-    # "?1" is the namespace, bound once; each "?" after it takes the next number.
+    # Plain "?" only, the namespace bound once a row: a numbered "?1" bound from a
+    # sequence is deprecated since Python 3.12, and an error from 3.14.
     return (
         "INSERT INTO statestream_entries (namespace, key, value) VALUES "
-        + ", ".join(["(?1, ?, ?)"] * rows)
+        + ", ".join(["(?, ?, ?)"] * rows)
         + " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
     )
 
@@ -64,8 +65,12 @@ def _upsert_entries(
         # more than the bytes compare under it.
         chunk = keys[done : done + size]
         # map() runs bytearray without an interpreted step per value.
-        rows = chain.from_iterable(zip(chunk, map(values.__getitem__, chunk), strict=True))
-        conn.execute(_UPSERT[size], [ns, *map(bytearray, rows)])  # type: ignore[arg-type]
+        rows = zip(
+            repeat(ns),
+            map(bytearray, chunk),
+            map(bytearray, map(values.__getitem__, chunk)),  # type: ignore[arg-type]
+        )
+        conn.execute(_UPSERT[size], [*chain.from_iterable(rows)])
         done += size
         left -= size
 
@@ -82,8 +87,8 @@ _FOLD_BYTES: Final = 1 * _MIB
 # A point read of the folded entries.
 _SELECT: Final = "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?"
 
-# The committed txid of a namespace, -1 without one (?1 is the namespace).
-_COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?1), -1)"
+# The committed txid of a namespace, -1 without one (its "?" is the namespace).
+_COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?), -1)"
 
 
 #: The kept merge of a namespace's committed log records (see _SQLiteBackend):
@@ -203,8 +208,8 @@ class _SQLiteBackend:
         """The namespace's committed txid, and the count and last seq of its committed records."""
         committed, count, last = conn.execute(
             f"SELECT c, count(l.seq), coalesce(max(l.seq), 0) FROM (SELECT {_COMMITTED} AS c)"
-            " LEFT JOIN statestream_log l ON l.namespace = ?1 AND l.txid <= c",
-            (self._ns,),
+            " LEFT JOIN statestream_log l ON l.namespace = ? AND l.txid <= c",
+            (self._ns, self._ns),
         ).fetchone()
         return committed, count, last
 
@@ -491,8 +496,8 @@ class _SQLiteBackend:
         before = self._db.writes.get(self._ns, 0)
         with self._db.transaction(self._ns) as conn:
             conn.execute(
-                f"DELETE FROM statestream_log WHERE namespace = ?1 AND txid > {_COMMITTED}",
-                (self._ns,),
+                f"DELETE FROM statestream_log WHERE namespace = ? AND txid > {_COMMITTED}",
+                (self._ns, self._ns),
             )
             conn.execute(
                 "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?", (self._ns,)
