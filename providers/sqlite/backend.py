@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain, repeat
+from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,16 +31,18 @@ _SCAN_PAGE: Final = 1024
 # as the same BLOB. So the rows of a fold go in as bytearrays, _CHUNK
 # rows per multi-row INSERT. Stored bytes, and what reads return, are the
 # same; a process that registered adapters of its own is not touched.
-_CHUNK: Final = 256  # 768 parameters a statement, within sqlite's old limit of 999
+_CHUNK: Final = 256  # 513 parameters a statement, within sqlite's old limit of 999
 
 
 def _upsert_sql(rows: int) -> str:
-    # Plain "?" only, the namespace bound once a row: a numbered "?1" bound from a
-    # sequence is deprecated since Python 3.12, and an error from 3.14.
+    # The namespace bound once, as the statement's first "?" (a numbered "?1"
+    # bound from a sequence is deprecated since Python 3.12, an error from 3.14;
+    # binding it again a row costs 13% more instructions a row). "WHERE true"
+    # keeps ON CONFLICT from being read as a join's constraint.
     return (
-        "INSERT INTO statestream_entries (namespace, key, value) VALUES "
-        + ", ".join(["(?, ?, ?)"] * rows)
-        + " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
+        "INSERT INTO statestream_entries (namespace, key, value) SELECT ?, column1, column2 "
+        "FROM (VALUES " + ", ".join(["(?, ?)"] * rows) + ") WHERE true"
+        " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
     )
 
 
@@ -65,12 +67,8 @@ def _upsert_entries(
         # more than the bytes compare under it.
         chunk = keys[done : done + size]
         # map() runs bytearray without an interpreted step per value.
-        rows = zip(
-            repeat(ns),
-            map(bytearray, chunk),
-            map(bytearray, map(values.__getitem__, chunk)),  # type: ignore[arg-type]
-        )
-        conn.execute(_UPSERT[size], [*chain.from_iterable(rows)])
+        rows = chain.from_iterable(zip(chunk, map(values.__getitem__, chunk), strict=True))
+        conn.execute(_UPSERT[size], [ns, *map(bytearray, rows)])  # type: ignore[arg-type]
         done += size
         left -= size
 
