@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from statestream import _core
 from statestream._core import COMPILED_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,3 +116,26 @@ def test_wheel_tags_reads_every_tag_of_the_wheel_metadata() -> None:
         "Tag: cp312-cp312-manylinux_2_17_x86_64\nTag: cp312-cp312-manylinux2014_x86_64\n"
     )
     assert TOOL.wheel_tags(metadata) == MANYLINUX
+
+
+WHY_NOT_BUILT = {
+    "a checkout": (True, None, "the compiled core is not built (pip install -e . builds it"),
+    "the pure-Python wheel": (
+        False,
+        {"core": "python", "sources": {}},
+        "this install is the pure-Python wheel (py3-none-any",
+    ),
+    "a failed build": (False, None, "the compiled core is not built in this install (it was"),
+    "a record of a compiled build without its extensions": (
+        False,
+        {"core": "compiled", "sources": {}},
+        "the compiled core is not built in this install (it was",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", WHY_NOT_BUILT)
+def test_why_the_core_is_not_built_tells_the_pure_wheel_from_a_failed_build(case: str) -> None:
+    # What the start-up line says: the pure wheel is a choice, not a failure to fix.
+    checkout, record, said = WHY_NOT_BUILT[case]
+    assert _core._why_not_built(checkout, record).startswith(said)
