@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,9 +65,19 @@ def _clear(package: Path) -> None:
     package folder), so that a module no longer compiled, or a failed build,
     leaves no machine code to load."""
     (package / BUILD_INFO_NAME).unlink(missing_ok=True)
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        for old in package.rglob(f"*{suffix}"):
+    for old in package.rglob("*.so"):
+        if _loadable(old.name):
             old.unlink()
+
+
+def _loadable(name: str) -> bool:
+    """Whether this interpreter would load the extension file ``name``: another
+    Python version's build (``x.cpython-312-...so`` seen from 3.11) stays, so that
+    the checkout can hold one compiled core per version (.ci/run's passes)."""
+    return any(
+        name.endswith(suffix) and "." not in name[: -len(suffix)]
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    )
 
 
 class OptionalBuildExt(build_ext):
@@ -94,10 +105,25 @@ class OptionalBuildExt(build_ext):
             return
         # The digests of the sources the extensions were built from: build_py
         # copies them unchanged, so they are the installed .py files' too.
-        record = json.dumps({"sources": CORE.source_digests()}, indent=1) + "\n"
+        record = _record("compiled")
         for package in targets:
             if package.is_dir():
                 (package / BUILD_INFO_NAME).write_text(record)
+
+
+def _record(core: str) -> str:
+    return json.dumps({"core": core, "sources": CORE.source_digests()}, indent=1) + "\n"
+
+
+class PurePy(build_py):
+    """build_py that marks a build without the compiled core (STATESTREAM_BUILD_CORE=0,
+    the py3-none-any wheel), so that the installed package says it is the
+    pure-Python wheel rather than a failed build."""
+
+    def run(self) -> None:
+        super().run()
+        if not BUILD_CORE and not self.editable_mode:
+            (Path(self.build_lib) / "statestream" / BUILD_INFO_NAME).write_text(_record("python"))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -119,8 +145,13 @@ def _metadata_only(argv: list[str]) -> bool:
     return command in _METADATA_ONLY
 
 
+# STATESTREAM_BUILD_CORE=0 builds without the compiled core: with no extension
+# modules, the wheel is pure Python, tagged py3-none-any (tools/build_release.py).
+BUILD_CORE: Final = os.environ.get("STATESTREAM_BUILD_CORE", "1") != "0"
+
+
 def ext_modules() -> list[Any]:
-    if os.environ.get("STATESTREAM_BUILD_CORE", "1") == "0":
+    if not BUILD_CORE:
         return []
     if _metadata_only(sys.argv):
         return []
@@ -144,4 +175,4 @@ def ext_modules() -> list[Any]:
         return []
 
 
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt, "build_py": PurePy})

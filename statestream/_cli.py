@@ -164,8 +164,10 @@ def run(
     ui: str | None,
     verbose: bool,
 ) -> None:
-    """Run TOPOLOGY: a .py file (its `topology` attribute) or module:attribute,
-    naming a Topology or a function returning one.
+    """Run TOPOLOGY: a .py file or a module (its `topology` attribute), or
+    FILE:attribute or module:attribute, naming a Topology or a function
+    returning one. `statestream run statestream.examples.wordcount --until-idle`
+    runs the word count that ships with the package.
 
     Exit codes: 0 finished cleanly; 1 the run failed; 2 a usage or config
     mistake; 3 finished, but components reported errors or messages were

@@ -141,6 +141,32 @@ def _extension_built(module: str) -> bool:
     )
 
 
+def _build_record() -> dict[str, object] | None:
+    """The build record beside the package (``_build_info.json``), if it reads."""
+    try:
+        record = json.loads((_PACKAGE_DIR / BUILD_INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _why_not_built(checkout: bool, record: dict[str, object] | None) -> str:
+    """Why the compiled core is missing, and what to do, for a checkout or an install
+    (the pure-Python wheel records ``"core": "python"``: a choice, not a failure)."""
+    if checkout:
+        return "the compiled core is not built (pip install -e . builds it with gcc)"
+    if record is not None and record.get("core") == "python":
+        return (
+            "this install is the pure-Python wheel (py3-none-any; no compiled wheel fits "
+            "this platform): pip install --no-binary statestream statestream builds the "
+            "compiled core where gcc is installed"
+        )
+    return (
+        "the compiled core is not built in this install (it was built without a C "
+        "compiler: reinstall it where gcc is installed, or from a wheel that carries it)"
+    )
+
+
 def _why_pure() -> str | None:
     """None if the compiled core can be used, else why not (one phrase)."""
     choice = os.environ.get(ENV_VAR, "").strip().lower()
@@ -154,18 +180,11 @@ def _why_pure() -> str | None:
     why: str | None = None
     checkout = in_checkout()
     missing = [m for m in COMPILED_MODULES if not _extension_built(m)]
+    record = _build_record()
     if missing:
-        why = (
-            "the compiled core is not built (pip install -e . builds it with gcc)"
-            if checkout
-            else "the compiled core is not built in this install (it was built without a C "
-            "compiler: reinstall it where gcc is installed, or from a wheel that carries it)"
-        )
+        why = _why_not_built(checkout, record)
     else:
-        try:
-            recorded = json.loads((_PACKAGE_DIR / BUILD_INFO).read_text())["sources"]
-        except (OSError, ValueError, KeyError, TypeError):
-            recorded = None
+        recorded = record.get("sources") if record is not None else None
         if recorded is None and not checkout:
             why = (
                 f"this install has the compiled core but no {BUILD_INFO} to check it against "

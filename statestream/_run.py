@@ -42,8 +42,18 @@ def _import_path(path: Path) -> Any:
     return module
 
 
+def _module_found(name: str) -> bool:
+    """Whether ``name`` is an importable module (its parent packages are imported)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ModuleNotFoundError, ValueError):  # a parent package is missing; not a name ('.x')
+        return False
+
+
 def load_topology(target: str) -> Topology:
-    """The topology named by ``target``: ``path/to/file.py[:attr]`` or ``package.module:attr``.
+    """The topology named by ``target``: ``path/to/file.py[:attr]`` or
+    ``package.module[:attr]`` (an installed module, such as
+    ``statestream.examples.wordcount``).
 
     ``attr`` (default ``topology``) is a :class:`Topology` or a function of no
     arguments returning one.
@@ -56,14 +66,15 @@ def load_topology(target: str) -> Topology:
         module = _import_path(path)
         what, main = f"topology file {spec!r}", path
     else:
-        if not attr:
-            raise TopologyError(
-                f"{target!r} is neither a .py file nor 'module:attribute'; "
-                "e.g. examples/wordcount.py or mypkg.flows:topology"
-            )
         # A module's frames are named with their file, the module's own included.
         what, main = f"topology module {spec!r}", None
         with user_code(what):
+            if not _module_found(spec):
+                raise TopologyError(
+                    f"{target!r} is neither a .py file nor an importable module; e.g. "
+                    "examples/wordcount.py, statestream.examples.wordcount or "
+                    "mypkg.flows:topology"
+                )
             module = importlib.import_module(spec)
     attr = attr or "topology"
     obj = getattr(module, attr, None)

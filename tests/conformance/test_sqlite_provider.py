@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from sqlite_files import sqlite_file
 
 from statestream._errors import ConfigError, ProviderUnavailableError, StateCorruptError
 from statestream._registry import open_provider
@@ -35,7 +36,7 @@ def test_creates_parent_directories_lazily_and_uses_wal(tmp_path: Path) -> None:
         assert not path.parent.exists(), "opening a provider touches nothing"
         _commit_one(provider)
         assert path.exists()
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -64,12 +65,12 @@ def test_a_file_that_is_not_sqlite_is_corrupt(tmp_path: Path, content: bytes) ->
 
 def test_another_applications_database_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
         conn.execute("INSERT INTO users (name) VALUES ('ada')")
     with _open(path) as provider, pytest.raises(StateCorruptError, match="another application"):
         provider.get_state("count-0").committed_txid  # noqa: B018 - the read is the test
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         assert conn.execute("SELECT name FROM users").fetchall() == [("ada",)]
 
 
@@ -285,7 +286,7 @@ def test_a_large_delta_commits_in_one_transaction(tmp_path: Path) -> None:
 
 
 def _log_records(path: Path, namespace: str) -> int:
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         (count,) = conn.execute(
             "SELECT count(*) FROM statestream_log WHERE namespace = ?", (namespace,)
         ).fetchone()
@@ -334,7 +335,7 @@ def test_committed_records_fold_into_the_entries(tmp_path: Path) -> None:
         assert dict(state.items()) == expected
         provider.compact()
         assert _log_records(path, "count-0") == 0
-        with sqlite3.connect(path) as conn:
+        with sqlite_file(path) as conn:
             rows = conn.execute(
                 "SELECT key, value FROM statestream_entries WHERE namespace = 'count-0'"
             ).fetchall()
@@ -400,7 +401,7 @@ def test_a_damaged_log_record_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with _open(path) as provider:
         _commit_one(provider)
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         conn.execute("UPDATE statestream_log SET delta = substr(delta, 1, 9)")
     with _open(path) as provider, pytest.raises(StateCorruptError, match="log record"):
         provider.get_state("count-0").get("k")
@@ -463,7 +464,7 @@ def test_a_schema_1_file_is_upgraded_in_place(tmp_path: Path, outcome: str) -> N
             state.commit(4)
         else:
             state.rollback()
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "statestream_prepared" not in tables
@@ -501,7 +502,7 @@ def test_deferred_puts_go_to_the_log_unencoded(tmp_path: Path) -> None:
         state.put("gone", 4)
         state.delete("gone")
         state.prepare_commit(0)
-        with sqlite3.connect(path) as conn:
+        with sqlite_file(path) as conn:
             (record,) = conn.execute("SELECT delta FROM statestream_log").fetchone()
         assert record[:4] == b"SSj1" and b'{"plain":1}' in record
         assert state.get("plain") == 1 and dict(state.items())["plain"] == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlite_files import sqlite_file
 
 from statestream._state import CommitOutcome, StateProvider
 from statestream_providers.sqlite import SQLiteStateProvider
@@ -95,7 +96,7 @@ def test_sqlite_stores_blobs_and_registers_no_adapter(tmp_path: Path) -> None:
         backend.commit_direct([(b"\x00", b""), (b"a\x00b", None)])
         provider.compact()  # the committed log records into statestream_entries
     assert sqlite3.adapters == adapters, "no adapter registered for the whole process"
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         rows = conn.execute(
             "SELECT key, value, typeof(key), typeof(value) FROM statestream_entries"
             " WHERE namespace = 'bytes-2' ORDER BY key"

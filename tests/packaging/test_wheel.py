@@ -5,8 +5,13 @@ A wheel must carry the compiled core and its build record, so that the
 installed package runs it (before, the record stayed in the source tree and
 every wheel ran pure Python); a sdist installed where no C compiler works
 must install all the same and run the pure-Python core, saying so in one
-line. Both build with mypyc in pip's isolated build environment and install
-the dependencies from the package index: minutes, hence ``slow``.
+line; the pure-Python wheel (``STATESTREAM_BUILD_CORE=0``) is tagged
+``py3-none-any`` and says what it is. Every one carries the license and runs
+the quick start from the package, ``statestream run
+statestream.examples.wordcount``, from an empty folder. They build with mypyc
+in pip's isolated build environment and install the dependencies from the
+package index: minutes, hence ``slow``. ``tools/build_release.py`` builds the
+release itself (manylinux wheels, twine check).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
+PACKAGED_CORPUS = ROOT / "statestream" / "examples" / "corpus.txt"
 CORPUS = "the cat sat\nthe dog sat\nthe end\n"
 COUNTS = {"the": 3, "cat": 1, "sat": 2, "dog": 1, "end": 1}
 
@@ -107,6 +116,31 @@ def _count_words(statestream: Path, folder: Path) -> subprocess.CompletedProcess
     return proc
 
 
+def _count_packaged_words(statestream: Path, folder: Path) -> subprocess.CompletedProcess[str]:
+    """The quick start from the package: the word count and its corpus as installed."""
+    proc = _run(
+        [statestream, "run", "statestream.examples.wordcount", "--until-idle",
+         "--set", "wordcount.output=packaged.jsonl"],
+        folder,
+    )  # fmt: skip
+    rows = [json.loads(line) for line in (folder / "packaged.jsonl").read_text().splitlines()]
+    expected = Counter(PACKAGED_CORPUS.read_text("utf-8").split())
+    assert Counter({row["word"]: row["count"] for row in rows}) == expected
+    return proc
+
+
+def _licensed_wheel(wheel: Path) -> list[str]:
+    """The wheel's file names, once its metadata says Apache-2.0 and it carries LICENSE."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        text = zf.read(metadata).decode()
+    assert "License-Expression: Apache-2.0" in text.splitlines(), text[:800]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    assert "statestream/examples/corpus.txt" in names
+    return names
+
+
 def _probe(python: Path, folder: Path) -> dict[str, object]:
     out: dict[str, object] = json.loads(_run([python, "-c", PROBE], folder).stdout)
     return out
@@ -118,6 +152,7 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(
     dist = tmp_path / "dist"
     _run([builder, "-m", "build", "--wheel", "--outdir", dist, source], tmp_path)
     (wheel,) = dist.glob("statestream-*.whl")
+    _licensed_wheel(wheel)
     python = _venv(tmp_path / "venv", wheel)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -130,6 +165,33 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_compiled_core(
     assert isinstance(files, dict) and all(f.endswith(".so") for f in files.values()), files
     proc = _count_words(tmp_path / "venv" / "bin" / "statestream", empty)
     assert "with the compiled core (mypyc)" in proc.stderr, proc.stderr
+    (empty / "wordcount.py").unlink()
+    (empty / "corpus.txt").unlink()
+    proc = _count_packaged_words(tmp_path / "venv" / "bin" / "statestream", empty)
+    assert "with the compiled core (mypyc)" in proc.stderr, proc.stderr
+
+
+def test_the_pure_python_wheel_is_py3_none_any_and_says_what_it_is(
+    source: Path, builder: Path, tmp_path: Path
+) -> None:
+    dist = tmp_path / "dist"
+    build_env = _env(STATESTREAM_BUILD_CORE="0")
+    _run([builder, "-m", "build", "--wheel", "--outdir", dist, source], tmp_path, build_env)
+    (wheel,) = dist.glob("statestream-*.whl")
+    assert wheel.name == "statestream-0.1.0-py3-none-any.whl"
+    names = _licensed_wheel(wheel)
+    assert not [n for n in names if n.endswith(".so")], names
+    python = _venv(tmp_path / "venv", wheel)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = _probe(python, empty)
+    assert out["compiled"] is False
+    describe = str(out["describe"])
+    assert describe.startswith("pure-Python core, because this install is the pure-Python "
+                               "wheel (py3-none-any"), describe  # fmt: skip
+    proc = _count_packaged_words(tmp_path / "venv" / "bin" / "statestream", empty)
+    said = [line for line in proc.stderr.splitlines() if "core" in line]
+    assert len(said) == 1 and describe in said[0], proc.stderr
 
 
 def test_a_sdist_installed_without_a_compiler_runs_the_pure_core_saying_so_once(
@@ -138,6 +200,9 @@ def test_a_sdist_installed_without_a_compiler_runs_the_pure_core_saying_so_once(
     dist = tmp_path / "dist"
     _run([builder, "-m", "build", "--sdist", "--outdir", dist, source], tmp_path)
     (sdist,) = dist.glob("statestream-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        members = {m.name.partition("/")[2] for m in tar.getmembers()}
+    assert {"LICENSE", "statestream/examples/corpus.txt"} <= members
     # mypyc translates the core to C, then the compiler fails on the first file.
     python = _venv(tmp_path / "venv", sdist, env=_env(CC="/bin/false"))
     empty = tmp_path / "empty"

@@ -677,7 +677,9 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(frozen_before: bool) 
         # process had frozen its own objects: that freeze is left alone).
         assert seen and all(t[0] >= 50_000 for t, _ in seen)
         assert all(n > 0 for _, n in seen)
-        if frozen_before:
+        # CPython 3.12 starts with objects of its own frozen (375 on 3.12.1; 0 on
+        # 3.11 and 3.13): the runtime cannot tell them from an application's.
+        if frozen_before or frozen:
             # Left alone: not frozen again (which would add every object made
             # since). Frozen objects that die leave the count, so it may drop.
             assert all(n <= frozen for _, n in seen)

@@ -421,7 +421,14 @@ class LocalRuntime(RuntimeBase):
     def run(self, until_idle: bool = False, duration: float | None = None) -> RunResult:
         """Run until stopped, until ``duration`` seconds pass, or (``until_idle``) until
         every spout is exhausted and nothing is in flight. Closes the tasks at the end."""
-        self.open()
+        try:
+            self.open()
+        except BaseException:
+            # A run refused at its start (a changed parallelism, a crash in the
+            # rescale) leaves no connection to its store open (unclosed, a
+            # ResourceWarning from Python 3.13 on). The claim went already.
+            self.store.close()
+            raise
         clock = self.clock
         start = self.begin_run()
         deadline = start + duration if duration is not None else None
