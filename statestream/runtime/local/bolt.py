@@ -6,19 +6,26 @@ import heapq
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from ..._components import Bolt, task_namespace
-from ..._errors import FailedException, ReliabilityError
+from ..._errors import FailedException, ReliabilityError, StatestreamError
 from ..._executors import CheckpointTupleForwarder, StatefulBoltExecutor
+from ..._kvprefetch import ReadAheadJudge, key_guess
 from ..._kvstate import StoredKeyValueState
 from ..._results import TaskMetrics
+from ..._stateful import CHECKPOINT_STREAM
 from ..._topology import ComponentSpec
 from ..._tuple import Origin, Tuple
 from .tasks import FIELDS1, SHUFFLE, Route, Task
 
 if TYPE_CHECKING:
     from .host import TaskHost
+
+
+#: Tuples of the inbox whose keys a drain reads ahead (statestream._kvprefetch).
+READ_AHEAD = 8192
 
 
 class BoltTask(Task):
@@ -64,6 +71,20 @@ class BoltTask(Task):
         self.parked: list[tuple[float, int, int, Tuple]] = []  # (due, seq, failures, tuple)
         self.parked_seq = 0
         self.dead_lettered = 0
+        # A stateful task reads the keys of its inbox from the store in one call
+        # before a drain executes them (statestream._kvprefetch): the guess of a
+        # tuple's key, None without one; the judge turns it off when it misses.
+        self.key_of: Callable[[Tuple], Any] | None = None
+        if self.stateful:
+            inputs = [
+                (sub.source, sub.stream, sub.grouping.kind, sub.grouping.fields)
+                for sub in spec.inputs
+                if sub.stream != CHECKPOINT_STREAM
+            ]
+            bolt = getattr(self.executor, "bolt", None)
+            self.key_of = key_guess(getattr(bolt, "state_key", None), inputs)
+        self.judge = ReadAheadJudge()
+        self.ahead_fetched = 0
 
     def metrics(self) -> TaskMetrics:
         m = super().metrics()
@@ -389,6 +410,10 @@ class BoltTask(Task):
         if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
             before = self.executed
             failed = self.failed
+            ahead: StoredKeyValueState | None = None
+            if self.key_of is not None:
+                ahead = self._read_ahead()
+                reads = 0 if ahead is None else ahead.store_reads
             sample = self.sample_in - 1
             if sample:
                 self.sample_in = sample
@@ -399,6 +424,8 @@ class BoltTask(Task):
             else:
                 self.sample_in = self.sample_every
                 self._timed_drain(before)
+            if ahead is not None:
+                self._judge_read_ahead(ahead, ahead.store_reads - reads)
             if self.failed != failed:
                 self.rt.judge_failures(self, before)
             # A bolt blocked by a full downstream queue did nothing: saying so
@@ -407,6 +434,32 @@ class BoltTask(Task):
         if self.last_root:
             self._fold_ack()
         return did
+
+    def _read_ahead(self) -> StoredKeyValueState | None:
+        """Read the keys the inbox's tuples will read from the store, in one call
+        (statestream._kvprefetch); the state if any were read, else None."""
+        state = getattr(self.executor, "state", None)
+        key_of = self.key_of
+        if type(state) is not StoredKeyValueState or key_of is None:
+            return None
+        try:
+            # Lazily: a state read whole takes none of the inbox's keys.
+            fetched = state.prefetch(map(key_of, islice(self.inbox, READ_AHEAD)))
+        except StatestreamError:  # the store's: the tuples' own reads meet it where they can
+            return None
+        except Exception:  # a guess that cannot read a tuple: no read-ahead
+            self.key_of = None
+            return None
+        self.ahead_fetched = fetched
+        return state if fetched else None
+
+    def _judge_read_ahead(self, state: StoredKeyValueState, missed: int) -> None:
+        """After a drain that read ahead: read-ahead off for good when the drain's own
+        misses say the guess is wrong (statestream._kvprefetch.ReadAheadJudge)."""
+        judge = self.judge
+        judge.drained(self.ahead_fetched, missed)
+        if not judge.on:
+            self.key_of = None
 
     def _timed_drain(self, before: int) -> None:
         """A sampled drain: its time and tuples go to the task's timing record, and
