@@ -109,8 +109,7 @@ def _select_entries(
             size >>= 1
         # bytearrays: bound without the adaptation step a bytes pays (see _CHUNK).
         chunk = map(bytearray, keys[done : done + size])
-        for key, value in conn.execute(_SELECT_MANY[size], [ns, *chunk]):
-            found[bytes(key)] = bytes(value)
+        found.update(conn.execute(_SELECT_MANY[size], [ns, *chunk]))  # BLOBs read as bytes
         done += size
         left -= size
     return found
