@@ -28,35 +28,70 @@ from typing import Any, Final
 
 from ._tuple import Tuple
 
-#: Keys read ahead before the judge decides, and at each later look.
+#: Keys read ahead or missed before the judge decides, and at each later look.
 JUDGE_WINDOW: Final = 2048
 #: A window whose drains still missed more than this share of the keys read ahead
 #: means the guess is wrong: read-ahead stops for the task.
 WRONG_SHARE: Final = 0.5
+#: A drain that read nothing ahead and missed nothing (every key cached, or new:
+#: the state's filter answers a first sight) skips read-ahead for the next drain,
+#: then twice as many after each such drain again, up to this many; a skipped
+#: drain that misses this many keys or more takes it up again at once.
+MOST_QUIET: Final = 64
+WAKE_MISSES: Final = 8
 
 
 class ReadAheadJudge:
-    """Whether a task's read-ahead pays, from what its drains read.
+    """Whether a task's drains read ahead, from what they read.
 
-    :meth:`drained` after each drain that read keys ahead: ``fetched``, the
-    keys it read ahead; ``missed``, the keys the drain then read one at a time
-    (what it would have read anyway). A right guess leaves ``missed`` near 0
-    (the tuples' reads hit the cache); a wrong one leaves it near the tuples'
-    own misses. Over windows of :data:`JUDGE_WINDOW` keys read ahead, a share
-    of misses above :data:`WRONG_SHARE` turns it off for good (:attr:`on`).
+    :meth:`wants` before a drain: whether it reads ahead. :meth:`drained`
+    after it: ``ahead``, whether it did; ``fetched``, the keys it read ahead;
+    ``missed``, the keys the drain then read one at a time.
+
+    * A wrong guess: a right one leaves ``missed`` near 0 (the tuples' reads
+      hit the cache), a wrong one near the tuples' own misses. Over windows of
+      :data:`JUDGE_WINDOW` keys read ahead or missed, more misses than
+      :data:`WRONG_SHARE` of the keys read ahead turn read-ahead off for good
+      (:attr:`on`).
+    * A drain with nothing to read (``fetched`` and ``missed`` 0) costs the
+      guess of every tuple's key for nothing: the next drains skip
+      read-ahead, 1, 2, 4 ... up to :data:`MOST_QUIET` of them, until a
+      skipped drain misses :data:`WAKE_MISSES` keys or more.
     """
 
-    __slots__ = ("fetched", "missed", "on")
+    __slots__ = ("fetched", "missed", "on", "quiet", "skip")
 
     def __init__(self) -> None:
         self.on = True
         self.fetched = 0
         self.missed = 0
+        self.quiet = 0  # drains skipped after the last quiet drain
+        self.skip = 0  # drains still to skip
 
-    def drained(self, fetched: int, missed: int) -> None:
+    def wants(self) -> bool:
+        """Whether the next drain reads ahead (False while read-ahead is off, or
+        while drains are skipped after a quiet one)."""
+        if not self.on:
+            return False
+        if self.skip:
+            self.skip -= 1
+            return False
+        return True
+
+    def drained(self, ahead: bool, fetched: int, missed: int) -> None:
+        if not ahead:
+            if missed >= WAKE_MISSES:
+                self.skip = self.quiet = 0  # reads again: read ahead again at once
+            return
+        if fetched == 0 and missed == 0:
+            self.skip = self.quiet = min(MOST_QUIET, 2 * self.quiet or 1)
+            return
+        self.quiet = 0
         self.fetched += fetched
         self.missed += missed
-        if self.fetched >= JUDGE_WINDOW:
+        # Misses count too: a guess whose keys the filter answers (new keys, never
+        # read) fetches nothing while the tuples' real keys miss.
+        if self.fetched + self.missed >= JUDGE_WINDOW:
             if self.missed > WRONG_SHARE * self.fetched:
                 self.on = False
             self.fetched = self.missed = 0

@@ -84,6 +84,7 @@ class BoltTask(Task):
             bolt = getattr(self.executor, "bolt", None)
             self.key_of = key_guess(getattr(bolt, "state_key", None), inputs)
         self.judge = ReadAheadJudge()
+        self.ahead = False  # whether the drain under way read ahead
         self.ahead_fetched = 0
 
     def metrics(self) -> TaskMetrics:
@@ -410,10 +411,10 @@ class BoltTask(Task):
         if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
             before = self.executed
             failed = self.failed
-            ahead: StoredKeyValueState | None = None
+            state: StoredKeyValueState | None = None
             if self.key_of is not None:
-                ahead = self._read_ahead()
-                reads = 0 if ahead is None else ahead.store_reads
+                state = self._read_ahead()
+                reads = 0 if state is None else state.store_reads
             sample = self.sample_in - 1
             if sample:
                 self.sample_in = sample
@@ -424,8 +425,8 @@ class BoltTask(Task):
             else:
                 self.sample_in = self.sample_every
                 self._timed_drain(before)
-            if ahead is not None:
-                self._judge_read_ahead(ahead, ahead.store_reads - reads)
+            if state is not None:
+                self._judge_read_ahead(state.store_reads - reads)
             if self.failed != failed:
                 self.rt.judge_failures(self, before)
             # A bolt blocked by a full downstream queue did nothing: saying so
@@ -436,28 +437,32 @@ class BoltTask(Task):
         return did
 
     def _read_ahead(self) -> StoredKeyValueState | None:
-        """Read the keys the inbox's tuples will read from the store, in one call
-        (statestream._kvprefetch); the state if any were read, else None."""
+        """Before a drain: read the keys the inbox's tuples will read from the store
+        in one call, if the judge wants it (statestream._kvprefetch); the state
+        (None if it is not a shipped provider's, or not opened yet)."""
         state = getattr(self.executor, "state", None)
         key_of = self.key_of
         if type(state) is not StoredKeyValueState or key_of is None:
             return None
+        self.ahead = False
+        if not self.judge.wants():
+            return state
         try:
             # Lazily: a state read whole takes none of the inbox's keys.
-            fetched = state.prefetch(map(key_of, islice(self.inbox, READ_AHEAD)))
+            self.ahead_fetched = state.prefetch(map(key_of, islice(self.inbox, READ_AHEAD)))
         except StatestreamError:  # the store's: the tuples' own reads meet it where they can
-            return None
+            return state
         except Exception:  # a guess that cannot read a tuple: no read-ahead
             self.key_of = None
             return None
-        self.ahead_fetched = fetched
-        return state if fetched else None
+        self.ahead = True
+        return state
 
-    def _judge_read_ahead(self, state: StoredKeyValueState, missed: int) -> None:
-        """After a drain that read ahead: read-ahead off for good when the drain's own
-        misses say the guess is wrong (statestream._kvprefetch.ReadAheadJudge)."""
+    def _judge_read_ahead(self, missed: int) -> None:
+        """After the drain: what it read ahead and then missed, to the judge, which
+        turns read-ahead off for good when the guess is wrong."""
         judge = self.judge
-        judge.drained(self.ahead_fetched, missed)
+        judge.drained(self.ahead, self.ahead_fetched if self.ahead else 0, missed)
         if not judge.on:
             self.key_of = None
 
