@@ -304,6 +304,9 @@ class StatefulBolt(Bolt):
     show it does not pay.
     """
 
+    #: Which key of the state a tuple will read, for the runtime's batched reads:
+    #: a field's name, a function of the tuple, ``False`` (none), or ``None`` (the
+    #: field every input is fields-grouped on, if there is one). See above.
     state_key: str | Callable[[Tuple], Any] | bool | None = None
 
     def init_state(self, state: KeyValueState) -> None:
