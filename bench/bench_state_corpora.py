@@ -2,6 +2,7 @@
 
     python bench/bench_state_corpora.py --tree TREE [--pairs 3] [--providers sqlite redis]
     python bench/bench_state_corpora.py --tree TREE --distinct 20000000 --providers sqlite
+    python bench/bench_state_corpora.py --tree TREE --reads [--providers sqlite redis]
 
 The documented word count (examples/wordcount.py, exactly-once, a checkpoint
 every second, ``topology.max.spout.pending: 10000`` as config/local.yaml sets
@@ -107,8 +108,13 @@ def tally_distinct(n: int):  # type: ignore[no-untyped-def]
 
 
 def run(
-    tree: Path, corpus: str, provider: str, extra: list[str] | None = None, tally=tally_counts
-) -> dict:  # type: ignore[no-untyped-def]
+    tree: Path,
+    corpus: str,
+    provider: str,
+    extra: list[str] | None = None,
+    tally=tally_counts,  # type: ignore[no-untyped-def]
+    probe: bool = False,
+) -> dict:  # type: ignore[type-arg]
     workdir = tempfile.mkdtemp(prefix="corpora-")
     prefix = f"bench-{uuid.uuid4().hex[:8]}:"
     try:
@@ -126,6 +132,9 @@ def run(
             conf = {"host": "127.0.0.1", "port": 6379, "key_prefix": prefix}
             cmd += ["--set", f"topology.state.provider.config={json.dumps(conf)}"]
         cmd += extra or []
+        if probe:  # the same command through the store-read counter (state_probe.py)
+            assert cmd[1:3] == ["-m", "statestream"]
+            cmd[1:3] = [str(HERE / "state_probe.py")]
         redis_peak = None
         if provider == "redis":
             subprocess.run(["redis-cli", "memory", "purge"], capture_output=True)
@@ -141,7 +150,9 @@ def run(
             redis_peak = int(m.group(1)) / 2**20 if m else None
         m = re.search(r"idle after ([0-9.]+) s", err)
         got, lines = tally(out)
+        p = re.search(r"state-probe: loads=(\d+) get_many=(\d+) keys=(\d+)", err)
         return {
+            "reads": tuple(int(x) for x in p.groups()) if p else None,
             "wall": wall,
             "cpu": cpu,
             "rss": rss,
@@ -161,7 +172,29 @@ def expected(corpus: str) -> collections.Counter[str]:
         return collections.Counter(f.read().split())
 
 
-def pairs(tree: Path, providers: list[str], n: int) -> None:
+def reads(tree: Path, providers: list[str], extra: list[str]) -> None:
+    """Each corpus once per provider through state_probe.py: what the states asked
+    their stores, per word, and the share of the tuples' gets the cache answered."""
+    small, large = vocab_corpus(WORDS, 10_000), vocab_corpus(WORDS, 1_000_000)
+    print(
+        "| provider | corpus | misses (load) / word | get_many calls / word | keys read ahead / "
+        "word | store round trips / word | gets hit | peak RSS MB | exact |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for provider in providers:
+        for name, corpus in (("10k", small), ("781k", large)):
+            r = run(tree, corpus, provider, extra, probe=True)
+            loads, calls, keys = r["reads"]
+            exact = r["counts"] == expected(corpus)
+            print(
+                f"| {provider} | {name} | {loads / WORDS:.4f} | {calls / WORDS:.5f} | "
+                f"{keys / WORDS:.4f} | {(loads + calls) / WORDS:.4f} | "
+                f"{1 - loads / WORDS:.1%} | {r['rss']:.0f} | {'yes' if exact else 'NO'} |",
+                flush=True,
+            )
+
+
+def pairs(tree: Path, providers: list[str], n: int, extra: list[str] | None = None) -> None:
     small, large = vocab_corpus(WORDS, 10_000), vocab_corpus(WORDS, 1_000_000)
     want = {small: expected(small), large: expected(large)}
     print(f"distinct: small {len(want[small]):,}, large {len(want[large]):,}", file=sys.stderr)
@@ -174,8 +207,8 @@ def pairs(tree: Path, providers: list[str], n: int) -> None:
     for provider in providers:
         ratios, rss_large, rss_small = [], [], []
         for i in range(n):
-            a = run(tree, small, provider)
-            b = run(tree, large, provider)
+            a = run(tree, small, provider, extra)
+            b = run(tree, large, provider, extra)
             exact = a["counts"] == want[small] and b["counts"] == want[large]
             ws_a, ws_b = WORDS / a["wall"], WORDS / b["wall"]
             ratios.append(ws_b / ws_a)
@@ -220,12 +253,17 @@ def main() -> None:
     parser.add_argument("--providers", nargs="+", default=["sqlite", "redis"])
     parser.add_argument("--distinct", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE, after the bench's")
+    parser.add_argument(
+        "--reads", action="store_true", help="count the store reads (state_probe.py), once each"
+    )
     args = parser.parse_args()
     extra = [arg for kv in args.set for arg in ("--set", kv)]
     if args.distinct:
         distinct(args.tree.resolve(), args.providers, args.distinct, extra)
+    elif args.reads:
+        reads(args.tree.resolve(), args.providers, extra)
     else:
-        pairs(args.tree.resolve(), args.providers, args.pairs)
+        pairs(args.tree.resolve(), args.providers, args.pairs, extra)
 
 
 if __name__ == "__main__":

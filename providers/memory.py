@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from statestream.provider import (
@@ -110,6 +110,11 @@ class _MemoryBackend:
     def load(self, key: bytes) -> bytes | None:
         with self._store.lock:
             return self._ns().committed.get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        with self._store.lock:
+            committed = self._ns().committed
+            return [committed.get(key) for key in keys]
 
     def scan(self) -> Iterator[tuple[bytes, bytes]]:
         # Copy under the lock so a concurrent commit cannot break the iteration;

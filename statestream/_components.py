@@ -291,7 +291,23 @@ class StatefulBolt(Bolt):
     the last committed state of this task. Acks are held by the runtime until
     the checkpoint that covers the tuple commits, so a tuple whose effect was
     not committed is replayed after a crash.
+
+    ``state_key`` says which key of the state a tuple will read, so that the
+    local runtime reads the keys of a whole batch of tuples from the store in
+    one call before executing them (one ``HMGET``, one ``SELECT ... IN``,
+    instead of a round trip per key the read cache lacks): the name of a
+    field whose value is the key, a function of the tuple returning the key,
+    or ``False`` for none. ``None`` (the default): the value of the field
+    every input is fields-grouped on, when there is one such field (a word
+    count's word); no read-ahead otherwise. It is a guess: a wrong one
+    never changes a result, and read-ahead stops once the tuples' own reads
+    show it does not pay.
     """
+
+    #: Which key of the state a tuple will read, for the runtime's batched reads:
+    #: a field's name, a function of the tuple, ``False`` (none), or ``None`` (the
+    #: field every input is fields-grouped on, if there is one). See above.
+    state_key: str | Callable[[Tuple], Any] | bool | None = None
 
     def init_state(self, state: KeyValueState) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement init_state(state)")

@@ -7,9 +7,12 @@ names keep their underscore: they are the state's internals, not an API.
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from collections.abc import Hashable
 from typing import Any, Final
+
+from statestream._errors import SerializationError, StateCorruptError
 
 
 class _Sentinel:
@@ -78,6 +81,39 @@ def _entry_bytes(key: Any, value: Any) -> int:
     return size + _object_bytes(value)
 
 
+#: Bytes a cache entry is reckoned at before one was measured: a short str
+#: key (64), a small int value (shared: 0) and the dict slot that holds them.
+_ENTRY_GUESS: Final = 112
+#: Bytes of a dict's table per entry reckoned at while the sampled dict is too
+#: small to say (24 a slot, grown by up to 3x before the table doubles).
+_SLOT_GUESS: Final = 48
+#: Entries a generation keeps at least, whatever the budget: a tiny budget
+#: must still let a checkpoint's worth of work run.
+_MIN_GENERATION: Final = 16
+#: Entries sampled to measure what one costs (see ``_kvstate.StoredKeyValueState._rotate``).
+_SAMPLE: Final = 32
+
+
+def _generation_size(sample_of: dict[Hashable, Any], budget: int) -> int:
+    """The entries a generation of the read cache holds within ``budget`` bytes (two
+    generations share it), from what an entry of ``sample_of`` takes: its key
+    and value (a sample) and its share of the dict's table."""
+    total = n = 0
+    for cache_key, value in sample_of.items():
+        total += _entry_bytes(cache_key, value)
+        n += 1
+        if n >= _SAMPLE:
+            break
+    if n == 0:
+        per_entry = _ENTRY_GUESS
+    else:
+        entries = len(sample_of)
+        # A dict's table is its own size: a small one says little about a full one.
+        slot = sys.getsizeof(sample_of) // entries if entries >= 1024 else _SLOT_GUESS
+        per_entry = total // n + slot
+    return max(_MIN_GENERATION, budget // 2 // max(1, per_entry))
+
+
 def _encoded_bytes(entries: dict[Hashable, _Entry]) -> int:
     """The bytes of the encoded keys and values of ``entries`` (a tombstone: its key)."""
     total = 0
@@ -97,3 +133,29 @@ def _plain_value(value: Any) -> bool:
         text: str = value
         return _isascii(text)  # no lone surrogates, which orjson refuses
     return t is bool or value is None
+
+
+_short_repr: Final = reprlib.Repr()
+_short_repr.maxstring = 60
+_short_repr.maxother = 60
+
+
+def _bad_key(namespace: str, key: Any, why: str) -> SerializationError:
+    """The error of a key a state cannot use, saying ``why``."""
+    return SerializationError(
+        f"state {namespace!r}: cannot use key {_short_repr.repr(key)} of type "
+        f"{type(key).__name__!r}: {why}"
+    )
+
+
+def _bad_stored_key(namespace: str, encoded: bytes) -> StateCorruptError:
+    return StateCorruptError(
+        f"state {namespace!r}: the store holds a key that is not JSON: {_short_repr.repr(encoded)}"
+    )
+
+
+def _bad_stored_value(namespace: str, key: Any, exc: Exception) -> StateCorruptError:
+    return StateCorruptError(
+        f"state {namespace!r}: the stored value of key {_short_repr.repr(key)} "
+        f"cannot be decoded ({type(exc).__name__}: {exc})"
+    )

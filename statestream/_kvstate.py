@@ -11,29 +11,26 @@ from __future__ import annotations
 
 import enum
 import math
-import reprlib
-import sys
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from statestream._errors import (
-    ProtocolViolation,
-    SerializationError,
-    StateCorruptError,
-    caused_by,
-)
+from statestream._errors import ProtocolViolation, SerializationError, caused_by
 from statestream._kventry import (
     _ABSENT,
     _MISSING,
+    _bad_key,
+    _bad_stored_key,
+    _bad_stored_value,
     _cache_key,
     _encoded_bytes,
     _Entry,
-    _entry_bytes,
+    _generation_size,
     _isascii,
     _plain_value,
+    _short_repr,
 )
 from statestream._kvfilter import KeyFilter as _KeyFilter
 from statestream._kvjournal import UndoJournal
@@ -53,10 +50,6 @@ class CommitOutcome(enum.Enum):
     NOT_PREPARED = "not-prepared"  #: no delta of that txid is prepared: nothing done
 
 
-_short_repr = reprlib.Repr()
-_short_repr.maxstring = 60
-_short_repr.maxother = 60
-
 PRELOAD_LIMIT: Final = 50_000
 """Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
 
@@ -65,18 +58,6 @@ PAGE: Final = 1024
 
 DEFAULT_CACHE_MB: Final = 32.0
 """The read cache of a process's states, MiB (``topology.state.cache.mb``)."""
-
-#: Bytes a cache entry is reckoned at before one was measured: a short str
-#: key (64), a small int value (shared: 0) and the dict slot that holds them.
-_ENTRY_GUESS: Final = 112
-#: Bytes of a dict's table per entry reckoned at while the sampled dict is too
-#: small to say (24 a slot, grown by up to 3x before the table doubles).
-_SLOT_GUESS: Final = 48
-#: Entries a generation keeps at least, whatever the budget: a tiny budget
-#: must still let a checkpoint's worth of work run.
-_MIN_GENERATION: Final = 16
-#: Entries sampled to measure what one costs (see StoredKeyValueState._rotate).
-_SAMPLE: Final = 32
 
 
 class StoredKeyValueState:
@@ -133,9 +114,12 @@ class StoredKeyValueState:
         "_prepared_bytes",
         "_prepared_txid",
         "_view",
+        "batch_reads",
         "cache_bytes",
         "namespace",
+        "prefetched",
         "preload_limit",
+        "store_reads",
     )
 
     def __init__(
@@ -170,7 +154,7 @@ class StoredKeyValueState:
         #: The bytes this state's read cache may keep (its share of
         #: ``topology.state.cache.mb``, set by its provider with resize_cache).
         self.cache_bytes = cache_bytes
-        self._generation = max(_MIN_GENERATION, cache_bytes // 2 // _ENTRY_GUESS)
+        self._generation = _generation_size({}, cache_bytes)
         # Txids are read from the store on the first protocol call, not at open.
         self._loaded = False
         self._committed_txid = -1
@@ -188,6 +172,8 @@ class StoredKeyValueState:
         self._filter: _KeyFilter | None = None
         #: Committed entries read whole on the first miss (see _preload).
         self.preload_limit = PRELOAD_LIMIT
+        #: Store reads: keys read one at a time (misses); batched reads and their keys.
+        self.store_reads = self.batch_reads = self.prefetched = 0
         # The per-tuple undo journal (start_journal, statestream._kvjournal).
         self._journaling = False
         self._journal = UndoJournal()
@@ -202,33 +188,21 @@ class StoredKeyValueState:
         try:
             encoded = b"%b" % orjson.dumps(key)  # encode_json, inlined: this is per put
         except orjson.JSONEncodeError as exc:
-            raise caused_by(
-                SerializationError(
-                    f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
-                    f"{type(key).__name__!r}: keys must be JSON scalars (str, int, float, bool, "
-                    f"None) or tuples of them ({exc})"
-                ),
-                exc,
-            ) from exc
+            why = (
+                f"keys must be JSON scalars (str, int, float, bool, None) or tuples of them ({exc})"
+            )
+            raise caused_by(_bad_key(self.namespace, key, why), exc) from exc
         cls = type(key)
         if cls is str or cls is int:
             return key, encoded
         if cls is float and not math.isfinite(key):
             # JSON would store it as null, colliding with the key None.
-            raise SerializationError(
-                f"state {self.namespace!r}: cannot use key {key!r} of type 'float': "
-                "NaN and infinities have no JSON form"
-            )
+            raise _bad_key(self.namespace, key, "NaN and infinities have no JSON form")
         try:
             hash(key)
         except TypeError as exc:
-            raise caused_by(
-                SerializationError(
-                    f"state {self.namespace!r}: cannot use key {_short_repr.repr(key)} of type "
-                    f"{type(key).__name__!r}: keys must be hashable (use a tuple, not a list)"
-                ),
-                exc,
-            ) from exc
+            why = "keys must be hashable (use a tuple, not a list)"
+            raise caused_by(_bad_key(self.namespace, key, why), exc) from exc
         return _cache_key(orjson.loads(encoded), encoded), encoded
 
     def _stored_key(self, encoded: bytes) -> tuple[Any, Hashable]:
@@ -236,26 +210,14 @@ class StoredKeyValueState:
         try:
             plain = orjson.loads(encoded)
         except orjson.JSONDecodeError as exc:
-            raise caused_by(
-                StateCorruptError(
-                    f"state {self.namespace!r}: the store holds a key that is not JSON: "
-                    f"{_short_repr.repr(encoded)}"
-                ),
-                exc,
-            ) from exc
+            raise caused_by(_bad_stored_key(self.namespace, encoded), exc) from exc
         return _freeze(plain), _cache_key(plain, encoded)
 
     def _decode_value(self, key: Any, data: bytes) -> Any:
         try:
             return self._decode(data)
         except Exception as exc:  # any serializer, any failure: the bytes are bad
-            raise caused_by(
-                StateCorruptError(
-                    f"state {self.namespace!r}: the stored value of key {_short_repr.repr(key)} "
-                    f"cannot be decoded ({type(exc).__name__}: {exc})"
-                ),
-                exc,
-            ) from exc
+            raise caused_by(_bad_stored_value(self.namespace, key, exc), exc) from exc
 
     def _load(self, key: Any, cache_key: Hashable) -> Any:
         """Read a committed value into the view (a miss in the young generation)."""
@@ -279,10 +241,76 @@ class StoredKeyValueState:
         if known is not None and not known.might_hold(cache_key):
             view[cache_key] = _ABSENT  # never stored: a new key
             return _ABSENT
+        self.store_reads += 1
         data = self._backend.load(self._key(key)[1])
         value = _ABSENT if data is None else self._decode_value(key, data)
         view[cache_key] = value
         return value
+
+    def prefetch(self, keys: Iterable[Any]) -> int:
+        """Read the committed values of those of ``keys`` the read cache lacks in one
+        call of the backend (its ``get_many``; a ``load`` a key without it), so that
+        their ``get`` is a hit. Returns the keys read from the store.
+
+        A guess: a key that cannot be a state key is skipped, never an error,
+        and a key never read costs its read only. Cached keys, keys of a state
+        read whole and keys the filter says were never stored cost no read; at
+        most half a generation is read, so the keys stay cached until read.
+        """
+        if self._complete:
+            return 0
+        if not self._preload_tried:
+            self._preload()
+            if self._complete:
+                return 0
+        view, old, plain, known = self._view, self._old, self._plain, self._filter
+        wanted: dict[Hashable, Any] = {}
+        limit = self._generation // 2
+        for key in keys:
+            cls = type(key)
+            try:
+                cache_key = key if cls is str or cls is int else self._key(key)[0]
+            except SerializationError:
+                continue  # not a key this state can hold: a wrong guess
+            if cache_key in view or cache_key in wanted or (plain and cache_key in plain):
+                continue
+            value = old.get(cache_key, _MISSING)
+            if value is not _MISSING:
+                view[cache_key] = value  # used again: back to the young generation
+            elif known is not None and not known.might_hold(cache_key):
+                view[cache_key] = _ABSENT  # never stored: a new key
+            elif len(wanted) < limit:
+                wanted[cache_key] = key
+        if len(view) + len(wanted) >= self._generation:
+            self._rotate()
+            view = self._view
+        encoded: list[bytes] = []
+        for cache_key, key in list(wanted.items()):
+            try:
+                encoded.append(self._key(key)[1])
+            except SerializationError:  # a str JSON refuses (a lone surrogate)
+                del wanted[cache_key]
+        if not encoded:
+            return 0
+        get_many = getattr(self._backend, "get_many", None)
+        if get_many is None:  # the SDK's default: a load a key
+            found: list[bytes | None] = [self._backend.load(k) for k in encoded]
+        else:
+            found = get_many(encoded)
+        self.batch_reads += 1
+        self.prefetched += len(encoded)
+        for (cache_key, key), data in zip(wanted.items(), found, strict=True):
+            view[cache_key] = _ABSENT if data is None else self._decode_value(key, data)
+        return len(encoded)
+
+    def get_many(self, keys: Iterable[Any], default: Any = None) -> list[Any]:
+        """The visible values of ``keys``, in their order (``default`` for a key
+        without one), read from the store in one batched call for those the cache
+        lacks (:meth:`prefetch`)."""
+        wanted = list(keys)
+        self.prefetch(wanted)
+        get = self.get
+        return [get(key, default) for key in wanted]
 
     def _rotate(self) -> None:
         """Drop the old generation, and make the young one old (see ``_view``).
@@ -320,27 +348,13 @@ class StoredKeyValueState:
         self._generation = max(self._generation, 2 * len(young))
 
     def _size_generation(self, sample_of: dict[Hashable, Any]) -> None:
-        """Size a generation from the budget and what an entry of ``sample_of`` takes:
-        its key and value (a sample) and its share of the dict's table."""
-        total = n = 0
-        for cache_key, value in sample_of.items():
-            total += _entry_bytes(cache_key, value)
-            n += 1
-            if n >= _SAMPLE:
-                break
-        if n == 0:
-            per_entry = _ENTRY_GUESS
-        else:
-            entries = len(sample_of)
-            # A dict's table is its own size: a small one says little about a full one.
-            slot = sys.getsizeof(sample_of) // entries if entries >= 1024 else _SLOT_GUESS
-            per_entry = total // n + slot
+        """Size a generation from the budget and what an entry of ``sample_of`` takes."""
         # The filter of stored keys is the cache's too: what it takes, the
         # generations do not (a 20M-key state's filter is 20-40 MB).
         budget = self.cache_bytes
         if self._filter is not None:
             budget -= self._filter.nbytes
-        self._generation = max(_MIN_GENERATION, budget // 2 // max(1, per_entry))
+        self._generation = _generation_size(sample_of, budget)
 
     def resize_cache(self, cache_bytes: int) -> None:
         """Let the read cache keep ``cache_bytes`` (its provider's share for it)."""

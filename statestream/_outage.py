@@ -30,7 +30,7 @@ provider and every runtime.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -219,7 +219,12 @@ class OutageGuard:
 #: The optional StateBackend methods, passed through under the guard where the
 #: backend has them (None where not: the state then does without), and whether
 #: each writes.
-_OPTIONAL: Final = (("scan_page", False), ("write_prepared_plain", True), ("key_count", False))
+_OPTIONAL: Final = (
+    ("scan_page", False),
+    ("write_prepared_plain", True),
+    ("key_count", False),
+    ("get_many", False),
+)
 
 
 class GuardedBackend:
@@ -232,13 +237,15 @@ class GuardedBackend:
     scan_page: ScanPage | None
     write_prepared_plain: Callable[..., int | None] | None
     key_count: Callable[[], int] | None
+    get_many: Callable[[Sequence[bytes]], list[bytes | None]] | None
 
     def __init__(self, backend: StateBackend, guard: OutageGuard) -> None:
         self.backend = backend
         self.guard = guard
         # Each optional method only where the backend has it: a paged scan
         # (items() falls back to scan()), the plain prepare (without it every
-        # deferred put is encoded one by one: issue 34), an O(1) key count.
+        # deferred put is encoded one by one: issue 34), an O(1) key count,
+        # the batched read (without it the state loads a key at a time).
         for name, write in _OPTIONAL:
             inner = getattr(backend, name, None)
             setattr(self, name, None if inner is None else _guarded(guard, inner, write))

@@ -270,6 +270,13 @@ class StateBackend(Protocol):
     store then reads no page of it to learn that it is too large to read
     whole.
 
+    Optional: ``get_many(keys) -> list[bytes | None]``: the committed values
+    of ``keys`` (a sequence of encoded keys, duplicates allowed), in their
+    order, None for a key not stored: what ``[load(k) for k in keys]``
+    returns, in one operation of the store (Redis ``HMGET``, one ``SELECT
+    ... IN``). The state calls it to read ahead of a batch of tuples
+    (:meth:`StoredKeyValueState.prefetch`); without it, it loops ``load``.
+
     Optional: ``scan_page(after, limit) -> (page, next)``: committed entries
     in key order, a page at a time, so that ``items()``, ``state dump`` and
     rescale read a state of any size in bounded memory. ``page`` holds the

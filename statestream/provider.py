@@ -18,7 +18,11 @@ the txid rules of the checkpoint protocol) is implemented once, in
    ``commit_direct``, ``discard_prepared``. Optional, ``scan_page``: the
    committed entries a page at a time in key order, so that ``items()``,
    ``statestream state dump`` and rescale read a state of any size in
-   bounded memory and in order (see :class:`StateBackend`). Each is one atomic operation on
+   bounded memory and in order (see :class:`StateBackend`). Optional,
+   ``get_many(keys)``: the committed values of many keys in one call of
+   the store, in their order (None where absent), which the runtime uses to
+   read the keys of a batch of tuples before executing them; without it
+   the state calls ``load`` once a key (the default). Each is one atomic operation on
    the store (a crash leaves the old or the new store, never a mix) and
    can be repeated after a failure. ``None`` as a value in a :data:`Delta`
    is a deletion. Translate the store's errors at this boundary: a store

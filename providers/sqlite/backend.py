@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
@@ -84,6 +84,39 @@ _FOLD_BYTES: Final = 1 * _MIB
 
 # A point read of the folded entries.
 _SELECT: Final = "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?"
+
+# Point reads of many keys, one statement a chunk: the first "?" is the namespace, each
+# "?" after it a key; sized as _UPSERT is, so the statement cache keeps them.
+_READ_CHUNK: Final = 512
+
+
+def _select_many_sql(keys: int) -> str:
+    marks = ", ".join(["?"] * keys)
+    return f"SELECT key, value FROM statestream_entries WHERE namespace = ? AND key IN ({marks})"
+
+
+_SELECT_MANY: Final = {
+    1 << bit: _select_many_sql(1 << bit) for bit in range(_READ_CHUNK.bit_length())
+}
+
+
+def _select_entries(
+    conn: sqlite3.Cursor | sqlite3.Connection, ns: str, keys: list[bytes]
+) -> dict[bytes, bytes]:
+    """The folded entries of ``keys`` in ``ns`` that exist: a statement a chunk of keys
+    (sorted, so each chunk's seeks move forward through the B-tree)."""
+    found: dict[bytes, bytes] = {}
+    done, left, size = 0, len(keys), _READ_CHUNK
+    while left:
+        while size > left:
+            size >>= 1
+        # bytearrays: bound without the adaptation step a bytes pays (see _CHUNK).
+        chunk = map(bytearray, keys[done : done + size])
+        found.update(conn.execute(_SELECT_MANY[size], [ns, *chunk]))  # BLOBs read as bytes
+        done += size
+        left -= size
+    return found
+
 
 # The committed txid of a namespace, -1 without one (its "?" is the namespace).
 _COMMITTED: Final = "coalesce((SELECT committed FROM statestream_txids WHERE namespace = ?), -1)"
@@ -269,6 +302,31 @@ class _SQLiteBackend:
                 return overlay[key]
             row = conn.execute(_SELECT, (self._ns, key)).fetchone()
         return None if row is None else bytes(row[0])
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The committed values of ``keys`` (the log's merge over the entries): the
+        keys the merge lacks in statements of up to 512 keys, in key order."""
+        db = self._db
+        with db.lock:
+            reader = db.reader()
+            if reader is not None and self._trusted(db.conn):  # as in load
+                if self._unmerged:
+                    self._merge_waiting()
+                try:
+                    return self._read_many(reader, keys)
+                except sqlite3.DatabaseError as exc:
+                    raise db.error(exc) from exc
+        with db.use() as conn:
+            self._committed_log(conn)
+            return self._read_many(conn, keys)
+
+    def _read_many(
+        self, conn: sqlite3.Cursor | sqlite3.Connection, keys: Sequence[bytes]
+    ) -> list[bytes | None]:
+        overlay = self._overlay
+        stored = sorted(key for key in keys if key not in overlay)
+        found = _select_entries(conn, self._ns, stored) if stored else {}
+        return [overlay[key] if key in overlay else found.get(key) for key in keys]
 
     def has_entries(self) -> bool:
         """Whether anything is committed, the log applied; the merge is kept

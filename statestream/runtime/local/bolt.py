@@ -6,13 +6,16 @@ import heapq
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Final
 
 from ..._components import Bolt, task_namespace
-from ..._errors import FailedException, ReliabilityError
+from ..._errors import FailedException, ReliabilityError, StatestreamError
 from ..._executors import CheckpointTupleForwarder, StatefulBoltExecutor
+from ..._kvprefetch import ReadAheadJudge, key_guess
 from ..._kvstate import StoredKeyValueState
 from ..._results import TaskMetrics
+from ..._stateful import CHECKPOINT_STREAM
 from ..._topology import ComponentSpec
 from ..._tuple import Origin, Tuple
 from .tasks import FIELDS1, SHUFFLE, Route, Task
@@ -23,6 +26,10 @@ if TYPE_CHECKING:
 # A Final name is a C static in the compiled core; ``deque`` itself would be looked up
 # in the module's dict at every use (twice per line marked by _mark_queues).
 _deque: Final = deque
+
+
+#: Tuples of the inbox whose keys a drain reads ahead (statestream._kvprefetch).
+READ_AHEAD = 8192
 
 
 class BoltTask(Task):
@@ -68,6 +75,21 @@ class BoltTask(Task):
         self.parked: list[tuple[float, int, int, Tuple]] = []  # (due, seq, failures, tuple)
         self.parked_seq = 0
         self.dead_lettered = 0
+        # A stateful task reads the keys of its inbox from the store in one call
+        # before a drain executes them (statestream._kvprefetch): the guess of a
+        # tuple's key, None without one; the judge turns it off when it misses.
+        self.key_of: Callable[[Tuple], Any] | None = None
+        if self.stateful:
+            inputs = [
+                (sub.source, sub.stream, sub.grouping.kind, sub.grouping.fields)
+                for sub in spec.inputs
+                if sub.stream != CHECKPOINT_STREAM
+            ]
+            bolt = getattr(self.executor, "bolt", None)
+            self.key_of = key_guess(getattr(bolt, "state_key", None), inputs)
+        self.judge = ReadAheadJudge()
+        self.ahead = False  # whether the drain under way read ahead
+        self.ahead_fetched = 0
 
     def metrics(self) -> TaskMetrics:
         m = super().metrics()
@@ -395,6 +417,10 @@ class BoltTask(Task):
         if self.inbox and not (self.pausable and self.executor.paused):  # type: ignore[attr-defined]
             before = self.executed
             failed = self.failed
+            state: StoredKeyValueState | None = None
+            if self.key_of is not None:
+                state = self._read_ahead()
+                reads = 0 if state is None else state.store_reads
             sample = self.sample_in - 1
             if sample:
                 self.sample_in = sample
@@ -405,6 +431,8 @@ class BoltTask(Task):
             else:
                 self.sample_in = self.sample_every
                 self._timed_drain(before)
+            if state is not None:
+                self._judge_read_ahead(state.store_reads - reads)
             if self.failed != failed:
                 self.rt.judge_failures(self, before)
             # A bolt blocked by a full downstream queue did nothing: saying so
@@ -413,6 +441,36 @@ class BoltTask(Task):
         if self.last_root:
             self._fold_ack()
         return did
+
+    def _read_ahead(self) -> StoredKeyValueState | None:
+        """Before a drain: read the keys the inbox's tuples will read from the store
+        in one call, if the judge wants it (statestream._kvprefetch); the state
+        (None if it is not a shipped provider's, or not opened yet)."""
+        state = getattr(self.executor, "state", None)
+        key_of = self.key_of
+        if type(state) is not StoredKeyValueState or key_of is None:
+            return None
+        self.ahead = False
+        if not self.judge.wants():
+            return state
+        try:
+            # Lazily: a state read whole takes none of the inbox's keys.
+            self.ahead_fetched = state.prefetch(map(key_of, islice(self.inbox, READ_AHEAD)))
+        except StatestreamError:  # the store's: the tuples' own reads meet it where they can
+            return state
+        except Exception:  # a guess that cannot read a tuple: no read-ahead
+            self.key_of = None
+            return None
+        self.ahead = True
+        return state
+
+    def _judge_read_ahead(self, missed: int) -> None:
+        """After the drain: what it read ahead and then missed, to the judge, which
+        turns read-ahead off for good when the guess is wrong."""
+        judge = self.judge
+        judge.drained(self.ahead, self.ahead_fetched if self.ahead else 0, missed)
+        if not judge.on:
+            self.key_of = None
 
     def _timed_drain(self, before: int) -> None:
         """A sampled drain: its time and tuples go to the task's timing record, and
