@@ -74,13 +74,11 @@ from __future__ import annotations
 import copy
 import difflib
 import enum
-import functools
 import json
 import os
 import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Final, NamedTuple, TypeVar, cast, overload
 
 import yaml
@@ -95,12 +93,11 @@ from statestream._config_kinds import (
     _scalar,
 )
 from statestream._errors import ConfigError
-from statestream._runners import Runner, entries
+from statestream._runners import entries
 from statestream._settings import (
     _INTERVAL_KEY,
     _SHARED,
     _TIMEOUT_KEY,
-    DEFAULTS_SOURCE,
     OVERRIDE_SOURCE,
     SET_SOURCE,
     Settings,
@@ -444,22 +441,15 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 
 def _defaults() -> tuple[Mapping[str, object], Mapping[str, str]]:
-    """The lowest layer: every key of the schema (the registered runners' too) at its default.
+    """The lowest layer: every key of the schema (the registered runners' too) at its
+    default, and ``defaults`` as each one's source (derived with the schema, and
+    cached with it).
 
     The schema, not defaults.yaml, is read: the file is documentation that a
     unit test holds to the schema, so the two cannot differ in a release.
     """
-    return _defaults_for(entries())
-
-
-@functools.cache
-def _defaults_for(
-    registered: tuple[Runner, ...],
-) -> tuple[Mapping[str, object], Mapping[str, str]]:
-    del registered  # the cache's key: schema() follows the same registry
-    values = {name: copy.deepcopy(entry.default) for name, entry in schema().keys.items()}
-    sources = dict.fromkeys(values, DEFAULTS_SOURCE)
-    return MappingProxyType(values), MappingProxyType(sources)
+    known = schema()
+    return known.defaults, known.default_sources
 
 
 def _check_prefixes(prefixes: Collection[str]) -> frozenset[str]:

@@ -10,6 +10,7 @@ values with :func:`~statestream._config.settings_of`.
 
 from __future__ import annotations
 
+import copy
 import functools
 import textwrap
 from collections.abc import Mapping
@@ -450,6 +451,10 @@ class _Schema(NamedTuple):
     """The roots the runners hand to their engines untouched (``spark``)."""
     reserved: frozenset[str]
     """First segments that are never a topology's own prefix."""
+    defaults: Mapping[str, object]
+    """Every key at its default: the lowest layer of a config."""
+    default_sources: Mapping[str, str]
+    """``defaults`` as every key's source in that layer."""
 
 
 def schema() -> _Schema:
@@ -476,7 +481,15 @@ def _schema_for(registered: tuple[Runner, ...]) -> _Schema:
             owner[name] = where
             env_names[entry.env_var] = name
     roots = frozenset(root for r in registered for root in r.capabilities.pass_through)
-    return _Schema(MappingProxyType(keys), MappingProxyType(env_names), roots, _OWN_ROOTS | roots)
+    defaults = {name: copy.deepcopy(entry.default) for name, entry in keys.items()}
+    return _Schema(
+        MappingProxyType(keys),
+        MappingProxyType(env_names),
+        roots,
+        _OWN_ROOTS | roots,
+        MappingProxyType(defaults),
+        MappingProxyType(dict.fromkeys(defaults, DEFAULTS_SOURCE)),
+    )
 
 
 _TIMEOUT_KEY: Final = "topology.message.timeout.secs"
