@@ -2,7 +2,7 @@
 
 ``lines`` (a file, or a Redis stream) -> ``split`` (2 tasks) -> ``count``
 (2 tasks, a checkpointed count per word) -> ``updates``, a :class:`KafkaSink`
-of 2 tasks (fields grouping on ``word``) writing every ``(word, count)`` to a
+of one task (``KAFKA_SINK_TASKS``; fields grouping on ``word``) writing every ``(word, count)`` to a
 topic, keyed by the word. Where things are, from the environment:
 
 * ``LINES_FILE``: the input file; or ``LINES_URL`` and ``LINES_STREAM``: a Redis stream;
@@ -59,5 +59,9 @@ def topology() -> Topology:
     builder.set_spout("lines", source())
     builder.set_bolt("split", Split(), 2).shuffle_grouping("lines")
     builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
-    builder.set_bolt("updates", sink, 2).fields_grouping("count", ["word"])
+    # One sink task unless KAFKA_SINK_TASKS says otherwise: tansu 0.6.0 holds back a
+    # committed transaction's guard offset while another task's transaction on the same
+    # partitions is open (tests/connectors/test_kafka_broker.py), which Kafka does not.
+    tasks = int(os.environ.get("KAFKA_SINK_TASKS", "1"))
+    builder.set_bolt("updates", sink, tasks).fields_grouping("count", ["word"])
     return builder.build()
