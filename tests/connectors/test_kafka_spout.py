@@ -241,8 +241,11 @@ def test_partitions_added_while_it_runs_are_read(kafka_broker: KafkaBroker) -> N
     except KafkaException as exc:
         spout.close()
         # The broker's lack, not the spout's (and a topic deleted and made again with
-        # more partitions crashes librdkafka 2.16's metadata cache on tansu).
-        pytest.skip(f"tansu 0.6.0 cannot add partitions (CreatePartitions): {exc}")
+        # more partitions crashes librdkafka 2.16's metadata cache on tansu). What the
+        # spout decides on a new count is table-tested above (added_partitions).
+        if "CreatePartitions" not in str(exc):
+            raise
+        pytest.skip("tansu 0.6.0 has no CreatePartitions; added_partitions is table-tested")
     produce(kafka_broker, topic, [(1, b"b"), (2, b"c"), (0, b"d")])
     clock.advance(11)  # partitions are looked for every 10 s
     pump(spout, recorder, 4, live=True)
