@@ -138,9 +138,11 @@ class KafkaSpout(BrokerSpout):
     time) and ``topic``, as more output fields. A record that cannot be read
     so stops the run with one line naming its topic, partition and offset.
 
-    **Exactly-once.** Its position is, per partition (``topic/partition``),
-    the offset of the next record, and the offsets of failed records to emit
-    again, kept in the checkpoint record, never in a consumer group: each
+    **Exactly-once.** Its position is, per topic and partition, the offset of
+    the next record (``{"offsets": {topic: {partition: offset}}, ...}``; a
+    position of the flat shape earlier versions stored is read too), and the
+    failed records to emit again, kept in the checkpoint record, never in a
+    consumer group: each
     task ``assign``-s its partitions at those offsets (a restore reads again
     from the earliest failed one, emitting only the failed ones below the
     position). ``acked_position()`` serves at-least-once state.
@@ -153,7 +155,8 @@ class KafkaSpout(BrokerSpout):
 
     **Consumer group.** ``group``: the offsets below which every record was
     acked (with stateful bolts, what committed checkpoints cover) are also
-    committed to that consumer group, at most once a second, for lag tools;
+    committed to that consumer group, at most once a second, for lag tools
+    (on Spark: each checkpoint's, as the driver commits it, :meth:`committed`);
     they are never read back. Without it nothing is written to the broker.
 
     **Spark.** A :class:`~statestream.PartitionedSource`: the driver plans
