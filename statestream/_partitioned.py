@@ -32,6 +32,8 @@ __all__ = [
     "PartitionedSource",
     "Range",
     "is_partitioned",
+    "placed_at",
+    "places_of",
     "plan_ranges",
     "range_size",
     "read_lines",
@@ -54,9 +56,14 @@ class PartitionedSource(Rewindable, Protocol):
       the partitions ``i``, ``i + n``, ...: a spout decides it in ``open``
       from ``context.task_index`` and ``context.parallelism``).
     * ``seek`` once after ``open``, as :class:`~statestream.Rewindable` says.
-      A position must hold, under :data:`PARTITIONS_KEY`, a dict mapping each
-      of :meth:`partitions` to where its next range starts; ``seek`` of such
-      a position makes the spout stand there.
+      A position holds, under :data:`PARTITIONS_KEY`, a dict mapping each of
+      :meth:`partitions` to where its next range starts; ``seek`` of such a
+      position makes the spout stand there. A spout whose position has a
+      shape of its own (KafkaSpout's nests offsets by topic) says where its
+      partitions stand with two more methods instead:
+      ``partition_places(position)``, that dict, and
+      ``with_partition_places(position, places)``, the position with those
+      partitions at ``places`` (:func:`places_of`, :func:`placed_at`).
     * The local runtime and the workers call ``next_tuple`` as on any spout:
       the spout reads its own partitions, and ``position()`` at a cut says
       where each one stands.
@@ -66,7 +73,11 @@ class PartitionedSource(Rewindable, Protocol):
       that ``position()`` (stored with ``PREPARING(t)``) is where the batch
       ends. Each executor task opens a fresh instance of the spout (the same
       task index) and calls :meth:`read` for one range; it emits nothing
-      through the collector.
+      through the collector. After each checkpoint commits, the driver calls
+      ``committed(position)`` of a spout that has it, with the task's
+      position the checkpoint holds (its records are done: KafkaSpout writes
+      the offsets to a consumer group for lag tools), as the local runtime's
+      acks would tell a spout that reads itself.
 
     ``read(p, a, b)`` followed by ``read(p, b, c)`` must yield exactly what
     ``read(p, a, c)`` yields, whatever the split, and the same on every call:
@@ -100,6 +111,23 @@ def is_partitioned(spout: object) -> bool:
         callable(getattr(spout, name, None))
         for name in ("partitions", "end_position", "read", "position", "seek")
     )
+
+
+def places_of(spout: object, position: Mapping[str, Any]) -> dict[str, Any]:
+    """Where each of ``spout``'s partitions stands in ``position``, by partition name."""
+    places = getattr(spout, "partition_places", None)
+    if callable(places):
+        return dict(places(position))
+    return dict(position[PARTITIONS_KEY])
+
+
+def placed_at(spout: object, position: Mapping[str, Any], places: Mapping[str, Any]) -> Any:
+    """``position`` with the partitions of ``places`` standing there (the others as
+    they were)."""
+    place = getattr(spout, "with_partition_places", None)
+    if callable(place):
+        return place(position, places)
+    return {**position, PARTITIONS_KEY: {**position[PARTITIONS_KEY], **places}}
 
 
 @dataclass(frozen=True)

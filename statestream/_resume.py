@@ -182,11 +182,14 @@ def describe_position(where: Any) -> str:
             text = f"{name}at byte offset {offset:,}" if offset else f"{name}from the start"
         else:
             text = ""
-        parts = where.get(PARTITIONS_KEY) or where.get("queues")
+        by_topic = _by_topic(where)
+        parts = where.get(PARTITIONS_KEY) or where.get("queues") or by_topic
+        if by_topic == {} and not where.get(PARTITIONS_KEY):
+            text = "each partition from its start"  # no record read yet
         if not text and isinstance(parts, Mapping) and parts:
             # A broker's streams or queues, or a folder's files: each one's place.
-            unit = "byte " if path else ""
-            items = sorted(parts.items())
+            unit = "byte " if path else "offset " if by_topic else ""
+            items = list(parts.items()) if by_topic else sorted(parts.items())
             text = ", ".join(
                 f"{k} at {unit}{v:,}" if isinstance(v, int) else f"{k} after {v}"
                 for k, v in items[:3]
@@ -202,6 +205,16 @@ def describe_position(where: Any) -> str:
             return text
     raw = orjson.dumps(where).decode()
     return f"at {raw if len(raw) <= 80 else raw[:77] + '...'}"
+
+
+def _by_topic(where: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A position's offsets nested by topic (KafkaSpout's ``{"offsets": {topic:
+    {partition: offset}}}``), flat: ``{"topic partition P": offset}``."""
+    nested = where.get("offsets")
+    if not isinstance(nested, Mapping) or not all(isinstance(v, Mapping) for v in nested.values()):
+        return None
+    places = [(t, int(p), o) for t, parts in nested.items() for p, o in parts.items()]
+    return {f"{t} partition {p}": o for t, p, o in sorted(places)}
 
 
 def _resuming(where: Any) -> str:

@@ -3,12 +3,11 @@
 The spout never joins a consumer group: each task ``assign``-s its share of
 the partitions at the offsets its position holds (librdkafka, through
 confluent-kafka), so the checkpoint record alone says where the input
-stands. A partition is named ``topic/partition`` in a position.
-
-Pure and table-tested: :func:`owner` (which task reads a partition) and
-:func:`merge_positions` (every task's stored position, taken by a run of
-any parallelism). :class:`_Records` turns a record into a tuple's values,
-for the spout and for a Spark executor's range read alike.
+stands: ``{"offsets": {topic: {partition: next_offset}}, ...}``
+(statestream.connectors._kafka_positions, with the pure decisions on
+partitions: which task reads one, one position out of every task's).
+:class:`_Records` turns a record into a tuple's values, for the spout and
+for a Spark executor's range read alike.
 """
 
 from __future__ import annotations
@@ -22,9 +21,18 @@ import orjson
 from .._components import OutputFieldsDeclarer, SpoutOutputCollector, TopologyContext
 from .._config import settings_of
 from .._errors import ConfigError, SourceError
-from .._partitioned import PARTITIONS_KEY
 from .._runners import SparkSettings
 from ._broker import redact, require, unreachable
+from ._kafka_positions import (
+    added_partitions,
+    merge_positions,
+    nested_position,
+    owner,
+    partition_key,
+    read_position,
+    share,
+    split_key,
+)
 from ._source import BrokerSpout, Lost
 
 __all__ = ["KafkaSpout", "merge_positions", "owner", "partition_key", "share"]
@@ -48,53 +56,6 @@ _UNKNOWN_TOPIC: Final = 3  # UNKNOWN_TOPIC_OR_PART
 # A broker gone: _ALL_BROKERS_DOWN, _TRANSPORT, _RESOLVE, and a broker restarted
 # that does not know its topics yet.
 _LOST: Final = frozenset({-187, -195, -193, _UNKNOWN_TOPIC})
-
-
-def partition_key(topic: str, partition: int) -> str:
-    """How a position names a partition: ``topic/partition`` (a topic name has no ``/``)."""
-    return f"{topic}/{partition}"
-
-
-def _split(key: str) -> tuple[str, int]:
-    topic, _, partition = key.rpartition("/")
-    return topic, int(partition)
-
-
-def owner(topic_index: int, partition: int, tasks: int) -> int:
-    """The task of ``tasks`` reading ``partition`` of the ``topic_index``-th topic: a
-    partition added later leaves every other partition where it was, and the
-    topics' first partitions go to different tasks."""
-    return (topic_index + partition) % tasks
-
-
-def share(topics: Sequence[str], counts: Mapping[str, int], task: int, tasks: int) -> list[str]:
-    """The partitions task ``task`` of ``tasks`` reads, given each topic's partition count."""
-    return [
-        partition_key(t, p)
-        for k, t in enumerate(topics)
-        for p in range(counts[t])
-        if owner(k, p, tasks) == task
-    ]
-
-
-def merge_positions(positions: Iterable[Mapping[str, Any]], tasks: int) -> dict[str, Any]:
-    """One position from the positions every task of a run stored (of any parallelism,
-    or a mix after a rescale): per partition the furthest offset, with the replays
-    of that partition from the position that gave it; stamped with ``tasks``, the
-    parallelism of the run that takes it."""
-    best: dict[str, tuple[int, int]] = {}  # partition -> (offset, index of its position)
-    given = [p for p in positions if isinstance(p, Mapping)]
-    for i, where in enumerate(given):
-        for key, offset in (where.get(PARTITIONS_KEY) or {}).items():
-            if key not in best or int(offset) > best[key][0]:
-                best[key] = (int(offset), i)
-    replay = [
-        [r[0], int(r[1])]
-        for i, where in enumerate(given)
-        for r in where.get("replay") or []
-        if r[0] in best and best[r[0]][1] == i
-    ]
-    return {PARTITIONS_KEY: {k: o for k, (o, _) in best.items()}, "replay": replay, "tasks": tasks}
 
 
 class _Records:
@@ -177,9 +138,11 @@ class KafkaSpout(BrokerSpout):
     time) and ``topic``, as more output fields. A record that cannot be read
     so stops the run with one line naming its topic, partition and offset.
 
-    **Exactly-once.** Its position is, per partition (``topic/partition``),
-    the offset of the next record, and the offsets of failed records to emit
-    again, kept in the checkpoint record, never in a consumer group: each
+    **Exactly-once.** Its position is, per topic and partition, the offset of
+    the next record (``{"offsets": {topic: {partition: offset}}, ...}``; a
+    position of the flat shape earlier versions stored is read too), and the
+    failed records to emit again, kept in the checkpoint record, never in a
+    consumer group: each
     task ``assign``-s its partitions at those offsets (a restore reads again
     from the earliest failed one, emitting only the failed ones below the
     position). ``acked_position()`` serves at-least-once state.
@@ -192,7 +155,8 @@ class KafkaSpout(BrokerSpout):
 
     **Consumer group.** ``group``: the offsets below which every record was
     acked (with stateful bolts, what committed checkpoints cover) are also
-    committed to that consumer group, at most once a second, for lag tools;
+    committed to that consumer group, at most once a second, for lag tools
+    (on Spark: each checkpoint's, as the driver commits it, :meth:`committed`);
     they are never read back. Without it nothing is written to the broker.
 
     **Spark.** A :class:`~statestream.PartitionedSource`: the driver plans
@@ -261,6 +225,7 @@ class KafkaSpout(BrokerSpout):
         self._errors: list[Any] = []  # librdkafka's errors since the last read
         self._discover_due = 0.0
         self._group_due = 0.0
+        self._committed: dict[str, int] | None = None  # committed() last told (Spark)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         declarer.declare([*self.fields, *self.metadata])
@@ -337,12 +302,12 @@ class KafkaSpout(BrokerSpout):
         for key in self._mine:
             if key not in self._next:
                 low, _ = self._client().get_watermark_offsets(
-                    TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
+                    TopicPartition(*split_key(key)), timeout=_TIMEOUT_S, cached=False
                 )
                 self._next[key] = max(int(low), 0)
         self._read_to = {k: min(self._resend.get(k) or {self._next[k]}) for k in self._mine}
         self._eof = {k: False for k in self._mine}
-        self._consumer.assign([TopicPartition(*_split(k), o) for k, o in self._read_to.items()])
+        self._consumer.assign([TopicPartition(*split_key(k), o) for k, o in self._read_to.items()])
         self._assigned = True
 
     # -- reading (BrokerSpout's hooks) --------------------------------------------------
@@ -427,15 +392,14 @@ class KafkaSpout(BrokerSpout):
         """Partitions added to a topic: this task's new ones are read from their start."""
         from confluent_kafka import TopicPartition
 
-        counts = dict(self._counts)
+        listed: dict[str, int | None] = {}
         for t in self.topics:
-            listed = self._client().list_topics(t, timeout=_TIMEOUT_S).topics.get(t)
-            if listed is not None and listed.error is None:
-                counts[t] = max(counts[t], len(listed.partitions))
-        if counts == self._counts:
-            return
-        self._counts = counts
-        new = [k for k in self._share() if k not in set(self._mine)]
+            found = self._client().list_topics(t, timeout=_TIMEOUT_S).topics.get(t)
+            ok = found is not None and found.error is None
+            listed[t] = len(found.partitions) if ok else None
+        self._counts, new = added_partitions(
+            self.topics, self._counts, listed, self._mine, self.context.task_index, self._tasks
+        )
         if not new:
             return
         log.warning("%s: partitions %s were added; reading them from their start",
@@ -443,21 +407,25 @@ class KafkaSpout(BrokerSpout):
         self._mine += new
         for key in new:
             low, _ = self._client().get_watermark_offsets(
-                TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
+                TopicPartition(*split_key(key)), timeout=_TIMEOUT_S, cached=False
             )
             self._next[key] = self._read_to[key] = max(int(low), 0)
             self._eof[key] = False
         # assign, not incremental_assign: the client is assign-ed (mixing the two
         # crashed librdkafka 2.16 here); each partition goes on from where it was read.
-        self._consumer.assign([TopicPartition(*_split(k), o) for k, o in self._read_to.items()])
+        self._consumer.assign([TopicPartition(*split_key(k), o) for k, o in self._read_to.items()])
 
-    def _commit_group(self, consumer: Any, *, asynchronous: bool) -> None:
+    def _commit_group(
+        self, consumer: Any, *, asynchronous: bool, offsets: Mapping[str, int] | None = None
+    ) -> None:
+        """Commit ``offsets`` (by default the acked ones) to the group ``group``."""
         from confluent_kafka import TopicPartition
 
-        offsets = self.acked_position()[PARTITIONS_KEY]
+        if offsets is None:
+            offsets = self._acked_offsets()
         if offsets:
             consumer.commit(
-                offsets=[TopicPartition(*_split(k), o) for k, o in offsets.items()],
+                offsets=[TopicPartition(*split_key(k), o) for k, o in offsets.items()],
                 asynchronous=asynchronous,
             )
 
@@ -479,32 +447,36 @@ class KafkaSpout(BrokerSpout):
         total = 0
         for key in self._mine:
             _, high = self._client().get_watermark_offsets(
-                TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
+                TopicPartition(*split_key(key)), timeout=_TIMEOUT_S, cached=False
             )
             total += max(int(high), self._next.get(key, 0))
         return total
 
     # -- positions (statestream.Rewindable) ----------------------------------------------
-    def _pending(self) -> list[list[Any]]:
+    def _pending(self) -> list[tuple[str, int]]:
         """The failed records to emit again: those failed in this run, and those of a
-        restored position not read again yet, as ``[partition, offset]``."""
+        restored position not read again yet, as ``(partition, offset)``."""
         failed = {(k, o) for (k, o), _ in self._failed()}
         failed.update((k, o) for k, offsets in self._resend.items() for o in offsets)
-        return [[k, o] for k, o in sorted(failed)]
+        return sorted(failed)
 
     def position(self) -> Any:
-        """Per partition the offset after the last record emitted, and the failed
-        records (``[partition, offset]``) that wait to be emitted again."""
-        return self._where(self._next, self._pending())
+        """Per topic and partition the offset after the last record emitted, and the
+        failed records that wait to be emitted again (statestream.connectors.
+        _kafka_positions has the shape)."""
+        return nested_position(self._next, self._pending(), self._tasks)
 
     def acked_position(self) -> Any:
-        """Per partition the offset of the first record not yet acked."""
+        """Per topic and partition the offset of the first record not yet acked."""
+        return nested_position(self._acked_offsets(), [], self._tasks)
+
+    def _acked_offsets(self) -> dict[str, int]:
         offsets = dict(self._next)
         in_flight: Iterable[tuple[str, int]] = self._in_flight  # type: ignore[assignment]
-        for key, offset in [*in_flight, *((k, o) for k, o in self._pending())]:
+        for key, offset in [*in_flight, *self._pending()]:
             if offset < offsets.get(key, offset + 1):
                 offsets[key] = offset
-        return self._where(offsets, [])
+        return offsets
 
     def merge_positions(self, positions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The position this task resumes from, out of every stored task's
@@ -512,17 +484,43 @@ class KafkaSpout(BrokerSpout):
         return merge_positions(positions, self._tasks)
 
     def seek(self, position: Any) -> None:
-        """Continue from ``position`` (None: each partition's start)."""
+        """Continue from ``position`` (None: each partition's start); a position of
+        the flat shape earlier versions stored is read as well."""
         if self._consumer is None:
             raise ConfigError("KafkaSpout.seek() before open()")
         if position is None:
             self._start({}, [])
             return
-        tasks = int(position.get("tasks", 1))
-        if tasks != self._tasks:
+        where = read_position(position)
+        if where.tasks != self._tasks:
             self.close()
-            raise self._moved(f"by {tasks} task(s)", f"has {self._tasks} task(s)")
-        self._start(position.get(PARTITIONS_KEY) or {}, position.get("replay") or [])
+            raise self._moved(f"by {where.tasks} task(s)", f"has {self._tasks} task(s)")
+        self._start(where.offsets, where.replay)
+
+    def committed(self, position: Any) -> None:
+        """A checkpoint holding ``position`` (this task's) committed: with ``group``,
+        its offsets go to the group, for lag tools (asynchronously; the last ones
+        again, synchronously, at close). The Spark driver calls it after each
+        commit (statestream.PartitionedSource): it reads no records there, so
+        nothing is ever acked on it. The local runtime does not: the spout
+        commits its acked offsets itself while it reads."""
+        if self.group is None or self._consumer is None:
+            return
+        self._committed = read_position(position).offsets
+        try:
+            self._commit_group(self._consumer, asynchronous=True, offsets=self._committed)
+        except Exception as exc:  # lag tools' view only: never the run's failure
+            log.debug("%s: committing to group %s failed: %s", self._name(), self.group, exc)
+
+    def partition_places(self, position: Any) -> dict[str, int]:
+        """Each partition's next offset in ``position``, by :meth:`partitions`' names
+        (statestream.PartitionedSource: the position is nested by topic)."""
+        return read_position(position).offsets
+
+    def with_partition_places(self, position: Any, places: Mapping[str, int]) -> Any:
+        """``position`` with its partitions at ``places`` (statestream.PartitionedSource)."""
+        where = read_position(position)
+        return nested_position({**where.offsets, **places}, where.replay, where.tasks)
 
     # -- read by range (statestream.PartitionedSource) ----------------------------------
     def partitions(self) -> Sequence[str]:
@@ -564,13 +562,13 @@ class KafkaSpout(BrokerSpout):
         ends: dict[str, int] = {}
         for key in keys:
             _, high = self._client().get_watermark_offsets(
-                TopicPartition(*_split(key)), timeout=_TIMEOUT_S, cached=False
+                TopicPartition(*split_key(key)), timeout=_TIMEOUT_S, cached=False
             )
             ends[key] = max(int(high), 0)
         waiting = {k for k in keys if ends[k] > 0}
         if not waiting:
             return ends
-        self._client().assign([TopicPartition(*_split(k), ends[k] - 1) for k in waiting])
+        self._client().assign([TopicPartition(*split_key(k), ends[k] - 1) for k in waiting])
         for _ in range(int(_TIMEOUT_S / 0.1)):  # a bound, not a decision: 5 s at most
             for m in self._meta.consume(self.count, 0.1):
                 key = partition_key(m.topic(), m.partition())
@@ -589,7 +587,7 @@ class KafkaSpout(BrokerSpout):
         start, end = int(start), int(end)
         if start >= end:
             return
-        topic, p = _split(partition)
+        topic, p = split_key(partition)
         consumer = self._consumer
         consumer.assign([TopicPartition(topic, p, start)])
         at, idle = start, 0
@@ -620,9 +618,13 @@ class KafkaSpout(BrokerSpout):
         meta, self._meta = self._meta, None
         for client in (consumer, meta):
             if client is not None:
-                if client is consumer and self.group is not None and self._assigned:
+                # What the spout read and acked; on the Spark driver, which reads
+                # nothing, the offsets of the last checkpoint committed (committed()).
+                reader = self._assigned or self._committed is not None
+                if client is consumer and self.group is not None and reader:
                     try:
-                        self._commit_group(consumer, asynchronous=False)
+                        offsets = None if self._assigned else self._committed
+                        self._commit_group(consumer, asynchronous=False, offsets=offsets)
                     except Exception as exc:  # lag tools' view only: never the run's failure
                         log.debug("%s: committing to group %s failed: %s", self._name(),
                                   self.group, exc)  # fmt: skip

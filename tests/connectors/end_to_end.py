@@ -241,10 +241,10 @@ def feeding(src: Source, dsn: str, corpus: Path, rate: float) -> Iterator[Callab
                 producer.wait()
 
 
-def finish(settings: Sequence[str], timeout: float = 600) -> None:
-    """Run the pipeline to the end of its source (``--until-idle``), exit 0."""
+def finish(settings: Sequence[str], timeout: float = 600, pipeline: str = EXAMPLE) -> None:
+    """Run ``pipeline`` to the end of its source (``--until-idle``), exit 0."""
     final = subprocess.run(
-        cli("run", EXAMPLE, "--until-idle", "--no-progress", *settings),
+        cli("run", pipeline, "--until-idle", "--no-progress", *settings),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -276,10 +276,20 @@ class Result:
 RUNTIMES = ("local", "workers", "spark")
 
 
-def killed_run(
+def killed_run(runtime: str, src: Source, dsn: str, tmp: Path, **how: Any) -> Result:
+    """The example run on ``runtime`` and killed as :func:`killed_runs` says (``how``:
+    its keyword options: ``lines``, ``kills``, ``rate``, ``rng``, ...), then the
+    tables checked."""
+    started = time.monotonic()
+    truth, killed = killed_runs(runtime, src, tmp, dsn=dsn, **how)
+    label = {"workers": "workers 2", "spark": "spark local[2]"}.get(runtime, runtime)
+    seconds = time.monotonic() - started
+    return Result(src.kind, label, how["lines"], killed, check(dsn, truth), seconds)
+
+
+def killed_runs(
     runtime: str,
     src: Source,
-    dsn: str,
     tmp: Path,
     *,
     lines: int,
@@ -288,9 +298,15 @@ def killed_run(
     rng: random.Random,
     spark: Any = None,
     state_prefix: str = "",
-) -> Result:
-    """Produce ``lines`` into ``src`` at ``rate`` while the pipeline runs and is killed
-    ``kills`` times, finish it, and check the tables. ``runtime``:
+    dsn: str = POSTGRES,
+    pipeline: str = EXAMPLE,
+    interval_ms: int = 200,
+    work_scale: int = 1,
+) -> tuple[collections.Counter[str], int]:
+    """Produce ``lines`` into ``src`` at ``rate`` while ``pipeline`` (the example by
+    default; any topology file reading ``LINES_URL``/``LINES_STREAM``) runs and is
+    killed ``kills`` times, then finish it; the input's true word counts and the
+    SIGKILLs sent. The caller checks what the sinks wrote. ``runtime``:
 
     * ``local``: ``statestream run`` SIGKILLed each time at a random 1-6% of the
       input's words counted in that run (tests/kill_loop.py), state in sqlite;
@@ -301,13 +317,17 @@ def killed_run(
       ``local[2,2]``) SIGKILLed a random 0.2-2 s after the count first showed
       work; the state on the shared Redis under ``state_prefix``; the stream is
       finished on ``spark`` (the caller's SparkSession, in this process).
+
+    A checkpoint every ``interval_ms``; ``work_scale`` times the input's words is
+    the work a local kill lands at 1-6% of (higher: later kills, after more
+    checkpoints).
     """
     path = tmp / "lines.txt"
     truth = random_text(path, lines)
     conf: dict[str, Any] = {
         "topology.state.provider": "sqlite",
         "topology.state.provider.config": {"path": str(tmp / "state.db")},
-        "topology.state.checkpoint.interval.ms": 200,
+        "topology.state.checkpoint.interval.ms": interval_ms,
     }
     if runtime == "workers":
         conf["topology.workers"] = 2
@@ -317,27 +337,25 @@ def killed_run(
         # Several transactions over the input, so that a kill lands between two.
         conf["statestream.spark.batch.size"] = max(100, lines // 4)
     settings = as_settings(conf)
-    started = time.monotonic()
     with feeding(src, dsn, path, rate) as fed:
         if runtime == "local":
             killed = sigkill_runs(
-                [EXAMPLE, *settings], kills=kills, component="count", rng=rng,
-                work=lines * WORDS_PER_LINE,
+                [pipeline, *settings], kills=kills, component="count", rng=rng,
+                work=lines * WORDS_PER_LINE * work_scale,
             )  # fmt: skip
         elif runtime == "workers":
-            killed = _kill_workers_then_stop(settings, kills, rng, fed)
+            killed = _kill_workers_then_stop([pipeline, *settings], kills, rng, fed)
         else:
             killed = sigkill_runs(
-                [EXAMPLE, "--runner", "spark", *settings],
+                [pipeline, "--runner", "spark", *settings],
                 kills=kills, component="count", rng=rng, delay=(0.2, 2.0),
             )  # fmt: skip
         fed()
         if runtime == "spark":
-            _finish_on_spark(spark, conf)
+            _finish_on_spark(spark, conf, pipeline)
         else:
-            finish(settings)
-    label = {"workers": "workers 2", "spark": "spark local[2]"}.get(runtime, runtime)
-    return Result(src.kind, label, lines, killed, check(dsn, truth), time.monotonic() - started)
+            finish(settings, pipeline=pipeline)
+    return truth, killed
 
 
 # The supervisor stops a run whose workers died 5 times within a minute
@@ -346,7 +364,7 @@ WORKER_KILLS_PER_RUN = 4
 
 
 def _kill_workers_then_stop(
-    settings: Sequence[str], kills: int, rng: random.Random, fed: Callable[[], None]
+    args: Sequence[str], kills: int, rng: random.Random, fed: Callable[[], None]
 ) -> int:
     """``kills`` worker SIGKILLs, ``WORKER_KILLS_PER_RUN`` per supervisor; a supervisor
     that has had its share is SIGKILLed itself (its workers die with it) and a new
@@ -356,7 +374,7 @@ def _kill_workers_then_stop(
     while True:
         share = min(WORKER_KILLS_PER_RUN, kills)
         kills -= share
-        run = _Run([EXAMPLE, *settings])
+        run = _Run(list(args))
         try:
             _kill_workers(run, share, rng)
             sent += share
@@ -375,11 +393,11 @@ def _kill_workers_then_stop(
             run.cleanup()
 
 
-def _finish_on_spark(spark: Any, conf: dict[str, Any]) -> None:
+def _finish_on_spark(spark: Any, conf: dict[str, Any], pipeline: str = EXAMPLE) -> None:
     from statestream import load_topology
     from statestream.runtime.spark import SparkRuntime
 
-    result = SparkRuntime(load_topology(EXAMPLE), conf, spark=spark).run(until_idle=True)
+    result = SparkRuntime(load_topology(pipeline), conf, spark=spark).run(until_idle=True)
     assert not result.errors, result.errors
 
 

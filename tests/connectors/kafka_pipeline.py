@@ -1,11 +1,13 @@
 """A word count into Kafka, run by ``statestream run`` in tests/connectors/test_kafka_sink_kill.py.
 
-``lines`` (a file, or a Redis stream) -> ``split`` (2 tasks) -> ``count``
+``lines`` (a file, or a stream: a Redis stream, a Kafka topic, ...) -> ``split`` (2 tasks) -> ``count``
 (2 tasks, a checkpointed count per word) -> ``updates``, a :class:`KafkaSink`
 of one task (``KAFKA_SINK_TASKS``; fields grouping on ``word``) writing every ``(word, count)`` to a
 topic, keyed by the word. Where things are, from the environment:
 
-* ``LINES_FILE``: the input file; or ``LINES_URL`` and ``LINES_STREAM``: a Redis stream;
+* ``LINES_FILE``: the input file; or ``LINES_URL`` and ``LINES_STREAM``: a stream, the
+  spout picked by the URL's scheme as examples/stream_to_postgres.py picks it
+  (``kafka://host:port``: a KafkaSpout, so Kafka -> count -> Kafka);
 * ``KAFKA_BOOTSTRAP`` and ``KAFKA_TOPIC``: the broker and the topic.
 """
 
@@ -28,6 +30,7 @@ from statestream import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from stream_to_postgres import source as stream_source
 from wordcount import WordCount
 
 
@@ -46,9 +49,7 @@ def source() -> Spout:
     path = os.environ.get("LINES_FILE")
     if path:
         return FileSpout(path)
-    return connectors.RedisStreamSpout(
-        os.environ["LINES_STREAM"], fields=["line"], url=os.environ["LINES_URL"]
-    )
+    return stream_source(os.environ["LINES_URL"], os.environ["LINES_STREAM"])
 
 
 def topology() -> Topology:

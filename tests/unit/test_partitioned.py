@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statestream._partitioned import Range, plan_ranges, read_lines, split_range
+from statestream._partitioned import (
+    Range,
+    placed_at,
+    places_of,
+    plan_ranges,
+    read_lines,
+    split_range,
+)
+from statestream.connectors.kafka import KafkaSpout
 
 ORDER = ["a", "b", "c"]
 
@@ -42,6 +50,21 @@ def test_plan_ranges(
     starts: dict[str, Any], ends: dict[str, Any], limit: int | None, expected: list[Range]
 ) -> None:
     assert plan_ranges(starts, ends, ORDER, limit) == expected
+
+
+def test_the_partitions_places_are_under_partitions_or_where_the_spout_says() -> None:
+    flat = {"path": "/in/", "partitions": {"a": 5, "b": 0}, "replay": []}
+    assert places_of(object(), flat) == {"a": 5, "b": 0}
+    assert placed_at(object(), flat, {"b": 9}) == {**flat, "partitions": {"a": 5, "b": 9}}
+    # KafkaSpout nests its offsets by topic; the driver plans by partition name.
+    spout = KafkaSpout(["t", "u"])
+    nested = {"offsets": {"t": {"0": 5}, "u": {"1": 2}}, "replay": [["t", 0, 1]], "tasks": 2}
+    assert places_of(spout, nested) == {"t/0": 5, "u/1": 2}
+    assert placed_at(spout, nested, {"t/1": 7, "u/1": 4}) == {
+        "offsets": {"t": {"0": 5, "1": 7}, "u": {"1": 4}},
+        "replay": [["t", 0, 1]],
+        "tasks": 2,
+    }
 
 
 def test_plan_refuses_an_end_before_its_start() -> None:

@@ -128,6 +128,13 @@ def test_a_spout_of_several_tasks_is_named_with_its_task() -> None:
             {"path": "/data/in/", "partitions": {f"f{i}": i * 1000 for i in range(5)}},
             "in in/: f0 at byte 0, f1 at byte 1,000, f2 at byte 2,000 and 2 more",
         ),
+        # a Kafka spout's offsets, nested by topic (partitions in number order)
+        (
+            {"offsets": {"t": {"10": 3, "2": 1_200}, "u": {"0": 5}}, "replay": [["t", 2, 4]]},
+            "t partition 2 at offset 1,200, t partition 10 at offset 3, u partition 0 at "
+            "offset 5, 1 failed message(s) first",
+        ),
+        ({"offsets": {}, "replay": [], "tasks": 2}, "each partition from its start"),
         ([1, 2], "at [1,2]"),
         ({"id": "x" * 200}, 'at {"id":"' + "x" * 70 + "..."),
     ],

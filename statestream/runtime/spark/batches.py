@@ -302,6 +302,7 @@ class BatchRunner:
             # After the commit, as the local runtime marks one once its tree is
             # acked: a crash in between feeds it back to the next run again.
             self._deadletters.replayed(replayed)
+        self._tell_committed(batch)
         for book in self._books.values():
             book.passed_cut()  # what went through in the batch is forgotten
         self._tally.count("batches")
@@ -324,6 +325,20 @@ class BatchRunner:
             self._tally.task(cid, index).acked += n
         batch.completed(bank, self._clock.monotonic())
         self._count_errors(acks)
+
+    def _tell_committed(self, batch: Batch) -> None:
+        """A partitioned spout task's records were read on the executors: no ack tells
+        it they are done, so it hears the position the commit made its own
+        (statestream.PartitionedSource's ``committed``). An error is reported,
+        never the run's: the commit stands."""
+        positions = batch.positions or {}
+        for task, _ in batch.msg_ids:
+            committed = getattr(task.spout, "committed", None)
+            if task.partitioned and callable(committed) and task.namespace in positions:
+                try:
+                    committed(positions[task.namespace])
+                except Exception as exc:
+                    self._tally.report(task.cid, task.index, exc, "committed()")
 
     def _count_errors(self, acks: list[Ack]) -> None:
         """Record the errors the tasks of a job reported (a job that committed, or

@@ -30,7 +30,7 @@ from ..._deadletter import REPLAY, DeadLetterFile, fits_stream
 from ..._errors import RuntimeFailure
 from ..._exactly_once import CheckpointRecord, cut_positions
 from ..._messages import MessageBook
-from ..._partitioned import PARTITIONS_KEY, Range, is_partitioned, plan_ranges
+from ..._partitioned import Range, is_partitioned, placed_at, places_of, plan_ranges
 from ..._picklable import check_first
 from ..._resume import SpoutRef, restore_spouts
 from ..._retry import RetryPolicy
@@ -389,14 +389,12 @@ class SpoutReader:
         their ends, so its ``position()`` is where the batch ends."""
         spout: Any = task.spout
         where = spout.position()
-        starts = where[PARTITIONS_KEY]
+        starts = places_of(spout, where)
         order = list(spout.partitions())
         ends = {p: spout.end_position(p) for p in order}
         ranges = plan_ranges(starts, ends, order, getattr(spout, "batch_limit", None))
         if ranges:
-            spout.seek(
-                {**where, PARTITIONS_KEY: {**starts, **{r.partition: r.end for r in ranges}}}
-            )
+            spout.seek(placed_at(spout, where, {r.partition: r.end for r in ranges}))
         return [(task.cid, task.index, r) for r in ranges]
 
     def _settle(self, task: SpoutTask) -> None:
