@@ -11,11 +11,13 @@ Config (``topology.state.provider.config``)::
     page_size:     2048                           # bytes, 512..65536, a power of two;
                                                   # only a new file takes it
 
-Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 2)::
+Schema (``PRAGMA application_id`` = 0x53537374, ``user_version`` = 3)::
 
-    statestream_entries (namespace TEXT, key BLOB, value BLOB NOT NULL)     folded committed entries
-    statestream_log     (seq INTEGER, namespace TEXT, txid INTEGER, delta BLOB)  deltas, in order
-    statestream_txids   (namespace TEXT, committed INTEGER, prepared INTEGER)
+    statestream_entries  (namespace TEXT, key BLOB, value BLOB NOT NULL)     folded committed entries
+    statestream_log      (seq INTEGER, namespace TEXT, txid INTEGER, delta BLOB)  deltas, in order
+    statestream_txids    (namespace TEXT, committed INTEGER, prepared INTEGER)
+    statestream_runs     (namespace TEXT, run INTEGER, key BLOB, value BLOB)  sorted runs (runs.py)
+    statestream_run_list (namespace TEXT, run INTEGER, level, rows, deletes)
 
 A prepare writes its whole delta as one record of the log (the encoded
 keys and values back to back, :func:`encode_delta`), and a commit only
@@ -37,9 +39,15 @@ than the point read: see ``backend._SQLiteBackend``). ``compact()`` folds
 now, for tools that read ``statestream_entries`` directly.
 
 A file of schema 1 is upgraded in place when it is first opened (its
-prepared rows become one record per namespace), in one transaction. A
-statestream older than the log refuses a file of schema 2, naming the
-version.
+prepared rows become one record per namespace), in one transaction, and a
+file of schema 2 gains the two (empty) tables of runs. A statestream older
+than the runs refuses a file of schema 3, naming the version.
+
+A large namespace folds differently: once its entries hold at least 8 times
+a fold's keys, the fold writes its keys as a sorted run rather than into the
+entries, and the runs are merged in sorted passes (``runs.py`` says how and
+why). What follows is the cost of a fold into the entries, which a small
+state keeps paying, and which a run avoids.
 
 What a fold costs. A fold rewrites each B-tree page that holds a
 changed key, once in the WAL and once more when a checkpoint copies the WAL

@@ -15,7 +15,19 @@ from statestream.provider import (
     StateCorruptError,
 )
 
+from . import runs as sorted_runs
 from .records import encode_delta, encode_plain_delta, merge_records
+from .runs import (
+    Run,
+    base_floor,
+    compact_runs,
+    list_runs,
+    merge_into_base,
+    read_many,
+    stored_page,
+    write_run,
+)
+from .runs import load as load_stored
 
 if TYPE_CHECKING:
     from .database import SQLiteDatabase
@@ -149,7 +161,17 @@ class _SQLiteBackend:
     use), and this merge is what that writer committed.
     """
 
-    __slots__ = ("_db", "_mark", "_ns", "_ordered", "_overlay", "_seen", "_unmerged")
+    __slots__ = (
+        "_db",
+        "_floor",
+        "_mark",
+        "_ns",
+        "_ordered",
+        "_overlay",
+        "_runs",
+        "_seen",
+        "_unmerged",
+    )
 
     def __init__(self, db: SQLiteDatabase, namespace: str) -> None:
         # The file, not the provider: the connection, its lock, transactions
@@ -168,6 +190,12 @@ class _SQLiteBackend:
         # the namespace.
         self._seen: tuple[sqlite3.Connection, int | None, int] | None = None
         self._ordered: tuple[dict[bytes, bytes | None], list[bytes]] | None = None
+        # The namespace's sorted runs (see runs.py), newest first, kept as the
+        # merge is (None: not known, read when needed), and the rows its
+        # entries hold at least (a count that reached its limit: a hint of
+        # size for choosing where a fold goes, never needed for correctness).
+        self._runs: list[Run] | None = None
+        self._floor = 0
 
     def _committed_log(self, conn: sqlite3.Connection) -> dict[bytes, bytes | None]:
         """The committed log records of the namespace, merged in order (kept: see _check)."""
@@ -208,6 +236,7 @@ class _SQLiteBackend:
         if old is not None and old[0] is conn and old[1:] == seen[1:]:
             return
         mark = self._mark_now(conn)
+        self._runs = None  # a merge of runs changes no mark: read the list again
         if mark != self._mark:
             committed, count, _ = mark
             records: list[bytes] = []
@@ -244,29 +273,45 @@ class _SQLiteBackend:
         ).fetchone()
         return committed, count, last
 
-    def _current(self, conn: sqlite3.Connection) -> _Kept:
-        """The kept merge, made current if it was not, taken away from the backend
-        for the caller's write transaction to extend: if that fails, the next
-        read reads the log afresh. Inside the write transaction."""
+    def _current(self, conn: sqlite3.Connection) -> tuple[_Kept, list[Run] | None]:
+        """The kept merge, made current if it was not, and the runs if known, taken
+        away from the backend for the caller's write transaction to extend: if
+        that fails, the next read reads the log afresh. Inside the write
+        transaction."""
         self._check(conn)
         assert self._mark is not None  # set by _check
         kept = (self._overlay, self._unmerged, self._mark)
-        self.forget()
-        return kept
+        runs = self._runs
+        self._drop_kept()
+        return kept, runs
 
-    def _keep(self, conn: sqlite3.Connection, kept: _Kept | None, writes: int) -> None:
-        """Keep ``kept``, current as this backend's own write transaction left it,
-        and trust it while the namespace's count of writes is the one that
-        transaction made (``writes``: the count before it, plus one). Nothing
-        if ``kept`` is None (not known)."""
+    def _keep(
+        self, conn: sqlite3.Connection, kept: _Kept | None, writes: int, runs: list[Run] | None
+    ) -> None:
+        """Keep ``kept`` and ``runs``, current as this backend's own write transaction
+        left them, and trust them while the namespace's count of writes is the
+        one that transaction made (``writes``: the count before it, plus one).
+        Nothing if ``kept`` is None (not known)."""
         if kept is not None and self._db.writes.get(self._ns, 0) == writes:
             self._overlay, self._unmerged, self._mark = kept
-            self._seen, self._ordered = (conn, None, writes), None
+            self._seen, self._ordered, self._runs = (conn, None, writes), None, runs
+
+    def _drop_kept(self) -> None:
+        self._overlay, self._unmerged, self._mark, self._seen = {}, [], None, None
+        self._ordered = self._runs = None
 
     def forget(self) -> None:
-        """Drop the kept merge: the next read merges the committed log again."""
-        self._overlay, self._unmerged, self._mark, self._seen = {}, [], None, None
-        self._ordered = None
+        """Drop the kept merge and what is known of the namespace's runs and size:
+        the next read merges the committed log again."""
+        self._drop_kept()
+        self._floor = 0
+
+    def _run_list(self, conn: sqlite3.Connection | sqlite3.Cursor) -> list[Run]:
+        """The namespace's runs, newest first (kept; read if not known). After _check."""
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = list_runs(conn, self._ns)
+        return runs
 
     def _merge(self, records: Iterable[bytes]) -> dict[bytes, bytes | None]:
         try:
@@ -292,6 +337,11 @@ class _SQLiteBackend:
                 if key in overlay:
                     return overlay[key]
                 try:
+                    runs = self._runs
+                    if runs is None:
+                        runs = self._run_list(reader)
+                    if runs:
+                        return load_stored(reader, self._ns, key)
                     row = reader.execute(_SELECT, (self._ns, key)).fetchone()
                 except sqlite3.DatabaseError as exc:
                     raise db.error(exc) from exc
@@ -300,6 +350,8 @@ class _SQLiteBackend:
             overlay = self._committed_log(conn)
             if key in overlay:
                 return overlay[key]
+            if self._run_list(conn):
+                return load_stored(conn, self._ns, key)
             row = conn.execute(_SELECT, (self._ns, key)).fetchone()
         return None if row is None else bytes(row[0])
 
@@ -325,7 +377,12 @@ class _SQLiteBackend:
     ) -> list[bytes | None]:
         overlay = self._overlay
         stored = sorted(key for key in keys if key not in overlay)
-        found = _select_entries(conn, self._ns, stored) if stored else {}
+        found: dict[bytes, bytes | None] = {}
+        if stored and self._run_list(conn):
+            # Keys a run holds (tombstones among them), then the others' entries.
+            found, stored = read_many(conn, self._ns, stored)
+        if stored:
+            found.update(_select_entries(conn, self._ns, stored))
         return [overlay[key] if key in overlay else found.get(key) for key in keys]
 
     def has_entries(self) -> bool:
@@ -335,6 +392,16 @@ class _SQLiteBackend:
             overlay = self._committed_log(conn)
             if any(value is not None for value in overlay.values()):
                 return True
+            runs = bool(self._run_list(conn))
+        if runs:  # tombstones may hide entries: a page at a time
+            after: bytes | None = None
+            while True:
+                page, after = self.scan_page(after, _SCAN_PAGE)
+                if page:
+                    return True
+                if after is None:
+                    return False
+        with self._db.use() as conn:
             rows = conn.execute(
                 "SELECT key FROM statestream_entries WHERE namespace = ?", (self._ns,)
             )
@@ -356,17 +423,24 @@ class _SQLiteBackend:
         see _committed_log, so a state read in pages merges the log once).
         Each page is its own short read, so the lock is not held while the
         caller iterates and memory stays bounded."""
+        end: bytes | None
         with self._db.use() as conn:
             overlay = self._committed_log(conn)
-            rows = conn.execute(
-                "SELECT key, value FROM statestream_entries"
-                " WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?",
-                (self._ns, b"" if after is None else after, limit),
-            ).fetchall()
-        # Every stored key is non-empty, so greater than b"". The page covers
-        # the keys up to its last row's, or every key once the rows ran out.
-        end: bytes | None = bytes(rows[-1][0]) if len(rows) == limit else None
-        page = [(bytes(k), bytes(v)) for k, v in rows]
+            # Every stored key is non-empty, so greater than b"".
+            if self._run_list(conn):
+                page, end = stored_page(
+                    conn, self._ns, self._run_list(conn), b"" if after is None else after, limit
+                )
+            else:
+                rows = conn.execute(
+                    "SELECT key, value FROM statestream_entries"
+                    " WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?",
+                    (self._ns, b"" if after is None else after, limit),
+                ).fetchall()
+                # The page covers the keys up to its last row's, or every key
+                # once the rows ran out.
+                end = bytes(rows[-1][0]) if len(rows) == limit else None
+                page = [(bytes(k), bytes(v)) for k, v in rows]
         if overlay:
             ordered = self._overlay_keys(overlay)
             low = 0 if after is None else bisect_right(ordered, after)
@@ -444,7 +518,7 @@ class _SQLiteBackend:
                 return CommitOutcome.ALREADY_COMMITTED
             if prepared != txid:
                 return CommitOutcome.NOT_PREPARED
-            overlay, unmerged, mark = self._current(conn)
+            (overlay, unmerged, mark), runs = self._current(conn)
             # The prepared records become committed by the txid alone: the
             # commit writes one row whatever the size of the delta.
             conn.execute(
@@ -459,8 +533,12 @@ class _SQLiteBackend:
             ).fetchall()
             unmerged.extend(row[1] for row in rows)
             last = max(mark[2], rows[-1][0]) if rows else mark[2]
-            kept = self._fold(conn, txid, (overlay, unmerged, (txid, mark[1] + len(rows), last)))
-        self._keep(conn, kept, before + 1)
+            kept, runs, wrote = self._fold(
+                conn, txid, (overlay, unmerged, (txid, mark[1] + len(rows), last)), runs
+            )
+        self._keep(conn, kept, before + 1, runs)
+        if wrote:
+            self._compact(before + 1)
         return CommitOutcome.APPLIED
 
     def commit_direct(self, delta: Delta) -> None:
@@ -470,7 +548,7 @@ class _SQLiteBackend:
         before = self._db.writes.get(ns, 0)
         record = encode_delta(delta)
         with self._db.transaction(ns) as conn:
-            overlay, unmerged, (committed, count, _) = self._current(conn)
+            (overlay, unmerged, (committed, count, _)), runs = self._current(conn)
             # Logged as committed at the current txid, so that it applies
             # after every record committed before it.
             seq = conn.execute(
@@ -479,20 +557,34 @@ class _SQLiteBackend:
             ).lastrowid
             assert seq is not None  # set by every INSERT
             unmerged.append(record)
-            kept = self._fold(conn, committed, (overlay, unmerged, (committed, count + 1, seq)))
-        self._keep(conn, kept, before + 1)
+            kept, runs, wrote = self._fold(
+                conn, committed, (overlay, unmerged, (committed, count + 1, seq)), runs
+            )
+        self._keep(conn, kept, before + 1, runs)
+        if wrote:
+            self._compact(before + 1)
 
     def _fold(
-        self, conn: sqlite3.Connection, committed: int, kept: _Kept, *, force: bool = False
-    ) -> _Kept | None:
-        """Fold the committed log records into the entries once there are enough of them
-        (``force``: if there are any). ``kept``: the kept merge of every
-        committed record, current.
+        self,
+        conn: sqlite3.Connection,
+        committed: int,
+        kept: _Kept,
+        runs: list[Run] | None,
+        *,
+        force: bool = False,
+    ) -> tuple[_Kept | None, list[Run] | None, bool]:
+        """Fold the committed log records once there are enough of them (``force``:
+        if there are any): into the entries while the namespace has no run and
+        its entries are few beside the fold's keys, else as a new run (see
+        runs.py). ``kept``: the kept merge of every committed record, current;
+        ``runs``: the namespace's runs if known.
 
         Only records before the first uncommitted one are folded, so that
         records are always applied in the order they were written. A key
         changed by several records is written once. Returns the kept merge
-        of the committed records left in the log, or None when not known.
+        of the committed records left in the log (None when not known), the
+        runs (None when not known) and whether a run was written (then
+        merges may be due: :meth:`_compact`).
         """
         ns = self._ns
         rows = conn.execute(
@@ -506,7 +598,11 @@ class _SQLiteBackend:
                 break
             last, count, size = seq, count + 1, size + length
         if not count or (not force and count < _FOLD_RECORDS and size < _FOLD_BYTES):
-            return kept
+            return kept, runs, False
+        if runs is None:
+            runs = list_runs(conn, ns)
+        if runs and not force and count < sorted_runs.RUN_RECORDS and size < _FOLD_BYTES:
+            return kept, runs, False  # a large state: fewer, larger runs
         overlay, unmerged, (_, kept_count, _) = kept
         del kept
         # Every committed record is folded unless one comes after an
@@ -529,24 +625,57 @@ class _SQLiteBackend:
             if unmerged:
                 merged.update(self._merge(unmerged))
         del overlay, unmerged
-        live = sorted(k for k, v in merged.items() if v is not None)
-        if live:
-            _upsert_entries(conn, ns, live, merged)
-        conn.executemany(
-            "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?",
-            [(ns, bytearray(k)) for k, v in merged.items() if v is None],
-        )
+        wrote = bool(runs) or self._large(conn, len(merged))
+        if wrote:
+            runs = write_run(conn, ns, runs, sorted(merged), merged)
+        else:
+            live = sorted(k for k, v in merged.items() if v is not None)
+            if live:
+                _upsert_entries(conn, ns, live, merged)
+            deleted = [(ns, bytearray(k)) for k, v in merged.items() if v is None]
+            if deleted:
+                conn.executemany(
+                    "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?", deleted
+                )
+                self._floor = max(self._floor - len(deleted), 0)
         conn.execute("DELETE FROM statestream_log WHERE namespace = ? AND seq <= ?", (ns, last))
-        return ({}, [], (committed, 0, 0)) if whole else None
+        return (({}, [], (committed, 0, 0)) if whole else None), runs, wrote
+
+    def _large(self, conn: sqlite3.Connection, keys: int) -> bool:
+        """Whether the entries hold at least DENSE times ``keys`` rows (counted only
+        while the floor known from an earlier count is lower)."""
+        need = keys * sorted_runs.DENSE
+        if self._floor < need:
+            self._floor = base_floor(conn, self._ns, need)
+        return self._floor >= need
+
+    def _compact(self, writes: int, *, base: bool = False) -> None:
+        """The merges of runs that are due (``base``: every run into the entries), in a
+        transaction of their own after the one that wrote the run: a kill in it
+        leaves the runs as they were, for the next fold. ``writes``: the
+        namespace's count of writes after that transaction. The committed state
+        and the log stay as they were, so a kept merge stays current."""
+        ns = self._ns
+        with self._db.transaction(ns) as conn:
+            runs = list_runs(conn, ns)
+            if base:
+                merge_into_base(conn, ns, runs)
+                runs = []
+            else:
+                runs, self._floor = compact_runs(conn, ns, runs, self._floor)
+        self._unchanged(writes)
+        self._runs = runs
 
     def fold(self) -> None:
-        """Fold every committed log record of the namespace into its entries now."""
+        """Fold every committed log record and every run of the namespace into its
+        entries now."""
         ns = self._ns
         before = self._db.writes.get(ns, 0)
         with self._db.transaction(ns) as conn:
-            kept = self._current(conn)
-            folded = self._fold(conn, kept[2][0], kept, force=True)
-        self._keep(conn, folded, before + 1)
+            kept, runs = self._current(conn)
+            folded, runs, _ = self._fold(conn, kept[2][0], kept, runs, force=True)
+        self._keep(conn, folded, before + 1, runs)
+        self._compact(before + 1, base=True)
 
     def discard_prepared(self) -> None:
         before = self._db.writes.get(self._ns, 0)

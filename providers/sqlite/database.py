@@ -25,11 +25,12 @@ from statestream.provider import (
 
 from .claims import _cannot_write
 from .records import encode_delta
+from .runs import RUNS_SCHEMA
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteDatabase"]
 
 APPLICATION_ID: Final = 0x53537374  # "SSst": marks a file as ours
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _MIB: Final = 1024 * 1024
 
 _SCHEMA: Final = {
@@ -51,6 +52,8 @@ _SCHEMA: Final = {
         " prepared INTEGER) WITHOUT ROWID",
         ("namespace", "committed", "prepared"),
     ),
+    # Schema 3: the sorted runs of large namespaces (runs.py).
+    **RUNS_SCHEMA,
 }
 _LOG_INDEX: Final = (
     "CREATE INDEX IF NOT EXISTS statestream_log_namespace ON statestream_log (namespace, txid)"
@@ -212,6 +215,9 @@ class SQLiteDatabase:
         if version == 1:
             self._upgrade_from_1(conn)
             version = pragma("user_version")
+        if version == 2:
+            self._upgrade_from_2(conn)
+            version = pragma("user_version")
         if version != SCHEMA_VERSION:
             raise self._corrupt(
                 f"schema version {version}, this statestream reads version {SCHEMA_VERSION}"
@@ -261,6 +267,21 @@ class SQLiteDatabase:
                             (ns, txid, encode_delta(delta)),
                         )
                 conn.execute("DROP TABLE statestream_prepared")
+                conn.execute("PRAGMA user_version = 2")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _upgrade_from_2(self, conn: sqlite3.Connection) -> None:
+        """Add the (empty) tables of sorted runs to a file of schema 2, in place: its
+        entries, log and txids are read as they are. One transaction under the
+        write lock, as _upgrade_from_1."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if int(conn.execute("PRAGMA user_version").fetchone()[0]) == 2:
+                for create, _ in RUNS_SCHEMA.values():
+                    conn.execute(create)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:

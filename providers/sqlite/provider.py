@@ -149,10 +149,12 @@ class SQLiteStateProvider(BackendStateProvider):
                 "SELECT DISTINCT l.namespace FROM statestream_log l"
                 " LEFT JOIN statestream_txids t ON t.namespace = l.namespace"
                 " WHERE l.txid <= coalesce(t.committed, -1)"
+                " UNION SELECT namespace FROM statestream_run_list"
             ).fetchall()
         names = {row[0] for row in rows}
-        # A namespace with committed records in the log is listed if anything
-        # of it is left once they are applied (they may delete every entry).
+        # A namespace with committed records in the log (or runs) is listed if
+        # anything of it is left once they are applied (they may delete every
+        # entry).
         for (ns,) in logged:
             if not self._open_backend(ns).has_entries():
                 names.discard(ns)
@@ -165,12 +167,19 @@ class SQLiteStateProvider(BackendStateProvider):
             rows = conn.execute(
                 "SELECT namespace FROM statestream_entries UNION SELECT namespace FROM"
                 " statestream_log UNION SELECT namespace FROM statestream_txids"
+                " UNION SELECT namespace FROM statestream_run_list"
             ).fetchall()
         return sorted(row[0] for row in rows)
 
     def _drop(self, namespaces: list[str]) -> None:
         with self.database.transaction(*namespaces) as conn:
-            for table in ("statestream_entries", "statestream_log", "statestream_txids"):
+            for table in (
+                "statestream_entries",
+                "statestream_log",
+                "statestream_txids",
+                "statestream_runs",
+                "statestream_run_list",
+            ):
                 conn.executemany(
                     f"DELETE FROM {table} WHERE namespace = ?", [(ns,) for ns in namespaces]
                 )
@@ -188,8 +197,8 @@ class SQLiteStateProvider(BackendStateProvider):
             backend.forget()
 
     def compact(self, namespace: str | None = None) -> None:
-        """Fold the committed log records of ``namespace`` (of every namespace if None)
-        into the entries now, each namespace in one transaction.
+        """Fold the committed log records and the sorted runs of ``namespace`` (of every
+        namespace if None) into the entries now.
 
         Never needed for correctness: a commit folds a namespace's records
         once enough have gathered. Afterwards the committed state is all in
@@ -198,7 +207,11 @@ class SQLiteStateProvider(BackendStateProvider):
         if namespace is None:
             with self.database.use() as conn:
                 names = [
-                    row[0] for row in conn.execute("SELECT DISTINCT namespace FROM statestream_log")
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT namespace FROM statestream_log"
+                        " UNION SELECT namespace FROM statestream_run_list"
+                    )
                 ]
         else:
             names = [namespace]

@@ -98,8 +98,11 @@ def merge_records(records: Iterable[bytes]) -> dict[bytes, bytes | None]:
                 for name in plain:
                     rows.pop(encode_json(name), None)
             plain_union.update(plain)
+        if not plain_union:  # in C: no interpreted step a row
+            rows.update(zip(keys, values, strict=True))
+            continue
         for key, value in zip(keys, values, strict=True):
-            if plain_union and key[:1] == b'"':  # a str key: it may be a plain one
+            if key[:1] == b'"':  # a str key: it may be a plain one
                 plain_union.pop(orjson.loads(key), None)
             rows[key] = value
     # encode_json's right-sized copy (b"%b" % ...) of orjson's output, in C loops:

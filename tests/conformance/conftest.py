@@ -125,6 +125,22 @@ def _make_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFact
     return ProviderFactory("sqlite", _registered("sqlite"), config)
 
 
+def _make_sqlite_runs(request: pytest.FixtureRequest, tmp_path: Path) -> ProviderFactory:
+    """The sqlite provider with every fold written as a sorted run (as a state many
+    times its folds' size does) and the runs merged into levels of two: a
+    state's entries, then runs of several levels over them (providers/sqlite/runs.py)."""
+    from statestream_providers.sqlite import backend, runs
+
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setattr(backend, "_FOLD_RECORDS", 1)
+    monkeypatch.setattr(runs, "RUN_RECORDS", 1)
+    monkeypatch.setattr(runs, "DENSE", 0)  # a run whatever the entries' size
+    monkeypatch.setattr(runs, "FANOUT", 2)
+    monkeypatch.setattr(runs, "BASE_SHARE", 0)  # into the entries only while they are empty
+    config = {"path": str(tmp_path / "data" / "state.db"), "synchronous": "normal"}
+    return ProviderFactory("sqlite-runs", _registered("sqlite"), config, spec="sqlite")
+
+
 # ------------------------------------------------------------------ redis
 
 
@@ -239,6 +255,7 @@ _Maker = Callable[[pytest.FixtureRequest, Path], ProviderFactory]
 _FACTORIES: list[tuple[str, _Maker, tuple[pytest.MarkDecorator, ...]]] = [
     ("memory", _make_memory, ()),
     ("sqlite", _make_sqlite, ()),
+    ("sqlite-runs", _make_sqlite_runs, ()),
     ("redis", _make_redis, (pytest.mark.redis,)),
     ("fakeredis", _make_fakeredis, ()),
     ("sdk-example", _make_sdk_example, ()),

@@ -465,7 +465,7 @@ def test_a_schema_1_file_is_upgraded_in_place(tmp_path: Path, outcome: str) -> N
         else:
             state.rollback()
     with sqlite_file(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_provider.SCHEMA_VERSION
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "statestream_prepared" not in tables
     with _open(path) as provider:
