@@ -1,39 +1,26 @@
 """Windows larger than memory (statestream._window_spill): a core that keeps at most
 ``limit`` released tuples in memory fires exactly the windows of one that keeps
 them all (tuples, new and expired ones), through checkpoints and restores, against
-the memory provider's real transactional state; and the spill decision, table-tested."""
+the memory provider's real transactional state; and the spill decision, table-tested.
+(tests/conformance/test_window_spill_providers.py: the same on every provider.)"""
 
 from __future__ import annotations
 
-import random
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from window_spill import ORIGIN, SPECS, Task, events, plain_fires, run_spilling
 
-from statestream._tuple import Fields, Origin, Tuple
-from statestream._window_spill import Span, SpillingWindowCore, must_spill, spill_keep
-from statestream._window_store import ChunkSpill, WindowStore
-from statestream._windowing import Count, Duration, Fire, Watermarks, WindowCore
+from statestream._tuple import Tuple
+from statestream._window_spill import Span, must_spill, spill_keep
+from statestream._windowing import Count, Fire
 from statestream._windowing import WindowSpec as Spec
 from statestream_providers.memory import MemoryStateProvider
 
-ORIGIN = Origin("src", 3, 0, "default", Fields("n"))
 
-SPECS = {
-    "sliding event time": Spec(Duration(30), Duration(10), event_time=True),
-    "tumbling event time": Spec(Duration(20), Duration(20), event_time=True),
-    "tumbling processing time": Spec(Duration(20), Duration(20)),
-    "count": Spec(Count(9), Count(2)),
-    "tumbling count": Spec(Count(12), Count(12)),
-    "count length, duration slide": Spec(Count(11), Duration(10)),
-    "duration length, count slide": Spec(Duration(40), Count(3), event_time=True),
-}
-
-
-def origin(component: str, task: int, index: int, stream: str) -> Origin:
-    return ORIGIN
+def new_state() -> Any:
+    return MemoryStateProvider.from_config({"name": uuid.uuid4().hex}).get_state("w-0")
 
 
 @pytest.mark.parametrize(
@@ -58,88 +45,17 @@ def test_a_spill_keeps_half_the_limit_in_memory(limit: int, kept: int) -> None:
     assert spill_keep(limit) == kept
 
 
-def events(n: int = 240, seed: int = 11) -> list[tuple[int, Tuple]]:
-    rnd = random.Random(seed)
-    return [(i * 2 + rnd.randrange(6), Tuple([i], ORIGIN)) for i in range(n)]
-
-
-def seen(fires: list[Fire]) -> list[Any]:
-    def values(evs: Any) -> list[Any]:
-        return [e.payload.values[0] for e in evs]
-
-    return [(f.start, f.end, values(f.events), values(f.new), values(f.expired)) for f in fires]
-
-
-def feed(core: WindowCore, part: list[tuple[int, Tuple]], check: Callable[[], None]) -> list[Any]:
-    out: list[Any] = []
-    for ts, t in part:
-        fires = (core.add(ts, t) or []) + core.advance(ts - 6)
-        out += seen(fires)  # read back now: a span is valid while its window executes
-        check()
-    return out
-
-
-class Task:
-    """A spilling core over a state of the memory provider, checkpointed every 7 tuples."""
-
-    def __init__(self, spec: Spec, limit: int, state: Any) -> None:
-        self.state, self.store, self.limit = state, WindowStore("w"), limit
-        self.core = SpillingWindowCore(spec, limit)
-        self.core.spill = ChunkSpill(self.store, state, origin)
-        self.spilled = False
-
-    def check(self) -> None:
-        core = self.core
-        self.spilled |= core.head_lo is not None or core.prev_lo is not None
-        # In memory: at most the limit of released tuples (the last window's too).
-        assert core._in_memory() <= self.limit
-
-    def checkpoint(self, txid: int) -> None:
-        self.store.save(self.state, self.core, Watermarks(0))
-        self.state.prepare_commit(txid)
-        self.state.commit(txid)
-
-    def load(self) -> None:
-        # As a recovery: what was written since the last commit (chunks of spills) goes.
-        self.state.rollback()
-        self.store.load(self.state, self.core, Watermarks(0), origin)
-
-
-def new_state() -> Any:
-    return MemoryStateProvider.from_config({"name": uuid.uuid4().hex}).get_state("w-0")
-
-
-def run_spilling(spec: Spec, limit: int, evs: list[tuple[int, Tuple]], cut: int) -> list[Any]:
-    """Fires of a spilling core up to ``cut``, then of one restored from the last
-    checkpoint before it (which takes the tuples from there on again)."""
-    state = new_state()
-    task = Task(spec, limit, state)
-    out: list[Any] = []
-    committed = (0, 0)  # (tuples, fires) at the last commit
-    for txid, at in enumerate(range(0, cut, 7)):
-        out += feed(task.core, evs[at : at + 7], task.check)
-        if at + 7 <= cut:
-            task.checkpoint(txid)
-            committed = (at + 7, len(out))
-    again = Task(spec, limit, state)
-    again.load()
-    again.check()
-    rest = feed(again.core, evs[committed[0] :], again.check) + seen(again.core.finish())
-    assert task.spilled or again.spilled or limit > 4  # every window holds 5 or more
-    return out[: committed[1]] + rest
-
-
 @pytest.mark.parametrize("limit", [1, 4, 13, 1000])
 @pytest.mark.parametrize("kind", SPECS)
 def test_a_spilling_core_fires_as_one_that_keeps_every_tuple_in_memory(
     kind: str, limit: int
 ) -> None:
     evs = events()
-    plain = WindowCore(SPECS[kind])
-    whole = feed(plain, evs, lambda: None) + seen(plain.finish())
+    whole = plain_fires(SPECS[kind], evs)
     assert whole
     for cut in (3, 100, 239):
-        assert run_spilling(SPECS[kind], limit, evs, cut) == whole, f"restored at {cut}"
+        got = run_spilling(SPECS[kind], limit, evs, cut, new_state())
+        assert got == whole, f"restored at {cut}"
 
 
 def test_a_spilled_window_is_read_back_chunk_by_chunk() -> None:
