@@ -175,6 +175,9 @@ class SpillingWindowCore(WindowCore):
             self.prev_hi = order_key(self.prev[-1])
             self.prev = []
 
+    def _headless(self) -> bool:
+        return self.head_lo is None
+
     def _drop_head(self) -> None:
         self.head_lo, self.head_hi, self.head_n, self.head_skip = None, _BEFORE, 0, 0
 
@@ -214,7 +217,7 @@ class SpillingWindowCore(WindowCore):
         if total > self._len_n:
             self._evict_to(total - self._len_n)
             total = self._len_n
-        if self.head_lo is None:
+        if self._headless():  # a method: the compiled core would take None for a tuple
             return super()._last(n)
         self._resolve_head()
         skip = total - n  # a last, partial window (the end of input) is shorter

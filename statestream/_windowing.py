@@ -511,7 +511,7 @@ class WindowCore(TimeOrder):
         """Whether the last fired window ends with the same tuple as ``events``."""
         return bool(self.prev) and events[-1].seq == self.prev[-1].seq
 
-    def _fire(self, start: int, end: int, events: list[Event], fires: list[Fire]) -> None:
+    def _fire(self, start: int, end: int, events: Any, fires: list[Fire]) -> None:
         prev_seqs = {e.seq for e in self.prev}
         seqs = {e.seq for e in events}
         new = [e for e in events if e.seq not in prev_seqs]
