@@ -3,6 +3,7 @@
     python bench/bench_windows.py rate    [--events 2000000] [--repeat 3] [--tree DIR]
     python bench/bench_windows.py bytewax [--events 2000000] [--repeat 3] [--tree DIR]
     python bench/bench_windows.py rss     [--events 2000000] [--windows 10,100,1000] [--tree DIR]
+    python bench/bench_windows.py spill   [--events 2000000] [--window-s 1000] [--tree DIR]
 
 The input, the same for every system: the benchmark corpus's words
 (bench/corpus.py, 2,000,000 words for 200,000 sentences) turned into
@@ -44,6 +45,13 @@ the peak RSS is ``resource.getrusage`` of that process (``ru_maxrss``).
 wait_for_system_duration=5 s)``, ``TumblingWindower(10 s, align_to=the epoch)``
 -> a sink keeping ``start:key -> count``; 1 worker, recovery on (sqlite
 snapshots, ``epoch_interval`` 1 s), as bench_bytewax.py's primary figure.
+
+``spill``: ``window`` with a window of ``--window-s`` seconds (1,000: 1,000,000
+events, 500,000 a task) in memory, against the same with
+``with_max_events_in_memory`` a tenth of a task's window (50,000): the older
+tuples spill to the store and are read back, chunk by chunk, when the window
+fires (``WindowCount`` iterates the window, ``for t in window``). Peak RSS and
+rate of each, both exact.
 
 ``--tree DIR`` runs statestream from a built copy (PYTHONPATH=DIR,
 STATESTREAM_CORE=compiled), as bench_wallclock.py's ``--sync`` makes one;
@@ -190,7 +198,7 @@ def statestream_topology(kind: str, window_s: int) -> Any:
     class WindowCount(BaseWindowedBolt):
         def execute(self, window: Any) -> None:
             counts: dict[str, int] = {}
-            for t in window.get():
+            for t in window:  # a spilled window: read back chunk by chunk
                 k = t.values[0]
                 counts[k] = counts.get(k, 0) + 1
             for key, n in counts.items():
@@ -223,6 +231,8 @@ def statestream_topology(kind: str, window_s: int) -> Any:
         b.set_bolt("count", wordcount.WordCount(), 2).fields_grouping("events", ["key"])
         return b.build()
     bolt: Any = AggregateCount() if kind == "aggregate" else WindowCount()
+    if kind.startswith("spill:"):
+        bolt.with_max_events_in_memory(int(kind.split(":")[1]))
     bolt.with_tumbling_window(Duration.seconds(window_s)).with_timestamp_field("ts")
     bolt.with_lag(Duration.seconds(LAG_S))
     if kind == "aggregate":
@@ -392,6 +402,7 @@ LABELS = {
     "aggregate": "statestream, with_aggregate (an accumulator per window)",
     "count": "statestream, plain word count (get/put per tuple)",
     "bytewax": "Bytewax 0.21.1, count_window, recovery",
+    "spill": "statestream, BaseWindowedBolt, with_max_events_in_memory",
 }
 
 
@@ -402,6 +413,11 @@ def command(args: argparse.Namespace) -> str:
     if args.part == "rss":
         if args.windows != "10,100,1000":
             cmd += f" --windows {args.windows}"
+    elif args.part == "spill":
+        if args.window_s != 10:
+            cmd += f" --window-s {args.window_s}"
+        if args.repeat != 3:
+            cmd += f" --repeat {args.repeat}"
     elif args.repeat != 3:
         cmd += f" --repeat {args.repeat}"
     if args.tree:
@@ -415,7 +431,7 @@ def rates(runs: list[dict[str, Any]]) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("part", nargs="?", choices=["rate", "bytewax", "rss"], default="rate")
+    ap.add_argument("part", nargs="?", choices=["rate", "bytewax", "rss", "spill"], default="rate")
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--windows", default="10,100,1000", help="rss: window lengths in seconds")
@@ -424,7 +440,7 @@ def main() -> None:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--events-file", help=argparse.SUPPRESS)
-    ap.add_argument("--window-s", type=int, default=10, help=argparse.SUPPRESS)
+    ap.add_argument("--window-s", type=int, default=10, help="spill: the window's seconds")
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--recovery-dir", help=argparse.SUPPRESS)
@@ -444,6 +460,12 @@ def main() -> None:
     if args.part == "rss":
         configs = [(k, int(w)) for w in args.windows.split(",") for k in ("window", "aggregate")]
         repeat = 1
+    elif args.part == "spill":
+        window_s = args.window_s if args.window_s != 10 else 1000
+        # A tenth of a task's window (1,000 events a second of event time, 2 tasks).
+        limit = max(1, window_s * 1000 // 2 // 10)
+        configs = [("window", window_s), (f"spill:{limit}", window_s)]
+        repeat = args.repeat
     elif args.part == "bytewax":
         configs = [("window", 10), ("aggregate", 10), ("bytewax", 10)]
         repeat = args.repeat
@@ -483,7 +505,7 @@ def main() -> None:
         + (f" from {args.tree}" if args.tree else "")
         + f"; 1-min load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n"
     )
-    if args.part == "rss":
+    if args.part in ("rss", "spill"):
         print("| window | statestream form | events/s | peak RSS MB | exact | late |")
         print("|---:|---|---:|---:|---|---:|")
         for kind, window_s in configs:

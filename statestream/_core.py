@@ -56,6 +56,7 @@ COMPILED_MODULES: Final = (
     "statestream._windowing",
     "statestream._window_kinds",
     "statestream._window_store",
+    "statestream._window_spill",
     "statestream._window_intake",
     # FileSpout: its next_tuple and ack run once per line of every file read.
     "statestream._spouts",

@@ -11,25 +11,31 @@ window's tuples in the state store the same way):
   before :meth:`~statestream._windowing.TimeOrder.keep`) deleted;
 * the core without its tuples (:meth:`~statestream._windowing.TimeOrder.state`,
   a few numbers: which of the stored tuples it holds), the watermark's
-  channels and the list of live chunks, under ``$window``.
+  channels and the list of live chunks (with each one's least and greatest
+  ``(ts, seq)``), under ``$window``.
 
 A restore reads ``$window``, then its chunks, and rebuilds the core from them.
+A core that spills (:mod:`statestream._window_spill`) has a chunk written
+between checkpoints too (:meth:`WindowStore.write_fresh`: its tuples are then
+all in the store), and reads stored tuples back in order, chunk by chunk
+(:meth:`WindowStore.read`), when a window fires and when it is restored.
 The keys, their values and every write go through the task's state, so they
 are prepared and committed (or rolled back) with the rest of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import heapq
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
 
 from ._errors import SerializationError, caused_by
 from ._tuple import Origin, Tuple
-from ._windowing import Event, TimeOrder, Watermarks, order_key
+from ._windowing import Event, TimeOrder, Watermarks, least, order_key
 
-__all__ = ["WINDOW_KEY", "WindowStore", "is_window_key"]
+__all__ = ["WINDOW_KEY", "ChunkSpill", "WindowStore", "is_window_key"]
 
 #: The key of the window's own state in the task's state (hidden from the user's);
 #: its chunks are under ``WINDOW_KEY + "/" + n``.
@@ -73,11 +79,36 @@ class WindowStore:
     def __init__(self, component: str) -> None:
         self.component = component
         self.chunks: dict[int, tuple[int, int]] = {}  # chunk -> its greatest (ts, seq)
+        self.lows: dict[int, tuple[int, int]] = {}  # chunk -> its least (ts, seq)
         self.next_chunk = 0
 
-    def save(self, state: Any, core: TimeOrder, marks: Watermarks) -> None:
-        """Put what changed since the last save into ``state`` (before a PREPARE)."""
-        keep = core.keep()
+    def save(
+        self,
+        state: Any,
+        core: TimeOrder,
+        marks: Watermarks,
+        pinned: tuple[int, int] | None = None,
+    ) -> None:
+        """Put what changed since the last save into ``state`` (before a PREPARE).
+        ``pinned``: the least stored tuple that windows not fired yet read back."""
+        keep = least(core.keep(), pinned)
+        self.write_fresh(state, core, keep)
+        for n in [n for n, top in self.chunks.items() if keep is None or top < keep]:
+            state.delete(_CHUNK + str(n))
+            del self.chunks[n]
+            self.lows.pop(n, None)
+        meta = {
+            "core": core.state(),
+            "marks": [[c, t, s, ts] for (c, t, s), ts in marks.latest.items()],
+            "chunks": [[n, ts, seq] for n, (ts, seq) in self.chunks.items()],
+            "lows": [[n, ts, seq] for n, (ts, seq) in self.lows.items()],
+            "next": self.next_chunk,
+        }
+        state.put(WINDOW_KEY, orjson.dumps(meta).decode())
+
+    def write_fresh(self, state: Any, core: TimeOrder, keep: tuple[int, int] | None) -> None:
+        """Put the tuples ``core`` took since the last call and holds still (from
+        ``keep`` on) into ``state``, as one chunk."""
         # Only what is still held: a tuple taken and gone since the last save is not stored.
         taken = core.take_fresh()
         fresh = [] if keep is None else [e for e in taken if order_key(e) >= keep]
@@ -95,17 +126,55 @@ class WindowStore:
                     ),
                     exc,
                 ) from exc
-            self.chunks[n] = max(order_key(e) for e in fresh)
-        for n in [n for n, top in self.chunks.items() if keep is None or top < keep]:
-            state.delete(_CHUNK + str(n))
-            del self.chunks[n]
-        meta = {
-            "core": core.state(),
-            "marks": [[c, t, s, ts] for (c, t, s), ts in marks.latest.items()],
-            "chunks": [[n, ts, seq] for n, (ts, seq) in self.chunks.items()],
-            "next": self.next_chunk,
-        }
-        state.put(WINDOW_KEY, orjson.dumps(meta).decode())
+            keys = [order_key(e) for e in fresh]
+            self.chunks[n], self.lows[n] = max(keys), min(keys)
+
+    def read(
+        self,
+        state: Any,
+        lo: tuple[int, int] | None,
+        hi: tuple[int, int] | None,
+        origin: Callable[[str, int, int, str], Origin],
+    ) -> Iterator[Event]:
+        """The stored tuples from ``lo`` to ``hi`` (``(ts, seq)``, None: no bound), in
+        that order. A chunk is read once the merge reaches its least tuple, and let
+        go of once it is through: chunks overlap only by the disorder within the
+        lag, so a few at a time are in memory."""
+        chunks = sorted(
+            (self.lows.get(n, _FIRST), n)
+            for n, top in self.chunks.items()
+            if (lo is None or top >= lo) and (hi is None or self.lows.get(n, _FIRST) <= hi)
+        )
+        opened: list[list[Event]] = []
+        at: list[int] = []
+        heap: list[tuple[tuple[int, int], int]] = []  # (next key, opened chunk)
+        i = 0
+        while True:
+            while i < len(chunks) and (not heap or chunks[i][0] <= heap[0][0]):
+                events = sorted(
+                    (
+                        e
+                        for e in decode_chunk(state.get(_CHUNK + str(chunks[i][1])), origin)
+                        if (lo is None or order_key(e) >= lo) and (hi is None or order_key(e) <= hi)
+                    ),
+                    key=order_key,
+                )
+                i += 1
+                if events:
+                    heapq.heappush(heap, (order_key(events[0]), len(opened)))
+                    opened.append(events)
+                    at.append(0)
+            if not heap:
+                return
+            k = heap[0][1]
+            events, j = opened[k], at[k] + 1
+            yield events[j - 1]
+            at[k] = j
+            if j < len(events):
+                heapq.heapreplace(heap, (order_key(events[j]), k))
+            else:
+                heapq.heappop(heap)
+                opened[k] = []
 
     def load(
         self,
@@ -116,13 +185,15 @@ class WindowStore:
     ) -> bool:
         """Rebuild ``core`` and ``marks`` from ``state``; False if it holds no windows."""
         text = state.get(WINDOW_KEY)
-        self.chunks, self.next_chunk = {}, 0
+        self.chunks, self.lows, self.next_chunk = {}, {}, 0
         if text is None:
             return False
         meta = orjson.loads(text)
         if "chunks" not in meta:  # an older statestream's: the core names the fix
             core.rebuild(meta["core"], [])
         self.chunks = {n: (ts, seq) for n, ts, seq in meta["chunks"]}
+        # Stored before chunks had their least tuple: read from the first (any order).
+        self.lows = {n: (ts, seq) for n, ts, seq in meta.get("lows", ())}
         self.next_chunk = int(meta["next"])
         core.rebuild(meta["core"], self._events(state, origin))
         marks.latest = {(c, t, s): ts for c, t, s, ts in meta["marks"]}
@@ -134,6 +205,30 @@ class WindowStore:
     ) -> Iterable[Event]:
         for n in self.chunks:
             yield from decode_chunk(state.get(_CHUNK + str(n)), origin)
+
+
+class ChunkSpill:
+    """What a core that spills (statestream._window_spill) asks of the store: the
+    tuples it took written now (:meth:`flush`), stored ones read back (:meth:`read`)."""
+
+    __slots__ = ("origin", "state", "store")
+
+    def __init__(
+        self, store: WindowStore, state: Any, origin: Callable[[str, int, int, str], Origin]
+    ) -> None:
+        self.store = store
+        self.state = state
+        self.origin = origin
+
+    def flush(self, core: TimeOrder) -> None:
+        self.store.write_fresh(self.state, core, core.keep())
+
+    def read(self, lo: tuple[int, int] | None, hi: tuple[int, int] | None) -> Iterator[Event]:
+        return self.store.read(self.state, lo, hi, self.origin)
+
+
+#: Below every tuple's (ts, seq): a chunk stored without its least one is read first.
+_FIRST = (-(1 << 62), -1)
 
 
 def read_stored(

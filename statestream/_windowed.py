@@ -17,6 +17,10 @@ a :class:`~statestream.StatefulBolt` that the runtime checkpoints as any other:
   so a crash anywhere, mid-window included, comes back to the last commit
   with the windows as they were, and the sources rewind to the same point:
   every window fires once, and what it emits is committed once into the sinks;
+* a window of more tuples than ``with_max_events_in_memory(n)`` (Storm's
+  ``withMaxEventsInMemory``; default 1,000,000) keeps only the newest ``n`` in
+  memory: the others are in the store already, and are read back, chunk by
+  chunk, when a window fires (:mod:`statestream._window_spill`);
 * at-least-once (no exactly-once state), the windows are Storm's in memory
   instead: nothing of them is checkpointed, and each tuple is acked once no
   window to come holds it;
@@ -44,7 +48,8 @@ from ._tuple import Fields, Origin, Tuple
 from ._window_intake import WindowIntake
 from ._window_kinds import Aggregate, AggregateCore, SessionCore, hashable
 from ._window_rescale import move_windows
-from ._window_store import WINDOW_KEY, WindowStore, is_window_key
+from ._window_spill import DEFAULT_MAX_EVENTS_IN_MEMORY, Span, SpillingWindowCore, pinned
+from ._window_store import WINDOW_KEY, ChunkSpill, WindowStore, is_window_key
 from ._windowing import (
     Count,
     Duration,
@@ -116,15 +121,22 @@ class TupleWindow:
     ``start_timestamp`` (inclusive) and ``end_timestamp`` (exclusive) are
     milliseconds since the epoch: event-time windows are aligned to multiples
     of their slide; a count window's start is its first tuple's timestamp.
+
+    A window larger than the bolt's ``max_events_in_memory`` is read back from
+    the store: iterating it (``for t in window``, :meth:`get_iter`, Storm's
+    ``getIter``) reads it chunk by chunk, in bounded memory, each time;
+    :meth:`get`, :meth:`get_new` and :meth:`get_expired` build a list of every
+    tuple they return (as Storm's ``get``, which may then not fit in memory).
+    Such a window is valid while ``execute`` runs.
     """
 
     __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp", "value")
 
     def __init__(
         self,
-        tuples: list[Tuple] | Callable[[], list[Tuple]],
-        new: list[Tuple] | Callable[[], list[Tuple]],
-        expired: list[Tuple] | Callable[[], list[Tuple]],
+        tuples: Sequence[Tuple] | Callable[[], Sequence[Tuple]],
+        new: Sequence[Tuple] | Callable[[], Sequence[Tuple]],
+        expired: Sequence[Tuple] | Callable[[], Sequence[Tuple]],
         start_timestamp: int,
         end_timestamp: int,
         value: Any = None,
@@ -157,11 +169,20 @@ class TupleWindow:
             self._expired = self._expired()
         return list(self._expired)
 
+    def get_iter(self) -> Iterator[Tuple]:
+        """The window's tuples one by one (Storm's ``getIter``): a window read back
+        from the store is read chunk by chunk."""
+        if callable(self._tuples):
+            self._tuples = self._tuples()
+        return iter(self._tuples)
+
     def __iter__(self) -> Iterator[Tuple]:
-        return iter(self.get())
+        return self.get_iter()
 
     def __len__(self) -> int:
-        return len(self.get())
+        if callable(self._tuples):
+            self._tuples = self._tuples()
+        return len(self._tuples)
 
     def __repr__(self) -> str:
         return f"TupleWindow([{self.start_timestamp}, {self.end_timestamp}), {len(self)} tuples)"
@@ -189,6 +210,7 @@ class BaseWindowedBolt(_Component):
     session_gap: Duration | None = None
     session_key: str | None = None
     aggregate: Aggregate | None = None
+    max_events_in_memory: int | None = None
 
     # -- Storm's builder methods ------------------------------------------------------
     def with_window(
@@ -229,6 +251,23 @@ class BaseWindowedBolt(_Component):
         """Event time: late tuples go out on ``stream_id`` as ``(tuple, timestamp)``:
         the late tuple's values (a list) and its timestamp."""
         self.late_tuple_stream = stream_id
+        return self
+
+    def with_max_events_in_memory(self, n: int) -> BaseWindowedBolt:
+        """Keep at most ``n`` of a window's tuples in memory (Storm's
+        ``withMaxEventsInMemory``; default 1,000,000): with exactly-once state, the
+        older ones are only in the store (where each checkpoint put them) and are
+        read back, chunk by chunk, when a window fires; iterate the window
+        (``for t in window``) rather than ``get()`` to keep it so. For windows of
+        ``with_window`` and ``with_tumbling_window``; tuples within the lag,
+        session windows' and the tuples since the last checkpoint stay in memory.
+        At-least-once windows are in memory only (their tuples are acked when they
+        leave the window): setting it there is refused."""
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigError(
+                f"with_max_events_in_memory() takes a positive number of tuples, not {n!r}"
+            )
+        self.max_events_in_memory = n
         return self
 
     # -- beyond Storm ---------------------------------------------------------------------
@@ -324,9 +363,10 @@ class BaseWindowedBolt(_Component):
             )
         return WindowSpec(self.window_length, self.sliding_interval, event_time=self.event_time)
 
-    def window_core(self, component: str) -> TimeOrder:
+    def window_core(self, component: str, spill: bool = False) -> TimeOrder:
         """The pure model of this bolt's windows (statestream._windowing, _window_kinds),
-        holding the tuples themselves."""
+        holding the tuples themselves; ``spill``: at most ``max_events_in_memory`` of
+        them in memory (statestream._window_spill), for windows kept in the store."""
         spec = self.window_spec(component)
         if self.session_gap is not None:
             field = self.session_key
@@ -334,7 +374,27 @@ class BaseWindowedBolt(_Component):
             return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, _same)
         if self.aggregate is not None:
             return AggregateCore(spec, self.aggregate, _same)
+        if spill:
+            limit = self.max_events_in_memory or DEFAULT_MAX_EVENTS_IN_MEMORY
+            return SpillingWindowCore(spec, limit)
         return WindowCore(spec)
+
+
+class _SpanTuples(Sequence[Tuple]):
+    """The tuples of a window read back from the store (a Span): iterated chunk by
+    chunk, each time (TupleWindow's get() builds the list)."""
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def __iter__(self) -> Iterator[Tuple]:
+        return (e.payload for e in self.span)
+
+    def __len__(self) -> int:
+        return len(self.span)
+
+    def __getitem__(self, i: Any) -> Any:
+        return list(self)[i]
 
 
 class StatefulWindowedBolt(BaseWindowedBolt):
@@ -515,6 +575,13 @@ class WindowedBoltExecutor(StatefulBolt):
         self.in_memory = not context.exactly_once and acking
         if self.in_memory:
             self._check_in_memory(conf)
+            if bolt.max_events_in_memory is not None:
+                raise ConfigError(
+                    f"windowed bolt {context.component_id!r} at-least-once keeps its windows "
+                    "in memory (a tuple is acked when it leaves them, as Storm's), so "
+                    "with_max_events_in_memory cannot spill them: drop it, or use "
+                    "exactly-once state (statestream.state.exactly.once: true)"
+                )
         self._fresh_windows()
         self.collector = collector
         self._origins: dict[tuple[str, int, str], Origin] = {}
@@ -534,7 +601,7 @@ class WindowedBoltExecutor(StatefulBolt):
     def _fresh_windows(self) -> None:
         """No window yet: the core and the watermarks as at a first start."""
         bolt = self.bolt
-        self.core = bolt.window_core(self.context.component_id)
+        self.core = bolt.window_core(self.context.component_id, spill=not self.in_memory)
         self.store = WindowStore(self.context.component_id)
         if self.in_memory:
             self.core.in_memory()
@@ -575,6 +642,7 @@ class WindowedBoltExecutor(StatefulBolt):
         self.state = state
         if not self.in_memory:
             self._fresh_windows()
+            self._attach(state)
             self.store.load(state, self.core, self.marks, self._origin)
         self._unfired, self._retrying = [], {}
         if isinstance(self.bolt, StatefulWindowedBolt):
@@ -583,10 +651,16 @@ class WindowedBoltExecutor(StatefulBolt):
     def pre_prepare(self, txid: int) -> None:
         if self.state is None:  # no INITSTATE yet: nothing held
             self.state = self.context.state()
+            self._attach(self.state)
         if not self.in_memory:
-            self.store.save(self.state, self.core, self.marks)
+            self.store.save(self.state, self.core, self.marks, pinned(self._unfired))
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.pre_prepare(txid)
+
+    def _attach(self, state: Any) -> None:
+        """Let a core that spills write to and read from ``state``."""
+        if isinstance(self.core, SpillingWindowCore):
+            self.core.spill = ChunkSpill(self.store, state, self._origin)
 
     def pre_commit(self, txid: int) -> None:
         if isinstance(self.bolt, StatefulWindowedBolt):
@@ -653,14 +727,19 @@ class WindowedBoltExecutor(StatefulBolt):
         for fire in fires:
             self.bolt.execute(
                 TupleWindow(
-                    partial(self._tuples, fire.events),
-                    partial(self._tuples, fire.new),
-                    partial(self._tuples, fire.expired),
+                    self._view(fire.events),
+                    self._view(fire.new),
+                    self._view(fire.expired),
                     fire.start,
                     fire.end,
                     fire.value,
                 )
             )
+
+    def _view(self, events: Any) -> Sequence[Tuple] | Callable[[], Sequence[Tuple]]:
+        if isinstance(events, Span):
+            return _SpanTuples(events)
+        return partial(self._tuples, events)
 
     def _tuples(self, events: list[Event]) -> list[Tuple]:
         return [e.payload for e in events]

@@ -199,13 +199,15 @@ class Event(NamedTuple):
 class Fire(NamedTuple):
     """One window to fire: ``[start, end)`` in ms, its tuples (timestamp order), those
     new since the last window fired and those of the last window no longer in it;
-    an aggregating window's result instead of tuples."""
+    an aggregating window's result instead of tuples. Each of the three is a list,
+    or a :class:`~statestream._window_spill.Span` (iterable, read back from the
+    store chunk by chunk) when the window spilled."""
 
     start: int
     end: int
-    events: list[Event]
-    new: list[Event]
-    expired: list[Event]
+    events: Any  # list[Event] | Span
+    new: Any
+    expired: Any
     value: Any = None
 
 
@@ -418,6 +420,8 @@ class WindowCore(TimeOrder):
         self.since_fire = 0  # tuples released since the last count-slide fire
         self.next_end: int | None = None  # the next duration-slide boundary
         self.prev: list[Event] = []  # the last fired window's tuples
+        # Released tuples spilled to the store (statestream._window_spill): none here.
+        self.head_n = 0
 
     def _reach(self, upto: int, fires: list[Fire]) -> None:
         self._fire_boundaries(upto, fires)
@@ -444,9 +448,9 @@ class WindowCore(TimeOrder):
             self.since_fire += 1
             if self.since_fire >= self._slide_n:
                 self._fire_count(event.ts, fires)
-        elif self._len_n and len(self.buffer) > self._len_n:
+        elif self._len_n and len(self.buffer) + self.head_n > self._len_n:
             # A count length: only the last n tuples can be in a window to come.
-            self._evict_to(len(self.buffer) - self._len_n)
+            self._evict_to(len(self.buffer) + self.head_n - self._len_n)
 
     def _fire_boundaries(self, upto: int, fires: list[Fire]) -> None:
         """Fire each duration-slide boundary ``end <= upto`` whose window has tuples.
@@ -461,11 +465,11 @@ class WindowCore(TimeOrder):
             end = self.next_end
             if self._len_ms:
                 start = end - self._len_ms
-                events = [e for e in buffer if e.ts >= start]
+                events = self._since(start)
             else:
-                events = list(buffer)[-self._len_n :]
-                start = events[0].ts if events else end
-                if not events or (self.prev and events[-1].seq == self.prev[-1].seq):
+                events = self._last(self._len_n)
+                start = self._first_ts(events, end)
+                if not events or self._fired_already(events):
                     # The last n tuples, fired already: not again at every boundary
                     # (forever, in processing time); the next tuple starts anew.
                     self.next_end = None
@@ -479,18 +483,35 @@ class WindowCore(TimeOrder):
         self.since_fire = 0
         buffer = self.buffer
         if self._len_n:
-            events = list(buffer)[-(last or self._len_n) :]
-            start = events[0].ts
+            events = self._last(last or self._len_n)
+            start = self._first_ts(events, ref)
         else:
             start = ref - self._len_ms + 1
-            events = [e for e in buffer if e.ts >= start]
+            events = self._since(start)
         self._fire(start, ref + 1, events, fires)
         if self._len_ms:
             self._evict_below(start)
-        elif len(buffer) > self._len_n:
-            self._evict_to(len(buffer) - self._len_n)
+        elif len(buffer) + self.head_n > self._len_n:
+            self._evict_to(len(buffer) + self.head_n - self._len_n)
 
-    def _fire(self, start: int, end: int, events: list[Event], fires: list[Fire]) -> None:
+    # The window a fire takes from the buffer: overridden by a core that spills
+    # (statestream._window_spill), whose buffer is partly in the store.
+    def _since(self, start: int) -> Any:
+        """The buffered tuples from ``start`` on."""
+        return [e for e in self.buffer if e.ts >= start]
+
+    def _last(self, n: int) -> Any:
+        """The last ``n`` buffered tuples."""
+        return list(self.buffer)[-n:]
+
+    def _first_ts(self, events: Any, default: int) -> int:
+        return int(events[0].ts) if events else default
+
+    def _fired_already(self, events: Any) -> bool:
+        """Whether the last fired window ends with the same tuple as ``events``."""
+        return bool(self.prev) and events[-1].seq == self.prev[-1].seq
+
+    def _fire(self, start: int, end: int, events: Any, fires: list[Fire]) -> None:
         prev_seqs = {e.seq for e in self.prev}
         seqs = {e.seq for e in events}
         new = [e for e in events if e.seq not in prev_seqs]
@@ -504,8 +525,8 @@ class WindowCore(TimeOrder):
         later holds."""
         if self._len_ms:
             self._evict_below(next_end - self._len_ms)
-        elif len(self.buffer) > self._len_n:
-            self._evict_to(len(self.buffer) - self._len_n)
+        elif len(self.buffer) + self.head_n > self._len_n:
+            self._evict_to(len(self.buffer) + self.head_n - self._len_n)
 
     def _evict_below(self, ts: int) -> None:
         buffer = self.buffer
@@ -565,6 +586,8 @@ class WindowCore(TimeOrder):
         if state["prev"] is not None:
             first, n = state["prev"]
             at = bisect.bisect_left(released, tuple(first), key=order_key)
+            if n < 0:  # stored by a core that spills: up to its last tuple, prev_to
+                n = bisect.bisect_right(released, tuple(state["prev_to"]), key=order_key) - at
             self.prev = released[at : at + n]
 
     def __len__(self) -> int:
