@@ -116,14 +116,24 @@ def killed_mid_run(tmp_path: Path, settings: list[str]) -> tuple[list[str], dict
         "--set", f"wordcount.input={corpus}",
         "--set", "topology.state.checkpoint.interval.ms=50",
     ]  # fmt: skip
+    rng = seeded_rng()
     killed = sigkill_runs(
         [WORDCOUNT, "--until-idle", *common, *settings],
         kills=2,
         component="count",
-        rng=seeded_rng(),
+        rng=rng,
         work=sum(expected.values()),
     )
     assert killed >= 1, "no run was killed before it ended"
+    # On a loaded machine two early kills may both come before the first commit: kill
+    # more runs, each later in its work, until one committed (the test needs state).
+    for scale in (2, 4, 8):
+        if exported(tmp_path / "probe.jsonl", settings) >= 0:
+            break
+        sigkill_runs(
+            [WORDCOUNT, "--until-idle", *common, *settings],
+            kills=1, component="count", rng=rng, work=scale * sum(expected.values()),
+        )  # fmt: skip
     return common, dict(expected)
 
 
