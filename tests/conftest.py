@@ -42,17 +42,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     """After pytest's own (trylast): an uncaught error of a thread names the test that
     started it (pytest reports it in whatever test runs when it happens)."""
-    threading.excepthook = thread_watch.attribute_thread_errors(threading.excepthook)
+    threading.excepthook = thread_watch.ORIGINS.excepthook(threading.excepthook)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """Which test started each thread that outlives it (tests/thread_watch.py)."""
-    thread_watch.test_began(item.nodeid)
+    thread_watch.ORIGINS.began(item.nodeid)
     try:
         return (yield)
     finally:
-        thread_watch.test_ended()
+        thread_watch.ORIGINS.ended()
 
 
 @pytest.fixture(autouse=True)

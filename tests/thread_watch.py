@@ -4,7 +4,7 @@ pytest (9) reports an exception raised in any thread as an error of the test
 phase it happens to be in, so a thread a failed Spark run left running
 errors inside whatever unrelated test runs next. Two parts:
 
-* :func:`attribute_thread_errors`, the session's ``threading.excepthook``
+* :meth:`ThreadOrigins.excepthook`, the session's ``threading.excepthook``
   (installed after pytest's own, which it calls): an uncaught error of a
   thread gets a note naming the test that started the thread, so the report
   points at its cause, not at the test it landed in.
@@ -14,9 +14,9 @@ errors inside whatever unrelated test runs next. Two parts:
   session), so a fixture can fail the test that leaked one.
 
 Which test started a thread is taken from snapshots of
-``threading.enumerate()`` around each test (:func:`test_began`,
-:func:`test_ended`): a thread first seen alive at the end of a test was
-started by it.
+``threading.enumerate()`` around each test (:meth:`ThreadOrigins.began`,
+:meth:`ThreadOrigins.ended`): a thread first seen alive at the end of a test
+was started by it.
 """
 
 from __future__ import annotations
@@ -27,59 +27,67 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-#: Per thread, the test that started it (only threads still alive at its end).
-_STARTED_BY: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
-#: The test running now and the threads alive when it began.
-_current: list[tuple[str, frozenset[threading.Thread]]] = []
-
 #: Spark's own threads are recognised by where their class or target lives.
 _SPARK_MODULES = ("py4j", "pyspark")
 
 
-def test_began(nodeid: str) -> None:
-    """Record that ``nodeid`` starts now, with the threads already alive."""
-    _current[:] = [(nodeid, frozenset(threading.enumerate()))]
+class ThreadOrigins:
+    """Which test started each thread: :meth:`began` and :meth:`ended` around each
+    test, :meth:`started_by` for a thread, :meth:`excepthook` to wrap pytest's."""
 
+    def __init__(self) -> None:
+        # Per thread still alive when the test that started it ended, that test.
+        self._started_by: weakref.WeakKeyDictionary[threading.Thread, str] = (
+            weakref.WeakKeyDictionary()
+        )
+        # The test running now and the threads alive when it began.
+        self._current: tuple[str, frozenset[threading.Thread]] | None = None
 
-def test_ended() -> None:
-    """Attribute the threads still alive that the running test started to it."""
-    if not _current:
-        return
-    nodeid, before = _current.pop()
-    for thread in threading.enumerate():
-        if thread not in before:
-            _STARTED_BY.setdefault(thread, nodeid)
+    def began(self, nodeid: str) -> None:
+        """Test ``nodeid`` starts now, with the threads already alive."""
+        self._current = (nodeid, frozenset(threading.enumerate()))
 
+    def ended(self) -> None:
+        """The running test ended: the threads it started still alive are its."""
+        if self._current is None:
+            return
+        (nodeid, before), self._current = self._current, None
+        for thread in threading.enumerate():
+            if thread not in before:
+                self._started_by.setdefault(thread, nodeid)
 
-def started_by(thread: threading.Thread | None) -> str | None:
-    """The test that started ``thread``: an earlier one it outlived, or the running
-    one (None between tests)."""
-    if thread is None:
+    def started_by(self, thread: threading.Thread | None) -> str | None:
+        """The test that started ``thread``: an earlier one it outlived, or the running
+        one (None for a thread older than both, or between tests)."""
+        if thread is None:
+            return None
+        if thread in self._started_by:
+            return self._started_by[thread]
+        if self._current is not None and thread not in self._current[1]:
+            return self._current[0]
         return None
-    if thread in _STARTED_BY:
-        return _STARTED_BY[thread]
-    if _current and thread not in _current[0][1]:
-        return _current[0][0]
-    return None
+
+    def excepthook(
+        self, hook: Callable[[threading.ExceptHookArgs], object]
+    ) -> Callable[[threading.ExceptHookArgs], object]:
+        """A ``threading.excepthook`` that notes on the exception which test started
+        the thread, then hands it to ``hook`` (pytest's, which reports it)."""
+
+        def excepthook(args: threading.ExceptHookArgs) -> object:
+            origin = self.started_by(args.thread)
+            exc = args.exc_value
+            if exc is not None and origin is not None:
+                name = "<unknown>" if args.thread is None else args.thread.name
+                running = None if self._current is None else self._current[0]
+                where = "this test" if origin == running else f"an earlier test, {origin}"
+                exc.add_note(f"thread {name!r} was started by {where}")
+            return hook(args)
+
+        return excepthook
 
 
-def attribute_thread_errors(
-    hook: Callable[[threading.ExceptHookArgs], object],
-) -> Callable[[threading.ExceptHookArgs], object]:
-    """A ``threading.excepthook`` that notes on the exception which test started
-    the thread, then hands it to ``hook`` (pytest's, which reports it)."""
-
-    def excepthook(args: threading.ExceptHookArgs) -> object:
-        origin = started_by(args.thread)
-        running = _current[0][0] if _current else None
-        exc = args.exc_value
-        if exc is not None and origin is not None:
-            name = "<unknown>" if args.thread is None else args.thread.name
-            where = "this test" if origin == running else f"an earlier test, {origin}"
-            exc.add_note(f"thread {name!r} was started by {where}")
-        return hook(args)
-
-    return excepthook
+#: The test session's (tests/conftest.py).
+ORIGINS = ThreadOrigins()
 
 
 def is_spark_own(thread: threading.Thread) -> bool:
