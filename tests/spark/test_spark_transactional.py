@@ -32,6 +32,7 @@ from statestream import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
     OutputFieldsDeclarer,
+    PartitionedTransactionalSpout,
     RuntimeFailure,
     StateLockedError,
     Topology,
@@ -143,9 +144,10 @@ class Commit(TransactionalBolt, Committer):
         _log(self.conf, "commits", [txid, self.id.attempt_id, self.sum, self.n])
 
 
-def topology(n: int, take: int, opaque: bool = False) -> Topology:
+def topology(n: int, take: int, opaque: bool = False, spout: Any = None) -> Topology:
     kind = OpaqueMemoryTransactionalSpout if opaque else MemoryTransactionalSpout
-    builder = TransactionalTopologyBuilder(NAME, "spout", kind(rows(n), ["v"], take), PARTITIONS)
+    spout = spout or kind(rows(n), ["v"], take)
+    builder = TransactionalTopologyBuilder(NAME, "spout", spout, PARTITIONS)
     builder.set_bolt("partial", Partial(), 2).shuffle_grouping("spout")
     builder.set_committer_bolt("commit", Commit()).global_grouping("partial")
     return builder.build()
@@ -303,6 +305,37 @@ def test_commits_go_in_txid_order_under_pipelining_and_a_failed_commit(
     assert stored_committed(conf, NAME) == 7
 
 
+class FewOpens(MemoryTransactionalSpout):
+    """Refuses to be asked for more than ``most`` new transactions in a run: its
+    coordinator part (on the driver) is asked ``is_ready`` before each one opens."""
+
+    def __init__(self, n: int, take: int, most: int) -> None:
+        super().__init__(rows(n), ["v"], take)
+        self.most = most
+
+    def get_coordinator(self, conf: Mapping[str, Any], context: TopologyContext) -> Any:
+        return FewOpensCoordinator(super().get_coordinator(conf, context), self.most)
+
+
+class FewOpensCoordinator(PartitionedTransactionalSpout.Coordinator):
+    def __init__(self, inner: Any, most: int) -> None:
+        self.inner = inner
+        self.most = most
+        self.asked = 0
+
+    def number_of_partitions(self) -> int:
+        return int(self.inner.number_of_partitions())
+
+    def partition_exhausted(self, partition: int, last_metadata: Any) -> bool:
+        return bool(self.inner.partition_exhausted(partition, last_metadata))
+
+    def is_ready(self) -> bool:
+        self.asked += 1
+        if self.asked > self.most:
+            raise AssertionError(f"the driver went on opening transactions ({self.asked})")
+        return bool(self.inner.is_ready())
+
+
 def test_a_large_max_spout_pending_commits_the_first_transaction_after_one_batch(
     spark_session: Any, conf: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -318,7 +351,8 @@ def test_a_large_max_spout_pending_commits_the_first_transaction_after_one_batch
             raise AssertionError(f"transaction {txid} was processed before the first commit")
 
     pending = {**conf, "topology.max.spout.pending": 10_000}
-    rt = SparkRuntime(topology(900, 50), pending, spark=spark_session)
+    topo = topology(900, 50, spout=FewOpens(900, 50, 50))
+    rt = SparkRuntime(topo, pending, spark=spark_session)
     rt.fault_hook = hook
     result = rt.run(until_idle=True)
     assert result.reason == "idle" and not result.errors
