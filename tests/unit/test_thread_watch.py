@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from thread_watch import ThreadOrigins, describe, is_spark_own, surviving_threads
+from thread_watch import ThreadOrigins, describe, given_up_on, is_spark_own, surviving_threads
 
 
 @pytest.fixture
@@ -46,6 +46,16 @@ def test_spark_own_threads_are_known_by_their_class_or_target() -> None:
     Gateway.__module__ = "py4j.clientserver"
     assert is_spark_own(Gateway())
     assert not is_spark_own(threading.Thread(target=lambda: None))
+
+
+def test_only_a_kafka_call_given_up_on_is_let_run() -> None:
+    def run() -> None: ...
+
+    run.__module__ = "statestream.connectors.kafka_sink"
+    run.__qualname__ = "KafkaSink._bounded.<locals>.run"
+    assert given_up_on(threading.Thread(target=run, name="statestream-kafka-commit"))
+    run.__qualname__ = "KafkaSink.other"
+    assert not given_up_on(threading.Thread(target=run, name="statestream-kafka-commit"))
 
 
 def test_a_thread_error_names_the_earlier_test_that_started_the_thread(
