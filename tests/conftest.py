@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import thread_watch
 
 from statestream import testing
+
+#: How long, in all, the threads a Spark test started get to end after it.
+THREAD_JOIN_SECS = 5.0
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -31,6 +36,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _uses_spark_session(item):
             item.add_marker(pytest.mark.xdist_group("spark-session"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """After pytest's own (trylast): an uncaught error of a thread names the test that
+    started it (pytest reports it in whatever test runs when it happens)."""
+    threading.excepthook = thread_watch.ORIGINS.excepthook(threading.excepthook)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Which test started each thread that outlives it (tests/thread_watch.py)."""
+    thread_watch.ORIGINS.began(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        thread_watch.ORIGINS.ended()
+
+
+@pytest.fixture(autouse=True)
+def _spark_threads_end(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the SparkSession, failing or not, leaves no thread of its own
+    running (issue 48: one did, and it raised inside a later, unrelated test).
+    Spark's own threads (py4j, pyspark) live with the session and do not count."""
+    if not _uses_spark_session(request.node):
+        yield
+        return
+    before = threading.enumerate()
+    yield
+    left = thread_watch.surviving_threads(before, within=THREAD_JOIN_SECS)
+    if left:
+        pytest.fail(
+            f"{len(left)} thread(s) this test started still run {THREAD_JOIN_SECS:g} s after "
+            "it: " + ", ".join(map(thread_watch.describe, left)),
+            pytrace=False,
+        )
 
 
 def _uses_spark_session(item: pytest.Item) -> bool:

@@ -36,12 +36,15 @@ class _Proxy:
         self.control = socket.create_server(("127.0.0.1", 0))
         self.control_port = self.control.getsockname()[1]
         self.stopped = False
-        threading.Thread(target=self._control, daemon=True).start()
+        self.controller = threading.Thread(target=self._control, daemon=True)
+        self.controller.start()
+        self.acceptor: threading.Thread | None = None
 
     def listen(self) -> None:
         listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
         self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        self.acceptor = threading.Thread(target=self._accept, args=(listener,), daemon=True)
+        self.acceptor.start()
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -80,7 +83,7 @@ class _Proxy:
 
     def away(self) -> int:
         if self.listener is not None:
-            self.listener.close()
+            _wake_and_close(self.listener)
             self.listener = None
         return self.cut()
 
@@ -104,9 +107,22 @@ class _Proxy:
                 conn.sendall(f"{answer}\n".encode())
 
     def close(self) -> None:
+        """Stop serving; the proxy's threads end (joined, each within a few seconds)."""
         self.stopped = True
         self.away()
-        self.control.close()
+        _wake_and_close(self.control)
+        for thread in (self.controller, self.acceptor):
+            if thread is not None:
+                thread.join(5)
+
+
+def _wake_and_close(listener: socket.socket) -> None:
+    """Close a listening socket and wake the thread blocked in its ``accept``: a
+    close alone leaves that thread blocked for good (Linux), which outlived the
+    test (tests/conftest.py fails a Spark test that leaves a thread running)."""
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
 
 
 def tell(control_port: int, command: str) -> int:

@@ -15,7 +15,6 @@ from statestream.runtime.spark.status import (
     session_started,
     session_starting,
     transaction_committed,
-    transactions_opening,
     transactions_started,
     waiting_for_input,
 )
@@ -100,16 +99,13 @@ def test_the_session_the_wait_and_the_commit_are_said() -> None:
 
 
 def test_a_transactional_run_says_its_first_job_and_commit() -> None:
-    assert transactions_opening(10_000) == (
-        "opening the first transactions: up to 10,000 batches for the first Spark job "
-        "(topology.max.spout.pending), each stored as it is opened"
+    assert transactions_started(1, 1, 1, 10_000) == (
+        "first transactions: 1 batch (txid 1) processed as one Spark job (the first job "
+        "also starts Spark's Python workers); each later job takes up to twice as many as "
+        "the last, at most 10,000 (topology.max.spout.pending)"
     )
-    assert transactions_started(1, 1, 1) == (
-        "first transactions: 1 batch (txid 1; topology.max.spout.pending bounds them) "
-        "processed as one Spark job (the first job also starts Spark's Python workers)"
-    )
-    assert transactions_started(10_000, 1, 10_000).startswith(
-        "first transactions: 10,000 batches (txids 1-10000; "
+    assert transactions_started(3, 4, 6, 2).startswith(
+        "first transactions: 3 batches (txids 4-6) processed as one Spark job "
     )
     assert transaction_committed(3, 2.0) == (
         "first transaction committed in 2.0 s (txid 3); each commits in a Spark job of "

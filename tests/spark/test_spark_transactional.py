@@ -32,6 +32,7 @@ from statestream import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
     OutputFieldsDeclarer,
+    PartitionedTransactionalSpout,
     RuntimeFailure,
     StateLockedError,
     Topology,
@@ -143,9 +144,10 @@ class Commit(TransactionalBolt, Committer):
         _log(self.conf, "commits", [txid, self.id.attempt_id, self.sum, self.n])
 
 
-def topology(n: int, take: int, opaque: bool = False) -> Topology:
+def topology(n: int, take: int, opaque: bool = False, spout: Any = None) -> Topology:
     kind = OpaqueMemoryTransactionalSpout if opaque else MemoryTransactionalSpout
-    builder = TransactionalTopologyBuilder(NAME, "spout", kind(rows(n), ["v"], take), PARTITIONS)
+    spout = spout or kind(rows(n), ["v"], take)
+    builder = TransactionalTopologyBuilder(NAME, "spout", spout, PARTITIONS)
     builder.set_bolt("partial", Partial(), 2).shuffle_grouping("spout")
     builder.set_committer_bolt("commit", Commit()).global_grouping("partial")
     return builder.build()
@@ -216,17 +218,19 @@ def test_global_count_example_is_exact_on_spark(
         status.removeHandler(heard)
         status.setLevel(level)
     assert result.reason == "idle" and not result.errors
-    assert result.counters["batches"] == 4  # 6,000 words, 1,500 a batch
-    assert said[0].startswith("opening the first transactions: up to 2 batches "), said
-    assert said[1].startswith("first transactions: 2 batches (txids 1-2; "), said
-    assert said[2].startswith("first transaction committed in "), said
-    assert " s (txid 1); " in said[2] and len(said) == 3, said
+    # 6,000 words, 1,500 a batch, in jobs of 1, 2 and 2 transactions: the last job
+    # was opened before its emitters found the end, so transaction 5 is empty.
+    assert result.counters["batches"] == 5
+    assert said[0].startswith("first transactions: 1 batch (txid 1) processed as one "), said
+    assert said[0].endswith(" at most 2 (topology.max.spout.pending)"), said
+    assert said[1].startswith("first transaction committed in "), said
+    assert " s (txid 1); " in said[1] and len(said) == 2, said
     conn = sqlite3.connect(tmp_path / "count.db")
     try:
-        assert conn.execute("SELECT count, txid FROM counts").fetchall() == [(6000, 4)]
+        assert conn.execute("SELECT count, txid FROM counts").fetchall() == [(6000, 5)]
     finally:
         conn.close()
-    assert stored_committed(conf, "global-count") == 4
+    assert stored_committed(conf, "global-count") == 5
     # A second run has nothing left to do.
     again = spark_run(spark_session, global_count.topology(), conf)
     assert again.counters["batches"] == 0
@@ -283,19 +287,81 @@ def test_failed_batch_is_emitted_again_with_the_same_result(
 def test_commits_go_in_txid_order_under_pipelining_and_a_failed_commit(
     spark_session: Any, conf: dict[str, Any], tmp_path: Path
 ) -> None:
-    (tmp_path / "fail-commit-3").touch()
+    (tmp_path / "fail-commit-5").touch()
     result = spark_run(spark_session, topology(900, 50, False), conf, **{
         "topology.max.spout.pending": 4
     })  # fmt: skip
-    assert not (tmp_path / "fail-commit-3").exists()
+    assert not (tmp_path / "fail-commit-5").exists()
     assert result.counters["replays"] == 1
-    # 6 transactions: 1-4 processed together, 3's commit fails (4 goes back with it),
-    # 3 and 4 are processed again and committed, then 5 and 6.
+    # 6 transactions of data. Jobs of 1, 2 and 4 transactions (job_size): 4-7 are
+    # processed together, 5's commit fails (6 and 7 go back with it), 5-7 are
+    # processed again and committed; 7, opened before the emitters found the end, is
+    # empty.
     assert_commits_exact(tmp_path, 900, 50)
     processed = [(txid, aid) for txid, aid, _, _ in read_log(tmp_path, "partial")]
-    assert {t for t, _ in processed} == set(range(1, 7))
-    assert len({aid for t, aid in processed if t in (3, 4)}) == 4  # two attempts each
-    assert stored_committed(conf, NAME) == 6
+    assert {t for t, _ in processed} == set(range(1, 8))
+    assert len({aid for t, aid in processed if t in (5, 6, 7)}) == 6  # two attempts each
+    assert len({aid for t, aid in processed if t == 4}) == 1
+    assert stored_committed(conf, NAME) == 7
+
+
+class FewOpens(MemoryTransactionalSpout):
+    """Refuses to be asked for more than ``most`` new transactions in a run: its
+    coordinator part (on the driver) is asked ``is_ready`` before each one opens."""
+
+    def __init__(self, n: int, take: int, most: int) -> None:
+        super().__init__(rows(n), ["v"], take)
+        self.most = most
+
+    def get_coordinator(self, conf: Mapping[str, Any], context: TopologyContext) -> Any:
+        return FewOpensCoordinator(super().get_coordinator(conf, context), self.most)
+
+
+class FewOpensCoordinator(PartitionedTransactionalSpout.Coordinator):
+    def __init__(self, inner: Any, most: int) -> None:
+        self.inner = inner
+        self.most = most
+        self.asked = 0
+
+    def number_of_partitions(self) -> int:
+        return int(self.inner.number_of_partitions())
+
+    def partition_exhausted(self, partition: int, last_metadata: Any) -> bool:
+        return bool(self.inner.partition_exhausted(partition, last_metadata))
+
+    def is_ready(self) -> bool:
+        self.asked += 1
+        if self.asked > self.most:
+            raise AssertionError(f"the driver went on opening transactions ({self.asked})")
+        return bool(self.inner.is_ready())
+
+
+def test_a_large_max_spout_pending_commits_the_first_transaction_after_one_batch(
+    spark_session: Any, conf: dict[str, Any], tmp_path: Path
+) -> None:
+    """``config/local.yaml``'s 10,000 (a bound on tuples in flight for ordinary
+    topologies) opened 10,000 transactions before the first Spark job, and the run
+    counted nothing for minutes: the first job takes one transaction, each next job
+    up to twice the last, so the first commit comes after one batch."""
+    points: list[tuple[str, int]] = []
+
+    def hook(point: str, txid: int) -> None:
+        points.append((point, txid))
+        if point == "prepared" and ("committed", 1) not in points and txid > 1:
+            raise AssertionError(f"transaction {txid} was processed before the first commit")
+
+    pending = {**conf, "topology.max.spout.pending": 10_000}
+    topo = topology(900, 50, spout=FewOpens(900, 50, 50))
+    rt = SparkRuntime(topo, pending, spark=spark_session)
+    rt.fault_hook = hook
+    result = rt.run(until_idle=True)
+    assert result.reason == "idle" and not result.errors
+    assert points[:3] == [("recovered", 0), ("prepared", 1), ("committed", 1)]
+    # 6 transactions of data in jobs of 1, 2 and 4: at most one job's worth is empty.
+    prepared = [txid for point, txid in points if point == "prepared"]
+    assert prepared == list(range(1, 8)), points
+    assert_commits_exact(tmp_path, 900, 50)
+    assert stored_committed(conf, NAME) == 7
 
 
 def test_a_failing_transaction_stops_the_run_and_the_next_run_finishes_it(

@@ -352,10 +352,14 @@ def test_the_page_on_a_spark_run_shows_its_batches_jobs(
     url = said[0].split("live view at ", 1)[1].strip()
     ended: list[Any] = []
     with view:
-        thread = threading.Thread(target=lambda: ended.append(rt.run(duration=120)), daemon=True)
-        thread.start()
+        # The browser first: without one (no chromedriver) the test fails before any
+        # run starts. The run started, it is stopped and joined however the test
+        # ends: left running, it read corpus.txt from the directory monkeypatch had
+        # restored and raised inside whatever test ran next (issue 48).
         driver = chromium(tmp_path / "chromium-profile")
+        thread = threading.Thread(target=lambda: ended.append(rt.run(duration=120)), daemon=True)
         try:
+            thread.start()
             _check_page(driver, url, thread.is_alive)
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#spark tbody tr")) >= 2)
@@ -372,7 +376,10 @@ def test_the_page_on_a_spark_run_shows_its_batches_jobs(
             errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == []
         finally:
-            driver.quit()
-            rt.stop()
-            thread.join(60)
+            try:
+                rt.stop()
+                if thread.is_alive():
+                    thread.join(60)
+            finally:
+                driver.quit()
     assert ended and ended[0].reason == "stopped"

@@ -54,7 +54,7 @@ from statestream.runtime.spark.shared import SEQ_BITS, Ack, fresh_state
 from statestream.runtime.spark.spouts import Batch, SpoutReader
 from statestream.runtime.spark.stages import JobWatch
 from statestream.runtime.spark.tally import RunControl, RunTally
-from statestream.runtime.spark.transactional import TransactionalDriver
+from statestream.runtime.spark.transactional import TransactionalDriver, job_size
 from statestream.testing import RewindableListSpout, spout_record
 
 WORDS = ["a", "b", "c", "d", "e", "f"]
@@ -445,6 +445,7 @@ def test_the_transactional_driver_gives_a_failing_transaction_up_after_its_attem
         parts.control,
         QuietWatch(parts.tally.bank, parts.clock),
         attempts=2,
+        batch_size=1000,
         fault=lambda point, txid: parts.faults.append((point, txid)),
     )
     with pytest.raises(RuntimeFailure, match="transaction 1 failed 2 times"):
@@ -452,6 +453,26 @@ def test_the_transactional_driver_gives_a_failing_transaction_up_after_its_attem
     assert parts.tally.counters["replays"] == 2 and parts.tally.counters["batches"] == 0
     assert parts.faults == [("recovered", 0)]
     assert [e.component for e in parts.tally.errors] == ["$batch", "$batch"]
+
+
+@pytest.mark.parametrize(
+    ("pending", "last", "carried", "batch_size", "emitters", "size"),
+    [
+        (10_000, 0, 0, 50_000, 3, 1),  # the first job: one transaction, whatever the bound
+        (1, 0, 0, 50_000, 3, 1),
+        (10_000, 1, 3_000, 50_000, 3, 2),  # then twice the last
+        (10_000, 8, 3_000, 50_000, 3, 16),
+        (10_000, 40, 3_000, 50_000, 3, 50),  # 50 x 3,000 fit 50,000 a task on 3 tasks
+        (10_000, 40, 0, 50_000, 3, 80),  # the size of a transaction not known yet
+        (4, 8, 10, 50_000, 3, 4),  # never past topology.max.spout.pending
+        (10_000, 8, 90_000, 50_000, 1, 1),  # one too big for a job still runs, alone
+        (10_000, 8, 0, 1, 1, 16),  # empty transactions carry nothing: only the doubling
+    ],
+)
+def test_a_transactional_job_takes_one_transaction_then_twice_the_last_within_the_bounds(
+    pending: int, last: int, carried: int, batch_size: int, emitters: int, size: int
+) -> None:
+    assert job_size(pending, last, carried, batch_size, emitters) == size
 
 
 # -- the registry ------------------------------------------------------------------------

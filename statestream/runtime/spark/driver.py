@@ -219,6 +219,7 @@ class SparkRuntime:
                 self._control,
                 self._watch,
                 attempts=self.attempts,
+                batch_size=self.batch_size,
                 fault=self._fault,
             )
         )

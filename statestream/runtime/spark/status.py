@@ -24,7 +24,6 @@ __all__ = [
     "session_started",
     "session_starting",
     "transaction_committed",
-    "transactions_opening",
     "transactions_started",
     "waiting_for_input",
 ]
@@ -86,23 +85,15 @@ def batch_committed(seconds: float, tuples: int) -> str:
     )
 
 
-def transactions_opening(pending: int) -> str:
-    """Before a transactional topology's first job: the coordinator opens (and
-    stores, one by one) up to ``pending`` transactions for it."""
-    return (
-        f"opening the first transactions: up to {count(pending, 'batch', 'batches')} for the "
-        "first Spark job (topology.max.spout.pending), each stored as it is opened"
-    )
-
-
-def transactions_started(batches: int, first: int, last: int) -> str:
-    """A transactional topology's first processing job: its batches (up to
-    ``topology.max.spout.pending`` of them) run as one Spark job."""
+def transactions_started(batches: int, first: int, last: int, pending: int) -> str:
+    """A transactional topology's first processing job: its batches, and how later
+    jobs grow (``pending``: ``topology.max.spout.pending``; see
+    :func:`.transactional.job_size`)."""
     txids = f"txid {first}" if first == last else f"txids {first}-{last}"
     return (
-        f"first transactions: {count(batches, 'batch', 'batches')} ({txids}; "
-        "topology.max.spout.pending bounds them) processed as one Spark job (the first "
-        "job also starts Spark's Python workers)"
+        f"first transactions: {count(batches, 'batch', 'batches')} ({txids}) processed as one "
+        "Spark job (the first job also starts Spark's Python workers); each later job takes "
+        f"up to twice as many as the last, at most {pending:,} (topology.max.spout.pending)"
     )
 
 

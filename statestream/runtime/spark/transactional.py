@@ -25,6 +25,16 @@ count-based completion), fresh for each job, and reports which attempts it
 finished (:func:`statestream._transactional.driver.settle`). Commits run one
 txid per job, so strictly in order; a failure in either phase fails the
 transaction and every later active one, which are emitted again.
+
+How many transactions a processing job takes is :func:`job_size`'s: one for
+the first job, then up to twice the last job's, at most
+``topology.max.spout.pending`` and what ``statestream.spark.batch.size`` lets
+each emitter task carry. Not ``topology.max.spout.pending`` at once: the
+driver opens and stores every transaction of a job before the job runs, and
+each then commits in a job of its own, so ``config/local.yaml``'s 10,000 (a
+bound on tuples in flight for ordinary topologies) had the first job wait for
+10,000 transactions to be opened, then 10,000 commit jobs, and counted
+nothing for minutes.
 """
 
 from __future__ import annotations
@@ -56,15 +66,32 @@ from .checkpoints import FaultHook
 from .executor_tx import run_tx_task, tx_commit_input, tx_source
 from .shared import ReadThrough, addressed_to, fresh_state, identity, only_acks, root_cause
 from .stages import JobWatch
-from .status import (
-    STATUS,
-    transaction_committed,
-    transactions_opening,
-    transactions_started,
-)
+from .status import STATUS, transaction_committed, transactions_started
 from .tally import RunControl, RunTally
 
 log = logging.getLogger("statestream")
+
+
+def job_size(pending: int, last: int, carried: int, batch_size: int, emitters: int) -> int:
+    """How many transactions the next processing job takes at most.
+
+    ``pending`` is ``topology.max.spout.pending``; ``last``, how many the last
+    processing job took (0 before the first); ``carried``, the most tuples the
+    emitters emitted for one transaction so far in the run (0: none known);
+    ``batch_size``, ``statestream.spark.batch.size`` (the most tuples one spout
+    task, here an emitter task, puts into one job); ``emitters``, the
+    emitter's task count.
+
+    The first job takes one transaction, each next one up to twice the last:
+    the driver learns only from a job whether the source has ended (the
+    emitters store where each partition stands), so a job opened wider than
+    the data commits empty transactions, one Spark job each. No job takes
+    more than fit ``batch_size`` tuples per emitter task.
+    """
+    size = min(pending, max(1, 2 * last))
+    if carried:
+        size = min(size, max(1, batch_size * emitters // carried))
+    return size
 
 
 @dataclass
@@ -85,7 +112,8 @@ class TransactionalDriver:
 
     Built with the topology's ``layout``, the plan, the topology's store (claimed
     by :meth:`run`, closed by the caller), the run's tally and control, the
-    ``watch`` of its jobs, ``attempts`` (``statestream.spark.batch.attempts``)
+    ``watch`` of its jobs, ``attempts`` (``statestream.spark.batch.attempts``),
+    ``batch_size`` (``statestream.spark.batch.size``, see :func:`job_size`)
     and the ``fault`` hook (``"recovered"``, ``"prepared"``, ``"committed"``).
     """
 
@@ -99,6 +127,7 @@ class TransactionalDriver:
         watch: JobWatch,
         *,
         attempts: int,
+        batch_size: int,
         fault: FaultHook,
     ) -> None:
         self._tx = layout
@@ -110,8 +139,13 @@ class TransactionalDriver:
         self._clock = control.clock
         self._watch = watch
         self._attempts = attempts
+        self._batch_size = batch_size
         self._fault = fault
         self._jobs: list[TxJob] = []
+        # For job_size: how many transactions the last processing job took, and the
+        # most tuples the emitters emitted for one transaction in this run.
+        self._last_job = 0
+        self._carried = 0
         self._failures: dict[int, int] = {}  # per txid, its failed attempts in this run
         # When the first processing job started (said on STATUS, as its first commit).
         self._first_job_at: float | None = None
@@ -123,7 +157,7 @@ class TransactionalDriver:
         The loop polls the pure :class:`TransactionCoordinator` (whose state
         is stored, before every emission, where the ``$coordinator`` spout of
         the local runtime stores it). Batch emissions are gathered up to
-        ``topology.max.spout.pending`` and processed by one Spark job
+        :func:`job_size` and processed by one Spark job
         (:meth:`_tx_process`); a commit emission is carried out by a job of
         its own (:meth:`_tx_commit`), one txid at a time, so commits go
         strictly in txid order. No new batch starts while a processed one
@@ -137,11 +171,12 @@ class TransactionalDriver:
         try:
             protocol, spout_coordinator = self._tx_open(tx)
             self._fault("recovered", protocol.committed)
-            STATUS.info(transactions_opening(self._max_pending()))
 
             def ready() -> bool:
                 if any(p is TxPhase.PROCESSED for p in protocol.active.values()):
                     return False  # commit what is processed first
+                if len(batches) >= self._job_size():
+                    return False  # the next job is full: run it first
                 return bool(spout_coordinator.is_ready())
 
             interval = settings_of(self._plan.config).topology_state_checkpoint_interval_ms / 1000.0
@@ -164,7 +199,7 @@ class TransactionalDriver:
                     else:
                         batches.append(e)
                 if any(e.kind == "batch" for e in emissions):
-                    continue  # more may start, up to max.spout.pending
+                    continue  # more may start, up to job_size()
                 if batches:
                     # A failed commit sends later transactions back to PENDING.
                     current = [
@@ -217,8 +252,15 @@ class TransactionalDriver:
         return protocol, spout_coordinator
 
     def _max_pending(self) -> int:
-        """How many transactions are active at most: processed in one Spark job."""
+        """How many transactions are active at most (``topology.max.spout.pending``)."""
         return settings_of(self._plan.config).topology_max_spout_pending or 1
+
+    def _job_size(self) -> int:
+        """How many transactions the next processing job takes at most (:func:`job_size`)."""
+        emitters = self._topology.components[self._tx.emitter].parallelism
+        return job_size(
+            self._max_pending(), self._last_job, self._carried, self._batch_size, emitters
+        )
 
     def _tx_close(self, tx: TransactionalLayout, spout_coordinator: Any, clean: bool) -> None:
         """The end of a transactional run: the kept jobs released, the spout's
@@ -292,6 +334,11 @@ class TransactionalDriver:
             raise RuntimeFailure(f"tasks {', '.join(missing)} sent no report")
         return out
 
+    def _emitted(self) -> int:
+        """The tuples the emitter's tasks emitted in this run so far (count tuples too)."""
+        tally, emitter = self._tally, self._tx.emitter
+        return sum(tally.task(emitter, i).emitted for _, i in self._tasks([emitter]))
+
     def _tasks(self, cids: Sequence[str]) -> list[tuple[str, int]]:
         return [(c, i) for c in cids for i in range(self._topology.components[c].parallelism)]
 
@@ -314,8 +361,10 @@ class TransactionalDriver:
         attempts = [e.attempt for e in batches]
         if self._first_job_at is None:  # until then every count is 0: say what runs
             ids = [a.transaction_id for a in attempts]
-            STATUS.info(transactions_started(len(ids), min(ids), max(ids)))
+            STATUS.info(transactions_started(len(ids), min(ids), max(ids), self._max_pending()))
             self._first_job_at = self._clock.monotonic()
+        self._last_job = len(attempts)
+        emitted = self._emitted()
         records = [(BATCH_STREAM, [e.attempt, e.metadata, e.committed]) for e in batches]
         source = sc.parallelize([records], 1).mapPartitions(partial(tx_source, token, payload))
         stages: list[Any] = []
@@ -324,6 +373,8 @@ class TransactionalDriver:
             first = min(a.transaction_id for a in attempts)
             reports = self._tx_reports(sc, stages, tx.processing, first)
             processed = settle(attempts, self._tasks(tx.processing), reports)
+            per_tx = -(-(self._emitted() - emitted) // len(attempts))
+            self._carried = max(self._carried, per_tx)
         except Exception as exc:
             txids = ", ".join(str(a.transaction_id) for a in attempts)
             self._tx_job_failed(f"processing job of transactions {txids}", exc)
