@@ -48,9 +48,10 @@ process from start to exit. Each run is in a fresh directory (a fresh store).
 The marginal figure, ``(I_large - I_small) / (words_large - words_small)``
 (corpora of 10,000 and 100,000 words by default, bench/corpus.py), cancels
 start-up, imports and the fixed costs. The checkpoints are on the wall clock,
-which callgrind slows some 50 times: the checkpoint interval and the message
-timeout are scaled by callgrind's slowdown, measured first (the output says by
-how much), so that the runs take the checkpoints a native run takes; the table
+which callgrind slows some 50 times: the checkpoint interval, the message
+timeout and the status lines' period are scaled by callgrind's slowdown,
+measured first (the output says by how much), so that the runs take the
+checkpoints a native run takes; the table
 prints each run's checkpoint tuples beside a native run's. ``--seed-literal``
 runs the settings as they are under callgrind (a checkpoint a second of its
 slowed clock: the count then moves with the machine's load). ``--seed-set

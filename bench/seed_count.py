@@ -9,7 +9,8 @@ checkpoint for every 1/50 s of native work, some 50 times as many a word as a
 native run takes, and how many fall in a run then moves with the machine's load
 (a count of one build went from 9,401 to 11,861 a word between two runs, and to
 12,897 at a load of 12, where several commits folded the SQLite log). So by
-default both settings are scaled by callgrind's slowdown, measured in the same
+default both settings (and the period of the status lines, each of which takes
+a metrics snapshot) are scaled by callgrind's slowdown, measured in the same
 invocation: the 100,000-word exactly-once run's own elapsed time (the CLI's
 ``idle after N s``: the topology's run, without start-up) natively, the least of
 three, against the same run under callgrind with no checkpoint between its first
@@ -35,8 +36,10 @@ HERE = Path(__file__).resolve().parent
 
 INTERVAL = "topology.state.checkpoint.interval.ms"
 TIMEOUT = "topology.message.timeout.secs"
-# No checkpoint between the first and the last of a run (the calibration's).
-STRETCHED = [f"{INTERVAL}=3600000", f"{TIMEOUT}=7200"]
+# The status lines' period: each takes a metrics snapshot of the run.
+PROGRESS = "statestream.progress.interval.secs"
+# No checkpoint or status line between the first and the last of a run (the calibration's).
+STRETCHED = [f"{INTERVAL}=3600000", f"{TIMEOUT}=7200", f"{PROGRESS}=7200"]
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,9 @@ def setting(extra: list[str], key: str, default: float) -> float:
 def scaled_settings(
     python: str, large: int, extra: list[str], say: Callable[[str], None]
 ) -> list[str]:
-    """``extra`` with the checkpoint interval and the message timeout times callgrind's
-    slowdown, measured on the large exactly-once run (see the module docstring)."""
+    """``extra`` with the checkpoint interval, the message timeout and the status lines'
+    period times callgrind's slowdown, measured on the large exactly-once run (see the
+    module docstring)."""
     from statestream._config import settings_of
 
     defaults = settings_of({})
@@ -127,19 +131,22 @@ def scaled_settings(
     slowdown = slowed / native
     interval = round(setting(extra, INTERVAL, defaults.topology_state_checkpoint_interval_ms))
     timeout = round(setting(extra, TIMEOUT, defaults.topology_message_timeout_secs))
+    progress = setting(extra, PROGRESS, defaults.statestream_progress_interval_secs)
     scaled = [
         f"{INTERVAL}={round(interval * slowdown)}",
         f"{TIMEOUT}={math.ceil(timeout * slowdown)}",
+        f"{PROGRESS}={progress * slowdown:.1f}",
     ]
     say(
         f"checkpoint schedule: callgrind ran the {large:,}-word exactly-once run "
         f"{slowdown:.1f} times slower than a native run ({slowed:.2f} s against "
         f"{native:.2f} s, the run's own elapsed time), so the runs below take "
-        f"{INTERVAL}={interval} and {TIMEOUT}={timeout} times {slowdown:.1f}: "
-        f"{' '.join(scaled)}, the checkpoints a native run with {interval} ms takes "
-        "(--seed-literal: the settings as they are under callgrind)"
+        f"{INTERVAL}={interval}, {TIMEOUT}={timeout} and {PROGRESS}={progress:g} "
+        f"times {slowdown:.1f}: {' '.join(scaled)}, the checkpoints and status lines a "
+        "native run takes (--seed-literal: the settings as they are under callgrind)"
     )
-    return [kv for kv in extra if kv.split("=", 1)[0] not in (INTERVAL, TIMEOUT)] + scaled
+    kept = [kv for kv in extra if kv.split("=", 1)[0] not in (INTERVAL, TIMEOUT, PROGRESS)]
+    return kept + scaled
 
 
 def seed_main(
