@@ -5,7 +5,7 @@
         [--exactly-once auto|true|false]
         [--metrics default|off|on|served[,...]]
     python bench/bench_instructions.py --seed [--seed-words 10000,100000]
-        [--seed-profile DIR] [--python PATH]
+        [--seed-profile DIR] [--seed-set KEY=VALUE ...] [--seed-literal] [--python PATH]
 
 Wall-clock benchmarks on a shared 2-core machine swing by 30% from run to
 run; an instruction count does not (callgrind counts the same total for the
@@ -39,24 +39,27 @@ checkpoints at the same lines, so counts compare across builds. 23,000 is
 the measured rate of the stateful SQLite count on this machine kind
 (200,000 lines in 8.7 s, bench/RESULTS-wallclock.md).
 
-``--seed`` counts issue 49's figure instead: the seed word count as a user
-runs it, ``statestream run examples/wordcount.py --until-idle`` on SQLite
-with every other setting at its default (a checkpoint every second of the
-wall clock), in exactly-once and in at-least-once mode
-(``--set statestream.state.exactly.once=true|false``), under ``valgrind
---tool=callgrind --trace-children=yes``: every instruction of every process
-from start to exit. Each run is in a fresh directory (a fresh store). The
-marginal figure, ``(I_large - I_small) / (words_large - words_small)``
+``--seed`` counts issue 49's figure instead (bench/seed_count.py): the seed word
+count as a user runs it, ``statestream run examples/wordcount.py --until-idle``
+on SQLite with every other setting at its default, in exactly-once and in
+at-least-once mode (``--set statestream.state.exactly.once=true|false``), under
+``valgrind --tool=callgrind --trace-children=yes``: every instruction of every
+process from start to exit. Each run is in a fresh directory (a fresh store).
+The marginal figure, ``(I_large - I_small) / (words_large - words_small)``
 (corpora of 10,000 and 100,000 words by default, bench/corpus.py), cancels
-start-up, imports and the fixed costs. The checkpoints are on the wall
-clock, which valgrind slows some 50 times, so a run takes more of them per
-word than a native one and the count moves a little from run to run with
-the machine's load; the table prints how many checkpoint tuples each run
-emitted; ``--seed-set topology.state.checkpoint.interval.ms=3600000 --seed-set
-topology.message.timeout.secs=7200`` (any
-``KEY=VALUE``, repeatable, added to the runs' ``--set``) takes only the
-checkpoint at the end of the input, a count that compares two builds of the
-tuple path exactly. ``--seed-profile DIR`` keeps the callgrind files there
+start-up, imports and the fixed costs. The checkpoints are on the wall clock,
+which callgrind slows some 50 times: the checkpoint interval, the message
+timeout and the status lines' period are scaled by callgrind's slowdown,
+measured first (the output says by how much), so that the runs take the
+checkpoints a native run takes; the table
+prints each run's checkpoint tuples beside a native run's. ``--seed-literal``
+runs the settings as they are under callgrind (a checkpoint a second of its
+slowed clock: the count then moves with the machine's load). ``--seed-set
+KEY=VALUE`` (repeatable) adds to the runs' ``--set``: ``--seed-set
+topology.state.checkpoint.interval.ms=3600000 --seed-set
+topology.message.timeout.secs=7200`` takes only the checkpoints at the start
+and the end of the input, a count that compares two builds of the tuple path
+exactly. ``--seed-profile DIR`` keeps the callgrind files there
 (``callgrind.out.<mode>.<words>.<pid>``) for ``callgrind_annotate``.
 
 ``--python PATH`` runs the measured word count under another interpreter
@@ -113,6 +116,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples"))
+
+import seed_count  # noqa: E402  (bench/ is on the path from here on)
 
 
 def ack_only_topology(words: bool) -> Any:
@@ -359,80 +364,6 @@ def say_measured() -> None:
     print(f"measured: statestream from {Path(statestream.__file__).parent}, {_core.describe()}")
 
 
-def seed_run(
-    python: str, words: int, exactly_once: bool, profile: str | None, extra: list[str]
-) -> tuple[int, int]:
-    """One ``statestream run`` of examples/wordcount.py on SQLite under callgrind, every
-    process counted: (instructions, checkpoint tuples emitted)."""
-    from corpus import corpus_path
-
-    corpus = corpus_path(words // 10)  # ten words a line
-    mode = "eo" if exactly_once else "alo"
-    out = f"{profile}/callgrind.out.{mode}.{words}.%p" if profile else "/dev/null"
-    with tempfile.TemporaryDirectory() as work:
-        proc = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--trace-children=yes",
-                f"--callgrind-out-file={out}",
-                python,
-                "-m",
-                "statestream",
-                "run",
-                str(HERE.parent / "examples" / "wordcount.py"),
-                "--until-idle",
-                "--no-progress",
-                "--set",
-                "topology.state.provider=sqlite",
-                "--set",
-                f"statestream.state.exactly.once={str(exactly_once).lower()}",
-                "--set",
-                f"wordcount.input={corpus}",
-                *(arg for kv in extra for arg in ("--set", kv)),
-            ],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")},
-        )
-    if proc.returncode != 0:
-        raise SystemExit(f"seed run {mode} {words:,} failed:\n{proc.stderr[-3000:]}")
-    counts = [int(c) for c in re.findall(r"==\d+== Collected : (\d+)", proc.stderr)]
-    checkpoints = re.search(r"^\$checkpointspout\s+(\d[\d,]*)", proc.stderr, re.M)
-    core = re.search(r"with the (.*?core[^;]*);", proc.stderr)
-    if core is not None and core.group(1) not in _MEASURED:
-        _MEASURED.append(core.group(1))
-    return sum(counts), int(checkpoints.group(1).replace(",", "")) if checkpoints else -1
-
-
-def seed_main(
-    python: str, sizes: list[int], profile: str | None, extra: list[str], cmd: str
-) -> None:
-    """Issue 49's per-word figure (see the module docstring, ``--seed``): print its table."""
-    if profile:
-        Path(profile).mkdir(parents=True, exist_ok=True)
-    found = {
-        (eo, n): seed_run(python, n, eo, profile, extra) for eo in (True, False) for n in sizes
-    }
-    print(f"command: {cmd}")
-    for measured in _MEASURED:
-        print(f"measured: {measured}")
-    print()
-    small, large = sizes
-    print(
-        f"| mode | instructions, {small:,} words | instructions, {large:,} words "
-        "| checkpoint tuples | marginal per word |"
-    )
-    print("|---|---:|---:|---:|---:|")
-    for eo in (True, False):
-        (i_s, c_s), (i_l, c_l) = found[(eo, small)], found[(eo, large)]
-        print(
-            f"| {'exactly-once' if eo else 'at-least-once'} | {i_s:,} | {i_l:,} "
-            f"| {c_s}/{c_l} | {(i_l - i_s) / (large - small):,.0f} |"
-        )
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sentences", type=int, default=5000)
@@ -458,6 +389,11 @@ def main() -> None:
     ap.add_argument("--seed-profile", default=None, help="keep the callgrind files in this dir")
     ap.add_argument(
         "--seed-set", action="append", default=[], help="KEY=VALUE for the seed runs; repeatable"
+    )
+    ap.add_argument(
+        "--seed-literal",
+        action="store_true",
+        help="the checkpoint settings as they are under callgrind, not scaled by its slowdown",
     )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -511,7 +447,11 @@ def main() -> None:
         cmd += "".join(f" --seed-set {kv}" for kv in args.seed_set)
         if args.python != sys.executable:
             cmd += f" --python {args.python}"
-        seed_main(python, sizes, args.seed_profile, args.seed_set, cmd)
+        if args.seed_literal:
+            cmd += " --seed-literal"
+        seed_count.seed_main(
+            python, sizes, args.seed_profile, args.seed_set, cmd, literal=args.seed_literal
+        )
         return
     totals = [
         callgrind_count(__file__, "--one", *common, "--metrics", m, python=python) for m in modes

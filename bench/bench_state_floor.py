@@ -166,7 +166,7 @@ CACHE_KIB = [8 * 1024]  # the provider's cache_mb (8); --page-cache-mib sets it
 CHECKPOINT_PAGES = 16 * 1024 * 1024 // PAGE_SIZE
 CHUNK = 256
 NAMESPACES = ("wordcount/count-0", "wordcount/count-1")
-DUMP_PAGE = 1024  # statestream._kvstate.PAGE
+DUMP_PAGE = 1024  # statestream._kvwalk.PAGE
 
 
 def _cpu() -> float:

@@ -48,6 +48,7 @@ COMPILED_MODULES: Final = (
     "statestream._kvfilter",
     "statestream._kventry",
     "statestream._kvjournal",
+    "statestream._kvprepared",
     "statestream._kvstate",
     "statestream._kvwalk",
     "statestream._executors",

@@ -34,7 +34,8 @@ from statestream._kventry import (
 )
 from statestream._kvfilter import KeyFilter as _KeyFilter
 from statestream._kvjournal import UndoJournal
-from statestream._kvwalk import cached_items, merged_items
+from statestream._kvprepared import PreparedDelta
+from statestream._kvwalk import cached_items, committed_entries, merged_items
 from statestream._kvwalk import freeze as _freeze
 from statestream._serde import JsonSerializer, Serializer
 
@@ -52,9 +53,6 @@ class CommitOutcome(enum.Enum):
 
 PRELOAD_LIMIT: Final = 50_000
 """Committed entries a state reads whole on its first miss (see StoredKeyValueState._preload)."""
-
-PAGE: Final = 1024
-"""Committed entries :meth:`StoredKeyValueState.items` reads from the store at a time."""
 
 DEFAULT_CACHE_MB: Final = 32.0
 """The read cache of a process's states, MiB (``topology.state.cache.mb``)."""
@@ -94,6 +92,7 @@ class StoredKeyValueState:
     """
 
     __slots__ = (
+        "_ascii_key",
         "_backend",
         "_committed_txid",
         "_complete",
@@ -142,7 +141,11 @@ class StoredKeyValueState:
         # are settled: a put writes one dict, not two.
         self._plain: dict[str, Any] = {}
         self._defer = type(serializer) is JsonSerializer
-        self._prepared: dict[Hashable, _Entry] = {}
+        # The key object of get's last hit there, an ASCII str: a put of that
+        # very object (state.put(k, state.get(k) + 1)) skips its str.isascii
+        # call, some 100 instructions a tuple. A sentinel until then: no key is it.
+        self._ascii_key: Any = _MISSING
+        self._prepared = PreparedDelta()
         self._view: dict[Hashable, Any] = {}
         # The read cache is two generations (a segmented approximation of
         # LRU that costs nothing on a hit): _view, the young one, takes every
@@ -329,11 +332,11 @@ class StoredKeyValueState:
                 for cache_key, value in generation.items():
                     if value is not _ABSENT:
                         known.add(cache_key)
-            for dirty in (self._prepared, self._pending):
+            for dirty in (self._prepared.keys(), self._pending.keys()):
                 for cache_key in dirty:
                     known.add(cache_key)
         young: dict[Hashable, Any] = {}
-        for dirty in (self._prepared, self._pending):
+        for dirty in (self._prepared.keys(), self._pending.keys()):
             for cache_key in dirty:
                 value = view.get(cache_key, _MISSING)
                 if value is not _MISSING:
@@ -408,20 +411,6 @@ class StoredKeyValueState:
                 view[cache_key] = self._decode_value(key, data)
         self._complete = True
 
-    def _committed(self) -> Iterator[tuple[bytes, bytes]]:
-        """The committed entries, in pages in key order where the backend can
-        (``scan_page``; else its ``scan``, in its own order)."""
-        scan_page = getattr(self._backend, "scan_page", None)
-        if scan_page is None:
-            yield from self._backend.scan()
-            return
-        after: bytes | None = None
-        while True:
-            page, after = scan_page(after, PAGE)
-            yield from page
-            if after is None:
-                return
-
     # ------------------------------------------------------------------ mapping
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -431,6 +420,7 @@ class StoredKeyValueState:
         if self._plain and type(cache_key) is str:
             value = self._plain.get(cache_key, _MISSING)
             if value is not _MISSING:
+                self._ascii_key = key
                 if self._journaling:
                     journal = self._journal
                     journal.last_key, journal.last_value = key, value
@@ -455,7 +445,11 @@ class StoredKeyValueState:
         """
         if self._journaling:
             self._remember(key)
-        if self._defer and type(key) is str and _isascii(key) and _plain_value(value):
+        if (
+            self._defer
+            and (key is self._ascii_key or (type(key) is str and _isascii(key)))
+            and _plain_value(value)
+        ):
             pending = self._pending
             if pending and key in pending:
                 del pending[key]
@@ -586,8 +580,8 @@ class StoredKeyValueState:
             yield from cached_items(self._view, _ABSENT, ordered=ordered)
             return
         yield from merged_items(
-            (self._prepared, self._pending),  # pending wins
-            self._committed(),
+            (self._prepared.as_entries(), self._pending),  # pending wins
+            committed_entries(self._backend),
             self._stored_item if values else self._stored_key_only,
             ordered=ordered,
         )
@@ -684,18 +678,14 @@ class StoredKeyValueState:
             written = write_plain(t, plain, [(e[1], e[3]) for e in pending.values()])
             # The backend's count covers the whole record; else the encoded entries.
             size = written if type(written) is int else _encoded_bytes(pending)
-            # What _prepared's entries are read for is the key (items()) and
-            # that the key is there (rollback); their bytes went to the store.
-            for key, value in plain.items():
-                staged[key] = (key, b"", value, b"")
             self._view.update(plain)
-            plain.clear()
+            self._plain = staged.take_plain(plain)  # the dict itself, not a copy a key
         else:
             self._settle_plain()
             self._backend.write_prepared(t, [(e[1], e[3]) for e in pending.values()])
             size = _encoded_bytes(pending)
         self._prepared_bytes = size if prepared is None else self._prepared_bytes + size
-        staged.update(pending)  # its keys are never plain ones (put keeps them apart)
+        staged.add_entries(pending)  # its keys are never plain ones (put keeps them apart)
         pending.clear()
         self._prepared_txid = t
 
@@ -782,7 +772,7 @@ class StoredKeyValueState:
         self._backend.discard_prepared()
         self._settle_plain()
         view, old = self._view, self._old
-        for dirty in (self._pending, self._prepared):
+        for dirty in (self._pending.keys(), self._prepared.keys()):
             for cache_key in dirty:
                 view.pop(cache_key, None)
                 # The old generation may hold an uncommitted value too: the

@@ -8,9 +8,15 @@ iteration; compiled with it, so the calls between them stay native.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
+
+if TYPE_CHECKING:
+    from statestream._state import StateBackend
+
+PAGE: Final = 1024
+"""Committed entries :meth:`StoredKeyValueState.items` reads from the store at a time."""
 
 
 def freeze(obj: Any) -> Any:
@@ -54,6 +60,21 @@ def cached_items(
             by_encoded[b"%b" % orjson.dumps(cache_key)] = (cache_key, value)
     for encoded in sorted(by_encoded):
         yield by_encoded[encoded]
+
+
+def committed_entries(backend: StateBackend) -> Iterator[tuple[bytes, bytes]]:
+    """The committed entries of ``backend``, in pages in key order where it can
+    (``scan_page``; else its ``scan``, in its own order)."""
+    scan_page = getattr(backend, "scan_page", None)
+    if scan_page is None:
+        yield from backend.scan()
+        return
+    after: bytes | None = None
+    while True:
+        page, after = scan_page(after, PAGE)
+        yield from page
+        if after is None:
+            return
 
 
 def merged_items(

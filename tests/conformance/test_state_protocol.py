@@ -223,6 +223,33 @@ def test_re_preparing_the_same_txid_merges(provider_factory: Any, namespace: str
     assert dict(provider_factory().get_state(namespace).items()) == {"a": 1, "b": 2, "c": 2}
 
 
+def test_re_preparing_a_key_as_another_kind_of_value_keeps_the_later(
+    provider_factory: Any, namespace: str
+) -> None:
+    # A str key with a JSON scalar value may wait unencoded until the prepare (a
+    # deferred put); a list value is encoded at put. Each prepare of the same txid
+    # must win over the last for every key, whichever kind each was.
+    state = provider_factory().get_state(namespace)
+    state.put("deferred-then-encoded", 1)
+    state.put("encoded-then-deferred", [1])
+    state.put("kept", "x")
+    state.prepare_commit(0)
+    state.put("deferred-then-encoded", [2])
+    state.put("encoded-then-deferred", 2)
+    state.prepare_commit(0)
+    expected = {"deferred-then-encoded": [2], "encoded-then-deferred": 2, "kept": "x"}
+    assert dict(state.items()) == expected  # the prepared delta over an empty store
+    assert state.prepared_keys == 3
+    state.rollback()
+    assert dict(state.items()) == {}
+    assert state.get("kept") is None
+    for key, value in expected.items():
+        state.put(key, value)
+    state.prepare_commit(0)
+    state.commit(0)
+    assert dict(provider_factory().get_state(namespace).items()) == expected
+
+
 def test_commit_of_an_unprepared_txid_is_rejected(provider: StateProvider, namespace: str) -> None:
     state = provider.get_state(namespace)
     state.put("a", 1)
