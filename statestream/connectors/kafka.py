@@ -633,7 +633,7 @@ class KafkaSpout(BrokerSpout):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         # Clients do not travel; open() makes them.
-        state.update(_consumer=None, _prober=None, _errors=[])
+        state.update(_consumer=None, _meta=None, _errors=[])
         return state
 
 
