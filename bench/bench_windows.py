@@ -138,8 +138,10 @@ def expected_windows(path: str, window_ms: int) -> collections.Counter[str]:
 # --- statestream, in the measured process ------------------------------------------------
 
 
-def statestream_topology(kind: str, window_s: int) -> Any:
-    from statestream import BaseWindowedBolt, Duration, Spout, StatefulBolt, TopologyBuilder
+def statestream_topology(kind: str, window_s: int, clock: Any = None, step: float = 0.0) -> Any:
+    """``kind``'s topology; with ``clock`` (a FakeClock) the spout moves it ``step``
+    s forward per event (bench_window_instructions.py)."""
+    from statestream import BaseWindowedBolt, Bolt, Duration, Spout, StatefulBolt, TopologyBuilder
 
     class EventSpout(Spout):
         """Emits ``(key, ts)`` per event of ``windows.input``; rewindable by index."""
@@ -163,6 +165,8 @@ def statestream_topology(kind: str, window_s: int) -> Any:
                 self.outstanding += 1
             else:
                 return
+            if clock is not None:
+                clock.advance(step)
             self.collector.emit([KEYS[self.keys[i]], self.stamps[i]], i)
 
         def ack(self, msg_id: Any) -> None:
@@ -214,8 +218,15 @@ def statestream_topology(kind: str, window_s: int) -> Any:
             self.state.put(k, self.state.get(k, 0) + n)
             self.collector.ack(tup)
 
+    class AckOnly(Bolt):
+        def execute(self, tup: Any) -> None:
+            self.collector.ack(tup)
+
     b = TopologyBuilder("windows")
     b.set_spout("events", EventSpout())
+    if kind == "ack":
+        b.set_bolt("count", AckOnly(), 2).fields_grouping("events", ["key"])
+        return b.build()
     if kind == "count":
         sys.path.insert(0, str(ROOT / "examples"))
         import wordcount
@@ -252,6 +263,17 @@ def _acc_result(acc: dict[str, int]) -> dict[str, int]:
     return acc
 
 
+def statestream_conf(events: str, workdir: str) -> dict[str, Any]:
+    """The config of every statestream run: sqlite in ``workdir``, exactly-once."""
+    return {
+        "windows.input": events,
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": f"{workdir}/state.db"},
+        "topology.max.spout.pending": 10_000,
+        "topology.state.checkpoint.interval.ms": 1000,
+    }
+
+
 def one_statestream(kind: str, events: str, window_s: int) -> dict[str, Any]:
     from statestream import _core
     from statestream.runtime.local import LocalRuntime
@@ -259,13 +281,7 @@ def one_statestream(kind: str, events: str, window_s: int) -> dict[str, Any]:
 
     workdir = tempfile.mkdtemp(prefix="bench-windows-")
     try:
-        conf = {
-            "windows.input": events,
-            "topology.state.provider": "sqlite",
-            "topology.state.provider.config": {"path": f"{workdir}/state.db"},
-            "topology.max.spout.pending": 10_000,
-            "topology.state.checkpoint.interval.ms": 1000,
-        }
+        conf = statestream_conf(events, workdir)
         topo = statestream_topology(kind, window_s)
         rt = LocalRuntime(topo, conf)
         t0 = time.perf_counter()

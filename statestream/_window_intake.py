@@ -10,11 +10,13 @@ executor keeps the rest (the user's window function, acks, the checkpoint).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+from ._clock import SystemClock
 from ._errors import TupleError, caused_by
-from ._tuple import Tuple
+from ._tuple import Origin, Tuple
 from ._windowing import Fire, TimeOrder, Watermarks
 
 __all__ = ["WindowIntake"]
@@ -45,6 +47,9 @@ class WindowIntake:
         self.marks = marks
         self.now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
         self.monotonic: Callable[[], float] = clock.monotonic
+        if type(clock) is SystemClock:
+            # The same readings without an interpreted call per tuple.
+            self.now, self.monotonic = time.time, time.monotonic
         self.marked_at = clock.monotonic()
         self.watermark_ms = watermark_ms
         self.field = field
@@ -52,6 +57,13 @@ class WindowIntake:
         self.copy = copy
         #: The timestamp of the last tuple :meth:`take` found late.
         self.late_ts = 0
+        # What take() needs of the origin of the tuple before, kept while the
+        # tuples come from it (a fields grouping from one task: every tuple):
+        # the watermark's channel and the timestamp field's index (-1: none, or
+        # an extractor; timestamp() then says why).
+        self._origin: Origin | None = None
+        self._channel: tuple[Any, ...] = ()  # a Python tuple: no boxing per call
+        self._index = -1
 
     def take(self, tup: Tuple) -> list[Fire] | None:
         """Take ``tup`` into the window: the windows to fire now, or None if it is
@@ -63,10 +75,14 @@ class WindowIntake:
         held = Tuple(list(tup.values), origin) if self.copy else tup
         if not core.event_time:
             return core.add(int(self.now() * 1000), held)
-        ts = self.timestamp(tup)
+        if origin is not self._origin:
+            self._from(origin)
+        ts: Any = tup.values[self._index] if self._index >= 0 else self.timestamp(tup)
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            ts = self.timestamp(tup)  # raises, naming the value
         # Per input channel (upstream task and stream), as Flink's: tuples of one
         # task come in its order, those of two tasks interleave as their queues go.
-        self.marks.track((origin.component, origin.task, origin.stream), ts)
+        self.marks.track(self._channel, ts)
         if core.add(ts, held) is None:
             self.late_ts = ts
             return None
@@ -86,6 +102,14 @@ class WindowIntake:
         self.marked_at = now
         mark = self.marks.next()
         return [] if mark is None else core.advance(mark)
+
+    def _from(self, origin: Origin) -> None:
+        """Tuples come from ``origin`` now: its channel and timestamp field's index."""
+        self._origin = origin
+        self._channel = (origin.component, origin.task, origin.stream)
+        field = self.field
+        ok = self.extractor is None and field is not None and field in origin.fields
+        self._index = origin.fields.index_of(field) if ok and field is not None else -1
 
     def timestamp(self, tup: Tuple) -> int:
         """An event-time tuple's timestamp; TupleError naming the fix if it has none."""

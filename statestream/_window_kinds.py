@@ -107,9 +107,9 @@ class SessionCore(TimeOrder):
     def _fire(self, key: Any, fires: list[Fire]) -> None:
         start, end, events, acc = self.open.pop(key)
         if self.aggregate is not None:
-            fires.append(Fire(start, end, [], [], [], self.aggregate.result(acc)))
+            fires.append(Fire(start, end, [], None, self.aggregate.result(acc)))
         else:
-            fires.append(Fire(start, end, events, events, []))
+            fires.append(Fire(start, end, events))
         if not self.stored:
             self.gone.extend(events if events is not None else self.folded.pop(key, []))
 
@@ -125,7 +125,7 @@ class SessionCore(TimeOrder):
 
     def keep(self) -> tuple[int, int] | None:
         firsts = [order_key(s[2][0]) for s in self.open.values() if s[2]]
-        return least(order_key(self.pending[0]) if self.pending else None, *firsts)
+        return least(self.first_pending(), *firsts)
 
     def held(self) -> list[Event]:
         events = [e for s in self.open.values() for e in s[2] or ()]
@@ -188,7 +188,7 @@ class AggregateCore(TimeOrder):
                 acc = accs[0]
                 for other in accs[1:]:
                     acc = agg.merge(acc, other)
-                fires.append(Fire(start, end, [], [], [], agg.result(acc)))
+                fires.append(Fire(start, end, [], None, agg.result(acc)))
             for p in [p for p in self.panes if p < end + self.slide - self.length]:
                 del self.panes[p]  # in no window to come
                 if not self.stored:
@@ -206,7 +206,7 @@ class AggregateCore(TimeOrder):
         }
 
     def keep(self) -> tuple[int, int] | None:
-        return order_key(self.pending[0]) if self.pending else None
+        return self.first_pending()
 
     def held(self) -> list[Event]:
         return sorted(self.pending, key=order_key)

@@ -27,7 +27,7 @@ import orjson
 
 from ._errors import SerializationError, caused_by
 from ._tuple import Origin, Tuple
-from ._windowing import Event, TimeOrder, Watermarks, order_key
+from ._windowing import Event, TimeOrder, Watermarks
 
 __all__ = ["WINDOW_KEY", "WindowStore", "is_window_key"]
 
@@ -47,13 +47,18 @@ def encode_chunk(events: list[Event]) -> str:
     origins: dict[int, int] = {}
     described: list[list[Any]] = []
     rows: list[list[Any]] = []
+    last: Origin | None = None  # runs of tuples share an origin: no id() and lookup each
+    i = 0
     for e in events:
         t: Tuple = e.payload
         o = t.origin
-        i = origins.get(id(o))
-        if i is None:
-            i = origins[id(o)] = len(described)
-            described.append([o.component, o.task, o.task_index, o.stream])
+        if o is not last:
+            last = o
+            known = origins.get(id(o))
+            if known is None:
+                known = origins[id(o)] = len(described)
+                described.append([o.component, o.task, o.task_index, o.stream])
+            i = known
         rows.append([e.ts, e.seq, i, t.values])
     return orjson.dumps({"o": described, "e": rows}).decode()
 
@@ -78,9 +83,16 @@ class WindowStore:
     def save(self, state: Any, core: TimeOrder, marks: Watermarks) -> None:
         """Put what changed since the last save into ``state`` (before a PREPARE)."""
         keep = core.keep()
-        # Only what is still held: a tuple taken and gone since the last save is not stored.
+        # Only what is still held: a tuple taken and gone since the last save is not
+        # stored. One pass, comparing ints (no (ts, seq) tuple per tuple taken).
         taken = core.take_fresh()
-        fresh = [] if keep is None else [e for e in taken if order_key(e) >= keep]
+        fresh: list[Event] = []
+        if keep is not None:
+            keep_ts, keep_seq = keep
+            for e in taken:
+                ts = e.ts
+                if ts > keep_ts or (ts == keep_ts and e.seq >= keep_seq):
+                    fresh.append(e)
         if fresh:
             n = self.next_chunk
             self.next_chunk += 1
@@ -95,7 +107,11 @@ class WindowStore:
                     ),
                     exc,
                 ) from exc
-            self.chunks[n] = max(order_key(e) for e in fresh)
+            top = fresh[0]  # the greatest (ts, seq), without a tuple per tuple
+            for e in fresh:
+                if e.ts > top.ts or (e.ts == top.ts and e.seq > top.seq):
+                    top = e
+            self.chunks[n] = (top.ts, top.seq)
         for n in [n for n, top in self.chunks.items() if keep is None or top < keep]:
             state.delete(_CHUNK + str(n))
             del self.chunks[n]
