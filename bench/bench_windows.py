@@ -139,7 +139,7 @@ def expected_windows(path: str, window_ms: int) -> collections.Counter[str]:
 
 
 def statestream_topology(kind: str, window_s: int, clock: Any = None, step: float = 0.0) -> Any:
-    """``kind``'s topology; with ``clock`` (a FakeClock) the spout moves it ``step``
+    """``kind``'s topology; with ``clock`` (a fake one, with ``advance``) the spout moves it ``step``
     s forward per event (bench_window_instructions.py)."""
     from statestream import BaseWindowedBolt, Bolt, Duration, Spout, StatefulBolt, TopologyBuilder
 

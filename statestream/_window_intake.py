@@ -3,9 +3,12 @@
 :class:`WindowIntake` is what :class:`~statestream._windowed.WindowedBoltExecutor`
 runs for each tuple: the timestamp (event time: its field or the extractor;
 processing time: the clock), the watermark's channel, the window core's
-``add``, and the watermark moved once per watermark interval. It is in the
-compiled core (statestream._core), as the rest of the window model; the
-executor keeps the rest (the user's window function, acks, the checkpoint).
+``add``, and the watermark moved once per watermark interval.
+:class:`WindowEntry` is what the runtime calls for each data tuple: the take
+and the ack of a tuple that fires nothing, the executor's own ``execute``
+for everything else. Both are in the compiled core (statestream._core), as
+the rest of the window model; the executor keeps the rest (the user's
+window function, late tuples, retries, the checkpoint).
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from typing import Any
 
 from ._clock import SystemClock
 from ._errors import TupleError, caused_by
-from ._tuple import Origin, Tuple
+from ._tuple import TICK_STREAM, Origin, Tuple
 from ._windowing import Fire, TimeOrder, Watermarks
 
-__all__ = ["WindowIntake"]
+__all__ = ["END_OF_INPUT_STREAM", "WindowEntry", "WindowIntake"]
+
+#: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
+#: input (``--until-idle``, every spout exhausted): every open window fires.
+END_OF_INPUT_STREAM = "__end_of_input"
 
 
 class WindowIntake:
@@ -135,3 +142,48 @@ class WindowIntake:
                 f"milliseconds since the epoch, got {ts!r} from {tup.origin.component!r}"
             )
         return ts
+
+
+class WindowEntry:
+    """A windowed bolt's entry for data tuples (the runtime's ``data_entry``).
+
+    Most tuples fire nothing: such a tuple is taken into the window and acked
+    here, in compiled code. Every other case goes to ``slow`` (the executor's
+    ``execute``) or, once taken, to ``taken(tuple, fires)`` (fires: the
+    windows due, None if the tuple was late): tick and end-of-input tuples,
+    windows left unfired or a tuple being retried (``unfired`` and
+    ``retrying`` are the executor's own list and dict, so their emptiness
+    says so), and windows in memory (no :attr:`intake` set: every tuple goes
+    to ``slow``)."""
+
+    def __init__(
+        self,
+        slow: Callable[[Tuple], None],
+        taken: Callable[[Tuple, list[Fire] | None], None],
+        unfired: list[Fire],
+        retrying: dict[int, Tuple],
+    ) -> None:
+        self.slow = slow
+        self.taken = taken
+        self.unfired = unfired
+        self.retrying = retrying
+        self.intake: WindowIntake | None = None
+        self.ack: Callable[[Tuple], None] | None = None
+
+    def execute(self, tup: Tuple) -> None:
+        intake, ack = self.intake, self.ack
+        stream = tup.origin.stream
+        if (
+            intake is None
+            or ack is None
+            or self.unfired
+            or self.retrying
+            or stream in (TICK_STREAM, END_OF_INPUT_STREAM)
+        ):
+            self.slow(tup)
+            return
+        fires = intake.take(tup)
+        if fires is not None and not fires:
+            ack(tup)
+        else:
+            self.taken(tup, fires)
