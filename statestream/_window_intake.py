@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ._clock import SystemClock
 from ._errors import TupleError, caused_by
@@ -26,7 +26,9 @@ __all__ = ["END_OF_INPUT_STREAM", "WindowEntry", "WindowIntake"]
 
 #: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
 #: input (``--until-idle``, every spout exhausted): every open window fires.
-END_OF_INPUT_STREAM = "__end_of_input"
+END_OF_INPUT_STREAM: Final = "__end_of_input"
+# A static of this module, not a lookup in _tuple's globals per tuple.
+_TICK: Final = TICK_STREAM
 
 
 class WindowIntake:
@@ -57,7 +59,8 @@ class WindowIntake:
         if type(clock) is SystemClock:
             # The same readings without an interpreted call per tuple.
             self.now, self.monotonic = time.time, time.monotonic
-        self.marked_at = clock.monotonic()
+        # A float, not Any (the clock's type): native arithmetic per tuple.
+        self.marked_at: float = clock.monotonic()
         self.watermark_ms = watermark_ms
         self.field = field
         self.extractor = extractor
@@ -178,7 +181,7 @@ class WindowEntry:
             or ack is None
             or self.unfired
             or self.retrying
-            or stream in (TICK_STREAM, END_OF_INPUT_STREAM)
+            or stream in (_TICK, END_OF_INPUT_STREAM)
         ):
             self.slow(tup)
             return
