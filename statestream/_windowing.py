@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from ._errors import ConfigError
 
 __all__ = [
@@ -187,12 +189,16 @@ def _size(v: Count | Duration) -> int:
     return v.n if isinstance(v, Count) else v.ms
 
 
+@mypyc_attr(acyclic=True)
 class Event:
     """A tuple in a window: its timestamp (ms), its arrival number and what it carries.
 
     A plain class, not a NamedTuple: one is made for every tuple a window takes,
     and a NamedTuple's constructor runs as interpreted Python even in the
-    compiled core."""
+    compiled core. Compiled, it is not tracked by the cycle collector (as
+    :class:`~statestream._tuple.Tuple`; a window holds every event it has
+    not let go of, which each collection of the old generation walked): a
+    payload must not refer back to the event carrying it."""
 
     __slots__ = ("payload", "seq", "ts")
 
