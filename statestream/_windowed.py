@@ -328,9 +328,9 @@ class BaseWindowedBolt(_Component):
         if self.session_gap is not None:
             field = self.session_key
             key_of = _no_key if field is None else partial(_field_key, field)
-            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, _same)
+            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate)
         if self.aggregate is not None:
-            return AggregateCore(spec, self.aggregate, _same)
+            return AggregateCore(spec, self.aggregate)
         return WindowCore(spec)
 
 
@@ -362,10 +362,6 @@ def _no_key(tup: Tuple) -> None:
 def _field_key(field: str, tup: Tuple) -> Any:
     # Hashable as it comes back from the store (a list there was a tuple here).
     return hashable(tup[field])
-
-
-def _same(tup: Tuple) -> Tuple:
-    return tup
 
 
 def _duration(method: str, value: Any) -> Duration:
