@@ -22,7 +22,9 @@ checkpoint and the last windows' fire. Kinds: ``window`` (BaseWindowedBolt,
 tuples kept), ``aggregate`` (with_aggregate), ``count`` (the plain word count
 of the same events, state get/put per event), ``ack`` (the spout and a bolt
 that only acks, the runtime's floor). ``--profile DIR`` keeps the larger
-run's callgrind file per kind for ``callgrind_annotate --inclusive=yes``.
+run's callgrind file per kind for ``callgrind_annotate --inclusive=yes``, and
+prints where its instructions went, per event of that run (the inclusive
+counts of the compiled functions named in PARTS, over its events).
 Every run is checked exact (outside the measured part).
 """
 
@@ -33,6 +35,7 @@ import functools
 import operator
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -103,6 +106,38 @@ def callgrind(kind: str, events: int, per_second: int, out: str) -> tuple[int, s
     return total, exact.group(0)
 
 
+#: Where a run's instructions go: a part and the compiled functions whose inclusive
+#: counts make it (callgrind_annotate's names, without the module group's prefix).
+PARTS = [
+    ("the spout (its emits, the acker's entries, completions)", ["LocalRuntime____step_spouts"]),
+    ("the bolts' data tuples", ["BoltTask____drain_here"]),
+    ("- a tuple into the window (timestamp, channel, add, clock)", ["WindowIntake___take"]),
+    ("- the watermark's moves (release in order, windows due)", ["TimeOrder___advance"]),
+    ("- the end of input (every window still open)", ["TimeOrder___finish"]),
+    ("- the ack (held for the checkpoint)", ["BoltTask___ack"]),
+    ("the checkpoints (prepare, commit, acks released)", ["handle_checkpoint"]),
+    ("- the window store's save (chunk, $window)", ["WindowStore___save"]),
+]
+
+
+def breakdown(path: str, events: int) -> list[tuple[str, float]]:
+    """Instructions per event by PARTS in one callgrind file of a run of ``events``."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+        capture_output=True,
+        text=True,
+    ).stdout
+    total = int(re.search(r"([\d,]+) \([ \d.]+%\)  PROGRAM TOTALS", text)[1].replace(",", ""))  # type: ignore[index]
+    rows = [("the run (LocalRuntime.run)", total / events)]
+    for part, names in PARTS:
+        n = 0
+        for name in names:
+            found = re.search(r"^\s*([\d,]+) \([ \d.]+%\)  \S*CPyDef_\w*" + name + r" ", text, re.M)
+            n += int(found[1].replace(",", "")) if found else 0
+        rows.append((part, n / events))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--kinds", default=",".join(KINDS))
@@ -148,6 +183,13 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for kind, counts, per in rows:
         print(f"| {kind} | {counts[0]:,} | {counts[1]:,} | {per:,.0f} |")
+    if args.profile:
+        parts = {kind: breakdown(f"{args.profile}/callgrind.out.{kind}", large) for kind in kinds}
+        print(f"\nInstructions per event of the {large:,}-event runs, by part (inclusive):\n")
+        print("| part | " + " | ".join(kinds) + " |")
+        print("|---|" + "---:|" * len(kinds))
+        for i, (part, _) in enumerate(parts[kinds[0]]):
+            print(f"| {part} | " + " | ".join(f"{parts[k][i][1]:,.0f}" for k in kinds) + " |")
 
 
 if __name__ == "__main__":
