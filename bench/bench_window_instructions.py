@@ -126,14 +126,17 @@ def breakdown(path: str, events: int) -> list[tuple[str, float]]:
         ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
         capture_output=True,
         text=True,
+        cwd="/",  # source paths left unresolved: the same listing from any directory
     ).stdout
     total = int(re.search(r"([\d,]+) \([ \d.]+%\)  PROGRAM TOTALS", text)[1].replace(",", ""))  # type: ignore[index]
     rows = [("the run (LocalRuntime.run)", total / events)]
     for part, names in PARTS:
         n = 0
         for name in names:
-            found = re.search(r"^\s*([\d,]+) \([ \d.]+%\)  \S*CPyDef_\w*" + name + r" ", text, re.M)
-            n += int(found[1].replace(",", "")) if found else 0
+            # Every file the function's lines are in (its own, and headers inlined
+            # into it, which callgrind_annotate may list apart): their sum.
+            pattern = r"^\s*([\d,]+) \([ \d.]+%\)  \S*:CPyDef_\w*" + name + r" "
+            n += sum(int(m[1].replace(",", "")) for m in re.finditer(pattern, text, re.M))
         rows.append((part, n / events))
     return rows
 
