@@ -37,7 +37,7 @@ class WindowIntake:
     ``field`` or ``extractor`` gives an event-time tuple's timestamp (neither:
     processing time, the ``clock``'s ``time()``); the watermark moves at most
     once every ``watermark_ms`` of the clock's ``monotonic()``, and at once on
-    a tick. ``copy``: the window holds a copy of each tuple (values and origin),
+    a tick. ``copy``: the window holds a tuple of its own (the values and origin),
     else the tuple delivered."""
 
     def __init__(
@@ -82,7 +82,10 @@ class WindowIntake:
         origin = tup.origin
         # The window holds a tuple of its own (copy): the values and the origin, not
         # the reliability slots of the one delivered; or that one, to ack it later.
-        held = Tuple(list(tup.values), origin) if self.copy else tup
+        # The values list itself, not a copy: the runtime shares it between the
+        # tasks it delivers it to (and the spout keeps it until the checkpoint
+        # commits), so a copy was one more object per tuple held, for no reader.
+        held = Tuple(tup.values, origin) if self.copy else tup
         if not core.event_time:
             return core.add(int(self.now() * 1000), held)
         if origin is not self._origin:
