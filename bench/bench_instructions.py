@@ -323,12 +323,27 @@ def one_run(
 def callgrind_count(*script_args: str, python: str = sys.executable) -> int:
     """Instructions callgrind counts inside functools.reduce while ``python`` runs
     ``script_args`` (a script and its arguments): the measured part of a bench."""
+    count, stdout = callgrind_run(list(script_args), python)
+    measured = re.search(r"^measured: (.*)$", stdout, re.M)
+    if measured is not None and measured.group(1) not in _MEASURED:
+        _MEASURED.append(measured.group(1))
+    polls = re.search(r"^polls: (\d+)", stdout, re.M)
+    if polls is not None:
+        print(f"({script_args[script_args.index('--metrics') + 1]}: {polls.group(1)} polls)")
+    return count
+
+
+def callgrind_run(
+    script_args: list[str], python: str = sys.executable, out: str = "/dev/null"
+) -> tuple[int, str]:
+    """The instructions counted inside functools.reduce while ``python`` runs
+    ``script_args``, and what it printed; the callgrind file goes to ``out``."""
     proc = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             "--toggle-collect=functools_reduce",
-            "--callgrind-out-file=/dev/null",
+            f"--callgrind-out-file={out}",
             # The interpreter itself, not a wrapper script (pyenv shims are bash).
             python,
             *script_args,
@@ -343,13 +358,7 @@ def callgrind_count(*script_args: str, python: str = sys.executable) -> int:
     found = re.search(r"Collected : (\d+)", proc.stderr)
     if found is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
-    measured = re.search(r"^measured: (.*)$", proc.stdout, re.M)
-    if measured is not None and measured.group(1) not in _MEASURED:
-        _MEASURED.append(measured.group(1))
-    polls = re.search(r"^polls: (\d+)", proc.stdout, re.M)
-    if polls is not None:
-        print(f"({script_args[script_args.index('--metrics') + 1]}: {polls.group(1)} polls)")
-    return int(found.group(1))
+    return int(found.group(1)), proc.stdout
 
 
 METRICS = ("default", "off", "on", "served")

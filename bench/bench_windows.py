@@ -30,6 +30,10 @@ config/local.yaml), a checkpoint every 1 s, exactly-once (the default):
   ``state.get``/``state.put`` per tuple, the count emitted anchored, the tuple
   acked; fields grouping on ``key``, 2 tasks): the plain word count of the
   same events.
+- ``ack`` (in ``bytewax``'s rounds): ``EventSpout`` -> a bolt that only acks
+  (2 tasks, fields grouping on ``key``; no state, so no checkpoint): the floor
+  under any statestream topology reading these events, exact if every event
+  was acked once.
 
 ``EventSpout`` reads the events file whole at ``open`` (inside the timed
 run) into two arrays and emits ``(key, ts)`` with the event's index as message
@@ -146,8 +150,10 @@ def expected_windows(path: str, window_ms: int) -> collections.Counter[str]:
 # --- statestream, in the measured process ------------------------------------------------
 
 
-def statestream_topology(kind: str, window_s: int) -> Any:
-    from statestream import BaseWindowedBolt, Duration, Spout, StatefulBolt, TopologyBuilder
+def statestream_topology(kind: str, window_s: int, clock: Any = None, step: float = 0.0) -> Any:
+    """``kind``'s topology; with ``clock`` (a fake one, with ``advance``) the spout moves it ``step``
+    s forward per event (bench_window_instructions.py)."""
+    from statestream import BaseWindowedBolt, Bolt, Duration, Spout, StatefulBolt, TopologyBuilder
 
     class EventSpout(Spout):
         """Emits ``(key, ts)`` per event of ``windows.input``; rewindable by index."""
@@ -171,6 +177,8 @@ def statestream_topology(kind: str, window_s: int) -> Any:
                 self.outstanding += 1
             else:
                 return
+            if clock is not None:
+                clock.advance(step)
             self.collector.emit([KEYS[self.keys[i]], self.stamps[i]], i)
 
         def ack(self, msg_id: Any) -> None:
@@ -222,8 +230,15 @@ def statestream_topology(kind: str, window_s: int) -> Any:
             self.state.put(k, self.state.get(k, 0) + n)
             self.collector.ack(tup)
 
+    class AckOnly(Bolt):
+        def execute(self, tup: Any) -> None:
+            self.collector.ack(tup)
+
     b = TopologyBuilder("windows")
     b.set_spout("events", EventSpout())
+    if kind == "ack":
+        b.set_bolt("count", AckOnly(), 2).fields_grouping("events", ["key"])
+        return b.build()
     if kind == "count":
         sys.path.insert(0, str(ROOT / "examples"))
         import wordcount
@@ -262,6 +277,17 @@ def _acc_result(acc: dict[str, int]) -> dict[str, int]:
     return acc
 
 
+def statestream_conf(events: str, workdir: str) -> dict[str, Any]:
+    """The config of every statestream run: sqlite in ``workdir``, exactly-once."""
+    return {
+        "windows.input": events,
+        "topology.state.provider": "sqlite",
+        "topology.state.provider.config": {"path": f"{workdir}/state.db"},
+        "topology.max.spout.pending": 10_000,
+        "topology.state.checkpoint.interval.ms": 1000,
+    }
+
+
 def one_statestream(kind: str, events: str, window_s: int) -> dict[str, Any]:
     from statestream import _core
     from statestream.runtime.local import LocalRuntime
@@ -269,23 +295,20 @@ def one_statestream(kind: str, events: str, window_s: int) -> dict[str, Any]:
 
     workdir = tempfile.mkdtemp(prefix="bench-windows-")
     try:
-        conf = {
-            "windows.input": events,
-            "topology.state.provider": "sqlite",
-            "topology.state.provider.config": {"path": f"{workdir}/state.db"},
-            "topology.max.spout.pending": 10_000,
-            "topology.state.checkpoint.interval.ms": 1000,
-        }
+        conf = statestream_conf(events, workdir)
         topo = statestream_topology(kind, window_s)
         rt = LocalRuntime(topo, conf)
         t0 = time.perf_counter()
         result = rt.run(until_idle=True)
         elapsed = time.perf_counter() - t0
         rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        if kind == "count":
+        if kind in ("count", "ack"):
             keys, _ = read_events(events)
             want: collections.Counter[str] = collections.Counter(KEYS[k] for k in keys)
-            got = committed_state(topo, conf, "count")
+            # The floor keeps no state: exact if it acked every event once.
+            acked = result.components["count"].acked
+            got = committed_state(topo, conf, "count") if kind == "count" else want
+            got = got if kind == "count" or acked == len(keys) else collections.Counter()
         else:
             want = expected_windows(events, window_s * 1000)
             got = committed_state(topo, conf, "totals")
@@ -401,6 +424,7 @@ LABELS = {
     "window": "statestream, BaseWindowedBolt (tuples kept)",
     "aggregate": "statestream, with_aggregate (an accumulator per window)",
     "count": "statestream, plain word count (get/put per tuple)",
+    "ack": "statestream, the floor: each event acked by a bolt, no state, no checkpoint",
     "bytewax": "Bytewax 0.21.1, count_window, recovery",
     "spill": "statestream, BaseWindowedBolt, with_max_events_in_memory",
 }
@@ -467,7 +491,7 @@ def main() -> None:
         configs = [("window", window_s), (f"spill:{limit}", window_s)]
         repeat = args.repeat
     elif args.part == "bytewax":
-        configs = [("window", 10), ("aggregate", 10), ("bytewax", 10)]
+        configs = [("window", 10), ("aggregate", 10), ("ack", 10), ("bytewax", 10)]
         repeat = args.repeat
     else:
         configs = [("window", 10), ("count", 10), ("aggregate", 10), ("count", 10)]
@@ -538,7 +562,7 @@ def main() -> None:
         if base in medians:
             print(f"\n| ratio of medians | over {LABELS[base]} |")
             print("|---|---:|")
-            for kind in ("window", "aggregate"):
+            for kind in ("window", "aggregate", "ack"):
                 if kind in medians:
                     print(f"| {LABELS[kind]} | {medians[kind] / medians[base]:.2f} |")
     for key, errs in errors.items():

@@ -269,10 +269,12 @@ class CheckpointTupleForwarder(_Wrapper):
             self.bolt.execute(tuple)
 
     def data_entry(self) -> Callable[[Tuple], None]:
-        """What executes a data tuple while not :attr:`paused`: the wrapped bolt's own
-        ``execute``. A runtime that hands data over only while not paused (it
-        checks :attr:`paused` first) may call it directly, a call less per tuple."""
-        execute: Callable[[Tuple], None] = self.bolt.execute
+        """What executes a data tuple while not :attr:`paused`: the wrapped bolt's
+        ``data_entry()`` if it offers one (a windowed bolt's compiled entry), else
+        its own ``execute``. A runtime that hands data over only while not paused
+        (it checks :attr:`paused` first) may call it directly, a call less per tuple."""
+        offer = getattr(self.bolt, "data_entry", None)
+        execute: Callable[[Tuple], None] = offer() if offer is not None else self.bolt.execute
         return execute
 
     def batch_entry(self) -> Callable[[list[Tuple]], None] | None:

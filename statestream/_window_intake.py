@@ -3,21 +3,32 @@
 :class:`WindowIntake` is what :class:`~statestream._windowed.WindowedBoltExecutor`
 runs for each tuple: the timestamp (event time: its field or the extractor;
 processing time: the clock), the watermark's channel, the window core's
-``add``, and the watermark moved once per watermark interval. It is in the
-compiled core (statestream._core), as the rest of the window model; the
-executor keeps the rest (the user's window function, acks, the checkpoint).
+``add``, and the watermark moved once per watermark interval.
+:class:`WindowEntry` is what the runtime calls for each data tuple: the take
+and the ack of a tuple that fires nothing, the executor's own ``execute``
+for everything else. Both are in the compiled core (statestream._core), as
+the rest of the window model; the executor keeps the rest (the user's
+window function, late tuples, retries, the checkpoint).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
+from ._clock import SystemClock
 from ._errors import TupleError, caused_by
-from ._tuple import Tuple
+from ._tuple import TICK_STREAM, Origin, Tuple
 from ._windowing import Fire, TimeOrder, Watermarks
 
-__all__ = ["WindowIntake"]
+__all__ = ["END_OF_INPUT_STREAM", "WindowEntry", "WindowIntake"]
+
+#: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
+#: input (``--until-idle``, every spout exhausted): every open window fires.
+END_OF_INPUT_STREAM: Final = "__end_of_input"
+# A static of this module, not a lookup in _tuple's globals per tuple.
+_TICK: Final = TICK_STREAM
 
 
 class WindowIntake:
@@ -26,7 +37,7 @@ class WindowIntake:
     ``field`` or ``extractor`` gives an event-time tuple's timestamp (neither:
     processing time, the ``clock``'s ``time()``); the watermark moves at most
     once every ``watermark_ms`` of the clock's ``monotonic()``, and at once on
-    a tick. ``copy``: the window holds a copy of each tuple (values and origin),
+    a tick. ``copy``: the window holds a tuple of its own (the values and origin),
     else the tuple delivered."""
 
     def __init__(
@@ -45,13 +56,24 @@ class WindowIntake:
         self.marks = marks
         self.now: Callable[[], float] = getattr(clock, "time", clock.monotonic)
         self.monotonic: Callable[[], float] = clock.monotonic
-        self.marked_at = clock.monotonic()
+        if type(clock) is SystemClock:
+            # The same readings without an interpreted call per tuple.
+            self.now, self.monotonic = time.time, time.monotonic
+        # A float, not Any (the clock's type): native arithmetic per tuple.
+        self.marked_at: float = clock.monotonic()
         self.watermark_ms = watermark_ms
         self.field = field
         self.extractor = extractor
         self.copy = copy
         #: The timestamp of the last tuple :meth:`take` found late.
         self.late_ts = 0
+        # What take() needs of the origin of the tuple before, kept while the
+        # tuples come from it (a fields grouping from one task: every tuple):
+        # the watermark's channel and the timestamp field's index (-1: none, or
+        # an extractor; timestamp() then says why).
+        self._origin: Origin | None = None
+        self._channel: tuple[Any, ...] = ()  # a Python tuple: no boxing per call
+        self._index = -1
 
     def take(self, tup: Tuple) -> list[Fire] | None:
         """Take ``tup`` into the window: the windows to fire now, or None if it is
@@ -60,13 +82,20 @@ class WindowIntake:
         origin = tup.origin
         # The window holds a tuple of its own (copy): the values and the origin, not
         # the reliability slots of the one delivered; or that one, to ack it later.
-        held = Tuple(list(tup.values), origin) if self.copy else tup
+        # The values list itself, not a copy: the runtime shares it between the
+        # tasks it delivers it to (and the spout keeps it until the checkpoint
+        # commits), so a copy was one more object per tuple held, for no reader.
+        held = Tuple(tup.values, origin) if self.copy else tup
         if not core.event_time:
             return core.add(int(self.now() * 1000), held)
-        ts = self.timestamp(tup)
+        if origin is not self._origin:
+            self._from(origin)
+        ts: Any = tup.values[self._index] if self._index >= 0 else self.timestamp(tup)
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            ts = self.timestamp(tup)  # raises, naming the value
         # Per input channel (upstream task and stream), as Flink's: tuples of one
         # task come in its order, those of two tasks interleave as their queues go.
-        self.marks.track((origin.component, origin.task, origin.stream), ts)
+        self.marks.track(self._channel, ts)
         if core.add(ts, held) is None:
             self.late_ts = ts
             return None
@@ -86,6 +115,14 @@ class WindowIntake:
         self.marked_at = now
         mark = self.marks.next()
         return [] if mark is None else core.advance(mark)
+
+    def _from(self, origin: Origin) -> None:
+        """Tuples come from ``origin`` now: its channel and timestamp field's index."""
+        self._origin = origin
+        self._channel = (origin.component, origin.task, origin.stream)
+        field = self.field
+        ok = self.extractor is None and field is not None and field in origin.fields
+        self._index = origin.fields.index_of(field) if ok and field is not None else -1
 
     def timestamp(self, tup: Tuple) -> int:
         """An event-time tuple's timestamp; TupleError naming the fix if it has none."""
@@ -111,3 +148,48 @@ class WindowIntake:
                 f"milliseconds since the epoch, got {ts!r} from {tup.origin.component!r}"
             )
         return ts
+
+
+class WindowEntry:
+    """A windowed bolt's entry for data tuples (the runtime's ``data_entry``).
+
+    Most tuples fire nothing: such a tuple is taken into the window and acked
+    here, in compiled code. Every other case goes to ``slow`` (the executor's
+    ``execute``) or, once taken, to ``taken(tuple, fires)`` (fires: the
+    windows due, None if the tuple was late): tick and end-of-input tuples,
+    windows left unfired or a tuple being retried (``unfired`` and
+    ``retrying`` are the executor's own list and dict, so their emptiness
+    says so), and windows in memory (no :attr:`intake` set: every tuple goes
+    to ``slow``)."""
+
+    def __init__(
+        self,
+        slow: Callable[[Tuple], None],
+        taken: Callable[[Tuple, list[Fire] | None], None],
+        unfired: list[Fire],
+        retrying: dict[int, Tuple],
+    ) -> None:
+        self.slow = slow
+        self.taken = taken
+        self.unfired = unfired
+        self.retrying = retrying
+        self.intake: WindowIntake | None = None
+        self.ack: Callable[[Tuple], None] | None = None
+
+    def execute(self, tup: Tuple) -> None:
+        intake, ack = self.intake, self.ack
+        stream = tup.origin.stream
+        if (
+            intake is None
+            or ack is None
+            or self.unfired
+            or self.retrying
+            or stream in (_TICK, END_OF_INPUT_STREAM)
+        ):
+            self.slow(tup)
+            return
+        fires = intake.take(tup)
+        if fires is not None and not fires:
+            ack(tup)
+        else:
+            self.taken(tup, fires)

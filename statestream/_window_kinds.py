@@ -49,7 +49,8 @@ class Aggregate:
 class SessionCore(TimeOrder):
     """Session windows (see the module's docstring). ``key_of(payload)`` gives a
     tuple's session key (None: one session stream per task); with ``aggregate``
-    each session keeps an accumulator of ``value_of(payload)`` instead of its tuples."""
+    each session keeps an accumulator of ``value_of(payload)`` (None: of the payload)
+    instead of its tuples."""
 
     def __init__(
         self,
@@ -85,8 +86,8 @@ class SessionCore(TimeOrder):
         else:
             session[1] = max(session[1], event.ts + self.gap)
         if agg is not None:
-            assert self.value_of is not None
-            session[3] = agg.add(session[3], self.value_of(event.payload))
+            value = event.payload if self.value_of is None else self.value_of(event.payload)
+            session[3] = agg.add(session[3], value)
             if not self.stored:  # in memory: its tuples let go of when it fires
                 self.folded.setdefault(key, []).append(event)
         else:
@@ -107,9 +108,9 @@ class SessionCore(TimeOrder):
     def _fire(self, key: Any, fires: list[Fire]) -> None:
         start, end, events, acc = self.open.pop(key)
         if self.aggregate is not None:
-            fires.append(Fire(start, end, [], [], [], self.aggregate.result(acc)))
+            fires.append(Fire(start, end, [], None, self.aggregate.result(acc)))
         else:
-            fires.append(Fire(start, end, events, events, []))
+            fires.append(Fire(start, end, events))
         if not self.stored:
             self.gone.extend(events if events is not None else self.folded.pop(key, []))
 
@@ -125,7 +126,7 @@ class SessionCore(TimeOrder):
 
     def keep(self) -> tuple[int, int] | None:
         firsts = [order_key(s[2][0]) for s in self.open.values() if s[2]]
-        return least(order_key(self.pending[0]) if self.pending else None, *firsts)
+        return least(self.first_pending(), *firsts)
 
     def held(self) -> list[Event]:
         events = [e for s in self.open.values() for e in s[2] or ()]
@@ -143,9 +144,15 @@ class SessionCore(TimeOrder):
 
 
 class AggregateCore(TimeOrder):
-    """Aligned duration windows that keep an accumulator per pane, not tuples."""
+    """Aligned duration windows that keep an accumulator per pane, not tuples: of
+    ``value_of(payload)`` of each tuple (None: of the payload, without a call)."""
 
-    def __init__(self, spec: WindowSpec, aggregate: Aggregate, value_of: Callable[[Any], Any]):
+    def __init__(
+        self,
+        spec: WindowSpec,
+        aggregate: Aggregate,
+        value_of: Callable[[Any], Any] | None = None,
+    ) -> None:
         super().__init__(spec.event_time)
         length, slide = spec.length, spec.sliding
         if not isinstance(length, Duration) or not isinstance(slide, Duration):
@@ -172,7 +179,8 @@ class AggregateCore(TimeOrder):
         pane = ts - ts % self.slide
         agg = self.aggregate
         acc = self.panes.get(pane)
-        self.panes[pane] = agg.add(agg.init() if acc is None else acc, self.value_of(event.payload))
+        value = event.payload if self.value_of is None else self.value_of(event.payload)
+        self.panes[pane] = agg.add(agg.init() if acc is None else acc, value)
         if not self.stored:  # in memory: its tuples let go of with the pane
             self.folded.setdefault(pane, []).append(event)
         if self.next_end is None:
@@ -188,7 +196,7 @@ class AggregateCore(TimeOrder):
                 acc = accs[0]
                 for other in accs[1:]:
                     acc = agg.merge(acc, other)
-                fires.append(Fire(start, end, [], [], [], agg.result(acc)))
+                fires.append(Fire(start, end, [], None, agg.result(acc)))
             for p in [p for p in self.panes if p < end + self.slide - self.length]:
                 del self.panes[p]  # in no window to come
                 if not self.stored:
@@ -206,7 +214,7 @@ class AggregateCore(TimeOrder):
         }
 
     def keep(self) -> tuple[int, int] | None:
-        return order_key(self.pending[0]) if self.pending else None
+        return self.first_pending()
 
     def held(self) -> list[Event]:
         return sorted(self.pending, key=order_key)

@@ -29,11 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
-
 from ._errors import ConfigError
 from ._tuple import Origin
-from ._window_store import delete_stored, read_stored, stored_texts, write_stored
+from ._window_store import chunk_len, delete_stored, read_stored, stored_texts, write_stored
 from ._windowing import Duration, Event, WindowSpec
 
 __all__ = ["StoredWindows", "move_windows", "rescale_windows"]
@@ -165,7 +163,7 @@ def move_windows(
     for t, texts in zip(targets, staged, strict=True):
         write_stored(t, texts)
         t.commit()
-        held += len(orjson.loads(texts[1])["e"])
+        held += chunk_len(texts[1])
     staging.delete(key)
     staging.commit()
     return held

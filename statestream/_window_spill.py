@@ -265,7 +265,7 @@ class SpillingWindowCore(WindowCore):
         expired: Any = gone
         if self.prev_lo is not None and self.prev_lo < first:
             expired = Span(read, self.prev_lo, min(self.prev_hi, (first[0], first[1] - 1)), gone)
-        fires.append(Fire(start, end, events, new, expired))
+        fires.append(Fire(start, end, events, new=new, expired=expired))
         if isinstance(events, Span) and events.lo is not None:
             self.prev_lo, self.prev_hi, self.prev = events.lo, events.hi, events.mem
         else:

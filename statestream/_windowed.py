@@ -45,7 +45,7 @@ from ._routing import task_for_key
 from ._state import KeyValueState
 from ._stateful import CHECKPOINT_STREAM
 from ._tuple import Fields, Origin, Tuple
-from ._window_intake import WindowIntake
+from ._window_intake import END_OF_INPUT_STREAM, WindowEntry, WindowIntake
 from ._window_kinds import Aggregate, AggregateCore, SessionCore, hashable
 from ._window_rescale import move_windows
 from ._window_spill import DEFAULT_MAX_EVENTS_IN_MEMORY, Span, SpillingWindowCore, pinned
@@ -73,9 +73,6 @@ __all__ = [
     "WindowedBoltExecutor",
 ]
 
-#: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
-#: input (``--until-idle``, every spout exhausted): every open window fires.
-END_OF_INPUT_STREAM = "__end_of_input"
 #: Storm's default watermark interval and lag.
 _DEFAULT_WATERMARK_MS = 1000
 _DEFAULT_LAG_MS = 0
@@ -371,9 +368,9 @@ class BaseWindowedBolt(_Component):
         if self.session_gap is not None:
             field = self.session_key
             key_of = _no_key if field is None else partial(_field_key, field)
-            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate, _same)
+            return SessionCore(self.session_gap, spec.event_time, key_of, self.aggregate)
         if self.aggregate is not None:
-            return AggregateCore(spec, self.aggregate, _same)
+            return AggregateCore(spec, self.aggregate)
         if spill:
             limit = self.max_events_in_memory or DEFAULT_MAX_EVENTS_IN_MEMORY
             return SpillingWindowCore(spec, limit)
@@ -425,10 +422,6 @@ def _no_key(tup: Tuple) -> None:
 def _field_key(field: str, tup: Tuple) -> Any:
     # Hashable as it comes back from the store (a list there was a tuple here).
     return hashable(tup[field])
-
-
-def _same(tup: Tuple) -> Tuple:
-    return tup
 
 
 def _duration(method: str, value: Any) -> Duration:
@@ -586,17 +579,37 @@ class WindowedBoltExecutor(StatefulBolt):
         self.collector = collector
         self._origins: dict[tuple[str, int, str], Origin] = {}
         self.state: Any = None
-        # Windows due and not fired yet: those whose execute raised stay, and fire
-        # (again) with the next tuple the task executes. Exactly-once retries the
-        # failed tuple where it failed (its emits taken back, its state writes
-        # undone), so that retry, or whichever tuple comes first, fires them
-        # once; a tuple taken in whose windows failed is not taken in again.
         self.late_tuples = 0  # taken as late in this process (the run's counter)
-        self._unfired: list[Fire] = []
-        self._retrying: dict[int, Tuple] = {}
+        entry = self._window_entry()
+        entry.ack = collector.ack
+        entry.intake = None if self.in_memory else self.intake
         self._fire_failures = 0
         self._max_attempts = settings_of(conf).statestream_retry_max_attempts
         bolt.prepare(conf, context, collector)
+
+    def data_entry(self) -> Callable[[Tuple], None]:
+        """What the runtime calls for each data tuple (CheckpointTupleForwarder.data_entry
+        asks): :class:`~statestream._window_intake.WindowEntry`, in compiled code."""
+        return self._window_entry().execute
+
+    def _window_entry(self) -> WindowEntry:
+        """The entry, made at the first call (the runtime asks for it before prepare),
+        with the lists it shares with :meth:`execute`.
+
+        Windows due and not fired yet (``_unfired``): those whose execute raised
+        stay, and fire (again) with the next tuple the task executes. Exactly-once
+        retries the failed tuple where it failed (its emits taken back, its state
+        writes undone), so that retry (``_retrying``), or whichever tuple comes
+        first, fires them once; a tuple taken in whose windows failed is not
+        taken in again. Both are cleared, never replaced: the entry reads them."""
+        entry: WindowEntry | None = self.__dict__.get("_entry")
+        if entry is None:
+            self._unfired: list[Fire] = []
+            self._retrying: dict[int, Tuple] = {}
+            entry = self._entry = WindowEntry(
+                self.execute, self._taken, self._unfired, self._retrying
+            )
+        return entry
 
     def _fresh_windows(self) -> None:
         """No window yet: the core and the watermarks as at a first start."""
@@ -618,6 +631,9 @@ class WindowedBoltExecutor(StatefulBolt):
             # when the window lets it go.
             copy=not self.in_memory,
         )
+        entry: WindowEntry | None = self.__dict__.get("_entry")
+        if entry is not None and entry.intake is not None:
+            entry.intake = self.intake
 
     def _check_in_memory(self, conf: Mapping[str, Any]) -> None:
         s = settings_of(conf)
@@ -644,7 +660,8 @@ class WindowedBoltExecutor(StatefulBolt):
             self._fresh_windows()
             self._attach(state)
             self.store.load(state, self.core, self.marks, self._origin)
-        self._unfired, self._retrying = [], {}
+        self._unfired.clear()
+        self._retrying.clear()
         if isinstance(self.bolt, StatefulWindowedBolt):
             self.bolt.init_state(_UserState(state))
 
@@ -681,18 +698,23 @@ class WindowedBoltExecutor(StatefulBolt):
     def execute(self, tuple: Tuple) -> None:
         stream = tuple.origin.stream
         data = stream != END_OF_INPUT_STREAM and not tuple.is_tick
-        if self._retrying.pop(id(tuple), None) is None:
-            fires: list[Fire] | None
-            if not data:
-                end = stream == END_OF_INPUT_STREAM
-                fires = self.core.finish() if end else self.intake.on_clock(True)
-            else:
-                fires = self.intake.take(tuple)
-                if fires is None:
-                    self._late(tuple)
-                    return
-            if fires:
-                self._unfired.extend(fires)
+        if self._retrying.pop(id(tuple), None) is not None:
+            self._taken(tuple, [], data)  # taken before: its windows fire again
+        elif data:
+            self._taken(tuple, self.intake.take(tuple))
+        elif stream == END_OF_INPUT_STREAM:
+            self._taken(tuple, self.core.finish(), False)
+        else:
+            self._taken(tuple, self.intake.on_clock(True), False)
+
+    def _taken(self, tuple: Tuple, fires: list[Fire] | None, data: bool = True) -> None:
+        """What follows the take of ``tuple`` (a data tuple if ``data``): fire the windows
+        due (``fires``, None if the tuple was late) and ack it."""
+        if fires is None:
+            self._late(tuple)
+            return
+        if fires:
+            self._unfired.extend(fires)
         if self._unfired:
             try:
                 self._fire(self._unfired)
@@ -703,9 +725,11 @@ class WindowedBoltExecutor(StatefulBolt):
                 else:
                     # As a tuple failing its last attempt: reported, and its windows
                     # given up on, so that they do not fail every tuple after them.
-                    self._unfired, self._fire_failures = [], 0
+                    self._unfired.clear()
+                    self._fire_failures = 0
                 raise
-            self._unfired, self._fire_failures = [], 0
+            self._unfired.clear()
+            self._fire_failures = 0
         if self.in_memory:
             for e in self.core.take_gone():  # no window to come holds them
                 self.collector.ack(e.payload)

@@ -33,11 +33,12 @@ One model covers Storm's four combinations (length and sliding each a
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from ._errors import ConfigError
 
@@ -188,39 +189,107 @@ def _size(v: Count | Duration) -> int:
     return v.n if isinstance(v, Count) else v.ms
 
 
-class Event(NamedTuple):
-    """A tuple in a window: its timestamp (ms), its arrival number and what it carries."""
+@mypyc_attr(acyclic=True)
+class Event:
+    """A tuple in a window: its timestamp (ms), its arrival number and what it carries.
 
-    ts: int
-    seq: int
-    payload: Any
+    A plain class, not a NamedTuple: one is made for every tuple a window takes,
+    and a NamedTuple's constructor runs as interpreted Python even in the
+    compiled core. Compiled, it is not tracked by the cycle collector (as
+    :class:`~statestream._tuple.Tuple`; a window holds every event it has
+    not let go of, which each collection of the old generation walked): a
+    payload must not refer back to the event carrying it."""
+
+    __slots__ = ("payload", "seq", "ts")
+
+    def __init__(self, ts: int, seq: int, payload: Any) -> None:
+        self.ts = ts
+        self.seq = seq
+        self.payload = payload
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Event)
+            and other.ts == self.ts
+            and other.seq == self.seq
+            and other.payload == self.payload
+        )
+
+    def __repr__(self) -> str:
+        return f"Event({self.ts}, {self.seq}, {self.payload!r})"
 
 
-class Fire(NamedTuple):
-    """One window to fire: ``[start, end)`` in ms, its tuples (timestamp order), those
-    new since the last window fired and those of the last window no longer in it;
-    an aggregating window's result instead of tuples. Each of the three is a list,
-    or a :class:`~statestream._window_spill.Span` (iterable, read back from the
-    store chunk by chunk) when the window spilled."""
+class Fire:
+    """One window to fire: ``[start, end)`` in ms, its tuples (timestamp order), and
+    an aggregating window's result instead of tuples.
 
-    start: int
-    end: int
-    events: Any  # list[Event] | Span
-    new: Any
-    expired: Any
-    value: Any = None
+    :attr:`new` (the tuples not in the window fired before this one) and
+    :attr:`expired` (those of that window not in this one) are worked out when
+    read, from ``prev``, that window's tuples: most window functions read
+    neither. Every window of a :class:`WindowCore` is a run of its tuples in
+    their release order, ``(ts, seq)``, so each is a prefix or suffix found by
+    bisection. Without ``prev`` every tuple is new and none expired. A core
+    that spilled (statestream._window_spill) gives all three as
+    :class:`~statestream._window_spill.Span` (iterable, read back from the store
+    chunk by chunk) and passes ``new`` and ``expired`` itself."""
+
+    __slots__ = ("_expired", "_new", "end", "events", "prev", "start", "value")
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        events: Any,  # list[Event] | Span
+        prev: list[Event] | None = None,
+        value: Any = None,
+        new: Any = None,
+        expired: Any = None,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.events = events
+        self.prev = prev
+        self.value = value
+        self._new = new
+        self._expired = expired
+
+    @property
+    def new(self) -> Any:
+        if self._new is not None:
+            return self._new
+        prev, events = self.prev, self.events
+        if not prev or not events:
+            return events
+        last = prev[-1]
+        return events[bisect.bisect_right(events, (last.ts, last.seq), key=order_key) :]
+
+    @property
+    def expired(self) -> Any:
+        if self._expired is not None:
+            return self._expired
+        prev, events = self.prev, self.events
+        if not prev:
+            return []
+        if not events:
+            return prev
+        first = events[0]
+        return prev[: bisect.bisect_left(prev, (first.ts, first.seq), key=order_key)]
 
 
 class TimeOrder:
     """What every kind of window shares: tuples released in timestamp order (event
-    time: once the watermark passes them, a heap holding the rest; processing
+    time: once the watermark passes them, pending until then; processing
     time: at once), late ones refused, the end of input. A subclass says what a
     released tuple does (``_release``), what the watermark or clock reaching a
     time fires (``_reach``) and what the end of input fires (``_close``)."""
 
     def __init__(self, event_time: bool) -> None:
         self.event_time = event_time
-        self.pending: list[Event] = []  # event time: not yet released (a heap by ts, seq)
+        # Event time: the tuples not yet released, in arrival order (so by seq): the
+        # watermark's move sorts what it releases by ts, stably, in one pass
+        # (a heap paid a comparison of (ts, seq) tuples per level per tuple).
+        self.pending: list[Event] = []
+        self._first: Event | None = None  # the least (ts, seq) pending: keep() reads it
         self.seq = 0
         self.watermark: int | None = None  # event time: tuples older are late
         self.late = 0
@@ -242,7 +311,10 @@ class TimeOrder:
                 self.late += 1
                 return None
             event = Event(ts, self.seq, payload)
-            heapq.heappush(self.pending, event)
+            self.pending.append(event)
+            first = self._first
+            if first is None or ts < first.ts:  # an equal ts came before: its seq is less
+                self._first = event
             if self.stored:
                 self.fresh.append(event)
             self.seq += 1
@@ -267,17 +339,58 @@ class TimeOrder:
             if self.watermark is not None and watermark <= self.watermark:
                 return fires
             self.watermark = watermark
-            pending = self.pending
-            while pending and pending[0].ts < watermark:
-                self._take(heapq.heappop(pending), fires)
+            self._release_before(watermark, fires)
         self._reach(watermark, fires)
         return fires
+
+    def _release_before(self, watermark: int | None, fires: list[Fire]) -> None:
+        """Release the pending tuples older than ``watermark`` (None: all), in
+        ``(ts, seq)`` order.
+
+        Pending is in seq order, and mostly in ts order too: the tuples that
+        keep up the ts order (each at or after the one before) are one sorted
+        run, the others (a disorder within the lag) are sorted by ts, stably,
+        and the two merged. A sort of all of them paid a call of its key and a
+        comparison of two-digit ints per tuple."""
+        pending = self.pending
+        if not pending:
+            return
+        run: list[Event] = []
+        strays: list[Event] = []
+        keep: list[Event] = []
+        top = _NEVER
+        low: Event | None = None  # the least of those kept: the first of the least ts
+        for e in pending:
+            ts = e.ts
+            if watermark is not None and ts >= watermark:
+                keep.append(e)
+                if low is None or ts < low.ts:
+                    low = e
+            elif ts >= top:
+                run.append(e)
+                top = ts
+            else:
+                strays.append(e)
+        self.pending, self._first = keep, low
+        if not strays:
+            for e in run:
+                self._take(e, fires)
+            return
+        strays.sort(key=_ts)
+        i, n = 0, len(strays)
+        for e in run:
+            while i < n and _before(strays[i], e):
+                self._take(strays[i], fires)
+                i += 1
+            self._take(e, fires)
+        while i < n:
+            self._take(strays[i], fires)
+            i += 1
 
     def finish(self) -> list[Fire]:
         """The end of the input: release everything, fire every window still open."""
         fires: list[Fire] = []
-        while self.pending:
-            self._take(heapq.heappop(self.pending), fires)
+        self._release_before(None, fires)
         self._close(fires)
         if self.event_time and self.last_ts is not None:
             self.watermark = max(self.watermark or 0, self.last_ts + 1)
@@ -346,6 +459,15 @@ class TimeOrder:
         """Every tuple held, in ``(ts, seq)`` order."""
         raise NotImplementedError
 
+    def first_pending(self) -> tuple[int, int] | None:
+        """The least ``(ts, seq)`` of the pending tuples, None if there is none."""
+        # Kept up by add() and the releases: a scan of every pending tuple at each
+        # checkpoint touched them all (at 100,000s of tuples a second, cold ones).
+        first = self._first
+        if first is None or not self.pending:
+            return None
+        return (first.ts, first.seq)
+
     def rebuild(self, state: dict[str, Any], events: Iterable[Event]) -> None:
         """Become the core whose :meth:`state` is ``state``, given its stored tuples
         (``events``: those it holds, and any others, in any order)."""
@@ -369,12 +491,14 @@ class TimeOrder:
         else:
             # Released iff older than the watermark: add() refuses those as late.
             cut = bisect.bisect_left(ordered, mark, key=_ts)
-            released, self.pending = ordered[:cut], ordered[cut:]  # sorted: a heap
+            # By (ts, seq): in seq order for equal ts, as add() keeps it.
+            released, self.pending = ordered[:cut], ordered[cut:]
+        self._first = self.pending[0] if self.pending else None
         self._rebuild(state, released)
 
     def snapshot(self) -> dict[str, Any]:
         """:meth:`state` with every tuple held, as ``[ts, seq, payload]``: one JSON value."""
-        return {**self.state(), "events": [list(e) for e in self.held()]}
+        return {**self.state(), "events": [[e.ts, e.seq, e.payload] for e in self.held()]}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Become the core :meth:`snapshot` described."""
@@ -398,6 +522,11 @@ def order_key(e: Event) -> tuple[int, int]:
 
 def _ts(e: Event) -> int:
     return e.ts
+
+
+def _before(a: Event, b: Event) -> bool:
+    """Whether ``a`` is released before ``b``: ``(ts, seq)`` order, without tuples."""
+    return a.ts < b.ts or (a.ts == b.ts and a.seq < b.seq)
 
 
 def least(*keys: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -512,11 +641,8 @@ class WindowCore(TimeOrder):
         return bool(self.prev) and events[-1].seq == self.prev[-1].seq
 
     def _fire(self, start: int, end: int, events: Any, fires: list[Fire]) -> None:
-        prev_seqs = {e.seq for e in self.prev}
-        seqs = {e.seq for e in events}
-        new = [e for e in events if e.seq not in prev_seqs]
-        expired = [e for e in self.prev if e.seq not in seqs]
-        fires.append(Fire(start, end, events, new, expired))
+        # The new and expired tuples are worked out if read (Fire.new, .expired).
+        fires.append(Fire(start, end, events, self.prev))
         self.prev = events
 
     # -- eviction -------------------------------------------------------------------
@@ -563,7 +689,7 @@ class WindowCore(TimeOrder):
         return least(
             order_key(self.buffer[0]) if self.buffer else None,
             order_key(self.prev[0]) if self.prev else None,
-            order_key(self.pending[0]) if self.pending else None,
+            self.first_pending(),
         )
 
     def held(self) -> list[Event]:
@@ -604,19 +730,39 @@ class Watermarks:
 
     def __init__(self, lag_ms: int, streams: Iterable[Any] = ()) -> None:
         self.lag_ms = lag_ms
-        self.latest: dict[Any, int] = dict.fromkeys(streams, _NEVER)
+        self._latest: dict[Any, int] = dict.fromkeys(streams, _NEVER)
         self.current: int | None = None
+        # The channel tracked last and its latest timestamp, written into _latest
+        # when read (tuples come from one channel for long runs: no dict write,
+        # nor hash of the channel, per tuple).
+        self._hot: Any = None
+        self._hot_ts = _NEVER
+
+    @property
+    def latest(self) -> dict[Any, int]:
+        """Each stream's latest timestamp (streams that sent nothing yet: none)."""
+        if self._hot is not None:
+            self._latest[self._hot] = self._hot_ts
+        return self._latest
+
+    @latest.setter
+    def latest(self, latest: dict[Any, int]) -> None:
+        self._latest, self._hot = latest, None
 
     def track(self, stream: Any, ts: int) -> None:
         """A tuple stamped ``ts`` came from ``stream``."""
-        if ts > self.latest.get(stream, _NEVER):
-            self.latest[stream] = ts
+        if stream is not self._hot:
+            latest = self.latest  # the hot channel's written
+            self._hot, self._hot_ts = stream, latest.get(stream, _NEVER)
+        if ts > self._hot_ts:
+            self._hot_ts = ts
 
     def next(self) -> int | None:
         """The watermark now, if it moved forward (None if not, or no stream sent yet)."""
-        if not self.latest:
+        latest = self.latest
+        if not latest:
             return None
-        least = min(self.latest.values())
+        least = min(latest.values())
         if least == _NEVER:
             return None
         mark = least - self.lag_ms

@@ -13,8 +13,15 @@ import pytest
 
 from statestream._tuple import Fields, Origin, Tuple
 from statestream._window_kinds import Aggregate, AggregateCore, SessionCore
-from statestream._window_store import WINDOW_KEY, WindowStore, decode_chunk, is_window_key
-from statestream._windowing import Count, Duration, Fire, TimeOrder, Watermarks, WindowCore
+from statestream._window_store import (
+    WINDOW_KEY,
+    WindowStore,
+    chunk_len,
+    decode_chunk,
+    encode_chunk,
+    is_window_key,
+)
+from statestream._windowing import Count, Duration, Event, Fire, TimeOrder, Watermarks, WindowCore
 from statestream._windowing import WindowSpec as Spec
 from statestream_providers.memory import MemoryStateProvider
 
@@ -132,3 +139,33 @@ def test_a_tuple_json_cannot_store_fails_the_checkpoint_naming_the_fix() -> None
     core.add(1, Tuple([object()], ORIGIN))
     with pytest.raises(SerializationError, match="emit JSON values"):
         WindowStore("w").save(new_state(), core, Watermarks(0))
+
+
+def test_a_chunk_reads_back_its_tuples_whatever_their_origins_and_seqs() -> None:
+    # Columns with runs: seqs with gaps (tuples gone before the checkpoint), origins
+    # that alternate and come back, a value that is itself a list.
+    others = {
+        ("src", 3, 0, "default"): ORIGIN,
+        ("src", 4, 1, "default"): Origin("src", 4, 1, "default", Fields("n")),
+        ("up", 9, 0, "side"): Origin("up", 9, 0, "side", Fields("n")),
+    }
+    order = [ORIGIN, *others.values(), ORIGIN]
+    seqs = [5, 6, 7, 9, 10, 20, 21, 22, 23, 30]
+    held = [
+        Event(100 + s % 4, s, Tuple([s, [s, "x"]], order[k % len(order)]))
+        for k, s in enumerate(seqs)
+    ]
+    text = encode_chunk(held)
+    assert chunk_len(text) == len(held)
+    back = decode_chunk(text, lambda c, t, i, s: others[(c, t, i, s)])
+    assert [(e.ts, e.seq, e.payload.values, e.payload.origin) for e in back] == [
+        (e.ts, e.seq, e.payload.values, e.payload.origin) for e in held
+    ]
+    assert encode_chunk([]) and decode_chunk(encode_chunk([]), origin) == []
+
+
+def test_a_chunk_stored_as_rows_by_an_earlier_statestream_reads_back() -> None:
+    rows = '{"o":[["src",3,0,"default"]],"e":[[7,0,0,[1]],[9,1,0,[2]]]}'
+    back = decode_chunk(rows, origin)
+    assert [(e.ts, e.seq, e.payload.values) for e in back] == [(7, 0, [1]), (9, 1, [2])]
+    assert chunk_len(rows) == 2
