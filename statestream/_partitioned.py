@@ -63,7 +63,7 @@ class PartitionedSource(Rewindable, Protocol):
       partitions stand with two more methods instead:
       ``partition_places(position)``, that dict, and
       ``with_partition_places(position, places)``, the position with those
-      partitions at ``places`` (:func:`places_of`, :func:`placed_at`).
+      partitions at ``places`` (``places_of`` and ``placed_at`` of this module).
     * The local runtime and the workers call ``next_tuple`` as on any spout:
       the spout reads its own partitions, and ``position()`` at a cut says
       where each one stands.
