@@ -111,19 +111,32 @@ def test_worker_sigkills_mid_minute_leave_every_minutes_exact_count(
     """``statestream run examples/pageviews.py`` on two worker processes, one of them
     SIGKILLed twice while the windows fill: the run restarts its workers from the last
     committed checkpoint, ends by itself, and every minute's row is exact."""
+    workers_killed_twice(ROOT / "examples" / "pageviews.py", tmp_path, monkeypatch, table, 8, 180)
+
+
+def workers_killed_twice(
+    script: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    table: str,
+    seed: int,
+    wait_s: float,
+) -> None:
+    """``statestream run <script>`` (pageviews' topology) over 60,000 clicks on two
+    worker processes, one SIGKILLed twice: it ends by itself, every minute's row exact."""
     sys.path.insert(0, str(ROOT / "tests" / "runtime"))
     from kill_loop import seeded_rng
     from test_workers_kill import RESTARTED, _kill_workers, _Run
 
     clicks = tmp_path / "clicks.jsonl"
-    expected = write_clicks(clicks, 60_000, seed=8)
+    expected = write_clicks(clicks, 60_000, seed=seed)
     # The run's environment (the subprocess inherits it).
     monkeypatch.setenv("CLICKS_URL", f"file://{clicks}")
     monkeypatch.setenv("POSTGRES_DSN", DSN)
     monkeypatch.setenv("PAGEVIEWS_TABLE", table)
     run = _Run(
         [
-            str(ROOT / "examples" / "pageviews.py"), "--until-idle",
+            str(script), "--until-idle",
             "--set", "topology.state.provider=sqlite",
             "--set", f"topology.state.provider.config={{path: {tmp_path / 'state.db'}}}",
             "--set", "topology.workers=2",
@@ -132,7 +145,7 @@ def test_worker_sigkills_mid_minute_leave_every_minutes_exact_count(
     )  # fmt: skip
     try:
         _kill_workers(run, 2, seeded_rng())
-        assert run.wait(180) == 0, run.log()
+        assert run.wait(wait_s) == 0, run.log()
         assert run.log().count(RESTARTED) == 2, run.log()
     finally:
         run.cleanup()
