@@ -13,41 +13,63 @@ one of the client's pooled connections, under the client's own retry policy
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain, starmap
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 if TYPE_CHECKING:
     from redis import Redis
 
-#: One bulk string of the protocol: ``$<length>\r\n<bytes>\r\n``.
+#: One bulk string of the protocol, ``$<length>\r\n<bytes>\r\n``, and two of them.
 _BULK: Final = b"$%d\r\n%b\r\n"
+_PAIR: Final = _BULK + _BULK
 
 
-def bulk(args: Sequence[bytes]) -> bytes:
-    """``args`` as the protocol's bulk strings, joined (no count before them)."""
-    return b"".join(map(_BULK.__mod__, zip(map(len, args), args, strict=True)))
+def framed(args: Sequence[bytes]) -> list[bytes]:
+    """Each of ``args`` as the protocol's bulk string."""
+    return list(map(_BULK.__mod__, zip(map(len, args), args, strict=True)))
 
 
-def command(name: bytes, key: bytes, fields: Sequence[bytes]) -> bytes:
-    """The command ``name key *fields`` as the protocol's bytes."""
-    return b"*%d\r\n%b" % (len(fields) + 2, bulk((name, key))) + bulk(fields)
-
-
-def interleave(keys: Sequence[bytes], values: Sequence[bytes]) -> list[bytes]:
-    """``[k0, v0, k1, v1, ...]`` by two slice assignments (no Python a pair)."""
-    fields: list[bytes] = [b""] * (2 * len(keys))
-    fields[0::2] = keys
-    fields[1::2] = values
-    return fields
-
-
-def chunked(name: bytes, key: bytes, fields: Sequence[bytes], size: int) -> Iterable[bytes]:
-    """``name key`` over ``fields`` cut into commands of ``size`` fields (``size`` even
-    for field-value pairs): a command's arguments stay bounded on the server."""
-    return starmap(
-        command,
-        ((name, key, fields[start : start + size]) for start in range(0, len(fields), size)),
+def framed_pairs(keys: Sequence[bytes], values: Sequence[bytes]) -> list[bytes]:
+    """Each ``(key, value)`` as two bulk strings, one format a pair."""
+    return list(
+        map(_PAIR.__mod__, zip(map(len, keys), keys, map(len, values), values, strict=True))
     )
+
+
+def _json_split(items: list[Any]) -> list[bytes] | None:
+    """The JSON texts of the scalars ``items``, from one ``orjson.dumps`` of the list
+    cut at its commas: exact when no text holds a comma (a scalar's can only
+    inside a string), which the count of the parts tells; None otherwise."""
+    if not items:
+        return []
+    parts = orjson.dumps(items)[1:-1].split(b",")
+    return parts if len(parts) == len(items) else None
+
+
+def json_texts(items: list[Any]) -> list[bytes]:
+    """``orjson.dumps`` of each of the scalars ``items``, in one call for all where
+    none holds a comma. Each is a bytes object of its own size: orjson's own
+    output keeps the buffer it encoded in (kilobytes; 800 MB for 200,000
+    kept, measured)."""
+    parts = _json_split(items)
+    return parts if parts is not None else list(map(b"%b".__mod__, map(orjson.dumps, items)))
+
+
+def commands(name: bytes, key: bytes, args: Sequence[bytes], per: int, size: int) -> list[bytes]:
+    """``name key`` over ``args`` (framed, each ``per`` protocol arguments) in commands
+    of at most ``size`` of them: a command's arguments stay bounded on the server."""
+    head = b"%b%b" % (_BULK % (len(name), name), _BULK % (len(key), key))
+    return [
+        b"*%d\r\n%b%b" % (per * len(chunk) + 2, head, b"".join(chunk))
+        for chunk in (args[start : start + size] for start in range(0, len(args), size))
+    ]
+
+
+def command(name: bytes, key: bytes, args: Sequence[bytes]) -> bytes:
+    """The command ``name key *args`` as the protocol's bytes."""
+    return commands(name, key, framed(args), 1, len(args) or 1)[0]
 
 
 def transaction(commands: Iterable[bytes]) -> tuple[bytes, int]:
