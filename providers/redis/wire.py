@@ -87,7 +87,8 @@ def send(client: Redis, payload: bytes, replies: int) -> list[Any]:
     every reply is read (the connection stays in step); in an ``EXEC``'s reply (a
     transaction's) an error is an element: see :func:`exec_replies`."""
     pool = client.connection_pool
-    conn = pool.get_connection()
+    # Any: redis-py leaves the connection's methods untyped.
+    conn: Any = pool.get_connection()
     from redis.exceptions import ResponseError  # redis-py is imported once a client exists
 
     def attempt() -> list[Any]:

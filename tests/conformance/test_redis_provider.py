@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from redis_server import RedisServer, free_port, started_redis_server
 
@@ -19,8 +20,8 @@ from statestream._errors import (
 from statestream._registry import open_provider
 from statestream._state import CommitOutcome, StoredKeyValueState
 from statestream_providers import redis as redis_provider
-from statestream_providers.redis import backend as redis_backend
 from statestream_providers.redis import RedisStateProvider, index_name, key_names
+from statestream_providers.redis import backend as redis_backend
 
 
 def _raw(provider: Any) -> Any:
@@ -138,8 +139,6 @@ def test_plain_delta_is_each_key_and_value_as_json(
     state.put("list", [1, ","])  # not a plain value: encoded at its put
     state.delete("gone")
     state.prepare_commit(1)
-    import orjson
-
     _, prepare, _ = key_names("count-0", redis_factory.config["key_prefix"])
     want = {orjson.dumps(k): orjson.dumps(v) for k, v in plain.items()}
     want.update({b'"list"': b'[1,","]', b'"gone"': b""})
