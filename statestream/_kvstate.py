@@ -328,13 +328,10 @@ class StoredKeyValueState:
         if self._complete and self._filter is None:
             # The whole store is cached and about to be evicted: keep its keys (and each stored).
             known = self._filter = _KeyFilter()
-            for generation in (view, self._old):
-                for cache_key, value in generation.items():
-                    if value is not _ABSENT:
-                        known.add(cache_key)
-            for dirty in (self._prepared.keys(), self._pending.keys()):
-                for cache_key in dirty:
-                    known.add(cache_key)
+            known.add_valued(view, _ABSENT)
+            known.add_valued(self._old, _ABSENT)
+            known.add_all(self._prepared.keys())
+            known.add_all(self._pending.keys())
         young: dict[Hashable, Any] = {}
         for dirty in (self._prepared.keys(), self._pending.keys()):
             for cache_key in dirty:
@@ -453,6 +450,8 @@ class StoredKeyValueState:
             pending = self._pending
             if pending and key in pending:
                 del pending[key]
+                if self._filter is not None:
+                    self._filter.add(key)  # its view value was never stored (add_unvalued)
             self._plain[key] = value  # the view takes it when it is settled
             return
         cache_key, encoded_key = self._key(key)
@@ -744,9 +743,8 @@ class StoredKeyValueState:
         """Add the keys about to be stored to the filter, if there is one."""
         known = self._filter
         if known is not None:
-            for dirty in (self._plain.keys(), self._pending.keys()):
-                for cache_key in dirty:
-                    known.add(cache_key)
+            known.add_unvalued(self._plain.keys(), self._view, _ABSENT)
+            known.add_all(self._pending.keys())
 
     def _commit_direct(self) -> None:
         if self._prepared_txid is not None:
