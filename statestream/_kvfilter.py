@@ -6,8 +6,8 @@ state's protocol); compiled with it, so the calls between them stay native.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from typing import Any, Final
+from collections.abc import Hashable
+from typing import Final
 
 #: Layers: bits a key (3 set a key: ~3% false positives), keys of the first layer.
 _FILTER_BITS: Final = 8
@@ -80,31 +80,3 @@ class KeyFilter:
             self._capacity += size
         self._count += 1
         self._set(self._layers[-1], h)
-
-    def add_all(self, keys: Iterable[Hashable]) -> None:
-        for key in keys:
-            self.add(key)
-
-    def add_valued(self, generation: dict[Hashable, Any], absent: object) -> None:
-        """Add the keys of ``generation`` (a read cache's) whose value is not ``absent``."""
-        for key, value in generation.items():
-            if value is not absent:
-                self.add(key)
-
-    def add_unvalued(
-        self, keys: Iterable[Hashable], young: dict[Hashable, Any], absent: object
-    ) -> None:
-        """Add those of ``keys`` that ``young`` (the young generation of the read cache)
-        holds no value of (a value ``absent`` or none).
-
-        For the keys of the deferred puts at a prepare: a key the young
-        generation holds a value of is held here already (while a filter
-        exists, such a value was read from the store, or was stored or
-        pending when it was set, and every stored or pending key is added:
-        ``StoredKeyValueState.put`` adds a pending key that a deferred put
-        takes over). A checkpoint then costs a dict look-up a key it changed
-        again (the word count's common key), not the filter's probes of it.
-        """
-        for key in keys:
-            if young.get(key, absent) is absent:
-                self.add(key)

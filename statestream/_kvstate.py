@@ -328,10 +328,13 @@ class StoredKeyValueState:
         if self._complete and self._filter is None:
             # The whole store is cached and about to be evicted: keep its keys (and each stored).
             known = self._filter = _KeyFilter()
-            known.add_valued(view, _ABSENT)
-            known.add_valued(self._old, _ABSENT)
-            known.add_all(self._prepared.keys())
-            known.add_all(self._pending.keys())
+            for generation in (view, self._old):
+                for cache_key, value in generation.items():
+                    if value is not _ABSENT:
+                        known.add(cache_key)
+            for dirty in (self._prepared.keys(), self._pending.keys()):
+                for cache_key in dirty:
+                    known.add(cache_key)
         young: dict[Hashable, Any] = {}
         for dirty in (self._prepared.keys(), self._pending.keys()):
             for cache_key in dirty:
@@ -450,8 +453,6 @@ class StoredKeyValueState:
             pending = self._pending
             if pending and key in pending:
                 del pending[key]
-                if self._filter is not None:
-                    self._filter.add(key)  # its view value was never stored (add_unvalued)
             self._plain[key] = value  # the view takes it when it is settled
             return
         cache_key, encoded_key = self._key(key)
@@ -743,8 +744,9 @@ class StoredKeyValueState:
         """Add the keys about to be stored to the filter, if there is one."""
         known = self._filter
         if known is not None:
-            known.add_unvalued(self._plain.keys(), self._view, _ABSENT)
-            known.add_all(self._pending.keys())
+            for dirty in (self._plain.keys(), self._pending.keys()):
+                for cache_key in dirty:
+                    known.add(cache_key)
 
     def _commit_direct(self) -> None:
         if self._prepared_txid is not None:
