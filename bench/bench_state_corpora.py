@@ -24,7 +24,10 @@ runs it once per provider: peak RSS of the run and, on Redis, the server's
 ``used_memory_peak`` apart. The check is exact: every output line must be
 a distinct word counted once, N lines in all.
 
-Redis runs use a fresh ``key_prefix`` each and delete their keys afterwards.
+Redis runs use a fresh ``key_prefix`` each and delete their keys afterwards;
+the pairs give the Redis server's CPU seconds during each run too (``INFO
+cpu``, user + sys, after minus before: any other client of the server counts
+as well) and the CPU ratio with them on both sides.
 """
 
 from __future__ import annotations
