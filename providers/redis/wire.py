@@ -12,14 +12,16 @@ one of the client's pooled connections, under the client's own retry policy
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 
 if TYPE_CHECKING:
     from redis import Redis
+
+T = TypeVar("T")
 
 #: One bulk string of the protocol, ``$<length>\r\n<bytes>\r\n``, and two of them.
 _BULK: Final = b"$%d\r\n%b\r\n"
@@ -69,7 +71,7 @@ def commands(name: bytes, key: bytes, args: Sequence[bytes], per: int, size: int
 
 def command(name: bytes, key: bytes, args: Sequence[bytes]) -> bytes:
     """The command ``name key *args`` as the protocol's bytes."""
-    return commands(name, key, framed(args), 1, len(args) or 1)[0]
+    return b"*%d\r\n%b" % (len(args) + 2, b"".join(framed((name, key, *args))))
 
 
 def transaction(commands: Iterable[bytes]) -> tuple[bytes, int]:
@@ -80,34 +82,49 @@ def transaction(commands: Iterable[bytes]) -> tuple[bytes, int]:
     ) + 2
 
 
-def send(client: Redis, payload: bytes, replies: int) -> list[Any]:
-    """Send ``payload`` (``replies`` commands) on one of ``client``'s connections and
-    return their replies, retried on a lost connection as the client retries its
-    own commands. The first error reply raises redis-py's ResponseError once
-    every reply is read (the connection stays in step); in an ``EXEC``'s reply (a
-    transaction's) an error is an element: see :func:`exec_replies`."""
+def session(client: Redis, steps: Callable[[Any], T]) -> T:
+    """``steps(connection)`` on one of ``client``'s connections, retried on a lost
+    connection as the client retries its own commands (each attempt starts
+    over on a new connection). If it fails otherwise, the connection is closed
+    rather than pooled: whatever it was in the middle of (a WATCH, replies
+    not read) goes with it."""
     pool = client.connection_pool
     # Any: redis-py leaves the connection's methods untyped.
     conn: Any = pool.get_connection()
-    from redis.exceptions import ResponseError  # redis-py is imported once a client exists
-
-    def attempt() -> list[Any]:
-        conn.send_packed_command([payload])  # a list of parts: bytes would be iterated
-        got: list[Any] = []
-        failed: Exception | None = None
-        for _ in range(replies):
-            try:
-                got.append(conn.read_response())
-            except ResponseError as exc:
-                failed = failed or exc
-        if failed is not None:
-            raise failed
-        return got
-
     try:
-        return conn.retry.call_with_retry(attempt, lambda _error: conn.disconnect())  # type: ignore[no-any-return]
+        return conn.retry.call_with_retry(  # type: ignore[no-any-return]
+            lambda: steps(conn), lambda _error: conn.disconnect()
+        )
+    except BaseException:
+        conn.disconnect()
+        raise
     finally:
         pool.release(conn)
+
+
+def exchange(conn: Any, payload: bytes, replies: int) -> list[Any]:
+    """Send ``payload`` (``replies`` commands) on ``conn`` and return their replies.
+    The first error reply raises redis-py's ResponseError once every reply is
+    read (the connection stays in step); in an ``EXEC``'s reply (a
+    transaction's) an error is an element: see :func:`exec_replies`."""
+    from redis.exceptions import ResponseError  # redis-py is imported once a client exists
+
+    conn.send_packed_command([payload])  # a list of parts: bytes would be iterated
+    got: list[Any] = []
+    failed: Exception | None = None
+    for _ in range(replies):
+        try:
+            got.append(conn.read_response())
+        except ResponseError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return got
+
+
+def send(client: Redis, payload: bytes, replies: int) -> list[Any]:
+    """:func:`exchange` on one of ``client``'s connections (see :func:`session`)."""
+    return session(client, lambda conn: exchange(conn, payload, replies))
 
 
 def exec_replies(replies: list[Any]) -> list[Any]:
