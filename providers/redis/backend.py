@@ -56,8 +56,8 @@ return {keys, values}
 """
 
 
-#: A prepare's part of a held delta: the framed pairs it sets, their keys, the
-#: keys it deletes (see ``_RedisBackend._held``).
+#: A prepare's part of a held delta: the keys and values it sets (interleaved),
+#: their keys, the keys it deletes (see ``_RedisBackend._held``).
 _Part = tuple[list[bytes], list[bytes], list[bytes]]
 
 
@@ -86,7 +86,7 @@ class _RedisBackend:
         self._index = index_name(namespace, key_prefix).encode()
         self._page: tuple[object, Script] | None = None  # (client, its page script)
         # The delta this object prepared, as it wrote it: (txid, one part a prepare:
-        # (the framed field-value pairs set, their keys, the tombstones' keys)).
+        # (the keys and values set, interleaved; their keys; the tombstones' keys)).
         # Its commit sends them again rather than have the script read them back.
         self._held: tuple[int, list[_Part]] | None = None
 
@@ -102,7 +102,7 @@ class _RedisBackend:
         if not keys:
             return []  # HMGET takes at least one field
         client, _ = self._connection.client()
-        commands = wire.commands(b"HMGET", self._data, wire.framed(keys), 1, _CHUNK)
+        commands = wire.commands(b"HMGET", self._data, keys, _CHUNK)
         with self._connection.errors(f"read state {self._namespace!r}"):
             replies = wire.send(client, b"".join(commands), len(commands))
         if len(replies) == 1:
@@ -190,16 +190,11 @@ class _RedisBackend:
         keys = [*wire.json_texts(list(plain)), *(k for k, v in delta if v is not None)]
         values = [*wire.json_texts(list(plain.values())), *(v for _, v in delta if v is not None)]
         dels = [k for k, v in delta if v is None]
-        pairs = wire.framed_pairs(keys, values)
+        sets = wire.interleave(keys, values)
+        tombstones = wire.interleave(dels, [b""] * len(dels))
         payload, replies = wire.transaction(
             [
-                *wire.commands(
-                    b"HSET",
-                    self._prepare,
-                    pairs + wire.framed_pairs(dels, [b""] * len(dels)),
-                    2,
-                    _CHUNK,
-                ),
+                *wire.commands(b"HSET", self._prepare, sets + tombstones, 2 * _CHUNK),
                 wire.command(b"HSET", self._txid, (b"prepare", b"%d" % txid)),
             ]
         )
@@ -212,9 +207,9 @@ class _RedisBackend:
             raise
         held = self._held
         if held is not None and held[0] == txid:
-            held[1].append((pairs, keys, dels))  # a later prepare of the txid: applied after
+            held[1].append((sets, keys, dels))  # a later prepare of the txid: applied after
         else:
-            self._held = (txid, [(pairs, keys, dels)])
+            self._held = (txid, [(sets, keys, dels)])
         return sum(map(len, keys)) + sum(map(len, values)) + sum(map(len, dels))
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
@@ -248,13 +243,12 @@ class _RedisBackend:
             wire.exchange(conn, b"*1\r\n$7\r\nUNWATCH\r\n", 1)
             return None
         commands: list[bytes] = []
-        for pairs, keys, dels in parts:  # in the order of the prepares: a later one wins
-            members = wire.framed_pairs([b"0"] * len(keys), keys)
-            commands += wire.commands(b"HSET", self._data, pairs, 2, _CHUNK)
-            commands += wire.commands(b"ZADD", self._index, members, 2, _CHUNK)
-            framed_dels = wire.framed(dels)
-            commands += wire.commands(b"HDEL", self._data, framed_dels, 1, _CHUNK)
-            commands += wire.commands(b"ZREM", self._index, framed_dels, 1, _CHUNK)
+        for sets, keys, dels in parts:  # in the order of the prepares: a later one wins
+            members = wire.interleave([b"0"] * len(keys), keys)
+            commands += wire.commands(b"HSET", self._data, sets, 2 * _CHUNK)
+            commands += wire.commands(b"ZADD", self._index, members, 2 * _CHUNK)
+            commands += wire.commands(b"HDEL", self._data, dels, _CHUNK)
+            commands += wire.commands(b"ZREM", self._index, dels, _CHUNK)
         commands += [
             wire.command(b"HSET", self._txid, (b"commit", b"%d" % txid)),
             wire.command(b"HDEL", self._txid, (b"prepare",)),

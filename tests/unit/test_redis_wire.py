@@ -43,18 +43,21 @@ def test_json_texts_are_each_items_own_dump(items: list[Any]) -> None:
     assert all(type(text) is bytes for text in texts)
 
 
-def test_commands_cut_the_arguments_at_the_chunk_size() -> None:
+@pytest.mark.parametrize("big", [b"x" * 300, b"y" * 5000])  # 4 KiB and over: a format each
+def test_commands_cut_the_arguments_at_the_chunk_size(big: bytes) -> None:
     keys = [b"k%d" % i for i in range(7)]
-    values = [b"", b"v,1", b"\r\n", b"x" * 300, b"4", b"5", b"6"]
-    payload = b"".join(wire.commands(b"HSET", b"{ns}", wire.framed_pairs(keys, values), 2, 3))
-    pairs = [part for pair in zip(keys, values, strict=True) for part in pair]
+    values = [b"", b"v,1", b"\r\n", big, b"4", b"5", b"6"]
+    pairs = wire.interleave(keys, values)
+    assert pairs == [part for pair in zip(keys, values, strict=True) for part in pair]
+    payload = b"".join(wire.commands(b"HSET", b"{ns}", pairs, 6))
     assert _parse(payload) == [
         [b"HSET", b"{ns}", *pairs[0:6]],
         [b"HSET", b"{ns}", *pairs[6:12]],
         [b"HSET", b"{ns}", *pairs[12:14]],
     ]
-    reads = wire.commands(b"HMGET", b"{ns}", wire.framed(keys), 1, 10)
+    reads = wire.commands(b"HMGET", b"{ns}", keys, 10)
     assert _parse(b"".join(reads)) == [[b"HMGET", b"{ns}", *keys]]
+    assert wire.commands(b"HDEL", b"{ns}", [], 10) == []
 
 
 def test_a_transaction_wraps_its_commands_and_counts_their_replies() -> None:
