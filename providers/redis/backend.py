@@ -56,24 +56,10 @@ return {keys, values}
 """
 
 
-#: A prepare's part of a held delta: the keys and values it sets (interleaved),
-#: their keys, the keys it deletes (see ``_RedisBackend._held``).
-_Part = tuple[list[bytes], list[bytes], list[bytes]]
-
-
 class _RedisBackend:
     """:class:`~statestream.provider.StateBackend` of one namespace: three hashes."""
 
-    __slots__ = (
-        "_connection",
-        "_data",
-        "_held",
-        "_index",
-        "_namespace",
-        "_page",
-        "_prepare",
-        "_txid",
-    )
+    __slots__ = ("_connection", "_data", "_index", "_namespace", "_page", "_prepare", "_txid")
 
     def __init__(self, connection: RedisConnection, namespace: str, key_prefix: str) -> None:
         # The client and its errors' translation, not the provider: all a backend uses.
@@ -85,10 +71,6 @@ class _RedisBackend:
         self._txid = txid.encode()
         self._index = index_name(namespace, key_prefix).encode()
         self._page: tuple[object, Script] | None = None  # (client, its page script)
-        # The delta this object prepared, as it wrote it: (txid, one part a prepare:
-        # (the keys and values set, interleaved; their keys; the tombstones' keys)).
-        # Its commit sends them again rather than have the script read them back.
-        self._held: tuple[int, list[_Part]] | None = None
 
     def load(self, key: bytes) -> bytes | None:
         client, _ = self._connection.client()
@@ -199,67 +181,15 @@ class _RedisBackend:
             ]
         )
         client, _ = self._connection.client()
-        try:
-            with self._connection.errors(f"prepare txid {txid} of state {self._namespace!r}"):
-                wire.exec_replies(wire.send(client, payload, replies))
-        except BaseException:
-            self._held = None  # the store may hold this part or not: its commit is the script's
-            raise
-        held = self._held
-        if held is not None and held[0] == txid:
-            held[1].append((sets, keys, dels))  # a later prepare of the txid: applied after
-        else:
-            self._held = (txid, [(sets, keys, dels)])
+        with self._connection.errors(f"prepare txid {txid} of state {self._namespace!r}"):
+            wire.exec_replies(wire.send(client, payload, replies))
         return sum(map(len, keys)) + sum(map(len, values)) + sum(map(len, dels))
 
     def apply_prepared(self, txid: int) -> CommitOutcome:
-        held = self._held
-        outcome = None
-        if held is not None and held[0] == txid:
-            client, _ = self._connection.client()
-            with self._connection.errors(f"commit txid {txid} of state {self._namespace!r}"):
-                outcome = wire.session(client, lambda conn: self._commit_held(conn, txid, held[1]))
-        if outcome is None:  # not prepared by this object, or not as it left it: the script
-            _, script = self._connection.client()
-            with self._connection.errors(f"commit txid {txid} of state {self._namespace!r}"):
-                status = script(
-                    keys=[self._data, self._prepare, self._txid, self._index], args=[txid]
-                )
-            outcome = _OUTCOMES[int(status)]
-        self._held = None
-        return outcome
-
-    def _commit_held(self, conn: Any, txid: int, parts: list[_Part]) -> CommitOutcome | None:
-        """What the commit script does, from the delta this object holds: the store
-        applies the fields it is sent, instead of reading the prepared hash back
-        into Lua tables (the larger part of the server's CPU a commit, measured).
-        Under WATCH of the txids, when the store has ``txid`` prepared and not
-        committed; None otherwise, or if the txids changed before EXEC (the
-        script then decides, as for a delta another incarnation prepared)."""
-        watch = wire.command(b"WATCH", self._txid, ())
-        read = wire.command(b"HMGET", self._txid, (b"commit", b"prepare"))
-        _, (committed, prepared) = wire.exchange(conn, watch + read, 2)
-        if prepared is None or int(prepared) != txid or int(committed or -1) >= txid:
-            wire.exchange(conn, b"*1\r\n$7\r\nUNWATCH\r\n", 1)
-            return None
-        commands: list[bytes] = []
-        for sets, keys, dels in parts:  # in the order of the prepares: a later one wins
-            members = wire.interleave([b"0"] * len(keys), keys)
-            commands += wire.commands(b"HSET", self._data, sets, 2 * _CHUNK)
-            commands += wire.commands(b"ZADD", self._index, members, 2 * _CHUNK)
-            commands += wire.commands(b"HDEL", self._data, dels, _CHUNK)
-            commands += wire.commands(b"ZREM", self._index, dels, _CHUNK)
-        commands += [
-            wire.command(b"HSET", self._txid, (b"commit", b"%d" % txid)),
-            wire.command(b"HDEL", self._txid, (b"prepare",)),
-            wire.command(b"DEL", self._prepare, ()),
-        ]
-        payload, replies = wire.transaction(commands)
-        executed = wire.exchange(conn, payload, replies)
-        if executed[-1] is None:
-            return None  # the WATCH fired: the txids changed since they were read
-        wire.exec_replies(executed)
-        return CommitOutcome.APPLIED
+        _, script = self._connection.client()
+        with self._connection.errors(f"commit txid {txid} of state {self._namespace!r}"):
+            status = script(keys=[self._data, self._prepare, self._txid, self._index], args=[txid])
+        return _OUTCOMES[int(status)]
 
     def commit_direct(self, delta: Delta) -> None:
         client, _ = self._connection.client()
@@ -277,7 +207,6 @@ class _RedisBackend:
             pipe.execute()
 
     def discard_prepared(self) -> None:
-        self._held = None
         client, _ = self._connection.client()
         with self._connection.errors(f"roll back state {self._namespace!r}"):
             pipe = client.pipeline(transaction=True)

@@ -96,8 +96,7 @@ def session(client: Redis, steps: Callable[[Any], T]) -> T:
     """``steps(connection)`` on one of ``client``'s connections, retried on a lost
     connection as the client retries its own commands (each attempt starts
     over on a new connection). If it fails otherwise, the connection is closed
-    rather than pooled: whatever it was in the middle of (a WATCH, replies
-    not read) goes with it."""
+    rather than pooled: replies it had not read go with it."""
     pool = client.connection_pool
     # Any: redis-py leaves the connection's methods untyped.
     conn: Any = pool.get_connection()

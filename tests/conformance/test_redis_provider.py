@@ -153,63 +153,6 @@ def test_plain_delta_is_each_key_and_value_as_json(
     assert dict(redis_factory().get_state("count-0").items()) == {**plain, "list": [1, ","]}
 
 
-def test_a_commit_sends_the_delta_it_prepared_else_the_script_commits(
-    redis_factory: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The backend that prepared a txid commits it by sending the fields again
-    # (under WATCH of the txids); the script commits what it did not prepare,
-    # and answers a txid committed meanwhile. Two prepares of one txid: the
-    # later wins, a tombstone over a put and a put over a tombstone.
-    held: list[Any] = []
-    commit_held = redis_backend._RedisBackend._commit_held
-
-    def spy(self: Any, conn: Any, txid: int, parts: Any) -> Any:
-        held.append(commit_held(self, conn, txid, parts))
-        return held[-1]
-
-    monkeypatch.setattr(redis_backend._RedisBackend, "_commit_held", spy)
-    prefix = redis_factory.config["key_prefix"]
-    state = _stored(redis_factory().get_state("count-0"))
-    state.put("gone", 1)
-    state.put("back", 1)
-    state.prepare_commit(0)
-    state.commit(0)
-    assert held == [CommitOutcome.APPLIED]
-    state.put("a", 1)
-    state.delete("back")
-    state.prepare_commit(1)
-    state.delete("a")
-    state.put("back", [2])
-    state.put("c", {"x": 3})
-    state.delete("gone")
-    state.prepare_commit(1)
-    state.commit(1)
-    assert held == [CommitOutcome.APPLIED] * 2
-    client = _raw(redis_factory())
-    data, prepare, txid = key_names("count-0", prefix)
-    assert client.hgetall(data) == {b'"back"': b"[2]", b'"c"': b'{"x":3}'}
-    assert client.zrange(index_name("count-0", prefix), 0, -1) == [b'"back"', b'"c"']
-    assert client.hgetall(txid) == {b"commit": b"1"} and not client.exists(prepare)
-
-    state.put("d", 4)
-    state.prepare_commit(2)
-    other = redis_factory()._open_backend("count-0")  # another incarnation: the script
-    assert other.apply_prepared(2) is CommitOutcome.APPLIED
-    state.commit(2)  # committed meanwhile: the held delta is not sent, the script answers
-    assert held == [CommitOutcome.APPLIED] * 2 + [None]
-    state.put("e", 5)
-    state.prepare_commit(3)
-    client.hset(txid, "commit", 3)  # a store whose prepared txid is committed: stale
-    state.commit(3)
-    assert held[-1] is None and not client.exists(prepare)  # the script dropped it
-    client.hset(txid, "commit", 2)
-    assert dict(redis_factory().get_state("count-0").items()) == {
-        "back": [2],
-        "c": {"x": 3},
-        "d": 4,
-    }
-
-
 def test_a_non_hash_key_is_corrupt(redis_factory: Any) -> None:
     provider = redis_factory()
     data, _, _ = key_names("count-0", redis_factory.config["key_prefix"])
