@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import chain
+from itertools import chain, filterfalse
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -384,14 +384,20 @@ class _SQLiteBackend:
         self, conn: sqlite3.Cursor | sqlite3.Connection, keys: Sequence[bytes]
     ) -> list[bytes | None]:
         overlay = self._overlay
-        stored = sorted(key for key in keys if key not in overlay)
+        # C loops, no interpreted step a key (0.3 keys a word of the 781k-word
+        # count come here): the log's merge answers the keys it holds.
+        stored = sorted(filterfalse(overlay.__contains__, keys))
+        logged = len(stored) < len(keys)  # some keys are the log's
         found: dict[bytes, bytes | None] = {}
         if stored and self._run_list(conn):
             # Keys a run holds (tombstones among them), then the others' entries.
             found, stored = read_many(conn, self._ns, stored)
         if stored:
             found.update(_select_entries(conn, self._ns, stored))
-        return [overlay[key] if key in overlay else found.get(key) for key in keys]
+        if logged:
+            hits = list(filter(overlay.__contains__, keys))
+            found.update(zip(hits, map(overlay.__getitem__, hits), strict=True))
+        return list(map(found.get, keys))
 
     def has_entries(self) -> bool:
         """Whether anything is committed, the log applied; the merge is kept
