@@ -643,12 +643,19 @@ class _SQLiteBackend:
         if wrote:
             runs = write_run(conn, ns, runs, sorted(merged), merged)
         else:
-            live = sorted(k for k, v in merged.items() if v is not None)
+            # A fold without deletions (a counter's) sorts its keys in C, with no
+            # interpreted step a key.
+            deletes = None in merged.values()
+            live = (
+                sorted(k for k, v in merged.items() if v is not None) if deletes else sorted(merged)
+            )
             if live:
                 _upsert_entries(conn, ns, live, merged)
                 if self._ceiling is not None:
                     self._ceiling += len(live)
-            deleted = [(ns, bytearray(k)) for k, v in merged.items() if v is None]
+            deleted = (
+                [(ns, bytearray(k)) for k, v in merged.items() if v is None] if deletes else []
+            )
             if deleted:
                 conn.executemany(
                     "DELETE FROM statestream_entries WHERE namespace = ? AND key = ?", deleted
