@@ -97,14 +97,20 @@ _FOLD_BYTES: Final = 1 * _MIB
 # A point read of the folded entries.
 _SELECT: Final = "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?"
 
-# Point reads of many keys, one statement a chunk: the first "?" is the namespace, each
-# "?" after it a key; sized as _UPSERT is, so the statement cache keeps them.
+# Point reads of many keys, one statement a chunk: each "?" a key, the last the
+# namespace; sized as _UPSERT is, so the statement cache keeps them. The keys are
+# rows of a VALUES list that the CROSS JOIN walks in their (sorted) order, a seek
+# each: "key IN (...)" first builds a temporary index of the list, 11% more
+# instructions a key read (callgrind, 512 random keys of 380k, sqlite 3.40).
 _READ_CHUNK: Final = 512
 
 
 def _select_many_sql(keys: int) -> str:
-    marks = ", ".join(["?"] * keys)
-    return f"SELECT key, value FROM statestream_entries WHERE namespace = ? AND key IN ({marks})"
+    rows = ", ".join(["(?)"] * keys)
+    return (
+        f"SELECT e.key, e.value FROM (VALUES {rows}) AS v CROSS JOIN statestream_entries AS e"
+        " WHERE e.namespace = ? AND e.key = v.column1"
+    )
 
 
 _SELECT_MANY: Final = {
@@ -123,8 +129,8 @@ def _select_entries(
         while size > left:
             size >>= 1
         # bytearrays: bound without the adaptation step a bytes pays (see _CHUNK).
-        chunk = map(bytearray, keys[done : done + size])
-        found.update(conn.execute(_SELECT_MANY[size], [ns, *chunk]))  # BLOBs read as bytes
+        bound: list[object] = [*map(bytearray, keys[done : done + size]), ns]
+        found.update(conn.execute(_SELECT_MANY[size], bound))  # BLOBs read as bytes
         done += size
         left -= size
     return found
