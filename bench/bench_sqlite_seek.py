@@ -33,6 +33,12 @@ NS = "wordcount/count-0"
 BATCH = 512
 
 
+def bound_ns(layout: str) -> list[object]:
+    """The namespace as the layout binds it (nothing for a table of one namespace)."""
+    named: dict[str, list[object]] = {"text": [NS], "int": [1]}
+    return named.get(layout, [])
+
+
 def build(path: str, layout: str, rows: list[tuple[bytes, bytes]]) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA page_size=2048")
@@ -44,7 +50,7 @@ def build(path: str, layout: str, rows: list[tuple[bytes, bytes]]) -> sqlite3.Co
         f"CREATE TABLE e ({column.get(layout, '')}key BLOB NOT NULL, value BLOB NOT NULL,"
         f" PRIMARY KEY ({pk})) WITHOUT ROWID"
     )
-    ns: list[object] = {"text": [NS], "int": [1]}.get(layout, [])
+    ns = bound_ns(layout)
     marks = "?, " * len(ns)
     conn.execute("BEGIN")
     conn.executemany(f"INSERT INTO e VALUES ({marks}?, ?)", ([*ns, k, v] for k, v in rows))
@@ -61,16 +67,19 @@ def per_key(run: Callable[[], int]) -> float:
 
 def reads(conn: sqlite3.Connection, layout: str, batches: list[list[bytes]], how: str) -> float:
     where = {"text": "namespace = ? AND ", "int": "namespace = ? AND "}.get(layout, "")
-    ns: list[object] = {"text": [NS], "int": [1]}.get(layout, [])
+    ns = bound_ns(layout)
     if how == "in":
         sql = f"SELECT key, value FROM e WHERE {where}key IN ({', '.join(['?'] * BATCH)})"
-        bind = lambda b: [*ns, *map(bytearray, b)]  # noqa: E731
     else:
         sql = (
             f"SELECT e.key, e.value FROM (VALUES {', '.join(['(?)'] * BATCH)}) AS v"
             f" CROSS JOIN e WHERE {where}e.key = v.column1"
         )
-        bind = lambda b: [*map(bytearray, b), *ns]  # noqa: E731
+
+    def bind(batch: list[bytes]) -> list[object]:
+        keys = list(map(bytearray, batch))
+        return [*ns, *keys] if how == "in" else [*keys, *ns]
+
     for batch in batches[:50]:
         dict(conn.execute(sql, bind(batch)))
 
@@ -84,7 +93,7 @@ def reads(conn: sqlite3.Connection, layout: str, batches: list[list[bytes]], how
 
 def upserts(conn: sqlite3.Connection, layout: str, folds: list[list[bytes]]) -> float:
     ns_col = "" if layout == "key" else "namespace, "
-    ns: list[object] = {"text": [NS], "int": [1]}.get(layout, [])
+    ns = bound_ns(layout)
     sql = (
         f"INSERT INTO e ({ns_col}key, value) SELECT {'?, ' if ns else ''}column1, column2"
         f" FROM (VALUES {', '.join(['(?, ?)'] * 256)}) WHERE true"
