@@ -90,13 +90,15 @@ class WindowIntake:
         core = self.core
         origin = tup.origin
         # The window holds a tuple of its own (copy): the values and the origin, not
-        # the reliability slots of the one delivered; or that one, to ack it later.
-        # The values list itself, not a copy: the runtime shares it between the
-        # tasks it delivers it to (and the spout keeps it until the checkpoint
-        # commits), so a copy was one more object per tuple held, for no reader.
-        held = Tuple(tup.values, origin) if self.copy else tup
+        # the reliability slots of the one delivered, made into a Tuple when read
+        # (Event.item); or that one, to ack it later. The values list itself, not
+        # a copy: the runtime shares it between the tasks it delivers it to (and
+        # the spout keeps it until the checkpoint commits), so a copy was one more
+        # object per tuple held, for no reader.
+        held: Any = tup.values if self.copy else tup
+        kept = origin if self.copy else None
         if not core.event_time:
-            return core.add(int(self.now() * 1000), held)
+            return core.add(int(self.now() * 1000), held, kept)
         if origin is not self._origin:
             self._from(origin)
         ts: Any = tup.values[self._index] if self._index >= 0 else self.timestamp(tup)
@@ -105,7 +107,7 @@ class WindowIntake:
         # Per input channel (upstream task and stream), as Flink's: tuples of one
         # task come in its order, those of two tasks interleave as their queues go.
         self.marks.track(self._channel, ts)
-        if core.add(ts, held) is None:
+        if core.add(ts, held, kept) is None:
             self.late_ts = ts
             return None
         self.since_move += 1

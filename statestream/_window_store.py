@@ -50,7 +50,8 @@ def is_window_key(key: Any) -> bool:
 
 
 def encode_chunk(events: list[Event]) -> str:
-    """Tuples held (their payloads are :class:`Tuple`) as one JSON text, by columns:
+    """Tuples held (each event's payload a :class:`Tuple`, or its values with its
+    origin) as one JSON text, by columns:
     ``o`` the distinct origins, ``t`` the timestamps, ``v`` the values, and ``s``
     the seqs and ``i`` the origins' indexes as runs ``[first, n]`` (a chunk's
     seqs mostly count up by one and its tuples mostly share an origin). A
@@ -86,8 +87,13 @@ def _chunk(events: list[Event], keep: tuple[int, int]) -> tuple[str, int, int, i
             top_ts, top_seq = ts, seq
         elif ts < low_ts or (ts == low_ts and seq < low_seq):
             low_ts, low_seq = ts, seq
-        t: Tuple = e.payload
-        o = t.origin
+        # A tuple's values and origin (Event.item: a Tuple only once read).
+        o = e.origin
+        if o is None:
+            t: Tuple = e.payload
+            o, vals = t.origin, t.values
+        else:
+            vals = e.payload
         if o is not last:
             last = o
             known = origins.get(id(o))
@@ -106,7 +112,7 @@ def _chunk(events: list[Event], keep: tuple[int, int]) -> tuple[str, int, int, i
         n_seq += 1
         next_seq = seq + 1
         stamps.append(ts)
-        values.append(t.values)
+        values.append(vals)
     if n_seq:
         seq_runs.append([first_seq, n_seq])
         origin_runs.append([i, n_origin])

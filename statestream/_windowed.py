@@ -385,7 +385,7 @@ class _SpanTuples(Sequence[Tuple]):
         self.span = span
 
     def __iter__(self) -> Iterator[Tuple]:
-        return (e.payload for e in self.span)
+        return (e.item() for e in self.span)
 
     def __len__(self) -> int:
         return len(self.span)
@@ -766,7 +766,7 @@ class WindowedBoltExecutor(StatefulBolt):
         return partial(self._tuples, events)
 
     def _tuples(self, events: list[Event]) -> list[Tuple]:
-        return [e.payload for e in events]
+        return [e.item() for e in events]
 
     def _origin(self, component: str, task: int, index: int, stream: str) -> Origin:
         """The origin of a tuple restored from the store, one per input channel."""
