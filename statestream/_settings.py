@@ -206,8 +206,9 @@ class Settings:
         "topology.bolts.watermark.event.interval.ms",
         _POSITIVE_INT_OR_NULL,
         None,
-        "Event time: how often the watermark moves, on the runtime's clock (null: 1000).",
-        storm="the same key and meaning (Storm's default: 1000).",
+        "Event time: how often the watermark moves, on the runtime's clock (null: 1000);"
+        " it also moves once a task has taken 4,096 tuples since it last moved.",
+        storm="the same key (Storm's default: 1000); Storm moves it on the interval only.",
     )
     topology_bolts_late_tuple_stream: str | None = _key(
         "topology.bolts.late.tuple.stream",

@@ -22,13 +22,19 @@ from ._errors import TupleError, caused_by
 from ._tuple import TICK_STREAM, Origin, Tuple
 from ._windowing import Fire, TimeOrder, Watermarks
 
-__all__ = ["END_OF_INPUT_STREAM", "WindowEntry", "WindowIntake"]
+__all__ = ["END_OF_INPUT_STREAM", "MOVE_EVERY", "WindowEntry", "WindowIntake"]
 
 #: The stream of the tuple a runtime sends a windowed bolt at the end of a finite
 #: input (``--until-idle``, every spout exhausted): every open window fires.
 END_OF_INPUT_STREAM: Final = "__end_of_input"
 # A static of this module, not a lookup in _tuple's globals per tuple.
 _TICK: Final = TICK_STREAM
+#: Event time: the tuples a task takes before the watermark moves, whatever its
+#: interval (see the module's docstring). A few thousand keep a task's pending
+#: tuples to a few MB, and a move's scan of those the lag keeps pending (at
+#: least as many as left pending last time, so each is scanned twice at most)
+#: is paid over as many taken.
+MOVE_EVERY: Final = 4096
 
 
 class WindowIntake:
@@ -62,6 +68,9 @@ class WindowIntake:
         # A float, not Any (the clock's type): native arithmetic per tuple.
         self.marked_at: float = clock.monotonic()
         self.watermark_ms = watermark_ms
+        # Tuples taken since the watermark last moved, and how many move it now.
+        self.since_move = 0
+        self.move_at = MOVE_EVERY
         self.field = field
         self.extractor = extractor
         self.copy = copy
@@ -81,13 +90,15 @@ class WindowIntake:
         core = self.core
         origin = tup.origin
         # The window holds a tuple of its own (copy): the values and the origin, not
-        # the reliability slots of the one delivered; or that one, to ack it later.
-        # The values list itself, not a copy: the runtime shares it between the
-        # tasks it delivers it to (and the spout keeps it until the checkpoint
-        # commits), so a copy was one more object per tuple held, for no reader.
-        held = Tuple(tup.values, origin) if self.copy else tup
+        # the reliability slots of the one delivered, made into a Tuple when read
+        # (Event.item); or that one, to ack it later. The values list itself, not
+        # a copy: the runtime shares it between the tasks it delivers it to (and
+        # the spout keeps it until the checkpoint commits), so a copy was one more
+        # object per tuple held, for no reader.
+        held: Any = tup.values if self.copy else tup
+        kept = origin if self.copy else None
         if not core.event_time:
-            return core.add(int(self.now() * 1000), held)
+            return core.add(int(self.now() * 1000), held, kept)
         if origin is not self._origin:
             self._from(origin)
         ts: Any = tup.values[self._index] if self._index >= 0 else self.timestamp(tup)
@@ -96,25 +107,36 @@ class WindowIntake:
         # Per input channel (upstream task and stream), as Flink's: tuples of one
         # task come in its order, those of two tasks interleave as their queues go.
         self.marks.track(self._channel, ts)
-        if core.add(ts, held) is None:
+        if core.add(ts, held, kept) is None:
             self.late_ts = ts
             return None
+        self.since_move += 1
         return self.on_clock(False)
 
     def on_clock(self, tick: bool) -> list[Fire]:
         """Time moved: the clock (processing time), or the watermark once per
-        watermark interval (event time). A tick moves it at once: ticks come at
-        that interval, and on Spark once a batch (whose bolt instances do not
-        outlive it)."""
+        watermark interval or :attr:`move_at` tuples taken (event time). A tick
+        moves it at once: ticks come at that interval, and on Spark once a batch
+        (whose bolt instances do not outlive it)."""
         core = self.core
         if not core.event_time:
             return core.advance(int(self.now() * 1000))
         now = self.monotonic()
-        if not tick and (now - self.marked_at) * 1000 < self.watermark_ms:
+        if (
+            not tick
+            and self.since_move < self.move_at
+            and (now - self.marked_at) * 1000 < self.watermark_ms
+        ):
             return []
         self.marked_at = now
+        self.since_move = 0
         mark = self.marks.next()
-        return [] if mark is None else core.advance(mark)
+        if mark is None:
+            return []
+        fires = core.advance(mark)
+        # The next move scans what the lag keeps pending: paid by as many taken.
+        self.move_at = max(MOVE_EVERY, len(core.pending))
+        return fires
 
     def _from(self, origin: Origin) -> None:
         """Tuples come from ``origin`` now: its channel and timestamp field's index."""

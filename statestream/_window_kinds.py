@@ -70,7 +70,7 @@ class SessionCore(TimeOrder):
         self.folded: dict[Any, list[Event]] = {}  # in memory, with an aggregate: key -> tuples
 
     def _release(self, event: Event, fires: list[Fire]) -> None:
-        key = self.key_of(event.payload)
+        key = self.key_of(event.item())
         session = self.open.get(key)
         if session is not None and event.ts >= session[1]:
             self._fire(key, fires)  # complete: every tuple to come is later
@@ -86,7 +86,8 @@ class SessionCore(TimeOrder):
         else:
             session[1] = max(session[1], event.ts + self.gap)
         if agg is not None:
-            value = event.payload if self.value_of is None else self.value_of(event.payload)
+            item = event.item()
+            value = item if self.value_of is None else self.value_of(item)
             session[3] = agg.add(session[3], value)
             if not self.stored:  # in memory: its tuples let go of when it fires
                 self.folded.setdefault(key, []).append(event)
@@ -179,7 +180,8 @@ class AggregateCore(TimeOrder):
         pane = ts - ts % self.slide
         agg = self.aggregate
         acc = self.panes.get(pane)
-        value = event.payload if self.value_of is None else self.value_of(event.payload)
+        item = event.item()
+        value = item if self.value_of is None else self.value_of(item)
         self.panes[pane] = agg.add(agg.init() if acc is None else acc, value)
         if not self.stored:  # in memory: its tuples let go of with the pane
             self.folded.setdefault(pane, []).append(event)

@@ -50,12 +50,22 @@ def is_window_key(key: Any) -> bool:
 
 
 def encode_chunk(events: list[Event]) -> str:
-    """Tuples held (their payloads are :class:`Tuple`) as one JSON text, by columns:
+    """Tuples held (each event's payload a :class:`Tuple`, or its values with its
+    origin) as one JSON text, by columns:
     ``o`` the distinct origins, ``t`` the timestamps, ``v`` the values, and ``s``
     the seqs and ``i`` the origins' indexes as runs ``[first, n]`` (a chunk's
     seqs mostly count up by one and its tuples mostly share an origin). A
     column is one JSON array of scalars or of the values themselves: no list
     made per tuple, and half the JSON a row per tuple took."""
+    return _chunk(events, _FIRST)[0]
+
+
+def _chunk(events: list[Event], keep: tuple[int, int]) -> tuple[str, int, int, int, int]:
+    """:func:`encode_chunk` of the ``events`` from ``keep`` (a ``(ts, seq)``) on, and
+    the least and greatest ``(ts, seq)`` among them (``low_ts, low_seq, top_ts,
+    top_seq``; ``top_seq`` -1 if there is none): one pass over the tuples of a
+    checkpoint, not one to filter, one to encode and one for the bounds."""
+    keep_ts, keep_seq = keep
     origins: dict[int, int] = {}
     described: list[list[Any]] = []
     stamps: list[int] = []
@@ -65,9 +75,25 @@ def encode_chunk(events: list[Event]) -> str:
     last: Origin | None = None
     i = -1  # the origin index of the tuple before
     first_seq, next_seq, n_seq, n_origin = 0, 0, 0, 0
+    low_ts, low_seq, top_ts, top_seq = 0, -1, 0, -1
     for e in events:
-        t: Tuple = e.payload
-        o = t.origin
+        ts = e.ts
+        seq = e.seq
+        if ts < keep_ts or (ts == keep_ts and seq < keep_seq):
+            continue  # taken and let go of since: not stored
+        if top_seq < 0:
+            low_ts, low_seq, top_ts, top_seq = ts, seq, ts, seq
+        elif ts > top_ts or (ts == top_ts and seq > top_seq):
+            top_ts, top_seq = ts, seq
+        elif ts < low_ts or (ts == low_ts and seq < low_seq):
+            low_ts, low_seq = ts, seq
+        # A tuple's values and origin (Event.item: a Tuple only once read).
+        o = e.origin
+        if o is None:
+            t: Tuple = e.payload
+            o, vals = t.origin, t.values
+        else:
+            vals = e.payload
         if o is not last:
             last = o
             known = origins.get(id(o))
@@ -79,20 +105,19 @@ def encode_chunk(events: list[Event]) -> str:
                     origin_runs.append([i, n_origin])
                 i, n_origin = known, 0
         n_origin += 1
-        seq = e.seq
         if seq != next_seq or not n_seq:
             if n_seq:
                 seq_runs.append([first_seq, n_seq])
             first_seq, n_seq = seq, 0
         n_seq += 1
         next_seq = seq + 1
-        stamps.append(e.ts)
-        values.append(t.values)
+        stamps.append(ts)
+        values.append(vals)
     if n_seq:
         seq_runs.append([first_seq, n_seq])
         origin_runs.append([i, n_origin])
     chunk = {"o": described, "t": stamps, "s": seq_runs, "i": origin_runs, "v": values}
-    return orjson.dumps(chunk).decode()
+    return orjson.dumps(chunk).decode(), low_ts, low_seq, top_ts, top_seq
 
 
 def decode_chunk(text: str, origin: Callable[[str, int, int, str], Origin]) -> list[Event]:
@@ -154,35 +179,25 @@ class WindowStore:
         ``keep`` on) into ``state``, as one chunk."""
         # Only what is still held: a tuple taken and gone since the last save is not stored.
         taken = core.take_fresh()
-        fresh: list[Event] = []
-        if keep is not None:
-            keep_ts, keep_seq = keep
-            for e in taken:
-                ts = e.ts
-                if ts > keep_ts or (ts == keep_ts and e.seq >= keep_seq):
-                    fresh.append(e)
-        if fresh:
-            n = self.next_chunk
-            self.next_chunk += 1
-            try:
-                state.put(_CHUNK + str(n), encode_chunk(fresh))
-            except TypeError as exc:
-                raise caused_by(
-                    SerializationError(
-                        f"windowed bolt {self.component!r}: a tuple held in its window cannot "
-                        f"be stored as JSON ({exc}); emit JSON values (numbers, strings, lists, "
-                        "dicts with string keys) to a windowed bolt"
-                    ),
-                    exc,
-                ) from exc
-            # The greatest and least (ts, seq), without a tuple per tuple.
-            top = low = fresh[0]
-            for e in fresh:
-                if e.ts > top.ts or (e.ts == top.ts and e.seq > top.seq):
-                    top = e
-                if e.ts < low.ts or (e.ts == low.ts and e.seq < low.seq):
-                    low = e
-            self.chunks[n], self.lows[n] = (top.ts, top.seq), (low.ts, low.seq)
+        if keep is None or not taken:
+            return
+        try:
+            text, low_ts, low_seq, top_ts, top_seq = _chunk(taken, keep)
+        except TypeError as exc:
+            raise caused_by(
+                SerializationError(
+                    f"windowed bolt {self.component!r}: a tuple held in its window cannot "
+                    f"be stored as JSON ({exc}); emit JSON values (numbers, strings, lists, "
+                    "dicts with string keys) to a windowed bolt"
+                ),
+                exc,
+            ) from exc
+        if top_seq < 0:
+            return  # every one taken is gone already
+        n = self.next_chunk
+        self.next_chunk += 1
+        state.put(_CHUNK + str(n), text)
+        self.chunks[n], self.lows[n] = (top_ts, top_seq), (low_ts, low_seq)
 
     def read(
         self,

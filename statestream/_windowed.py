@@ -53,13 +53,13 @@ from ._window_store import WINDOW_KEY, ChunkSpill, WindowStore, is_window_key
 from ._windowing import (
     Count,
     Duration,
-    Event,
     Fire,
     TimeOrder,
     Watermarks,
     WindowCore,
     WindowSpec,
     in_memory_refusal,
+    items,
 )
 
 __all__ = [
@@ -385,7 +385,7 @@ class _SpanTuples(Sequence[Tuple]):
         self.span = span
 
     def __iter__(self) -> Iterator[Tuple]:
-        return (e.payload for e in self.span)
+        return (e.item() for e in self.span)
 
     def __len__(self) -> int:
         return len(self.span)
@@ -763,10 +763,7 @@ class WindowedBoltExecutor(StatefulBolt):
     def _view(self, events: Any) -> Sequence[Tuple] | Callable[[], Sequence[Tuple]]:
         if isinstance(events, Span):
             return _SpanTuples(events)
-        return partial(self._tuples, events)
-
-    def _tuples(self, events: list[Event]) -> list[Tuple]:
-        return [e.payload for e in events]
+        return partial(items, events)
 
     def _origin(self, component: str, task: int, index: int, stream: str) -> Origin:
         """The origin of a tuple restored from the store, one per input channel."""

@@ -41,6 +41,7 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from ._errors import ConfigError
+from ._tuple import Origin, Tuple
 
 __all__ = [
     "Count",
@@ -52,6 +53,7 @@ __all__ = [
     "WindowCore",
     "WindowSpec",
     "in_memory_refusal",
+    "items",
 ]
 
 
@@ -198,14 +200,28 @@ class Event:
     compiled core. Compiled, it is not tracked by the cycle collector (as
     :class:`~statestream._tuple.Tuple`; a window holds every event it has
     not let go of, which each collection of the old generation walked): a
-    payload must not refer back to the event carrying it."""
+    payload must not refer back to the event carrying it.
 
-    __slots__ = ("payload", "seq", "ts")
+    With an ``origin`` the payload is a tuple's values: :meth:`item` makes the
+    Tuple when first read (a window holds its tuples unread until they fire,
+    and a Tuple each was a third of what it held, read cold)."""
 
-    def __init__(self, ts: int, seq: int, payload: Any) -> None:
+    __slots__ = ("origin", "payload", "seq", "ts")
+
+    def __init__(self, ts: int, seq: int, payload: Any, origin: Origin | None = None) -> None:
         self.ts = ts
         self.seq = seq
         self.payload = payload
+        self.origin = origin
+
+    def item(self) -> Any:
+        """What the window gives for this event: its payload, the Tuple made once."""
+        origin = self.origin
+        if origin is None:
+            return self.payload
+        tup = Tuple(self.payload, origin)
+        self.payload, self.origin = tup, None
+        return tup
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -213,10 +229,11 @@ class Event:
             and other.ts == self.ts
             and other.seq == self.seq
             and other.payload == self.payload
+            and other.origin is self.origin
         )
 
     def __repr__(self) -> str:
-        return f"Event({self.ts}, {self.seq}, {self.payload!r})"
+        return f"Event({self.ts}, {self.seq}, {self.payload!r}, {self.origin!r})"
 
 
 class Fire:
@@ -300,8 +317,9 @@ class TimeOrder:
         self.stored = True
         self.gone: list[Event] = []
 
-    def add(self, ts: int, payload: Any) -> list[Fire] | None:
-        """Take a tuple stamped ``ts``; None if it is late (older than the watermark).
+    def add(self, ts: int, payload: Any, origin: Origin | None = None) -> list[Fire] | None:
+        """Take a tuple stamped ``ts`` (``payload``, or its values and ``origin``:
+        see :class:`Event`); None if it is late (older than the watermark).
 
         In processing time the tuple is released at once (``ts`` is the clock
         now): the windows it closes or fills fire, and are returned.
@@ -310,7 +328,7 @@ class TimeOrder:
             if self.watermark is not None and ts < self.watermark:
                 self.late += 1
                 return None
-            event = Event(ts, self.seq, payload)
+            event = Event(ts, self.seq, payload, origin)
             self.pending.append(event)
             first = self._first
             if first is None or ts < first.ts:  # an equal ts came before: its seq is less
@@ -323,7 +341,7 @@ class TimeOrder:
             # The clock went back: stamped with the last time instead, so that the
             # tuples stay in (ts, seq) order, as the stored state describes them.
             ts = self.last_ts
-        event = Event(ts, self.seq, payload)
+        event = Event(ts, self.seq, payload, origin)
         if self.stored:
             self.fresh.append(event)
         self.seq += 1
@@ -498,7 +516,7 @@ class TimeOrder:
 
     def snapshot(self) -> dict[str, Any]:
         """:meth:`state` with every tuple held, as ``[ts, seq, payload]``: one JSON value."""
-        return {**self.state(), "events": [[e.ts, e.seq, e.payload] for e in self.held()]}
+        return {**self.state(), "events": [[e.ts, e.seq, e.item()] for e in self.held()]}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Become the core :meth:`snapshot` described."""
@@ -513,6 +531,11 @@ class TimeOrder:
     def __len__(self) -> int:
         """Tuples held."""
         return len(self.pending)
+
+
+def items(events: Iterable[Event]) -> list[Any]:
+    """What a window gives for ``events`` (:meth:`Event.item`), in compiled code."""
+    return [e.item() for e in events]
 
 
 def order_key(e: Event) -> tuple[int, int]:

@@ -101,6 +101,41 @@ def test_a_large_namespace_folds_into_runs_then_into_its_entries(tmp_path: Path)
         _check(provider.get_state("count-0"), model, rng)
 
 
+def test_a_growing_namespace_counts_its_entries_only_when_a_fold_may_become_a_run(
+    tmp_path: Path,
+) -> None:
+    # Folds of 800 new keys each (8 commits of 100): the entries grow by 800 a
+    # fold. The fold goes into the entries until they hold DENSE times its keys
+    # (6,400: after the 8th fold), and the 9th becomes the first run; the entries
+    # are counted at the first fold and at the 9th only, not at every fold.
+    path = tmp_path / "state.db"
+    counts: list[str] = []
+    model: dict[str, int] = {}
+    per_fold = backend._FOLD_RECORDS * 100
+    with _open(path) as provider:
+        state = provider.get_state("count-0")
+        first_run = None
+        for txid in range(10 * backend._FOLD_RECORDS):
+            for i in range(100):
+                key = f"w{txid:04d}-{i:03d}"
+                model[key] = txid
+                state.put(key, txid)
+            state.prepare_commit(txid)
+            if txid == 0:  # the connection is open after the first prepare
+                conn = provider.database.conn
+                assert conn is not None
+                conn.set_trace_callback(
+                    lambda sql: counts.append(sql) if "count(*)" in sql else None
+                )
+            state.commit(txid)
+            if first_run is None and _runs(path):
+                first_run = (txid + 1) // backend._FOLD_RECORDS
+                assert _entries(path) == runs.DENSE * per_fold
+        assert first_run == runs.DENSE + 1
+        assert len(counts) == 2, counts
+        _check(state, model, random.Random(3))
+
+
 @pytest.fixture
 def small_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fold a run, runs merged by twos, the entries taken only while empty."""

@@ -151,17 +151,28 @@ def test_a_chunk_reads_back_its_tuples_whatever_their_origins_and_seqs() -> None
     }
     order = [ORIGIN, *others.values(), ORIGIN]
     seqs = [5, 6, 7, 9, 10, 20, 21, 22, 23, 30]
-    held = [
-        Event(100 + s % 4, s, Tuple([s, [s, "x"]], order[k % len(order)]))
-        for k, s in enumerate(seqs)
-    ]
+    # As a window holds them: values and origin until read, a Tuple once read.
+    held = [Event(100 + s % 4, s, [s, [s, "x"]], order[k % len(order)]) for k, s in enumerate(seqs)]
+    for e in held[::3]:
+        e.item()
     text = encode_chunk(held)
     assert chunk_len(text) == len(held)
     back = decode_chunk(text, lambda c, t, i, s: others[(c, t, i, s)])
-    assert [(e.ts, e.seq, e.payload.values, e.payload.origin) for e in back] == [
-        (e.ts, e.seq, e.payload.values, e.payload.origin) for e in held
+    assert [(e.ts, e.seq, e.item().values, e.item().origin) for e in back] == [
+        (e.ts, e.seq, e.item().values, e.item().origin) for e in held
     ]
     assert encode_chunk([]) and decode_chunk(encode_chunk([]), origin) == []
+
+
+def test_an_event_makes_its_tuple_when_first_read_and_gives_the_same_one_after() -> None:
+    values = [1, [2, "x"]]
+    e = Event(7, 0, values, ORIGIN)
+    t = e.item()
+    assert isinstance(t, Tuple) and t.values is values and t.origin is ORIGIN and t["n"] == 1
+    assert e.item() is t and e.payload is t and e.origin is None
+    # A window's tuples are the same objects in get() and get_new() (identity, as Storm's).
+    plain = Event(7, 1, "payload")
+    assert plain.item() == "payload" and plain.payload == "payload"
 
 
 def test_a_chunk_stored_as_rows_by_an_earlier_statestream_reads_back() -> None:
