@@ -24,7 +24,10 @@ runs it once per provider: peak RSS of the run and, on Redis, the server's
 ``used_memory_peak`` apart. The check is exact: every output line must be
 a distinct word counted once, N lines in all.
 
-Redis runs use a fresh ``key_prefix`` each and delete their keys afterwards.
+Redis runs use a fresh ``key_prefix`` each and delete their keys afterwards;
+the pairs give the Redis server's CPU seconds during each run too (``INFO
+cpu``, user + sys, after minus before: any other client of the server counts
+as well) and the CPU ratio with them on both sides.
 """
 
 from __future__ import annotations
@@ -62,6 +65,13 @@ def distinct_corpus(n: int) -> str:
                 f.write(" ".join(f"k{i}" for i in range(start, min(n, start + 10))) + "\n")
         tmp.rename(path)
     return str(path)
+
+
+def _redis_cpu() -> float:
+    """The Redis server's CPU seconds so far (INFO cpu: user + sys of its main process)."""
+    info = subprocess.run(["redis-cli", "info", "cpu"], capture_output=True, text=True).stdout
+    fields = dict(re.findall(r"^(used_cpu_(?:user|sys)):([0-9.]+)", info, re.M))
+    return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
 
 
 def _redis_cleanup(prefix: str) -> None:
@@ -136,10 +146,15 @@ def run(
             assert cmd[1:3] == ["-m", "statestream"]
             cmd[1:3] = [str(HERE / "state_probe.py")]
         redis_peak = None
+        server = 0.0
         if provider == "redis":
             subprocess.run(["redis-cli", "memory", "purge"], capture_output=True)
             subprocess.run(["redis-cli", "config", "resetstat"], capture_output=True)
+            server = _redis_cpu()
         wall, cpu, rss, _, err = timed(cmd, workdir, env)
+        if provider == "redis":
+            # The server's CPU during the run (any other client of it counts too).
+            server = _redis_cpu() - server
         if "compiled core (mypyc)" not in err:
             raise RuntimeError(f"not the compiled core: {err.splitlines()[:1]}")
         if provider == "redis":
@@ -155,6 +170,7 @@ def run(
             "reads": tuple(int(x) for x in p.groups()) if p else None,
             "wall": wall,
             "cpu": cpu,
+            "server_cpu": server,
             "rss": rss,
             "inner": float(m.group(1)) if m else float("nan"),
             "counts": got,
@@ -200,9 +216,10 @@ def pairs(tree: Path, providers: list[str], n: int, extra: list[str] | None = No
     print(f"distinct: small {len(want[small]):,}, large {len(want[large]):,}", file=sys.stderr)
     print(
         "| provider | pair | small words/s | large words/s | ratio | small RSS MB | large RSS MB "
-        "| small CPU s | large CPU s | CPU ratio | exact |"
+        "| small CPU s | large CPU s | CPU ratio | server CPU s small / large "
+        "| CPU ratio, server's included | exact |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     summary = {}
     for provider in providers:
         ratios, rss_large, rss_small = [], [], []
@@ -214,10 +231,17 @@ def pairs(tree: Path, providers: list[str], n: int, extra: list[str] | None = No
             ratios.append(ws_b / ws_a)
             rss_large.append(b["rss"])
             rss_small.append(a["rss"])
+            total_a, total_b = a["cpu"] + a["server_cpu"], b["cpu"] + b["server_cpu"]
+            server = (
+                f"{a['server_cpu']:.1f} / {b['server_cpu']:.1f} | {total_a / total_b:.2f}"
+                if provider == "redis"
+                else "- | -"
+            )
             print(
                 f"| {provider} | {i + 1} | {ws_a / 1e3:.0f}k | {ws_b / 1e3:.0f}k | "
                 f"{ws_b / ws_a:.2f} | {a['rss']:.0f} | {b['rss']:.0f} | {a['cpu']:.1f} | "
-                f"{b['cpu']:.1f} | {a['cpu'] / b['cpu']:.2f} | {'yes' if exact else 'NO'} |",
+                f"{b['cpu']:.1f} | {a['cpu'] / b['cpu']:.2f} | {server} | "
+                f"{'yes' if exact else 'NO'} |",
                 flush=True,
             )
         summary[provider] = (statistics.median(ratios), max(rss_large), max(rss_small))

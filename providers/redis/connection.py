@@ -50,29 +50,38 @@ if (not prepared) or tonumber(prepared) ~= txid then
 end
 local delta = redis.call('HGETALL', KEYS[2])
 local sets, dels, adds = {}, {}, {}
+-- Counted, not measured with #: # searches the table each time. The score is
+-- the string '0': a Lua number would be formatted by printf for each key.
+local nsets, ndels = 0, 0
 -- unpack() is bounded by Lua's C stack, so write in chunks. KEYS[4], the
 -- sorted set of the committed keys (score 0: byte order), follows the hash.
 local function del()
-  redis.call('HDEL', KEYS[1], unpack(dels)); redis.call('ZREM', KEYS[4], unpack(dels)); dels = {}
+  redis.call('HDEL', KEYS[1], unpack(dels, 1, ndels))
+  redis.call('ZREM', KEYS[4], unpack(dels, 1, ndels))
+  dels = {}; ndels = 0
 end
 local function set()
-  redis.call('HSET', KEYS[1], unpack(sets)); redis.call('ZADD', KEYS[4], unpack(adds))
-  sets = {}; adds = {}
+  redis.call('HSET', KEYS[1], unpack(sets, 1, nsets))
+  redis.call('ZADD', KEYS[4], unpack(adds, 1, nsets))
+  sets = {}; adds = {}; nsets = 0
 end
 for i = 1, #delta, 2 do
-  if delta[i + 1] == '' then
-    dels[#dels + 1] = delta[i]
-    if #dels >= 4000 then del() end
+  local key, value = delta[i], delta[i + 1]
+  if value == '' then
+    ndels = ndels + 1
+    dels[ndels] = key
+    if ndels >= 4000 then del() end
   else
-    sets[#sets + 1] = delta[i]
-    sets[#sets + 1] = delta[i + 1]
-    adds[#adds + 1] = 0
-    adds[#adds + 1] = delta[i]
-    if #sets >= 4000 then set() end
+    sets[nsets + 1] = key
+    sets[nsets + 2] = value
+    adds[nsets + 1] = '0'
+    adds[nsets + 2] = key
+    nsets = nsets + 2
+    if nsets >= 4000 then set() end
   end
 end
-if #sets > 0 then set() end
-if #dels > 0 then del() end
+if nsets > 0 then set() end
+if ndels > 0 then del() end
 redis.call('HSET', KEYS[3], 'commit', ARGV[1])
 redis.call('HDEL', KEYS[3], 'prepare')
 redis.call('DEL', KEYS[2])

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from redis_server import RedisServer, free_port, started_redis_server
 
@@ -20,6 +21,7 @@ from statestream._registry import open_provider
 from statestream._state import CommitOutcome, StoredKeyValueState
 from statestream_providers import redis as redis_provider
 from statestream_providers.redis import RedisStateProvider, index_name, key_names
+from statestream_providers.redis import backend as redis_backend
 
 
 def _raw(provider: Any) -> Any:
@@ -113,6 +115,42 @@ def test_large_delta_with_tombstones_in_one_commit(redis_factory: Any) -> None:
     seen = dict(reopened.items())
     assert len(seen) == 6_001
     assert seen[1] == 1 and 0 not in seen and seen["extra"] is True
+
+
+@pytest.mark.parametrize("odd", ["a,b", 'q"u\n'])
+def test_plain_delta_is_each_key_and_value_as_json(
+    redis_factory: Any, odd: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The deferred puts go out as protocol bytes built from one JSON dump of all
+    # keys (and one of all values) cut at the commas: a key or value holding a
+    # comma must fall back to one dump each, and every field reads as its own
+    # JSON text, across more than one HSET (and HMGET) chunk, beside an encoded
+    # put and a tombstone.
+    monkeypatch.setattr(redis_backend, "_CHUNK", 7)
+    provider = redis_factory()
+    state = _stored(provider.get_state("count-0"))
+    state.put("gone", 1)
+    state.prepare_commit(0)
+    state.commit(0)
+    plain: dict[str, Any] = {f"w{i}": i for i in range(40)}
+    plain.update({odd: odd, "k": odd, odd + "k": -(2**60), "t": True, "n": None, "s": "a b"})
+    for key, value in plain.items():
+        state.put(key, value)
+    state.put("list", [1, ","])  # not a plain value: encoded at its put
+    state.delete("gone")
+    state.prepare_commit(1)
+    _, prepare, _ = key_names("count-0", redis_factory.config["key_prefix"])
+    want = {orjson.dumps(k): orjson.dumps(v) for k, v in plain.items()}
+    want.update({b'"list"': b'[1,","]', b'"gone"': b""})
+    assert _raw(provider).hgetall(prepare) == want
+    assert state.prepared_bytes == sum(len(k) + len(v) for k, v in want.items())
+    state.commit(1)
+    backend = state._backend
+    keys = [b'"nope"', *want][::-1]  # more than one HMGET chunk, a key absent, in order
+    assert backend.get_many(keys) == [want.get(k) or None for k in keys]
+    reopened = provider.get_state("count-1")
+    assert reopened.get("k") is None
+    assert dict(redis_factory().get_state("count-0").items()) == {**plain, "list": [1, ","]}
 
 
 def test_a_non_hash_key_is_corrupt(redis_factory: Any) -> None:

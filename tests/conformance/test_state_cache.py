@@ -160,18 +160,24 @@ def test_a_state_that_outgrew_the_cache_reads_new_and_evicted_keys_exactly(
 ) -> None:
     """Once a state that started whole in the cache outgrows it, a miss on a key the
     store never held is answered without a read (a filter of the stored keys): every
-    key read, new, evicted, deleted or put again, must still read as the model says."""
+    key read, new, evicted, deleted or put again, must still read as the model says.
+    Puts of lists are encoded at once, of ints deferred (the filter takes the keys of
+    those at a prepare only where the cache holds no value): a key goes from one
+    kind of put to the other, both ways."""
     import random
 
     rng = random.Random(7)
     state = _open(provider_factory, namespace)
-    model: dict[str, int] = {}
+    model: dict[str, Any] = {}
     txid = 0
     for step in range(3000):
         key = f"k{rng.randrange(2 * N)}"
         action = rng.random()
         if action < 0.5:
             assert state.get(key, -1) == model.get(key, -1), key
+        elif action < 0.7:
+            model[key] = [step]
+            state.put(key, [step])
         elif action < 0.9:
             model[key] = step
             state.put(key, step)
@@ -189,6 +195,31 @@ def test_a_state_that_outgrew_the_cache_reads_new_and_evicted_keys_exactly(
     _visible(state, model)
     state.commit()
     _visible(_open(provider_factory, namespace), model)
+
+
+def test_a_new_key_put_encoded_then_deferred_is_kept_by_the_filter(
+    provider_factory: Any, namespace: str
+) -> None:
+    """A key the store never held, put as a list (encoded at once) and then as an int
+    (deferred) before a prepare: the cache's value of it then is the list, which was
+    never stored, so the filter must take the key when the deferred put takes it
+    over, or the key reads as never stored once evicted."""
+    state = _open(provider_factory, namespace)
+    assert state.get("k0000") is None  # an empty store, read whole: complete
+    committed = {f"k{i:04d}": i for i in range(N)}
+    for key, value in committed.items():
+        state.put(key, value)
+    state.prepare_commit(0)
+    state.commit(0)
+    assert state._filter is not None  # it outgrew the cache: the filter answers misses
+    fresh = {f"fresh{i}": i for i in range(20)}
+    for key, value in fresh.items():
+        state.put(key, [value])
+        state.put(key, value)
+    state.prepare_commit(1)
+    state.commit(1)
+    _visible(state, committed)  # evicts the fresh keys
+    _visible(state, {**committed, **fresh})
 
 
 def test_an_o1_key_count_counts_the_committed_keys(provider_factory: Any, namespace: str) -> None:
