@@ -2,8 +2,9 @@
 
     python bench/bench_state_floor.py [--generation 62000 40000 400000] [--reads 20000]
     python bench/bench_state_floor.py --part raw [--checkpoints 20] [--small-cpu 2.3]
-        [--small-server 0.3] [--ways once changed bulk]
+        [--small-server 0.3] [--ways once changed bulk bounded]
         [--providers sqlite redis] [--redis redis://127.0.0.1:6379/11]
+        [--reads-per-word 0.306] [--bounded-generation 0] [--read-ahead 8192]
     python bench/bench_state_floor.py --part commit [--commits 600]
 
 ``--part reads`` (the default):
@@ -38,7 +39,22 @@ sides (``--small-server``: the small run's Redis server CPU). ``--ways``:
 changed key of every checkpoint into the B-tree (or hash); ``bulk``, the least a design can write that keeps each
 checkpoint durable: each checkpoint's changed keys as one log record (its own
 transaction; on Redis an RPUSH), then every key once, in key order, in one
-transaction at the end (on Redis one pipeline).
+transaction at the end (on Redis one pipeline); ``bounded``, the floor of any
+durable design in bounded memory: ``once``, plus the store reads a bounded read
+cache forces. The corpus is replayed in order per count task through the cache's
+two generations (store_reads, as ``--part reads``), of ``--bounded-generation``
+entries a task, or by default of the size whose reads a word come nearest
+``--reads-per-word`` (the real run's "keys read ahead / word" with the built-in
+defaults, bench_state_corpora.py ``--reads``); both are printed. Each task's
+words of a checkpoint are cut into runs of ``--read-ahead`` words (the most a
+drain reads ahead: statestream.runtime.local.bolt.READ_AHEAD), and the keys a
+run reads are one batch, read before the checkpoint's writes from the store as
+written so far, as the provider's ``get_many`` reads: sqlite, the keys sorted,
+then the provider's own ``_select_entries`` (``SELECT ... FROM (VALUES ...)
+CROSS JOIN statestream_entries``, statements of up to 512 keys); Redis, one
+round trip of ``HMGET`` commands of up to 10,000 fields packed by the
+provider's ``wire``. The reads are timed apart (and the server's CPU during
+them); the floor is write + reads + dump.
 
 ``--part commit``: issue 34's item 3 (1,000 changed keys in a 1,000,000-key
 state at most 1.5x the cost in a 1,000-key state) on raw sqlite3 with the
@@ -82,6 +98,8 @@ sys.path.insert(0, str(HERE))
 
 from bench_instructions import callgrind_count  # noqa: E402
 
+from statestream.runtime.local.bolt import READ_AHEAD  # noqa: E402  (a drain's read-ahead)
+
 ROWS = 1_000_000
 SQL = {
     "select": "SELECT value FROM statestream_entries WHERE namespace = ? AND key = ?",
@@ -89,16 +107,25 @@ SQL = {
 }
 
 
-def simulate(generation: int) -> str:
+@functools.cache
+def large_words() -> list[str]:
+    """The large corpus's words, in order (read once a process)."""
     from bench_wallclock import vocab_corpus
 
     with open(vocab_corpus(2_000_000, 1_000_000)) as f:
-        words = f.read().split()
+        return f.read().split()
+
+
+def store_reads(words: list[str], generation: int) -> list[bool]:
+    """Whether each word is a store read of the read cache's two generations of
+    ``generation`` entries a count task (a word's task: CRC32 & 1): a key seen
+    before and in neither generation. A key never seen is no read (the filter of
+    stored keys answers it); one found in the old generation goes back to the young."""
     young: list[dict[str, int]] = [{}, {}]
     old: list[dict[str, int]] = [{}, {}]
     seen: list[set[str]] = [set(), set()]
-    reads = firsts = 0
-    for word in words:
+    flags = [False] * len(words)
+    for i, word in enumerate(words):
         task = zlib.crc32(word.encode()) & 1
         if word in young[task]:
             continue
@@ -108,13 +135,38 @@ def simulate(generation: int) -> str:
         if word in old[task]:
             continue
         if word in seen[task]:
-            reads += 1
+            flags[i] = True
         else:
-            firsts += 1
             seen[task].add(word)
+    return flags
+
+
+def simulate(generation: int) -> str:
+    words = large_words()
+    reads = sum(store_reads(words, generation))
+    firsts = len(set(words))
     return (
         f"| {generation:,} | {len(words):,} | {firsts:,} | {reads:,} | {reads / len(words):.2f} |"
     )
+
+
+def fit_generation(words: list[str], per_word: float) -> tuple[int, list[bool]]:
+    """The generation (entries a task, to 500) whose store reads a word come nearest
+    ``per_word`` (the real run's, measured), by bisection: fewer reads, larger generation."""
+    low, high = 500, 1_000_000
+    best: tuple[float, int, list[bool]] | None = None
+    while high - low > 500:
+        mid = (low + high) // 2 // 500 * 500
+        flags = store_reads(words, mid)
+        got = sum(flags) / len(words)
+        if best is None or abs(got - per_word) < best[0]:
+            best = (abs(got - per_word), mid, flags)
+        if got > per_word:
+            low = mid
+        else:
+            high = mid
+    assert best is not None
+    return best[1], best[2]
 
 
 def _table(path: str) -> None:
@@ -220,10 +272,7 @@ def checkpoints(n: int) -> tuple[Batches, Batches, int]:
     """The large corpus cut into n checkpoints of equal words: (each key once, with its
     final count, in the checkpoint of its first sight; every key a checkpoint changes,
     with its count then; the words)."""
-    from bench_wallclock import vocab_corpus
-
-    with open(vocab_corpus(2_000_000, 1_000_000)) as f:
-        words = f.read().split()
+    words = large_words()
     final: dict[str, int] = {}
     changed: Batches = []
     per = -(-len(words) // n)
@@ -244,6 +293,31 @@ def checkpoints(n: int) -> tuple[Batches, Batches, int]:
                     firsts[task][key] = b"%d" % final[orjson.loads(key)]
         once.append(firsts)
     return once, changed, len(words)
+
+
+Reads = list[list[list[list[bytes]]]]  # [checkpoint][namespace] -> batches of keys
+
+
+def read_batches(n: int, flags: list[bool], ahead: int) -> Reads:
+    """The store reads ``flags`` marks, as the read-ahead batches them: each count
+    task's words of a checkpoint (the n checkpoints of checkpoints()) in runs of
+    ``ahead`` (a drain's read-ahead takes at most that many tuples), the keys read
+    in a run one batch."""
+    words = large_words()
+    per = -(-len(words) // n)
+    out: Reads = []
+    for start in range(0, len(words), per):
+        tasks: list[list[str | None]] = [[], []]  # a task's words, None where no read
+        for word, read in zip(words[start : start + per], flags[start : start + per], strict=True):
+            tasks[zlib.crc32(word.encode()) & 1].append(word if read else None)
+        batches: list[list[list[bytes]]] = [[], []]
+        for task, seq in enumerate(tasks):
+            for i in range(0, len(seq), ahead):
+                keys = [orjson.dumps(w) for w in dict.fromkeys(seq[i : i + ahead]) if w]
+                if keys:  # a drain with nothing to read calls no get_many
+                    batches[task].append(keys)
+        out.append(batches)
+    return out
 
 
 def write_lines(out: str, items: Iterator[tuple[bytes, bytes]]) -> int:
@@ -270,7 +344,13 @@ def encode(keys: dict[bytes, bytes]) -> bytes:
     return b"\0".join(itertools.chain.from_iterable(keys.items()))
 
 
-def sqlite_floor(tmp: str, batches: Batches, log: Batches | None = None) -> dict[str, float]:
+def sqlite_floor(
+    tmp: str, batches: Batches, log: Batches | None = None, reads: Reads | None = None
+) -> dict[str, float]:
+    """``reads``: before each checkpoint's writes, its store reads, a batch at a
+    time as the provider's ``get_many`` reads the entries (timed apart)."""
+    from statestream_providers.sqlite.backend import _select_entries
+
     path = f"{tmp}/raw.db"
     conn = _connect(path)
     conn.execute("CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, delta BLOB NOT NULL)")
@@ -280,13 +360,22 @@ def sqlite_floor(tmp: str, batches: Batches, log: Batches | None = None) -> dict
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO log (delta) VALUES (?)", (bytearray(encode(keys)),))
             conn.execute("COMMIT")
-    for batch in batches:
+    read = [0.0, 0.0]  # CPU, wall
+    found = 0
+    for i, batch in enumerate(batches):
+        if reads:
+            r_cpu, r_wall = _cpu(), time.perf_counter()
+            for namespace, task_reads in zip(NAMESPACES, reads[i], strict=True):
+                for wanted in task_reads:  # the provider's _read_many: sorted, then chunks
+                    found += len(_select_entries(conn, namespace, sorted(wanted)))
+            read[0] += _cpu() - r_cpu
+            read[1] += time.perf_counter() - r_wall
         for namespace, keys in zip(NAMESPACES, batch, strict=True):
             if keys:
                 conn.execute("BEGIN IMMEDIATE")
                 upsert(conn, namespace, [(key, keys[key]) for key in sorted(keys)])
                 conn.execute("COMMIT")
-    write = _cpu() - cpu, time.perf_counter() - wall
+    write = _cpu() - cpu - read[0], time.perf_counter() - wall - read[1]
 
     def items() -> Iterator[tuple[bytes, bytes]]:
         # Pages in key order, as the provider's scan_page: a statement a page.
@@ -311,6 +400,9 @@ def sqlite_floor(tmp: str, batches: Batches, log: Batches | None = None) -> dict
     return {
         "write": write[0],
         "write_wall": write[1],
+        "read": read[0],
+        "read_wall": read[1],
+        "found": found,
         "dump": dump[0],
         "dump_wall": dump[1],
         "lines": lines,
@@ -318,9 +410,14 @@ def sqlite_floor(tmp: str, batches: Batches, log: Batches | None = None) -> dict
 
 
 def redis_floor(
-    tmp: str, url: str, batches: Batches, log: Batches | None = None
+    tmp: str, url: str, batches: Batches, log: Batches | None = None, reads: Reads | None = None
 ) -> dict[str, float]:
+    """``reads`` as in sqlite_floor: a batch an ``HMGET`` packed and sent as the
+    provider's ``get_many`` does (one round trip, commands of its chunk of fields)."""
     import redis
+
+    from statestream_providers.redis import wire
+    from statestream_providers.redis.backend import _CHUNK
 
     client: Any = redis.Redis.from_url(url)
     if client.dbsize():
@@ -336,7 +433,19 @@ def redis_floor(
         for batch in log or ():
             for (data, _), keys in zip(names, batch, strict=True):
                 client.rpush(data + b"$log", encode(keys))
-        for batch in batches:
+        read = [0.0, 0.0, 0.0]  # CPU, wall, server CPU
+        found = 0
+        for i, batch in enumerate(batches):
+            if reads:
+                r_cpu, r_wall, r_srv = _cpu(), time.perf_counter(), server()
+                for (data, _), task_reads in zip(names, reads[i], strict=True):
+                    for wanted in task_reads:
+                        commands = wire.commands(b"HMGET", data, wanted, _CHUNK)
+                        replies = wire.send(client, b"".join(commands), len(commands))
+                        found += len(wanted) - sum(reply.count(None) for reply in replies)
+                read[0] += _cpu() - r_cpu
+                read[1] += time.perf_counter() - r_wall
+                read[2] += server() - r_srv
             for (data, index), keys in zip(names, batch, strict=True):
                 if keys:
                     pipe = client.pipeline(transaction=True)
@@ -346,7 +455,11 @@ def redis_floor(
                         pipe.hset(data, mapping=chunk)
                         pipe.zadd(index, dict.fromkeys(chunk, 0))
                     pipe.execute()
-        write = _cpu() - cpu, time.perf_counter() - wall, server() - srv
+        write = (
+            _cpu() - cpu - read[0],
+            time.perf_counter() - wall - read[1],
+            server() - srv - read[2],
+        )
 
         def pages() -> Iterator[tuple[bytes, bytes]]:
             for data, index in names:
@@ -369,6 +482,10 @@ def redis_floor(
         "write": write[0],
         "write_wall": write[1],
         "write_server": write[2],
+        "read": read[0],
+        "read_wall": read[1],
+        "read_server": read[2],
+        "found": found,
         "dump": dump[0],
         "dump_wall": dump[1],
         "dump_server": dump[2],
@@ -380,11 +497,41 @@ WAYS = {
     "once": "each key once",
     "changed": "every changed key",
     "bulk": "a log record a checkpoint, then each key once in one sorted transaction",
+    "bounded": "each key once, and a bounded cache's store reads",
 }
 
 
+def bounded_reads(n: int, per_word: float, generation: int, ahead: int) -> Reads:
+    """The store reads of the bounded way: the generation fitted to ``per_word`` (the
+    real run's keys read a word) unless given, batched by ``ahead`` words a task."""
+    words = large_words()
+    if generation:
+        flags = store_reads(words, generation)
+    else:
+        generation, flags = fit_generation(words, per_word)
+    reads = read_batches(n, flags, ahead)
+    batches = [b for c in reads for t in c for b in t]
+    total = sum(map(len, batches))
+    print(
+        f"bounded: a generation of {generation:,} entries a task reads {total:,} keys,"
+        f" {total / len(words):.4f} a word (the real run: {per_word:.4f});"
+        f" {len(batches):,} batches of {ahead:,} words a task, {total / len(batches):,.0f} keys"
+        " a batch on average"
+    )
+    return reads
+
+
+PARTS = ("write", "read", "dump")  # the timed parts of a way's run
+
+
 def raw(
-    n: int, small_cpu: float, small_server: float, providers: list[str], url: str, ways: list[str]
+    n: int,
+    small_cpu: float,
+    small_server: float,
+    providers: list[str],
+    url: str,
+    ways: list[str],
+    bounded: tuple[float, int, int],
 ) -> None:
     once, changed, words = checkpoints(n)
     keys = sum(len(k) for b in once for k in b)
@@ -395,6 +542,7 @@ def raw(
         f" {sizes[0]:,}-{sizes[-1]:,} (median {sizes[len(sizes) // 2]:,});"
         f" changed keys, all checkpoints: {rows:,}"
     )
+    reads = bounded_reads(n, *bounded) if "bounded" in ways else None
     print(
         "\n| provider | what | rows | CPU s (this process) | wall s | server CPU s | floor ratio |"
     )
@@ -404,26 +552,33 @@ def raw(
             for way in ways:
                 what = WAYS[way]
                 log = changed if way == "bulk" else None
-                batches = {"once": once, "changed": changed}.get(way) or [
+                batches = {"once": once, "changed": changed, "bounded": once}.get(way) or [
                     [{k: v for b in once for k, v in sorted(b[task].items())} for task in (0, 1)]
                 ]
+                way_reads = reads if way == "bounded" else None
                 if provider == "sqlite":
-                    r = sqlite_floor(tmp, batches, log)
+                    r = sqlite_floor(tmp, batches, log, way_reads)
                 else:
-                    r = redis_floor(tmp, url, batches, log)
-                srv_w = f"{r['write_server']:.2f}" if "write_server" in r else ""
-                srv_d = f"{r['dump_server']:.2f}" if "dump_server" in r else ""
+                    r = redis_floor(tmp, url, batches, log, way_reads)
+                srv = {p: f"{r[p + '_server']:.2f}" if p + "_server" in r else "" for p in PARTS}
                 rows_w = sum(len(k) for b in batches for k in b)
+                wrote = WAYS["once"] if way == "bounded" else what
                 print(
-                    f"| {provider} | write, {what} | {rows_w:,} | {r['write']:.2f} |"
-                    f" {r['write_wall']:.2f} | {srv_w} | |"
+                    f"| {provider} | write, {wrote} | {rows_w:,} | {r['write']:.2f} |"
+                    f" {r['write_wall']:.2f} | {srv['write']} | |"
                 )
+                if way_reads:
+                    keys_read = sum(len(k) for c in way_reads for t in c for k in t)
+                    print(
+                        f"| {provider} | store reads ({int(r['found']):,} found) | {keys_read:,} |"
+                        f" {r['read']:.2f} | {r['read_wall']:.2f} | {srv['read']} | |"
+                    )
                 print(
                     f"| {provider} | dump ({int(r['lines']):,} lines) | | {r['dump']:.2f} |"
-                    f" {r['dump_wall']:.2f} | {srv_d} | |"
+                    f" {r['dump_wall']:.2f} | {srv['dump']} | |"
                 )
-                floor = r["write"] + r["dump"]
-                both = floor + float(r.get("write_server", 0)) + float(r.get("dump_server", 0))
+                floor = sum(r[p] for p in PARTS)  # "read" is 0 but in the bounded way
+                both = floor + sum(r.get(p + "_server", 0.0) for p in PARTS)
                 ratio = small_cpu / (small_cpu + floor)
                 small_both = small_cpu + small_server
                 extra = (
@@ -609,6 +764,18 @@ def main() -> None:
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/11", help="an empty database")
     ap.add_argument("--commits", type=int, default=60)
     ap.add_argument("--ways", nargs="+", choices=tuple(WAYS), default=list(WAYS), help="raw")
+    ap.add_argument(
+        "--reads-per-word",
+        type=float,
+        default=0.306,
+        help="the real run's keys read ahead a word (bench_state_corpora.py --reads): bounded",
+    )
+    ap.add_argument(
+        "--bounded-generation", type=int, default=0, help="entries a task (0: fit the reads)"
+    )
+    ap.add_argument(
+        "--read-ahead", type=int, default=READ_AHEAD, help="words a task a batch of reads"
+    )
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -623,6 +790,7 @@ def main() -> None:
             args.providers,
             args.redis,
             args.ways,
+            (args.reads_per_word, args.bounded_generation, args.read_ahead),
         )
         return
     if args.part == "commit":
