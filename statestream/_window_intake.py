@@ -20,7 +20,7 @@ from typing import Any, Final
 from ._clock import SystemClock
 from ._errors import TupleError, caused_by
 from ._tuple import TICK_STREAM, Origin, Tuple
-from ._windowing import Fire, TimeOrder, Watermarks
+from ._windowing import NO_FIRES, Fire, TimeOrder, Watermarks
 
 __all__ = ["END_OF_INPUT_STREAM", "MOVE_EVERY", "WindowEntry", "WindowIntake"]
 
@@ -127,12 +127,12 @@ class WindowIntake:
             and self.since_move < self.move_at
             and (now - self.marked_at) * 1000 < self.watermark_ms
         ):
-            return []
+            return NO_FIRES
         self.marked_at = now
         self.since_move = 0
         mark = self.marks.next()
         if mark is None:
-            return []
+            return NO_FIRES
         fires = core.advance(mark)
         # The next move scans what the lag keeps pending: paid by as many taken.
         self.move_at = max(MOVE_EVERY, len(core.pending))

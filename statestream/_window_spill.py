@@ -148,6 +148,13 @@ class SpillingWindowCore(WindowCore):
         ):
             self._spill()
 
+    def _fits(self, n: int) -> bool:
+        # Released at once, the buffer and the last window (which fires take from
+        # it) stay under the limit whatever fires among them: no spill was due.
+        return self.spill is None or not must_spill(
+            len(self.prev) + 2 * (len(self.buffer) + n), self.limit
+        )
+
     def _in_memory(self) -> int:
         """Tuples held in memory: the buffer, and those of the last window before it."""
         buffer, prev = self.buffer, self.prev

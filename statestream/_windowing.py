@@ -36,7 +36,7 @@ import bisect
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -46,6 +46,7 @@ from ._window_marks import NEVER as _NEVER
 from ._window_marks import Watermarks
 
 __all__ = [
+    "NO_FIRES",
     "Count",
     "Duration",
     "Event",
@@ -295,6 +296,11 @@ class Fire:
         return prev[: bisect.bisect_left(prev, (first.ts, first.seq), key=order_key)]
 
 
+#: What a take or a move that fires nothing returns: one list, never appended to
+#: (a new empty list per tuple taken was an allocation and a free a tuple).
+NO_FIRES: Final[list[Fire]] = []
+
+
 class TimeOrder:
     """What every kind of window shares: tuples released in timestamp order (event
     time: once the watermark passes them, pending until then; processing
@@ -338,7 +344,7 @@ class TimeOrder:
             if self.stored:
                 self.fresh.append(event)
             self.seq += 1
-            return []
+            return NO_FIRES
         if self.last_ts is not None and ts < self.last_ts:
             # The clock went back: stamped with the last time instead, so that the
             # tuples stay in (ts, seq) order, as the stored state describes them.
@@ -392,20 +398,24 @@ class TimeOrder:
             else:
                 strays.append(e)
         self.pending, self._first = keep, low
-        if not strays:
+        if strays:
+            strays.sort(key=_ts)
+            merged: list[Event] = []
+            i, n = 0, len(strays)
             for e in run:
-                self._take(e, fires)
-            return
-        strays.sort(key=_ts)
-        i, n = 0, len(strays)
-        for e in run:
-            while i < n and _before(strays[i], e):
-                self._take(strays[i], fires)
-                i += 1
+                while i < n and _before(strays[i], e):
+                    merged.append(strays[i])
+                    i += 1
+                merged.append(e)
+            merged.extend(strays[i:])
+            run = merged
+        if run:
+            self._take_run(run, fires)
+
+    def _take_run(self, events: list[Event], fires: list[Fire]) -> None:
+        """Release ``events`` (not empty, in ``(ts, seq)`` order), one by one."""
+        for e in events:
             self._take(e, fires)
-        while i < n:
-            self._take(strays[i], fires)
-            i += 1
 
     def finish(self) -> list[Fire]:
         """The end of the input: release everything, fire every window still open."""
@@ -580,6 +590,34 @@ class WindowCore(TimeOrder):
     def _reach(self, upto: int, fires: list[Fire]) -> None:
         self._fire_boundaries(upto, fires)
 
+    def _take_run(self, events: list[Event], fires: list[Fire]) -> None:
+        # A duration length and slide: the tuples up to the next boundary join the
+        # buffer in one extend, the boundaries fired before the first past it; as
+        # _release per tuple, without a call and a check of the kind per tuple.
+        slide = self._slide_ms
+        if not (slide and self._len_ms and self._fits(len(events))):
+            super()._take_run(events, fires)
+            return
+        buffer = self.buffer
+        i, n = 0, len(events)
+        while i < n:
+            ts = events[i].ts
+            self._fire_boundaries(ts, fires)
+            end = self.next_end
+            if end is None:  # the first window to hold this tuple
+                end = ts - ts % slide + slide
+                self.next_end = end
+            j = i + 1
+            while j < n and events[j].ts < end:
+                j += 1
+            buffer.extend(events[i:j])
+            i = j
+        self.last_ts = events[-1].ts
+
+    def _fits(self, n: int) -> bool:
+        """Whether ``n`` more tuples may be released at once (no spill due among them)."""
+        return True
+
     def _close(self, fires: list[Fire]) -> None:
         if self._slide_n:
             if self.since_fire:
@@ -652,7 +690,10 @@ class WindowCore(TimeOrder):
     # (statestream._window_spill), whose buffer is partly in the store.
     def _since(self, start: int) -> Any:
         """The buffered tuples from ``start`` on."""
-        return [e for e in self.buffer if e.ts >= start]
+        buffer = self.buffer
+        if not buffer or buffer[0].ts >= start:  # in ts order: all of them
+            return list(buffer)
+        return [e for e in buffer if e.ts >= start]
 
     def _last(self, n: int) -> Any:
         """The last ``n`` buffered tuples."""
@@ -681,6 +722,11 @@ class WindowCore(TimeOrder):
 
     def _evict_below(self, ts: int) -> None:
         buffer = self.buffer
+        if buffer and buffer[-1].ts < ts:  # in ts order: all of them
+            if not self.stored:
+                self.gone.extend(buffer)
+            buffer.clear()
+            return
         while buffer and buffer[0].ts < ts:
             e = buffer.popleft()
             if not self.stored:
