@@ -22,7 +22,11 @@ with a ``limit``) keeps in memory only the newest tuples of its buffer:
   to skip, resolved by one read when it is needed) without reading, unless
   the whole head goes;
 * a restore reads the stored tuples in order, chunk by chunk, keeping the
-  last ``limit / 2`` in memory (:meth:`SpillingWindowCore.rebuild`).
+  last ``limit / 2`` in memory (:meth:`SpillingWindowCore.rebuild`);
+* a tumbling window's tuples (in no window after it) are let go of as soon
+  as it has fired, kept by their bounds as the last window's: the next
+  window's ``get_expired()`` reads them back. Held a window longer, they were
+  a window's worth more memory, freed cold.
 
 What is stored does not change: a window's shape (``TimeOrder.state()``)
 names its buffer and its last window by their first tuple as before, so a
@@ -136,6 +140,9 @@ class SpillingWindowCore(WindowCore):
         # The stored part of the last window fired (before self.prev, in memory).
         self.prev_lo: Key | None = None
         self.prev_hi: Key = _BEFORE
+        # Tumbling: no tuple is in two windows, so the one fired last is kept for
+        # the next one's get_expired() only, which few window functions call.
+        self._tumbling = bool(spec.length == spec.sliding)
 
     # -- spilling ---------------------------------------------------------------------
     def _release(self, event: Event, fires: list[Fire]) -> None:
@@ -252,6 +259,19 @@ class SpillingWindowCore(WindowCore):
         return self.prev_hi if self.prev_lo is not None else None
 
     def _fire(self, start: int, end: int, events: Any, fires: list[Fire]) -> None:
+        self._fire_window(start, end, events, fires)
+        if self._tumbling and self.prev and self.spill is not None:
+            # Its tuples go once in the store (those taken since the last checkpoint
+            # are written now): let go of when the window function is through with
+            # them (still warm), not a window later; get_expired() reads them back.
+            if self.fresh:
+                self.spill.flush(self)
+            prev = self.prev
+            if self.prev_lo is None:
+                self.prev_lo = order_key(prev[0])
+            self.prev_hi, self.prev = order_key(prev[-1]), []
+
+    def _fire_window(self, start: int, end: int, events: Any, fires: list[Fire]) -> None:
         if self.prev_lo is None and not isinstance(events, Span):
             super()._fire(start, end, events, fires)
             return

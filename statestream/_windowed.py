@@ -124,7 +124,9 @@ class TupleWindow:
     ``getIter``) reads it chunk by chunk, in bounded memory, each time;
     :meth:`get`, :meth:`get_new` and :meth:`get_expired` build a list of every
     tuple they return (as Storm's ``get``, which may then not fit in memory).
-    Such a window is valid while ``execute`` runs.
+    Such a window is valid while ``execute`` runs. So are the expired tuples
+    of a tumbling window with exactly-once state: they are read back from the
+    store (equal values, not the objects the window before gave).
     """
 
     __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp", "value")

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from window_spill import ORIGIN, SPECS, Task, events, plain_fires, run_spilling
+from window_spill import ORIGIN, SPECS, Task, events, plain_fires, run_spilling, seen
 
 from statestream._tuple import Tuple
 from statestream._window_spill import Span, must_spill, spill_keep
@@ -72,3 +72,26 @@ def test_a_spilled_window_is_read_back_chunk_by_chunk() -> None:
     assert [e.payload.values[0] for e in fire.events] == list(range(200))
     assert len(fire.events) == 200
     assert len(task.store.chunks) > 2  # written between checkpoints, as it spilled
+
+
+@pytest.mark.parametrize("kind", [k for k in SPECS if k.startswith("tumbling")])
+def test_a_tumbling_window_lets_go_of_its_tuples_once_fired_and_reads_expired_ones_back(
+    kind: str,
+) -> None:
+    """No tuple of a tumbling window is in the next one: the core holds a fired
+    window's tuples by their bounds only (the store has them, those taken since the
+    last checkpoint written at the fire), well under its limit, and the next
+    window's expired tuples are read back from the store, equal to its tuples."""
+    task = Task(SPECS[kind], 1000, new_state())
+    core, last, fired = task.core, None, 0
+    for i, (ts, t) in enumerate(events()):
+        fires = (core.add(ts, t) or []) + core.advance(ts - 6)
+        for _start, _end, now, new, gone in seen(fires):
+            assert new == now  # tumbling: every tuple of a window is new in it
+            assert gone == (last or [])
+            last, fired = now, fired + 1
+        if fires:
+            assert core.prev == [] and core.prev_lo is not None and core.head_lo is None
+        if i % 7 == 6:
+            task.checkpoint(i // 7)
+    assert fired > 10
