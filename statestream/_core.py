@@ -54,6 +54,7 @@ COMPILED_MODULES: Final = (
     "statestream._executors",
     # A windowed bolt's per-tuple path: the window model (its tuples released in
     # time order, its triggers) and its incremental store.
+    "statestream._window_spec",
     "statestream._window_marks",
     "statestream._windowing",
     "statestream._window_kinds",
