@@ -61,7 +61,7 @@ def main() -> None:
     prepare = WindowedBoltExecutor.pre_prepare
 
     def counting_prepare(self: Any, txid: int) -> None:
-        pending.append(len(self.core.pending))
+        pending.append(len(self.core.pending_now()))
         prepare(self, txid)
 
     WindowedBoltExecutor.pre_prepare = counting_prepare  # type: ignore[method-assign]

@@ -31,9 +31,9 @@ END_OF_INPUT_STREAM: Final = "__end_of_input"
 _TICK: Final = TICK_STREAM
 #: Event time: the tuples a task takes before the watermark moves, whatever its
 #: interval (see the module's docstring). A few thousand keep a task's pending
-#: tuples to a few MB, and a move's scan of those the lag keeps pending (at
-#: least as many as left pending last time, so each is scanned twice at most)
-#: is paid over as many taken.
+#: tuples to a few MB, and a move's scan of the strays the lag keeps pending
+#: (those stamped before a tuple taken earlier: at least as many as left
+#: pending last time, so each is scanned twice at most) is paid over as many taken.
 MOVE_EVERY: Final = 4096
 
 
@@ -134,8 +134,8 @@ class WindowIntake:
         if mark is None:
             return NO_FIRES
         fires = core.advance(mark)
-        # The next move scans what the lag keeps pending: paid by as many taken.
-        self.move_at = max(MOVE_EVERY, len(core.pending))
+        # The next move scans the strays the lag keeps pending: paid by as many taken.
+        self.move_at = max(MOVE_EVERY, len(core.strays))
         return fires
 
     def _from(self, origin: Origin) -> None:

@@ -131,7 +131,7 @@ class SessionCore(TimeOrder):
 
     def held(self) -> list[Event]:
         events = [e for s in self.open.values() for e in s[2] or ()]
-        return sorted(events + self.pending, key=order_key)
+        return sorted(events + self.pending_now(), key=order_key)
 
     def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
         by_seq = {e.seq: e for e in released}
@@ -141,7 +141,9 @@ class SessionCore(TimeOrder):
         }
 
     def __len__(self) -> int:
-        return len(self.pending) + sum(len(s[2] or ()) for s in self.open.values())
+        return (
+            len(self.pending) + len(self.strays) + sum(len(s[2] or ()) for s in self.open.values())
+        )
 
 
 class AggregateCore(TimeOrder):
@@ -219,14 +221,14 @@ class AggregateCore(TimeOrder):
         return self.first_pending()
 
     def held(self) -> list[Event]:
-        return sorted(self.pending, key=order_key)
+        return sorted(self.pending_now(), key=order_key)
 
     def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
         self.next_end = state["next_end"]
         self.panes = {int(p): acc for p, acc in state["panes"]}
 
     def __len__(self) -> int:
-        return len(self.pending)
+        return len(self.pending) + len(self.strays)
 
 
 def hashable(key: Any) -> Any:

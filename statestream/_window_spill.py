@@ -360,8 +360,8 @@ class SpillingWindowCore(WindowCore):
         upper: Key | None = None
         if self.event_time:
             mark = self.watermark
-            # Not released yet (the watermark on): in memory, sorted, so a heap.
-            self.pending = list(read(None if mark is None else (mark, -1), None))
+            # Not released yet (the watermark on): in memory, in order.
+            self.set_pending(list(read(None if mark is None else (mark, -1), None)))
             if mark is None:
                 return
             upper = (mark, -2)
@@ -399,4 +399,4 @@ class SpillingWindowCore(WindowCore):
 
     def __len__(self) -> int:
         """Tuples held in memory, and those spilled when their number is known."""
-        return len(self.buffer) + len(self.pending) + max(self.head_n, 0)
+        return len(self.buffer) + len(self.pending) + len(self.strays) + max(self.head_n, 0)

@@ -41,7 +41,6 @@ from mypy_extensions import mypyc_attr
 
 from ._errors import ConfigError
 from ._tuple import Origin, Tuple
-from ._window_marks import NEVER as _NEVER
 from ._window_marks import Watermarks
 from ._window_spec import Count, Duration, WindowSpec, in_memory_refusal
 
@@ -176,10 +175,14 @@ class TimeOrder:
 
     def __init__(self, event_time: bool) -> None:
         self.event_time = event_time
-        # Event time: the tuples not yet released, in arrival order (so by seq): the
-        # watermark's move sorts what it releases by ts, stably, in one pass
-        # (a heap paid a comparison of (ts, seq) tuples per level per tuple).
+        # Event time: the tuples not yet released, in two lists in arrival order (so by
+        # seq): ``pending``, a run in timestamp order (each at or after the one before,
+        # as most tuples come), and ``strays``, those that came stamped before the
+        # run's last (a disorder within the lag). A watermark's move takes a prefix of
+        # the run (a bisection) and scans the strays: the run's tuples it leaves
+        # pending are not read (a scan of them all made the watermark move rarely).
         self.pending: list[Event] = []
+        self.strays: list[Event] = []
         self._first: Event | None = None  # the least (ts, seq) pending: keep() reads it
         self.seq = 0
         self.watermark: int | None = None  # event time: tuples older are late
@@ -203,7 +206,11 @@ class TimeOrder:
                 self.late += 1
                 return None
             event = Event(ts, self.seq, payload, origin)
-            self.pending.append(event)
+            pending = self.pending
+            if pending and ts < pending[-1].ts:
+                self.strays.append(event)
+            else:
+                pending.append(event)
             first = self._first
             if first is None or ts < first.ts:  # an equal ts came before: its seq is less
                 self._first = event
@@ -237,33 +244,33 @@ class TimeOrder:
 
     def _release_before(self, watermark: int | None, fires: list[Fire]) -> None:
         """Release the pending tuples older than ``watermark`` (None: all), in
-        ``(ts, seq)`` order.
-
-        Pending is in seq order, and mostly in ts order too: the tuples that
-        keep up the ts order (each at or after the one before) are one sorted
-        run, the others (a disorder within the lag) are sorted by ts, stably,
-        and the two merged. A sort of all of them paid a call of its key and a
-        comparison of two-digit ints per tuple."""
-        pending = self.pending
-        if not pending:
+        ``(ts, seq)`` order: a prefix of the run, and the strays older than it,
+        sorted by ts, stably, and merged in (a sort of all of them paid a call of
+        its key and a comparison of two-digit ints per tuple)."""
+        pending, strays = self.pending, self.strays
+        if not pending and not strays:
             return
-        run: list[Event] = []
-        strays: list[Event] = []
-        keep: list[Event] = []
-        top = _NEVER
-        low: Event | None = None  # the least of those kept: the first of the least ts
-        for e in pending:
-            ts = e.ts
-            if watermark is not None and ts >= watermark:
-                keep.append(e)
-                if low is None or ts < low.ts:
-                    low = e
-            elif ts >= top:
-                run.append(e)
-                top = ts
-            else:
-                strays.append(e)
-        self.pending, self._first = keep, low
+        kept: list[Event] = []
+        if watermark is None:
+            run, self.pending = pending, []
+        else:
+            cut = bisect.bisect_left(pending, watermark, key=_ts)
+            run, self.pending = pending[:cut], pending[cut:]
+            if strays:
+                gone: list[Event] = []
+                for e in strays:
+                    if e.ts >= watermark:
+                        kept.append(e)
+                    else:
+                        gone.append(e)
+                strays = gone
+        self.strays = kept
+        # The least left pending: the run's first, or a stray before it.
+        low = self.pending[0] if self.pending else None
+        for e in kept:
+            if low is None or _before(e, low):
+                low = e
+        self._first = low
         if strays:
             strays.sort(key=_ts)
             merged: list[Event] = []
@@ -360,9 +367,18 @@ class TimeOrder:
         # Kept up by add() and the releases: a scan of every pending tuple at each
         # checkpoint touched them all (at 100,000s of tuples a second, cold ones).
         first = self._first
-        if first is None or not self.pending:
+        if first is None or not (self.pending or self.strays):
             return None
         return (first.ts, first.seq)
+
+    def pending_now(self) -> list[Event]:
+        """The pending tuples (not released yet), the run's then the strays."""
+        return self.pending + self.strays
+
+    def set_pending(self, ordered: list[Event]) -> None:
+        """Hold ``ordered`` (in ``(ts, seq)`` order) pending, and no others."""
+        self.pending, self.strays = ordered, []
+        self._first = ordered[0] if ordered else None
 
     def rebuild(self, state: dict[str, Any], events: Iterable[Event]) -> None:
         """Become the core whose :meth:`state` is ``state``, given its stored tuples
@@ -381,15 +397,15 @@ class TimeOrder:
         ordered = sorted(events, key=order_key)
         mark = self.watermark
         if not self.event_time:
-            released, self.pending = ordered, []
+            released, waiting = ordered, []
         elif mark is None:
-            released, self.pending = [], ordered
+            released, waiting = [], ordered
         else:
             # Released iff older than the watermark: add() refuses those as late.
             cut = bisect.bisect_left(ordered, mark, key=_ts)
             # By (ts, seq): in seq order for equal ts, as add() keeps it.
-            released, self.pending = ordered[:cut], ordered[cut:]
-        self._first = self.pending[0] if self.pending else None
+            released, waiting = ordered[:cut], ordered[cut:]
+        self.set_pending(waiting)
         self._rebuild(state, released)
 
     def snapshot(self) -> dict[str, Any]:
@@ -408,7 +424,7 @@ class TimeOrder:
 
     def __len__(self) -> int:
         """Tuples held."""
-        return len(self.pending)
+        return len(self.pending) + len(self.strays)
 
 
 def items(events: Iterable[Event]) -> list[Any]:
@@ -632,7 +648,7 @@ class WindowCore(TimeOrder):
     def held(self) -> list[Event]:
         by_seq = {e.seq: e for e in self.prev}
         by_seq.update((e.seq, e) for e in self.buffer)
-        by_seq.update((e.seq, e) for e in self.pending)
+        by_seq.update((e.seq, e) for e in self.pending_now())
         return sorted(by_seq.values(), key=order_key)
 
     def _rebuild(self, state: dict[str, Any], released: list[Event]) -> None:
@@ -655,4 +671,4 @@ class WindowCore(TimeOrder):
 
     def __len__(self) -> int:
         """Tuples held (buffered and pending)."""
-        return len(self.buffer) + len(self.pending)
+        return len(self.buffer) + len(self.pending) + len(self.strays)

@@ -95,3 +95,19 @@ def test_a_tumbling_window_lets_go_of_its_tuples_once_fired_and_reads_expired_on
         if i % 7 == 6:
             task.checkpoint(i // 7)
     assert fired > 10
+
+
+def test_a_restored_core_knows_its_least_pending_tuple() -> None:
+    """The least pending tuple bounds what the store keeps (keep()): a core restored
+    with tuples the watermark has not passed reports it, as the core it restores."""
+    state = new_state()
+    task = Task(SPECS["tumbling event time"], 1000, state)
+    for ts, t in events()[:50]:
+        task.core.add(ts, t)
+        task.core.advance(ts - 6)
+    task.checkpoint(0)
+    want = task.core.first_pending()
+    assert want == min((e.ts, e.seq) for e in task.core.pending_now())
+    again = Task(SPECS["tumbling event time"], 1000, state)
+    again.load()
+    assert again.core.first_pending() == want and again.core.keep() == task.core.keep()

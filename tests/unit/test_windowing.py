@@ -283,7 +283,7 @@ def test_tuples_are_released_in_timestamp_then_arrival_order_whatever_their_diso
         if rng.random() < 0.05:
             fires += core.advance(1_000 + i // 3 - rng.randrange(100))
         # The least pending tuple, kept up as they come and go (the store's bound).
-        least = min(((e.ts, e.seq) for e in core.pending), default=None)
+        least = min(((e.ts, e.seq) for e in core.pending_now()), default=None)
         assert core.first_pending() == least
     fires += core.finish()
     assert core.first_pending() is None
