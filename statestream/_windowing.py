@@ -483,16 +483,14 @@ class WindowCore(TimeOrder):
         buffer = self.buffer
         i, n = 0, len(events)
         while i < n:
-            ts = events[i].ts
-            self._fire_boundaries(ts, fires)
+            # The first past the boundary fires it and opens its own window.
+            self._release(events[i], fires)
             end = self.next_end
-            if end is None:  # the first window to hold this tuple
-                end = ts - ts % slide + slide
-                self.next_end = end
+            assert end is not None  # a duration slide's release sets it
             j = i + 1
             while j < n and events[j].ts < end:
                 j += 1
-            buffer.extend(events[i:j])
+            buffer.extend(events[i + 1 : j])
             i = j
         self.last_ts = events[-1].ts
 
